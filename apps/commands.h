@@ -1,0 +1,12 @@
+// Sub-commands of the `tandem` binary. Each lives in apps/cmd_<name>.cpp and registers itself on
+// the CLI11 app; apps/ is the only layer that reads the environment or the terminal.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::app {
+
+void add_score_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+
+}  // namespace tandem::app
