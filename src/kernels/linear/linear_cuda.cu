@@ -1,0 +1,151 @@
+// CUDA linear y = x W^T, bf16 x and W, fp32 accumulation, bf16 or f32 out. Two paths, chosen by
+// n_tokens alone (the boundary is kSkinnyMaxTokens = 16, docs/cuda.md):
+//  - n_tokens <= 16 (decode, verify): a weight-streaming kernel. Each warp owns kRows weight rows,
+//    reads every weight element once per step with 16-byte loads and applies it to all tokens.
+//    Lane l accumulates elements k = 256 i + 8 l + j in increasing (i, j) order with fmaf, then a
+//    fixed butterfly sums the lanes: a token's result never depends on how many tokens share it.
+//  - n_tokens > 16 (prefill): linear_gemm_cuda.cu, a tensor-core tiled GEMM without split-K (rows
+//    are invariant among themselves, but not bit-equal to the skinny path).
+#include "kernels/cuda_common.cuh"
+#include "kernels/linear/linear.h"
+#include "kernels/linear/linear_cuda.cuh"
+
+namespace tandem::kernels {
+
+namespace {
+
+constexpr int kRows = 4;   // weight rows per warp: x chunks are reused kRows times from registers
+constexpr int kWarps = 4;  // warps per block
+constexpr int kChunk = 8;  // bf16 elements per lane per step (one 16-byte load)
+
+template <typename TOut>
+__device__ __forceinline__ void store_out(TOut* p, float v) {
+  *p = cuda::from_float<TOut>(v);
+}
+
+// kNt: tokens handled per pass (power of two >= n_tokens, at most 16). kVec: 16-byte loads
+// (in % 8 == 0 and 16-byte aligned rows); otherwise scalar loads in exactly the same order.
+template <int kNt, bool kVec, typename TOut>
+__global__ void __launch_bounds__(kWarps * 32)
+    linear_skinny_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride,
+                         const __nv_bfloat16* __restrict__ w, int64_t in, int64_t out_f,
+                         TOut* __restrict__ out, int64_t out_stride, int n_tokens) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRows;
+  if (row0 >= out_f) return;
+  const int t0 = blockIdx.y * kNt;  // token group (only > 0 on the fallback path for n > 16)
+  float acc[kRows][kNt];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kNt; ++t) acc[r][t] = 0.f;
+  }
+#pragma unroll 2
+  for (int64_t k = static_cast<int64_t>(lane) * kChunk; k < in; k += 32 * kChunk) {
+    float wv[kRows][kChunk];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r < out_f ? row0 + r : out_f - 1;  // clamped; never stored
+      const __nv_bfloat16* wp = w + row * in + k;
+      if constexpr (kVec) {
+        const cuda::Bf16x8 v = cuda::load_bf16x8(wp);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) wv[r][j] = v.v[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) wv[r][j] = k + j < in ? __bfloat162float(wp[j]) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kNt; ++t) {
+      if (t0 + t >= n_tokens) break;
+      const __nv_bfloat16* xp = x + static_cast<int64_t>(t0 + t) * x_stride + k;
+      float xv[kChunk];
+      if constexpr (kVec) {
+        const cuda::Bf16x8 v = cuda::load_bf16x8(xp);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) xv[j] = v.v[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) xv[j] = k + j < in ? __bfloat162float(xp[j]) : 0.f;
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) acc[r][t] = fmaf(xv[j], wv[r][j], acc[r][t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kNt; ++t) {
+      const float s = cuda::warp_sum(acc[r][t]);
+      if (lane == 0 && row0 + r < out_f && t0 + t < n_tokens) {
+        store_out(out + static_cast<int64_t>(t0 + t) * out_stride + row0 + r, s);
+      }
+    }
+  }
+}
+
+template <int kNt, typename TOut>
+void launch_skinny_nt(const LinearShape& s, cudaStream_t stream) {
+  const dim3 grid(cuda::ceil_div(s.out_f, kRows * kWarps), cuda::ceil_div(s.n, kNt));
+  const auto* x = static_cast<const __nv_bfloat16*>(s.x);
+  const auto* w = static_cast<const __nv_bfloat16*>(s.w);
+  auto* out = static_cast<TOut*>(s.out);
+  if (s.vec_ok) {
+    linear_skinny_kernel<kNt, true, TOut><<<grid, kWarps * 32, 0, stream>>>(
+        x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, static_cast<int>(s.n));
+  } else {
+    linear_skinny_kernel<kNt, false, TOut><<<grid, kWarps * 32, 0, stream>>>(
+        x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, static_cast<int>(s.n));
+  }
+  cuda::check_launch("linear_skinny_kernel");
+}
+
+template <typename TOut>
+void launch_skinny(const LinearShape& s, cudaStream_t stream) {
+  if (s.n <= 1) return launch_skinny_nt<1, TOut>(s, stream);
+  if (s.n <= 2) return launch_skinny_nt<2, TOut>(s, stream);
+  if (s.n <= 4) return launch_skinny_nt<4, TOut>(s, stream);
+  if (s.n <= 8) return launch_skinny_nt<8, TOut>(s, stream);
+  launch_skinny_nt<16, TOut>(s, stream);  // n > 16 only when the GEMM path cannot take it
+}
+
+}  // namespace
+
+void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
+  cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
+  cuda::expect_cuda_dtype(a.weight, DType::kBF16, "linear", "weight");
+  cuda::expect_cuda(a.out, "linear", "out");
+  cuda::expect_last_contiguous(a.x, "linear", "x");
+  cuda::expect_last_contiguous(a.out, "linear", "out");
+  TANDEM_CHECK(a.out.dtype() == DType::kBF16 || a.out.dtype() == DType::kF32,
+               "linear_cuda: out must be bf16 or f32, got {}", a.out.describe());
+  TANDEM_CHECK(a.weight.is_contiguous(), "linear_cuda: weight {} must be contiguous",
+               a.weight.describe());
+  LinearShape s;
+  s.n = a.x.dim(0);
+  s.in = a.x.dim(1);
+  s.out_f = a.weight.dim(0);
+  TANDEM_CHECK(a.weight.dim(1) == s.in && a.out.dim(0) == s.n && a.out.dim(1) == s.out_f,
+               "linear_cuda: x {} weight {} out {} do not agree", a.x.describe(),
+               a.weight.describe(), a.out.describe());
+  if (s.n == 0 || s.out_f == 0) return;
+  s.x = a.x.raw();
+  s.w = a.weight.raw();
+  s.out = a.out.raw();
+  s.x_stride = a.x.stride(0);
+  s.out_stride = a.out.stride(0);
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  s.vec_ok = s.in % 8 == 0 && s.x_stride % 8 == 0 && aligned16(s.x) && aligned16(s.w);
+  const bool f32_out = a.out.dtype() == DType::kF32;
+  const cudaStream_t stream = cuda::stream_of(ctx);
+  if (s.n > kSkinnyMaxTokens && s.vec_ok) {
+    return f32_out ? linear_gemm_f32(s, stream) : linear_gemm_bf16(s, stream);
+  }
+  f32_out ? launch_skinny<float>(s, stream) : launch_skinny<__nv_bfloat16>(s, stream);
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,79 @@
+// CUDA RMSNorm (optionally fused with the residual add): one block per (row, head). The sum of
+// squares is a per-thread strided sum followed by block_sum's fixed tree, so a row's result does
+// not depend on how many rows share the launch. With a residual, the bf16-rounded sum is what is
+// stored and what is normalised, so the next layer reads exactly the value that was normed.
+#include "kernels/cuda_common.cuh"
+#include "kernels/rms_norm/rms_norm.h"
+
+namespace tandem::kernels {
+
+namespace {
+
+struct RowView {  // [rows, heads, dim] bf16 with the last dim contiguous
+  __nv_bfloat16* base;
+  int64_t row_stride, head_stride;
+  __device__ __nv_bfloat16* at(int64_t r, int64_t h) const {
+    return base + r * row_stride + h * head_stride;
+  }
+};
+
+RowView row_view(const Tensor& t) {
+  return RowView{t.data<__nv_bfloat16>(), t.stride(0), t.ndim() == 3 ? t.stride(1) : 0};
+}
+
+__global__ void rms_norm_kernel(RowView x, RowView out, RowView res, bool fused,
+                                cuda::AnyFloatPtr w, int64_t n_heads, int64_t dim, float eps,
+                                bool zero_centred) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const __nv_bfloat16* xs = x.at(r, h);
+  __nv_bfloat16* src = fused ? res.at(r, h) : const_cast<__nv_bfloat16*>(xs);
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = __bfloat162float(src[i]);
+    if (fused) {
+      const __nv_bfloat16 sum = __float2bfloat16_rn(v + __bfloat162float(xs[i]));
+      src[i] = sum;  // the same thread reads it back below
+      v = __bfloat162float(sum);
+    }
+    ss += v * v;
+  }
+  ss = cuda::block_sum(ss, scratch);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(dim) + eps);
+  __nv_bfloat16* o = out.at(r, h);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float wi = zero_centred ? 1.f + w[i] : w[i];
+    o[i] = __float2bfloat16_rn((__bfloat162float(src[i]) * inv) * wi);
+  }
+}
+
+}  // namespace
+
+void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
+  cuda::expect_cuda_dtype(a.x, DType::kBF16, "rms_norm", "x");
+  cuda::expect_cuda_dtype(a.out, DType::kBF16, "rms_norm", "out");
+  cuda::expect_last_contiguous(a.x, "rms_norm", "x");
+  cuda::expect_last_contiguous(a.out, "rms_norm", "out");
+  TANDEM_CHECK(a.x.shape() == a.out.shape() && (a.x.ndim() == 2 || a.x.ndim() == 3),
+               "rms_norm_cuda: x {} and out {} must agree and be 2-D or 3-D", a.x.describe(),
+               a.out.describe());
+  const bool fused = a.residual.raw() != nullptr;
+  if (fused) {
+    cuda::expect_cuda_dtype(a.residual, DType::kBF16, "rms_norm", "residual");
+    cuda::expect_last_contiguous(a.residual, "rms_norm", "residual");
+    TANDEM_CHECK(a.residual.shape() == a.x.shape(), "rms_norm_cuda: residual {} vs x {}",
+                 a.residual.describe(), a.x.describe());
+  }
+  const int64_t rows = a.x.dim(0), heads = a.x.ndim() == 3 ? a.x.dim(1) : 1, dim = a.x.dim(-1);
+  const cuda::AnyFloatPtr w = cuda::any_float(a.weight, "rms_norm", "weight");
+  TANDEM_CHECK(a.weight.numel() == dim, "rms_norm_cuda: weight {} does not match dim {}",
+               a.weight.describe(), dim);
+  if (rows * heads == 0) return;
+  const int threads = dim >= 1024 ? 256 : 128;  // a function of dim only (row invariance)
+  rms_norm_kernel<<<static_cast<unsigned>(rows * heads), threads, 0, cuda::stream_of(ctx)>>>(
+      row_view(a.x), row_view(a.out), fused ? row_view(a.residual) : row_view(a.x), fused, w,
+      heads, dim, a.eps, a.zero_centred);
+  cuda::check_launch("rms_norm_kernel");
+}
+
+}  // namespace tandem::kernels
