@@ -92,6 +92,16 @@ Tensor Tensor::reshape(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::split_heads(int64_t heads) const {
+  TANDEM_CHECK(ndim() == 2 && strides_[1] == 1 && heads > 0 && shape_[1] % heads == 0,
+               "split_heads({}) of {} (strides {})", heads, describe(), shape_str(strides_));
+  Tensor t = *this;
+  const int64_t d = shape_[1] / heads;
+  t.shape_ = {shape_[0], heads, d};
+  t.strides_ = {strides_[0], d, 1};
+  return t;
+}
+
 Tensor Tensor::to(Device device) const {
   TANDEM_CHECK(is_contiguous(), "to(): tensor {} is not contiguous", describe());
   Tensor t = zeros(shape_, dtype_, device);

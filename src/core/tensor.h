@@ -50,6 +50,8 @@ class Tensor {
   Tensor slice(int dim, int64_t begin, int64_t end) const;  // [begin, end) along dim
   Tensor select(int dim, int64_t index) const;              // drops dim
   Tensor reshape(Shape shape) const;                        // contiguous tensors only
+  // Splits a 2-D [rows, heads * d] view (last dim contiguous) into [rows, heads, d].
+  Tensor split_heads(int64_t heads) const;
 
   // Copies.
   Tensor to(Device device) const;            // contiguous copy on `device`

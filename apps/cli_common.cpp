@@ -1,0 +1,63 @@
+// Shared command-line plumbing.
+#include "apps/cli_common.h"
+
+#include <cstdio>
+#include <thread>
+
+#include "core/error.h"
+
+namespace tandem::app {
+
+void add_common_options(CLI::App* cmd, CommonOptions& o) {
+  cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory (config.json + safetensors)")
+      ->required();
+  cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU threads (default: all cores)");
+  cmd->add_option("--max-context", o.max_context, "positions the KV cache holds")->capture_default_str();
+}
+
+std::vector<int32_t> parse_ids(const std::string& csv) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos < csv.size()) {
+    size_t comma = csv.find(',', pos);
+    if (comma == std::string::npos) comma = csv.size();
+    const std::string item = csv.substr(pos, comma - pos);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TANDEM_CHECK(used == item.size() && !item.empty() && v >= 0 && v <= INT32_MAX,
+                 "--prompt-ids: '{}' is not a non-negative token id", item);
+    ids.push_back(static_cast<int32_t>(v));
+    pos = comma + 1;
+  }
+  TANDEM_CHECK(!ids.empty(), "--prompt-ids is empty");
+  return ids;
+}
+
+std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose) {
+  EngineOptions opt;
+  opt.model_dir = o.model_dir;
+  opt.device = parse_device(o.device);
+  opt.n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int last_pct = -1;
+  auto progress = [&](size_t done, size_t total) {
+    if (!verbose || total < (256u << 20)) return;  // only large checkpoints show progress
+    const int pct = static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
+    if (pct / 10 != last_pct / 10) std::fprintf(stderr, "loading weights: %d%%\n", pct);
+    last_pct = pct;
+  };
+  auto model = load_model(opt, progress);
+  if (verbose) {
+    std::fprintf(stderr, "%s\ndevice: %s, threads: %d, max context: %lld\n",
+                 model->config().summary().c_str(), o.device.c_str(), opt.n_threads,
+                 static_cast<long long>(o.max_context));
+  }
+  return model;
+}
+
+}  // namespace tandem::app

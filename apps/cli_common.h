@@ -1,0 +1,25 @@
+// Options shared by the sub-commands (model, device, threads, prompt ids) and small helpers.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model_loader.h"
+
+namespace tandem::app {
+
+struct CommonOptions {
+  std::string model_dir;
+  std::string device = "cpu";
+  int threads = 0;  // 0: all cores
+  int64_t max_context = 4096;
+};
+
+void add_common_options(CLI::App* cmd, CommonOptions& o);
+std::vector<int32_t> parse_ids(const std::string& csv);  // "1,2,3"; throws Error on bad input
+// Loads the model, printing progress for large checkpoints and the config summary on stderr.
+std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose);
+
+}  // namespace tandem::app

@@ -1,0 +1,93 @@
+// `tandem generate`: greedy or seeded sampling, with optional speculative decoding (MTP, or the
+// oracle drafter used by tests), printing tokens or a JSON record with stats.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_common.h"
+#include "apps/commands.h"
+#include "apps/generate_options.h"
+#include "engine/generator.h"
+#include "spec/mtp_drafter.h"
+#include "spec/oracle_drafter.h"
+
+namespace tandem::app {
+
+nlohmann::json stats_json(const GenerateResult& r, int k) {
+  const GenerationStats& s = r.stats;
+  nlohmann::json j{{"prompt_tokens", s.prompt_tokens},
+                   {"generated_tokens", s.generated_tokens},
+                   {"prefill_seconds", s.prefill_seconds},
+                   {"decode_seconds", s.decode_seconds},
+                   {"prefill_tokens_per_second", s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0},
+                   {"decode_tokens_per_second",
+                    s.decode_seconds > 0 ? (s.generated_tokens - 1) / s.decode_seconds : 0.0},
+                   {"finish_reason", r.finish_reason},
+                   {"num_speculative_tokens", k},
+                   {"steps", s.steps}};
+  if (k > 0) {
+    std::vector<double> per_pos;
+    for (int64_t a : s.accepted_per_position)
+      per_pos.push_back(s.drafting_steps ? static_cast<double>(a) / s.drafting_steps : 0.0);
+    j["mean_acceptance_length"] = s.mean_acceptance_length();
+    j["per_position_acceptance"] = per_pos;
+    j["draft_tokens"] = s.draft_tokens;
+    j["accepted_tokens"] = s.accepted_tokens;
+    j["drafting_steps"] = s.drafting_steps;
+  }
+  return j;
+}
+
+GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g, const GenerateRequest& req,
+                              std::ostream* trace, const std::function<void(int32_t)>& on_token) {
+  const std::string& spec = g.speculative;
+  const int k = spec == "none" ? 0 : g.num_speculative_tokens;
+  std::unique_ptr<Drafter> drafter;
+  if (spec == "mtp") {
+    drafter = std::make_unique<MtpDrafter>(model);
+  } else if (spec == "oracle") {
+    // The oracle proposes from the target's own plain continuation.
+    Generator plain(model, nullptr, GeneratorOptions{.max_context = g.max_context});
+    GenerateRequest ref_req = req;
+    ref_req.max_tokens = req.max_tokens + k + 1;
+    ref_req.stop_ids.clear();
+    std::vector<int32_t> reference = plain.generate(ref_req).tokens;
+    drafter = std::make_unique<OracleDrafter>(std::move(reference),
+                                              AcceptancePattern::parse(g.oracle_pattern),
+                                              model.config().vocab_size);
+  } else if (spec != "none") {
+    fail("--speculative must be mtp, oracle or none, got '{}'", spec);
+  }
+  TANDEM_CHECK(k >= 1 || spec == "none", "--num-speculative-tokens must be >= 1 with --speculative {}", spec);
+  Generator gen(model, std::move(drafter),
+                GeneratorOptions{.num_speculative_tokens = k, .max_context = g.max_context, .trace = trace});
+  return gen.generate(req, on_token);
+}
+
+void add_generate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "generate tokens from a prompt");
+  auto g = std::make_shared<GenerateOptions>();
+  add_generate_options(cmd, *g);
+  cmd->callback([g] {
+    GenerateRequest req = build_request(*g);
+    auto model = open_model(*g, !g->json);
+    if (!g->ignore_eos) req.stop_ids = model->config().eos_token_ids;
+    std::unique_ptr<std::ofstream> trace;
+    if (!g->spec_trace.empty()) {
+      trace = std::make_unique<std::ofstream>(g->spec_trace);
+      TANDEM_CHECK(trace->good(), "cannot write --spec-trace file '{}'", g->spec_trace);
+    }
+    const int k = g->speculative == "none" ? 0 : g->num_speculative_tokens;
+    GenerateResult r = run_generation(*model, *g, req, trace.get(), {});
+    if (g->json) {
+      std::printf("%s\n", nlohmann::json{{"tokens", r.tokens}, {"stats", stats_json(r, k)}}.dump().c_str());
+    } else {
+      for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", r.tokens[i]);
+      std::printf("\n");
+      const auto s = stats_json(r, k);
+      std::fprintf(stderr, "%s\n", s.dump().c_str());
+    }
+  });
+}
+
+}  // namespace tandem::app

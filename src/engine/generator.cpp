@@ -1,0 +1,161 @@
+// The generation loop: prefill in chunks, then draft -> verify -> accept -> commit n_acc ->
+// drafter first pass, with a plain step being the same path with zero drafts.
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "spec/acceptance.h"
+
+namespace tandem {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+Tensor to_host(const Tensor& t) { return t.device() == Device::kCpu ? t : t.to(Device::kCpu); }
+}  // namespace
+
+Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, GeneratorOptions opt)
+    : model_(model), drafter_(std::move(drafter)), opt_(opt) {
+  const int k = opt.num_speculative_tokens;
+  TANDEM_CHECK(k >= 0 && k <= 8, "--num-speculative-tokens must be in [0, 8], got {}", k);
+  TANDEM_CHECK(k == 0 || drafter_ != nullptr, "speculative decoding with k={} needs a drafter", k);
+  TANDEM_CHECK(opt.max_context >= 2, "--max-context must be at least 2, got {}", opt.max_context);
+  StateConfig sc{.max_context = opt.max_context, .k_max = k, .block_size = 64,
+                 .max_step_tokens = model.max_step_tokens()};
+  state_ = std::make_unique<SequenceState>(model.config(), sc, model.context().device,
+                                           model.act_dtype(), model.has_mtp());
+  logits_ = Tensor::zeros({k + 1, model.config().vocab_size}, DType::kF32, model.context().device);
+}
+
+Generator::~Generator() = default;
+
+int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingParams& p,
+                           Tensor* all_logits) {
+  SequenceState& st = *state_;
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t vocab = model_.config().vocab_size;
+  TANDEM_CHECK(n_prompt >= 1, "the prompt is empty");
+  for (int32_t id : prompt)
+    TANDEM_CHECK(id >= 0 && id < vocab, "prompt token id {} is outside the vocabulary [0, {})", id, vocab);
+  TANDEM_CHECK(n_prompt + 1 <= opt_.max_context,
+               "the prompt has {} tokens but the context holds {} (raise --max-context)", n_prompt,
+               opt_.max_context);
+  st.reset();
+  const int64_t chunk = model_.max_step_tokens();
+  Tensor chunk_logits;
+  if (all_logits) chunk_logits = Tensor::zeros({chunk, vocab}, DType::kF32, model_.context().device);
+  int32_t first = -1;
+  for (int64_t s = 0; s < n_prompt; s += chunk) {
+    const int64_t n = std::min(chunk, n_prompt - s);
+    const bool last_chunk = s + n == n_prompt;
+    st.target.plan(prompt.data() + s, n, s, opt_.max_context);
+    if (all_logits) {
+      model_.forward(st, n, StepKind::kPrefill, s, chunk_logits.slice(0, 0, n), 0);
+      Tensor host = to_host(chunk_logits.slice(0, 0, n));
+      all_logits->slice(0, s, s + n).copy_from(host);
+    } else {
+      model_.forward(st, n, StepKind::kPrefill, s, last_chunk ? logits_.slice(0, 0, 1) : Tensor(), n - 1);
+    }
+    st.set_n_acc(1);  // the prefill state sits in column 0 / conv offset 0
+    if (last_chunk) {
+      Tensor row = all_logits ? all_logits->slice(0, n_prompt - 1, n_prompt) : to_host(logits_.slice(0, 0, 1));
+      first = p.greedy() ? argmax_row(row.data<float>(), vocab)
+                         : draw(target_distribution(row.data<float>(), vocab, p), rng_);
+    }
+    if (drafter_) {
+      std::vector<int32_t> next(prompt.begin() + s + 1, prompt.begin() + s + n);
+      next.push_back(last_chunk ? first : prompt[s + n]);
+      drafter_->after_target_step(st, next, s);
+    }
+  }
+  st.n_past = n_prompt;
+  return first;
+}
+
+Tensor Generator::score(const std::vector<int32_t>& ids) {
+  Tensor out = Tensor::zeros({static_cast<int64_t>(ids.size()), model_.config().vocab_size}, DType::kF32);
+  TANDEM_CHECK(!ids.empty(), "the prompt is empty");
+  prefill(ids, SamplingParams{}, &out);
+  return out;
+}
+
+GenerateResult Generator::generate(const GenerateRequest& req,
+                                   const std::function<void(int32_t)>& on_token) {
+  check_sampling_params(req.sampling);
+  TANDEM_CHECK(req.max_tokens >= 1, "max_tokens must be >= 1, got {}", req.max_tokens);
+  rng_.seed(req.sampling.seed);
+  SequenceState& st = *state_;
+  const int k = opt_.num_speculative_tokens;
+  GenerateResult res;
+  GenerationStats& stats = res.stats;
+  stats.prompt_tokens = static_cast<int64_t>(req.prompt.size());
+  stats.accepted_per_position.assign(k, 0);
+  const double t0 = now_seconds();
+  int32_t last = prefill(req.prompt, req.sampling, nullptr);
+  const double t1 = now_seconds();
+  stats.prefill_seconds = t1 - t0;
+
+  auto emit = [&](int32_t tok) {  // returns true when generation must stop
+    res.tokens.push_back(tok);
+    if (on_token) on_token(tok);
+    if (std::find(req.stop_ids.begin(), req.stop_ids.end(), tok) != req.stop_ids.end()) {
+      res.finish_reason = "stop";
+      return true;
+    }
+    if (static_cast<int>(res.tokens.size()) >= req.max_tokens) {
+      res.finish_reason = "length";
+      return true;
+    }
+    return false;
+  };
+  bool done = emit(last);
+  while (!done) {
+    const int64_t room = opt_.max_context - st.n_past - 1;  // positions left after `last`
+    if (room < 0) {
+      res.finish_reason = "length";
+      break;
+    }
+    const int k_eff = static_cast<int>(std::min<int64_t>(k, room));
+    std::vector<int32_t> drafts;
+    if (k_eff > 0) drafts = drafter_->propose(st, k_eff, res.tokens);
+    std::vector<int32_t> step_tokens{last};
+    step_tokens.insert(step_tokens.end(), drafts.begin(), drafts.end());
+    const int64_t n = static_cast<int64_t>(step_tokens.size()), start = st.n_past;
+    st.target.plan(step_tokens.data(), n, start, opt_.max_context);
+    model_.forward(st, n, StepKind::kVerify, start, logits_.slice(0, 0, n), 0);
+    const Verdict v = accept(to_host(logits_.slice(0, 0, n)), drafts, req.sampling, rng_);
+    st.set_n_acc(v.n_acc);  // the commit: one integer
+    st.n_past += v.n_acc;
+    if (after_commit) after_commit(stats.steps, st.n_past);
+    if (opt_.trace) {
+      *opt_.trace << nlohmann::json{{"step", stats.steps}, {"position", start - 1},
+                                    {"drafts", drafts}, {"target", v.target_tokens},
+                                    {"n_acc", v.n_acc}}.dump()
+                  << "\n";
+    }
+    ++stats.steps;
+    if (!drafts.empty()) {
+      ++stats.drafting_steps;
+      stats.draft_tokens += static_cast<int64_t>(drafts.size());
+      stats.accepted_tokens += v.n_acc - 1;
+      for (int i = 0; i < v.n_acc - 1; ++i) ++stats.accepted_per_position[i];
+    }
+    if (drafter_) {
+      std::vector<int32_t> next(drafts.begin(), drafts.begin() + (v.n_acc - 1));
+      next.push_back(v.emitted.back());
+      drafter_->after_target_step(st, next, start);
+    }
+    for (int32_t tok : v.emitted) {
+      if ((done = emit(tok))) break;
+    }
+    last = v.emitted.back();
+  }
+  stats.generated_tokens = static_cast<int64_t>(res.tokens.size());
+  stats.decode_seconds = now_seconds() - t1;
+  return res;
+}
+
+}  // namespace tandem

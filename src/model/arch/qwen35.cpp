@@ -1,0 +1,211 @@
+// Qwen3.5 dense forward (reference section 1): pre-norm decoder blocks with the residual add fused
+// into the next norm, GDN and gated-attention mixers, SwiGLU MLP, final norm, lm_head; and the
+// MTP block (section 2). Only kernel interfaces are called, so this file is device-neutral.
+#include "model/arch/qwen35.h"
+
+#include "kernels/argmax/argmax.h"
+#include "kernels/attention/attention.h"
+#include "kernels/conv1d/conv1d.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/gated_delta_rule/gated_delta_rule.h"
+#include "kernels/gated_rms_norm/gated_rms_norm.h"
+#include "kernels/kv_cache/kv_cache.h"
+#include "kernels/linear/linear.h"
+#include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/swiglu/swiglu.h"
+
+namespace tandem {
+
+namespace k = kernels;
+
+// Activations for up to max_step_tokens rows, allocated once (no allocation during a step).
+struct ForwardScratch {
+  Tensor residual, mixed, normed, hidden;  // [T, hidden]
+  Tensor qkv, conv_out;                    // [T, channels]
+  Tensor z, gdn_out, gdn_normed;           // [T, vd]
+  Tensor beta_raw, decay_raw;              // [T, n_heads_v]
+  Tensor q_gate, k, v, attn_out;           // [T, 2 Nq D], [T, Nkv D] x2, [T, Nq D]
+  Tensor gate, up;                         // [T, inter]
+  Tensor mtp_in;                           // [T, 2 hidden]
+
+  ForwardScratch(const ModelConfig& c, int64_t t, DType act, Device d) {
+    auto z2 = [&](int64_t cols) { return Tensor::zeros({t, cols}, act, d); };
+    residual = z2(c.hidden_size);
+    mixed = z2(c.hidden_size);
+    normed = z2(c.hidden_size);
+    hidden = z2(c.hidden_size);
+    qkv = z2(c.gdn_conv_channels());
+    conv_out = z2(c.gdn_conv_channels());
+    z = z2(c.gdn_value_dim());
+    gdn_out = z2(c.gdn_value_dim());
+    gdn_normed = z2(c.gdn_value_dim());
+    beta_raw = z2(c.gdn_heads_v);
+    decay_raw = z2(c.gdn_heads_v);
+    q_gate = z2(2 * c.num_heads_q * c.head_dim);
+    k = z2(c.num_heads_kv * c.head_dim);
+    v = z2(c.num_heads_kv * c.head_dim);
+    attn_out = z2(c.num_heads_q * c.head_dim);
+    gate = z2(c.intermediate_size);
+    up = z2(c.intermediate_size);
+    mtp_in = z2(2 * c.hidden_size);
+  }
+};
+
+namespace {
+Tensor rows(const Tensor& t, int64_t n) { return t.slice(0, 0, n); }
+}  // namespace
+
+Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecContext& ctx,
+                         int64_t max_step_tokens)
+    : cfg_(std::move(cfg)),
+      w_(std::move(weights)),
+      ctx_(ctx),
+      act_(ctx.device == Device::kCpu ? DType::kF32 : DType::kBF16),
+      s_(std::make_unique<ForwardScratch>(cfg_, max_step_tokens, act_, ctx.device)) {}
+
+Qwen35Model::~Qwen35Model() = default;
+
+Tensor Qwen35Model::hidden(int64_t n) const { return rows(s_->hidden, n); }
+
+int64_t Qwen35Model::max_step_tokens() const { return s_->residual.dim(0); }
+
+void Qwen35Model::forward(SequenceState& st, int64_t n, StepKind kind, int64_t start,
+                          const Tensor& logits, int64_t logits_from) {
+  ForwardScratch& s = *s_;
+  TANDEM_CHECK(n <= s.residual.dim(0), "forward: {} tokens exceed the step buffer of {}", n,
+               s.residual.dim(0));
+  k::embedding({.ids = st.target.token_ids.slice(0, 0, n), .table = w_.embed_tokens,
+                .out = rows(s.residual, n)}, ctx_);
+  observe("embed", -1, rows(s.residual, n));
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const KvLayerCache* kv = cfg_.layer_types[l] == LayerType::kFullAttention ? &st.kv[l] : nullptr;
+    decoder_layer(w_.layers[l], l, st, kv, st.target, n, kind, start, l > 0);
+  }
+  k::rms_norm({.x = rows(s.mixed, n), .weight = w_.final_norm, .out = rows(s.hidden, n),
+               .residual = rows(s.residual, n), .eps = cfg_.rms_norm_eps}, ctx_);
+  observe("hidden", -1, rows(s.hidden, n));
+  if (logits.raw() != nullptr && logits_from < n) {
+    k::linear({.x = s.hidden.slice(0, logits_from, n), .weight = w_.lm_head, .out = logits}, ctx_);
+    observe("logits", -1, logits);
+  }
+}
+
+void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, SequenceState& st,
+                                const KvLayerCache* kv, const StepMeta& meta, int64_t n,
+                                StepKind kind, int64_t start, bool pending_add) {
+  ForwardScratch& s = *s_;
+  // residual += pending mixer/MLP output of the previous block; normed = norm(residual).
+  k::rms_norm({.x = rows(pending_add ? s.mixed : s.residual, n), .weight = w.input_norm,
+               .out = rows(s.normed, n), .residual = pending_add ? rows(s.residual, n) : Tensor(),
+               .eps = cfg_.rms_norm_eps}, ctx_);
+  observe("attn_norm", layer, rows(s.normed, n));
+  if (w.type == LayerType::kFullAttention) {
+    attention_mixer(w, layer, *kv, st, meta, n);
+  } else {
+    gdn_mixer(w, layer, st, n, kind, start);
+  }
+  observe("mixer_out", layer, rows(s.mixed, n));
+  k::rms_norm({.x = rows(s.mixed, n), .weight = w.post_attention_norm, .out = rows(s.normed, n),
+               .residual = rows(s.residual, n), .eps = cfg_.rms_norm_eps}, ctx_);
+  observe("ffn_norm", layer, rows(s.normed, n));
+  mlp(w.mlp, layer, n);
+  observe("ffn_out", layer, rows(s.mixed, n));
+}
+
+void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, SequenceState& st,
+                            int64_t n, StepKind kind, int64_t start) {
+  ForwardScratch& s = *s_;
+  const GdnWeights& g = w.gdn;
+  const Tensor x = rows(s.normed, n);
+  k::linear({.x = x, .weight = g.in_proj_qkv, .out = rows(s.qkv, n)}, ctx_);
+  k::linear({.x = x, .weight = g.in_proj_z, .out = rows(s.z, n)}, ctx_);
+  k::linear({.x = x, .weight = g.in_proj_b, .out = rows(s.beta_raw, n)}, ctx_);
+  k::linear({.x = x, .weight = g.in_proj_a, .out = rows(s.decay_raw, n)}, ctx_);
+  GdnLayerState& state = st.gdn[layer];
+  const bool prefill = kind == StepKind::kPrefill;
+  k::conv1d({.x = rows(s.qkv, n), .weight = g.conv1d, .history = state.conv_history,
+             .n_acc = st.n_acc, .out = rows(s.conv_out, n),
+             .mode = prefill ? k::ConvHistoryMode::kCompact : k::ConvHistoryMode::kSpec}, ctx_);
+  observe("conv_out", layer, rows(s.conv_out, n));
+  const int64_t kd = cfg_.gdn_key_dim(), vd = cfg_.gdn_value_dim();
+  const Tensor y = rows(s.conv_out, n);  // [T, q kd | k kd | v vd]
+  k::gated_delta_rule({.q = y.slice(1, 0, kd).split_heads(cfg_.gdn_heads_k),
+                       .k = y.slice(1, kd, 2 * kd).split_heads(cfg_.gdn_heads_k),
+                       .v = y.slice(1, 2 * kd, 2 * kd + vd).split_heads(cfg_.gdn_heads_v),
+                       .a = rows(s.decay_raw, n), .b = rows(s.beta_raw, n), .a_log = g.a_log,
+                       .dt_bias = g.dt_bias, .state = state.ssm, .n_acc = st.n_acc,
+                       .out = rows(s.gdn_out, n).split_heads(cfg_.gdn_heads_v),
+                       .mode = prefill ? k::GdrMode::kChunked : k::GdrMode::kRecurrent,
+                       .start_position = start}, ctx_);
+  observe("gdn_out", layer, rows(s.gdn_out, n));
+  k::gated_rms_norm({.o = rows(s.gdn_out, n).split_heads(cfg_.gdn_heads_v),
+                     .z = rows(s.z, n).split_heads(cfg_.gdn_heads_v), .weight = g.norm,
+                     .out = rows(s.gdn_normed, n).split_heads(cfg_.gdn_heads_v),
+                     .eps = cfg_.rms_norm_eps}, ctx_);
+  k::linear({.x = rows(s.gdn_normed, n), .weight = g.out_proj, .out = rows(s.mixed, n)}, ctx_);
+}
+
+void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
+                                  const KvLayerCache& kv, SequenceState& st, const StepMeta& meta,
+                                  int64_t n) {
+  ForwardScratch& s = *s_;
+  const AttentionWeights& a = w.attn;
+  const Tensor x = rows(s.normed, n);
+  const int64_t hq = cfg_.num_heads_q, hkv = cfg_.num_heads_kv, d = cfg_.head_dim;
+  k::linear({.x = x, .weight = a.q_proj, .out = rows(s.q_gate, n)}, ctx_);
+  k::linear({.x = x, .weight = a.k_proj, .out = rows(s.k, n)}, ctx_);
+  k::linear({.x = x, .weight = a.v_proj, .out = rows(s.v, n)}, ctx_);
+  // q_proj rows are per head [query | gate]: view [T, Nq, 2D] and split the last dim.
+  const Tensor qg = rows(s.q_gate, n).split_heads(hq);  // [T, Nq, 2D]
+  const Tensor q = qg.slice(2, 0, d), gate = qg.slice(2, d, 2 * d);
+  const Tensor key = rows(s.k, n).split_heads(hkv), value = rows(s.v, n).split_heads(hkv);
+  k::rms_norm({.x = q, .weight = a.q_norm, .out = q, .eps = cfg_.rms_norm_eps}, ctx_);
+  k::rms_norm({.x = key, .weight = a.k_norm, .out = key, .eps = cfg_.rms_norm_eps}, ctx_);
+  const Tensor pos = meta.positions.slice(0, 0, n);
+  k::rope({.x = q, .positions = pos, .rotary_dim = static_cast<int>(cfg_.rotary_dim),
+           .theta = cfg_.rope_theta}, ctx_);
+  k::rope({.x = key, .positions = pos, .rotary_dim = static_cast<int>(cfg_.rotary_dim),
+           .theta = cfg_.rope_theta}, ctx_);
+  k::kv_cache_write({.k = key, .v = value, .positions = pos, .block_table = st.block_table,
+                     .k_cache = kv.k, .v_cache = kv.v}, ctx_);
+  const Tensor out = rows(s.attn_out, n).split_heads(hq);
+  k::attention({.q = q, .gate = gate, .k_cache = kv.k, .v_cache = kv.v,
+                .block_table = st.block_table, .kv_len = meta.kv_len, .out = out}, ctx_);
+  observe("attn_out", layer, rows(s.attn_out, n));
+  k::linear({.x = rows(s.attn_out, n), .weight = a.o_proj, .out = rows(s.mixed, n)}, ctx_);
+}
+
+void Qwen35Model::mlp(const MlpWeights& w, int64_t layer, int64_t n) {
+  ForwardScratch& s = *s_;
+  const Tensor x = rows(s.normed, n);
+  k::linear({.x = x, .weight = w.gate_proj, .out = rows(s.gate, n)}, ctx_);
+  k::linear({.x = x, .weight = w.up_proj, .out = rows(s.up, n)}, ctx_);
+  k::swiglu({.gate = rows(s.gate, n), .up = rows(s.up, n), .out = rows(s.gate, n)}, ctx_);
+  k::linear({.x = rows(s.gate, n), .weight = w.down_proj, .out = rows(s.mixed, n)}, ctx_);
+}
+
+void Qwen35Model::mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden_in,
+                              const Tensor& hidden_out, const Tensor& logits, int64_t logits_from) {
+  TANDEM_CHECK(w_.mtp.has_value(), "this checkpoint has no mtp.* tensors: MTP is unavailable");
+  ForwardScratch& s = *s_;
+  const MtpWeights& m = *w_.mtp;
+  const int64_t h = cfg_.hidden_size, layer = cfg_.num_layers;  // MTP activations named layer L
+  // mtp_in = [norm_e(embed(x_{t+1})) ; norm_h(h_t)] written straight into the two halves.
+  const Tensor in = rows(s.mtp_in, n);
+  k::embedding({.ids = st.mtp.token_ids.slice(0, 0, n), .table = w_.embed_tokens,
+                .out = rows(s.normed, n)}, ctx_);
+  k::rms_norm({.x = rows(s.normed, n), .weight = m.pre_fc_norm_embedding,
+               .out = in.slice(1, 0, h), .eps = cfg_.rms_norm_eps}, ctx_);
+  k::rms_norm({.x = hidden_in, .weight = m.pre_fc_norm_hidden, .out = in.slice(1, h, 2 * h),
+               .eps = cfg_.rms_norm_eps}, ctx_);
+  k::linear({.x = in, .weight = m.fc, .out = rows(s.residual, n)}, ctx_);
+  observe("mtp_fc", layer, rows(s.residual, n));
+  decoder_layer(m.layer, layer, st, &st.mtp_kv, st.mtp, n, StepKind::kVerify, 0, false);
+  k::rms_norm({.x = rows(s.mixed, n), .weight = m.norm, .out = hidden_out,
+               .residual = rows(s.residual, n), .eps = cfg_.rms_norm_eps}, ctx_);
+  observe("mtp_hidden", layer, hidden_out);
+  k::linear({.x = hidden_out.slice(0, logits_from, n), .weight = w_.lm_head, .out = logits}, ctx_);
+}
+
+}  // namespace tandem

@@ -1,0 +1,65 @@
+// The weight set of a Qwen3.5 dense model (and its MTP block), resolved from checkpoint names
+// with every shape checked at load (reference section 1.2). On the CPU the tensors are zero-copy
+// views of the mmap'd checkpoint; on CUDA, matrices are uploaded as bf16.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace tandem {
+
+struct AttentionWeights {
+  Tensor q_proj;  // [2 * n_heads_q * head_dim, hidden], rows per head: [query | gate]
+  Tensor k_proj, v_proj;  // [n_heads_kv * head_dim, hidden]
+  Tensor o_proj;          // [hidden, n_heads_q * head_dim]
+  Tensor q_norm, k_norm;  // [head_dim], zero-centred
+};
+
+struct GdnWeights {
+  Tensor in_proj_qkv;  // [2 kd + vd, hidden], rows [q | k | v]
+  Tensor in_proj_z;    // [vd, hidden]
+  Tensor in_proj_b, in_proj_a;  // [n_heads_v, hidden]
+  Tensor conv1d;       // [2 kd + vd, 1, conv_kernel]
+  Tensor a_log, dt_bias;  // [n_heads_v]
+  Tensor norm;         // [d_v], plain (not zero-centred)
+  Tensor out_proj;     // [hidden, vd]
+};
+
+struct MlpWeights {
+  Tensor gate_proj, up_proj;  // [inter, hidden]
+  Tensor down_proj;           // [hidden, inter]
+};
+
+struct DecoderLayerWeights {
+  LayerType type = LayerType::kLinearAttention;
+  Tensor input_norm, post_attention_norm;  // [hidden], zero-centred
+  AttentionWeights attn;  // full-attention layers
+  GdnWeights gdn;         // linear-attention layers
+  MlpWeights mlp;
+};
+
+struct MtpWeights {
+  Tensor fc;  // [hidden, 2 * hidden], input [norm_e(embed(x_{t+1})) ; norm_h(h_t)]
+  Tensor pre_fc_norm_embedding, pre_fc_norm_hidden, norm;  // [hidden], zero-centred
+  DecoderLayerWeights layer;  // a full-attention decoder layer
+};
+
+struct Qwen35Weights {
+  Tensor embed_tokens;  // [vocab, hidden]
+  Tensor final_norm;    // [hidden]
+  Tensor lm_head;       // [vocab, hidden] (= embed_tokens when tied)
+  std::vector<DecoderLayerWeights> layers;
+  std::optional<MtpWeights> mtp;  // present when the checkpoint has mtp.* tensors
+};
+
+using LoadProgress = std::function<void(size_t bytes_done, size_t bytes_total)>;
+
+Qwen35Weights load_qwen35_weights(const Checkpoint& ck, const ModelConfig& cfg, Device device,
+                                  const LoadProgress& progress = {});
+
+}  // namespace tandem

@@ -1,0 +1,44 @@
+// ModelConfig: the typed view of a Hugging Face config.json for Qwen3.5 dense models, in both
+// released layouts (qwen3_5 VL wrapper with text_config, and qwen3_5_text). Everything the engine
+// needs is resolved here once (layer types, RoPE fields, tying, weight-name prefix).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+enum class LayerType { kLinearAttention, kFullAttention };
+
+struct ModelConfig {
+  std::string model_type;     // as in config.json: qwen3_5 | qwen3_5_text
+  std::string weight_prefix;  // "model.language_model." or "model."
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  std::vector<LayerType> layer_types;
+  // Full attention.
+  int64_t num_heads_q = 0, num_heads_kv = 0, head_dim = 0;
+  int64_t rotary_dim = 0;
+  float rope_theta = 0.f;
+  // Gated DeltaNet.
+  int64_t gdn_heads_k = 0, gdn_heads_v = 0, gdn_d_k = 0, gdn_d_v = 0, conv_kernel = 0;
+  float rms_norm_eps = 1e-6f;
+  bool tie_word_embeddings = false;
+  int64_t mtp_num_layers = 0;
+  std::vector<int32_t> eos_token_ids;
+
+  int64_t gdn_key_dim() const { return gdn_heads_k * gdn_d_k; }
+  int64_t gdn_value_dim() const { return gdn_heads_v * gdn_d_v; }
+  int64_t gdn_conv_channels() const { return 2 * gdn_key_dim() + gdn_value_dim(); }
+  int64_t num_gdn_layers() const;
+  int64_t num_attention_layers() const { return num_layers - num_gdn_layers(); }
+
+  // Reads DIR/config.json; throws tandem::Error naming the file and field on any problem.
+  static ModelConfig from_dir(const std::string& model_dir);
+  std::string summary() const;  // one line per field group, printed at start-up
+};
+
+}  // namespace tandem

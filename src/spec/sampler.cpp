@@ -1,0 +1,71 @@
+// Target distribution and draws for seeded sampling.
+#include "spec/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tandem {
+
+void check_sampling_params(const SamplingParams& p) {
+  TANDEM_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.f,
+               "temperature must be >= 0, got {}", p.temperature);
+  TANDEM_CHECK(p.top_k >= 0, "top_k must be >= 0, got {}", p.top_k);
+  TANDEM_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "top_p must be in (0, 1], got {}", p.top_p);
+}
+
+int32_t argmax_row(const float* logits, int64_t vocab) {
+  int32_t best = 0;
+  for (int64_t v = 1; v < vocab; ++v)
+    if (logits[v] > logits[best]) best = static_cast<int32_t>(v);
+  return best;
+}
+
+std::vector<float> target_distribution(const float* logits, int64_t vocab, const SamplingParams& p) {
+  std::vector<float> dist(vocab, 0.f);
+  if (p.greedy()) {
+    dist[argmax_row(logits, vocab)] = 1.f;
+    return dist;
+  }
+  // Order by logit (descending, ties by index) to apply top-k and top-p.
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  int64_t keep = p.top_k > 0 ? std::min<int64_t>(p.top_k, vocab) : vocab;
+  const double m = logits[order[0]];
+  std::vector<double> e(keep);
+  double sum = 0.0;
+  for (int64_t i = 0; i < keep; ++i) sum += e[i] = std::exp((logits[order[i]] - m) / p.temperature);
+  if (p.top_p < 1.f) {  // smallest prefix whose mass reaches top_p
+    double cum = 0.0;
+    int64_t n = 0;
+    while (n < keep) {
+      cum += e[n++] / sum;
+      if (cum >= p.top_p) break;
+    }
+    keep = n;
+    sum = std::accumulate(e.begin(), e.begin() + keep, 0.0);
+  }
+  for (int64_t i = 0; i < keep; ++i) dist[order[i]] = static_cast<float>(e[i] / sum);
+  return dist;
+}
+
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+int32_t draw(const std::vector<float>& dist, std::mt19937_64& rng) {
+  const double total = std::accumulate(dist.begin(), dist.end(), 0.0);
+  const double u = uniform01(rng) * total;
+  double cum = 0.0;
+  int32_t last_nonzero = 0;
+  for (size_t i = 0; i < dist.size(); ++i) {
+    if (dist[i] <= 0.f) continue;
+    cum += dist[i];
+    last_nonzero = static_cast<int32_t>(i);
+    if (u < cum) return last_nonzero;
+  }
+  return last_nonzero;
+}
+
+}  // namespace tandem
