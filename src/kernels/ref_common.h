@@ -6,9 +6,16 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/exec_context.h"
 #include "core/tensor.h"
 
 namespace tandem::kernels::ref {
+
+// Threads for a parallel loop of `work` multiply-adds: small loops stay on one thread, since
+// waking a team costs more than they do (the split is across outputs, so results never change).
+inline int threads_for(const ExecContext& ctx, int64_t work) {
+  return work < (int64_t{1} << 18) ? 1 : ctx.n_threads;
+}
 
 inline float silu(float x) { return x / (1.f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }

@@ -11,6 +11,18 @@
 
 namespace tandem::kernels {
 
+// The CUDA kernel splits the KV sequence at fixed multiples of this many positions (counted from
+// position 0, whatever n_tokens or kv_len is) and merges the splits in order (DESIGN.md inv. 2).
+constexpr int64_t kAttentionSplitGranule = 512;
+
+// f32 elements of CUDA scratch that attention needs for n_tokens query rows when the block table
+// covers max_kv_len positions (partial outputs plus max and sum per split). The reference needs none.
+constexpr int64_t attention_workspace_floats(int64_t n_tokens, int64_t n_heads_q, int64_t head_dim,
+                                             int64_t max_kv_len) {
+  const int64_t splits = (max_kv_len + kAttentionSplitGranule - 1) / kAttentionSplitGranule;
+  return n_tokens * n_heads_q * splits * (head_dim + 2);
+}
+
 struct AttentionArgs {
   Tensor q;            // act [n_tokens, n_heads_q, head_dim] (strided view allowed)
   Tensor gate;         // optional act [n_tokens, n_heads_q, head_dim] (strided view allowed)
@@ -20,6 +32,10 @@ struct AttentionArgs {
   Tensor kv_len;       // i32 [1]: cache positions valid after this step's write
   Tensor out;          // act [n_tokens, n_heads_q, head_dim]
   float scale = 0.f;   // 0 means 1/sqrt(head_dim)
+  // Optional f32 scratch on cuda, at least attention_workspace_floats(...) elements for the rows of
+  // one launch. Give it for graph capture: without it the CUDA path allocates stream-ordered
+  // memory (cudaMallocAsync) on every call. Ignored by the reference.
+  Tensor workspace;
 };
 
 void attention_ref(const AttentionArgs& a, const ExecContext& ctx);

@@ -27,7 +27,7 @@ void attention_ref(const AttentionArgs& a, const ExecContext& ctx) {
   auto slot = [&](int64_t pos, int64_t h) {
     return ((table[pos / block_size] * block_size + pos % block_size) * hkv + h) * d;
   };
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(static) collapse(2)
+#pragma omp parallel for num_threads(ref::threads_for(ctx, n * hq * kv_len * d)) schedule(static) collapse(2)
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t h = 0; h < hq; ++h) {
       const int64_t last = kv_len - n + i;  // causal: this row sees positions [0, last]

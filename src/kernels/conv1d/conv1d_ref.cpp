@@ -21,7 +21,6 @@ void conv1d_ref(const Conv1dArgs& a, const ExecContext& ctx) {
   TANDEM_CHECK(a.mode == ConvHistoryMode::kCompact || window - 1 + n <= hist_len,
                "conv1d: {} tokens do not fit a spec history of length {}", n, hist_len);
   ref::with_weight_type(a.weight, [&](const auto* w) {
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(static)
     for (int64_t c = 0; c < channels; ++c) {
       float* hist = a.history.data<float>() + c * a.history.stride(0);
       std::vector<float> seq(window + n);  // [window, x_0 .. x_{n-1}]

@@ -138,7 +138,7 @@ void gated_delta_rule_ref(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {
                "gated_delta_rule: {} tokens need {} state columns, have {}", n, n, n_cols);
   const int64_t head_elems = dk * dv, col_elems = hv_n * head_elems;
   float* state = a.state.data<float>();
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(static)
+#pragma omp parallel for num_threads(ref::threads_for(ctx, hv_n * n * dk * dv * 4)) schedule(static)
   for (int64_t hv = 0; hv < hv_n; ++hv) {
     const HeadInputs in = gather_head(a, hv, hv / (hv_n / hk_n), dk, dv);
     std::vector<float> S(state + col0 * col_elems + hv * head_elems,

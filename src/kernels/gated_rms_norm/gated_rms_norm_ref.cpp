@@ -12,7 +12,6 @@ void gated_rms_norm_ref(const GatedRmsNormArgs& a, const ExecContext& ctx) {
   TANDEM_CHECK(a.weight.numel() == dv, "gated_rms_norm: weight {} does not match d_v {}",
                a.weight.describe(), dv);
   ref::with_weight_type(a.weight, [&](const auto* w) {
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(static)
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t h = 0; h < heads; ++h) {
         const float* o = a.o.data<float>() + t * a.o.stride(0) + h * a.o.stride(1);

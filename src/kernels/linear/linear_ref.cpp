@@ -17,7 +17,7 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   float* y = a.out.data<float>();
   const int64_t xs = a.x.stride(0), ys = a.out.stride(0);
   ref::with_weight_type(a.weight, [&](const auto* w) {
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(static)
+#pragma omp parallel for num_threads(ref::threads_for(ctx, out_f * in * n_tokens)) schedule(static)
     for (int64_t f = 0; f < out_f; ++f) {
       const auto* wf = w + f * in;
       for (int64_t t = 0; t < n_tokens; ++t) y[t * ys + f] = ref::dot(x + t * xs, wf, in);

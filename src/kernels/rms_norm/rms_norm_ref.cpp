@@ -35,7 +35,6 @@ void rms_norm_ref(const RmsNormArgs& a, const ExecContext& ctx) {
   TANDEM_CHECK(a.weight.numel() == dim, "rms_norm: weight {} does not match dim {}",
                a.weight.describe(), dim);
   ref::with_weight_type(a.weight, [&](const auto* w) {
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(static)
     for (int64_t r = 0; r < x.n_rows; ++r) {
       for (int64_t h = 0; h < x.n_heads; ++h) {
         const float* src = x.at(r, h);

@@ -1,0 +1,112 @@
+// CUDA depthwise causal conv1d + SiLU with the speculative conv history (conv1d.h). Two launches:
+// conv1d_out_kernel computes outputs with one thread per (channel, chunk of tokens), reading the
+// window at offset n_acc - 1 of the old history; conv1d_history_kernel then rewrites the history
+// in place (kSpec or kCompact), one thread per channel, in ascending order (reads stay ahead of
+// writes). n_acc is read on the device (graph-safe). Every output is the same fixed-order sum.
+#include "kernels/conv1d/conv1d.h"
+#include "kernels/cuda_common.cuh"
+
+namespace tandem::kernels {
+
+namespace {
+
+constexpr int kMaxKernel = 8;
+constexpr int kTokenChunk = 64;
+constexpr int kThreads = 128;
+
+struct ConvParams {
+  const __nv_bfloat16* x;
+  int64_t x_stride;
+  cuda::AnyFloatPtr w;  // [channels, kernel]
+  __nv_bfloat16* hist;
+  int64_t hist_stride, hist_len;
+  const int32_t* n_acc;
+  __nv_bfloat16* out;
+  int64_t out_stride, channels, n_tokens;
+  int kernel;
+};
+
+__device__ __forceinline__ int64_t window_offset(const ConvParams& p) {
+  const int64_t o = static_cast<int64_t>(p.n_acc[0]) - 1;  // clamped to stay in bounds
+  return o < 0 ? 0 : (o > p.hist_len - (p.kernel - 1) ? p.hist_len - (p.kernel - 1) : o);
+}
+
+// seq = [window, x_0 .. x_{T-1}], element j for channel c.
+__device__ __forceinline__ float seq_at(const ConvParams& p, int64_t c, int64_t o, int64_t j) {
+  const int64_t wlen = p.kernel - 1;
+  return j < wlen ? __bfloat162float(p.hist[c * p.hist_stride + o + j])
+                  : __bfloat162float(p.x[(j - wlen) * p.x_stride + c]);
+}
+
+__global__ void conv1d_out_kernel(ConvParams p) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= p.channels) return;
+  const int64_t o = window_offset(p);
+  float w[kMaxKernel];
+#pragma unroll
+  for (int j = 0; j < kMaxKernel; ++j) w[j] = j < p.kernel ? p.w[c * p.kernel + j] : 0.f;
+  const int64_t t_end = min(p.n_tokens, static_cast<int64_t>(blockIdx.y + 1) * kTokenChunk);
+  for (int64_t t = static_cast<int64_t>(blockIdx.y) * kTokenChunk; t < t_end; ++t) {
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxKernel; ++j) {
+      if (j < p.kernel) acc = fmaf(w[j], seq_at(p, c, o, t + j), acc);
+    }
+    p.out[t * p.out_stride + c] = __float2bfloat16_rn(cuda::silu(acc));
+  }
+}
+
+__global__ void conv1d_history_kernel(ConvParams p, bool spec) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= p.channels) return;
+  const int64_t o = window_offset(p), wlen = p.kernel - 1;
+  __nv_bfloat16* h = p.hist + c * p.hist_stride;
+  if (spec) {  // history[0 : wlen - 1 + T] = seq[1 : wlen + T]
+    for (int64_t j = 0; j + 1 < wlen + p.n_tokens; ++j) h[j] = __float2bfloat16_rn(seq_at(p, c, o, j + 1));
+  } else {  // history[0 : wlen] = seq[T : T + wlen]
+    for (int64_t j = 0; j < wlen; ++j) h[j] = __float2bfloat16_rn(seq_at(p, c, o, p.n_tokens + j));
+  }
+}
+
+}  // namespace
+
+void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
+  cuda::expect_cuda_dtype(a.x, DType::kBF16, "conv1d", "x");
+  cuda::expect_cuda_dtype(a.out, DType::kBF16, "conv1d", "out");
+  cuda::expect_cuda_dtype(a.history, DType::kBF16, "conv1d", "history");
+  cuda::expect_cuda_dtype(a.n_acc, DType::kI32, "conv1d", "n_acc");
+  for (const Tensor* t : {&a.x, &a.out, &a.history}) cuda::expect_last_contiguous(*t, "conv1d", "x/out/history");
+  ConvParams p{};
+  p.n_tokens = a.x.dim(0);
+  p.channels = a.x.dim(1);
+  p.kernel = static_cast<int>(a.weight.dim(-1));
+  p.hist_len = a.history.dim(1);
+  TANDEM_CHECK(a.weight.numel() == p.channels * p.kernel && a.history.dim(0) == p.channels &&
+                   a.out.dim(0) == p.n_tokens && a.out.dim(1) == p.channels,
+               "conv1d_cuda: x {} weight {} history {} out {} do not agree", a.x.describe(),
+               a.weight.describe(), a.history.describe(), a.out.describe());
+  TANDEM_CHECK(p.kernel >= 2 && p.kernel <= kMaxKernel && p.hist_len >= p.kernel - 1,
+               "conv1d_cuda: kernel size {} (supported 2..{}) with history length {}", p.kernel,
+               kMaxKernel, p.hist_len);
+  TANDEM_CHECK(a.mode == ConvHistoryMode::kCompact || p.kernel - 2 + p.n_tokens <= p.hist_len,
+               "conv1d_cuda: {} tokens do not fit a spec history of length {}", p.n_tokens,
+               p.hist_len);
+  if (p.n_tokens == 0 || p.channels == 0) return;
+  p.x = a.x.data<const __nv_bfloat16>();
+  p.x_stride = a.x.stride(0);
+  p.w = cuda::any_float(a.weight, "conv1d", "weight");
+  p.hist = a.history.data<__nv_bfloat16>();
+  p.hist_stride = a.history.stride(0);
+  p.n_acc = a.n_acc.data<const int32_t>();
+  p.out = a.out.data<__nv_bfloat16>();
+  p.out_stride = a.out.stride(0);
+  const cudaStream_t s = cuda::stream_of(ctx);
+  const dim3 grid(cuda::ceil_div(p.channels, kThreads), cuda::ceil_div(p.n_tokens, kTokenChunk));
+  conv1d_out_kernel<<<grid, kThreads, 0, s>>>(p);
+  cuda::check_launch("conv1d_out_kernel");
+  conv1d_history_kernel<<<cuda::ceil_div(p.channels, kThreads), kThreads, 0, s>>>(
+      p, a.mode == ConvHistoryMode::kSpec);
+  cuda::check_launch("conv1d_history_kernel");
+}
+
+}  // namespace tandem::kernels
