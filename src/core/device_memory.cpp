@@ -29,7 +29,7 @@ bool cuda_available() {
 #endif
 }
 
-[[noreturn]] static void no_cuda() {
+[[noreturn, maybe_unused]] static void no_cuda() {
   fail("device 'cuda' requested but tandem was built without CUDA (configure with -DTANDEM_CUDA=ON)");
 }
 

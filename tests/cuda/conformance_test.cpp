@@ -1,0 +1,234 @@
+// Conformance of every elementwise/norm/GEMM CUDA op against its CPU reference on awkward shapes,
+// strided views and random bf16-exact inputs (the reference sees exactly what the GPU sees).
+// Attention, conv1d and the gated delta rule live in conformance_stateful_test.cpp.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "kernels/argmax/argmax.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/gated_rms_norm/gated_rms_norm.h"
+#include "kernels/kv_cache/kv_cache.h"
+#include "kernels/linear/linear.h"
+#include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/swiglu/swiglu.h"
+
+namespace tandem::test {
+namespace {
+
+using namespace tandem::kernels;
+
+const std::vector<int64_t> kTokenCounts = {1, 2, 19, 65, 111};
+
+Tensor cols(const Tensor& t, int64_t w) { return t.slice(-1, 0, w); }
+
+TEST(CudaConformance, Embedding) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(1);
+  for (DType table_dt : {DType::kBF16, DType::kF32}) {
+    for (int64_t n : kTokenCounts) {
+      const int64_t vocab = 1003, hidden = 328, pad = 24;
+      Mirror table = random_mirror({vocab, hidden}, rng, table_dt);
+      std::vector<int32_t> ids(n);
+      for (auto& id : ids) id = rng.index(static_cast<int32_t>(vocab));
+      Tensor ref_out = Tensor::zeros({n, hidden + pad}, DType::kF32);
+      embedding_ref({host_i32(ids), table.host, cols(ref_out, hidden)}, ref_ctx());
+      Tensor out = poisoned({n, hidden + pad}, DType::kBF16);
+      embedding_cuda({device_i32(ids), table.dev, cols(out, hidden)}, cs.ctx());
+      cs.sync();
+      const auto view = [&](const Tensor& t) { return cols(t, hidden); };
+      check_case("embedding", fmt::format("n_tokens={},table={}", n, dtype_name(table_dt)),
+                 rel_l2(download(out, view), gather(view(ref_out))), DType::kBF16);
+    }
+  }
+}
+
+TEST(CudaConformance, RmsNorm) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(2);
+  for (int64_t n : kTokenCounts) {
+    for (int64_t dim : {128, 1000, 5120}) {
+      for (bool fused : {false, true}) {
+        for (bool zc : {true, false}) {
+          Mirror x = random_mirror({n, dim}, rng);
+          Mirror w = random_mirror({dim}, rng, DType::kBF16, 0.05f, 0.5f);
+          Mirror res = random_mirror({n, dim}, rng);
+          Tensor ref_res = res.host.to(Device::kCpu);
+          Tensor ref_out = Tensor::zeros({n, dim}, DType::kF32);
+          RmsNormArgs ra{x.host, w.host, ref_out, fused ? ref_res : Tensor(), 1e-6f, zc};
+          rms_norm_ref(ra, ref_ctx());
+          Tensor out = poisoned({n, dim}, DType::kBF16);
+          rms_norm_cuda({x.dev, w.dev, out, fused ? res.dev : Tensor(), 1e-6f, zc}, cs.ctx());
+          cs.sync();
+          const std::string p =
+              fmt::format("n_tokens={},dim={},fused={},zero_centred={}", n, dim, fused, zc);
+          check_case("rms_norm", p, rel_l2(download(out), gather(ref_out)), DType::kBF16);
+          if (fused) {
+            check_case("rms_norm.residual", p, rel_l2(download(res.dev), gather(ref_res)),
+                       DType::kBF16);
+          }
+        }
+      }
+    }
+  }
+  // Per-head q_norm over the query half of a [n, heads, 2 * head_dim] q|gate projection, in place.
+  for (int64_t n : kTokenCounts) {
+    const int64_t heads = 7, d = 256;
+    Mirror qg = random_mirror({n, heads, 2 * d}, rng);
+    Mirror w = random_mirror({d}, rng, DType::kF32, 0.05f, 0.5f);
+    Tensor ref_qg = qg.host.to(Device::kCpu);
+    const Tensor ref_q = ref_qg.slice(2, 0, d);
+    rms_norm_ref({ref_q, w.host, ref_q, Tensor(), 1e-6f, true}, ref_ctx());
+    const Tensor q = qg.dev.slice(2, 0, d);
+    rms_norm_cuda({q, w.dev, q, Tensor(), 1e-6f, true}, cs.ctx());
+    cs.sync();
+    check_case("rms_norm", fmt::format("n_tokens={},heads={},head_dim={},strided,in_place", n, heads, d),
+               rel_l2(download(qg.dev), gather(ref_qg)), DType::kBF16);
+  }
+}
+
+TEST(CudaConformance, GatedRmsNorm) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(3);
+  for (int64_t n : kTokenCounts) {
+    for (DType o_dt : {DType::kBF16, DType::kF32}) {
+      const int64_t heads = 7, dv = 128;
+      Mirror o = random_mirror({n, heads, dv}, rng, o_dt);
+      Mirror zbuf = random_mirror({n, heads, dv + 64}, rng);  // z is a strided view
+      Mirror w = random_mirror({dv}, rng, DType::kBF16, 0.05f, 0.5f);
+      Tensor ref_out = Tensor::zeros({n, heads, dv}, DType::kF32);
+      gated_rms_norm_ref({o.host, zbuf.host.slice(2, 0, dv), w.host, ref_out, 1e-6f}, ref_ctx());
+      Tensor out = poisoned({n, heads, dv}, DType::kBF16);
+      gated_rms_norm_cuda({o.dev, zbuf.dev.slice(2, 0, dv), w.dev, out, 1e-6f}, cs.ctx());
+      cs.sync();
+      check_case("gated_rms_norm", fmt::format("n_tokens={},heads={},d_v={},o={}", n, heads, dv, dtype_name(o_dt)),
+                 rel_l2(download(out), gather(ref_out)), DType::kBF16);
+    }
+  }
+}
+
+TEST(CudaConformance, Linear) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(4);
+  struct Shape3 {
+    int64_t in, out;
+  };
+  const std::vector<int64_t> ns = {1, 2, 3, 4, 8, 9, 16, 17, 19, 65, 111, 300};
+  for (const Shape3 s : {Shape3{64, 37}, Shape3{1003, 129}, Shape3{5120, 1000}, Shape3{2048, 2048}}) {
+    Mirror w = random_mirror({s.out, s.in}, rng, DType::kBF16, 0.01f, 0.1f);
+    for (int64_t n : ns) {
+      for (DType out_dt : {DType::kBF16, DType::kF32}) {
+        const int64_t xpad = 8, opad = 3;
+        Mirror x = random_mirror({n, s.in + xpad}, rng);  // x rows strided
+        Tensor ref_out = Tensor::zeros({n, s.out + opad}, DType::kF32);
+        linear_ref({cols(x.host, s.in), w.host, cols(ref_out, s.out)}, ref_ctx());
+        Tensor out = poisoned({n, s.out + opad}, out_dt);
+        linear_cuda({cols(x.dev, s.in), w.dev, cols(out, s.out)}, cs.ctx());
+        cs.sync();
+        const auto view = [&](const Tensor& t) { return cols(t, s.out); };
+        check_case("linear", fmt::format("n_tokens={},in={},out={},out_dtype={},path={}", n, s.in,
+                                         s.out, dtype_name(out_dt), n <= 16 ? "skinny" : "gemm"),
+                   rel_l2(download(out, view), gather(view(ref_out))), out_dt);
+      }
+    }
+  }
+}
+
+TEST(CudaConformance, Rope) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(5);
+  for (int64_t n : kTokenCounts) {
+    for (int rotary : {64, 256}) {
+      const int64_t heads = 5, d = 256;
+      Mirror buf = random_mirror({n, heads, 2 * d}, rng);  // rope on the q half of q|gate
+      std::vector<int32_t> pos(n);
+      for (auto& p : pos) p = rng.index(40000);
+      Tensor ref_buf = buf.host.to(Device::kCpu);
+      rope_ref({ref_buf.slice(2, 0, d), host_i32(pos), rotary, 1e7f}, ref_ctx());
+      rope_cuda({buf.dev.slice(2, 0, d), device_i32(pos), rotary, 1e7f}, cs.ctx());
+      cs.sync();
+      check_case("rope", fmt::format("n_tokens={},heads={},head_dim={},rotary_dim={},strided", n, heads, d, rotary),
+                 rel_l2(download(buf.dev), gather(ref_buf)), DType::kBF16);
+    }
+  }
+}
+
+TEST(CudaConformance, KvCacheWrite) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(6);
+  for (int64_t n : kTokenCounts) {
+    const int64_t heads = 3, d = 128, block_size = 16, n_blocks = 20;
+    std::vector<int32_t> table(n_blocks);
+    for (int i = 0; i < n_blocks; ++i) table[i] = (i * 7 + 3) % n_blocks;  // a permutation
+    const int32_t start = rng.index(static_cast<int32_t>(n_blocks * block_size - n));
+    std::vector<int32_t> pos(n);
+    for (int64_t t = 0; t < n; ++t) pos[t] = start + static_cast<int32_t>(t);
+    Mirror kv = random_mirror({n, 2, heads, d}, rng);  // k and v are strided views
+    Mirror kc = random_mirror({n_blocks, block_size, heads, d}, rng);
+    Mirror vc = random_mirror({n_blocks, block_size, heads, d}, rng);
+    Tensor ref_k = kc.host.to(Device::kCpu), ref_v = vc.host.to(Device::kCpu);
+    kv_cache_write_ref({kv.host.select(1, 0), kv.host.select(1, 1), host_i32(pos), host_i32(table),
+                        ref_k, ref_v}, ref_ctx());
+    kv_cache_write_cuda({kv.dev.select(1, 0), kv.dev.select(1, 1), device_i32(pos),
+                         device_i32(table), kc.dev, vc.dev}, cs.ctx());
+    cs.sync();
+    const std::string p = fmt::format("n_tokens={},heads_kv={},head_dim={},start={}", n, heads, d, start);
+    check_case("kv_cache_write", p, rel_l2(download(kc.dev), gather(ref_k)), DType::kBF16);
+    check_case("kv_cache_write", p + ",v", rel_l2(download(vc.dev), gather(ref_v)), DType::kBF16);
+  }
+}
+
+TEST(CudaConformance, Swiglu) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(7);
+  for (int64_t n : kTokenCounts) {
+    for (int64_t inter : {17, 1000, 17408}) {
+      Mirror gu = random_mirror({n, 2 * inter}, rng, DType::kBF16, 0.05f, 4.f);  // fused gate|up
+      Tensor ref_out = Tensor::zeros({n, inter}, DType::kF32);
+      swiglu_ref({gu.host.slice(1, 0, inter), gu.host.slice(1, inter, 2 * inter), ref_out}, ref_ctx());
+      Tensor out = poisoned({n, inter}, DType::kBF16);
+      swiglu_cuda({gu.dev.slice(1, 0, inter), gu.dev.slice(1, inter, 2 * inter), out}, cs.ctx());
+      cs.sync();
+      check_case("swiglu", fmt::format("n_tokens={},inter={},strided", n, inter),
+                 rel_l2(download(out), gather(ref_out)), DType::kBF16);
+    }
+  }
+}
+
+TEST(CudaConformance, Argmax) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(8);
+  for (int64_t n : {1, 2, 9, 19}) {
+    for (int64_t vocab : {1, 7, 151936, 248320}) {
+      Tensor logits = host_random({n, vocab}, rng, 0.f, 8.f);
+      float* l = logits.data<float>();
+      for (int64_t t = 0; t < n && vocab > 3; ++t) {  // a NaN, and a tie between two maxima
+        l[t * vocab + rng.index(static_cast<int32_t>(vocab))] = NAN;
+        const int32_t i = rng.index(static_cast<int32_t>(vocab - 1)), j = i + 1;
+        l[t * vocab + i] = l[t * vocab + j] = 100.f;
+      }
+      Tensor ref_out = Tensor::zeros({n}, DType::kI32);
+      argmax_ref({logits, ref_out}, ref_ctx());
+      Tensor out = poisoned({n}, DType::kI32);
+      argmax_cuda({logits.to(Device::kCuda), out}, cs.ctx());
+      cs.sync();
+      const auto got = download_bits<int32_t>(out);
+      bool equal = true;
+      for (int64_t t = 0; t < n; ++t) equal &= got[t] == ref_out.data<int32_t>()[t];
+      check_case("argmax", fmt::format("n_tokens={},vocab={},nan+tie", n, vocab), equal ? 0.0 : 1.0,
+                 DType::kI32);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::test
