@@ -1,0 +1,195 @@
+// Micro-benchmarks of the decode/verify CUDA kernels on Qwen3.5-27B shapes, reported against the
+// memory bound (DESIGN.md section 6): achieved TB/s = bytes that must move / median time, its
+// fraction of 4.3 TB/s, and verify(n)/decode(1) time ratios. Timing: CUDA events around each
+// launch, warm-up first, median of many repetitions, inputs rotated so L2 does not hold them.
+// Usage: kernel_bench OUT.json.  Not a model benchmark: `tandem bench` is the end-to-end one.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/attention/attention.h"
+#include "kernels/gated_delta_rule/gated_delta_rule.h"
+#include "kernels/linear/linear.h"
+
+namespace {
+
+using namespace tandem;
+using namespace tandem::kernels;
+
+constexpr double kBoundTbs = 4.3;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("{}: {}", what, cudaGetErrorString(e));
+}
+
+// Median milliseconds of fn(i) over reps calls (i rotates inputs), after warm-up.
+double median_ms(cudaStream_t s, int reps, const std::function<void(int)>& fn) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  for (int i = 0; i < 5; ++i) fn(i);
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, s), "cudaEventRecord");
+    fn(i);
+    check(cudaEventRecord(b, s), "cudaEventRecord");
+    check(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float t = 0.f;
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  check(cudaGetLastError(), "kernel");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Random bf16 bits in [-1, 1) (never zero), filled on the host once.
+Tensor random_bf16(const Shape& shape, uint32_t seed) {
+  Tensor h = Tensor::zeros(shape, DType::kBF16);
+  uint32_t x = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    x = x * 1664525u + 1013904223u;
+    const float v = (static_cast<float>((x >> 8) & 0xffff) / 65536.f - 0.5f) * 0.2f + 1e-3f;
+    h.data<bf16>()[i] = f32_to_bf16(v);
+  }
+  return h.to(Device::kCuda);
+}
+
+struct Row {
+  std::string what;
+  double ms, bytes, tbs, frac, ratio;
+};
+std::vector<Row> rows;
+
+void report(const std::string& what, double ms, double bytes, double base_ms) {
+  const double tbs = bytes / (ms * 1e-3) / 1e12;
+  rows.push_back({what, ms, bytes, tbs, tbs / kBoundTbs, base_ms > 0 ? ms / base_ms : 1.0});
+  fmt::print("{:<44} {:>9.4f} ms {:>8.1f} MB {:>6.2f} TB/s {:>5.1f}% ratio {:.3f}\n", what, ms,
+             bytes / 1e6, tbs, 100 * tbs / kBoundTbs, base_ms > 0 ? ms / base_ms : 1.0);
+  std::fflush(stdout);
+}
+
+void bench_copy(cudaStream_t s) {
+  const size_t bytes = size_t{2} << 30;
+  void *a, *b;
+  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  check(cudaMemset(a, 1, bytes), "cudaMemset");
+  const double ms = median_ms(s, 20, [&](int) { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy"); });
+  report("copy d2d 2 GiB (read+write)", ms, 2.0 * bytes, 0);
+  cudaFree(a);
+  cudaFree(b);
+}
+
+void bench_linear(cudaStream_t s, int64_t out_f, int64_t in) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  std::vector<Tensor> w;
+  for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 10 + i));
+  const Tensor x = random_bf16({8192, in}, 3);
+  const Tensor out = Tensor::zeros({8192, out_f}, DType::kBF16, Device::kCuda);
+  double base = 0;
+  for (int64_t n : {1, 2, 3, 4, 8, 16}) {
+    const double ms = median_ms(s, 50, [&](int i) {
+      linear_cuda({x.slice(0, 0, n), w[i % 3], out.slice(0, 0, n)}, ctx);
+    });
+    if (n == 1) base = ms;
+    report(fmt::format("linear skinny [{}x{}] x [{},{}]^T", n, in, out_f, in), ms,
+           2.0 * (out_f * in + n * in + n * out_f), base);
+  }
+  const int64_t n = 8192;
+  const double ms = median_ms(s, 5, [&](int i) { linear_cuda({x, w[i % 3], out}, ctx); });
+  fmt::print("{:<44} {:>9.4f} ms {:>8.1f} TFLOP/s ({:.1f}% of 790)\n",
+             fmt::format("linear gemm  [{}x{}] x [{},{}]^T", n, in, out_f, in), ms,
+             2.0 * n * in * out_f / (ms * 1e-3) / 1e12, 100 * 2.0 * n * in * out_f / (ms * 1e-3) / 790e12);
+}
+
+void bench_attention(cudaStream_t s, int64_t ctx_len) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const int64_t hq = 24, hkv = 4, d = 256, bs = 64;
+  const int64_t blocks = (ctx_len + bs - 1) / bs;
+  const double cache_bytes = 2.0 * blocks * bs * hkv * d * 2;
+  const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / cache_bytes)));
+  const Tensor kc = random_bf16({copies * blocks, bs, hkv, d}, 5), vc = random_bf16({copies * blocks, bs, hkv, d}, 6);
+  std::vector<Tensor> tables;
+  for (int c = 0; c < copies; ++c) {
+    Tensor t = Tensor::zeros({blocks}, DType::kI32);
+    for (int64_t b = 0; b < blocks; ++b) t.data<int32_t>()[b] = static_cast<int32_t>(c * blocks + b);
+    tables.push_back(t.to(Device::kCuda));
+  }
+  const Tensor q = random_bf16({16, hq, d}, 7), g = random_bf16({16, hq, d}, 8);
+  const Tensor out = Tensor::zeros({16, hq, d}, DType::kBF16, Device::kCuda);
+  Tensor len = Tensor::zeros({1}, DType::kI32);
+  len.data<int32_t>()[0] = static_cast<int32_t>(ctx_len);
+  const Tensor kv_len = len.to(Device::kCuda);
+  const Tensor ws = Tensor::zeros({attention_workspace_floats(16, hq, d, blocks * bs)}, DType::kF32, Device::kCuda);
+  double base = 0;
+  for (int64_t n : {1, 2, 3, 4, 9}) {
+    const double ms = median_ms(s, 50, [&](int i) {
+      attention_cuda({q.slice(0, 0, n), g.slice(0, 0, n), kc, vc, tables[i % copies], kv_len,
+                      out.slice(0, 0, n), 0.f, ws}, ctx);
+    });
+    if (n == 1) base = ms;
+    report(fmt::format("attention q_len={} ctx={} (24q/4kv x 256)", n, ctx_len), ms,
+           2.0 * ctx_len * hkv * d * 2, base);
+  }
+}
+
+void bench_gdr(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const int64_t hk = 16, hv = 48, dk = 128, dv = 128, cols = 9;
+  const Tensor q = random_bf16({9, hk, dk}, 1), k = random_bf16({9, hk, dk}, 2), v = random_bf16({9, hv, dv}, 3);
+  const Tensor a = random_bf16({9, hv}, 4), b = random_bf16({9, hv}, 5);
+  const Tensor a_log = random_bf16({hv}, 6), dt = random_bf16({hv}, 7);
+  std::vector<Tensor> states;
+  for (int i = 0; i < 8; ++i) states.push_back(Tensor::zeros({cols, hv, dk, dv}, DType::kF32, Device::kCuda));
+  Tensor one = Tensor::zeros({1}, DType::kI32);
+  one.data<int32_t>()[0] = 1;
+  const Tensor n_acc = one.to(Device::kCuda);
+  const Tensor out = Tensor::zeros({9, hv, dv}, DType::kBF16, Device::kCuda);
+  double base = 0;
+  for (int64_t n : {1, 2, 4, 9}) {
+    const double ms = median_ms(s, 50, [&](int i) {
+      gated_delta_rule_cuda({q.slice(0, 0, n), k.slice(0, 0, n), v.slice(0, 0, n), a.slice(0, 0, n), b.slice(0, 0, n),
+                             a_log, dt, states[i % 8], n_acc, out.slice(0, 0, n), GdrMode::kRecurrent, 0, 64}, ctx);
+    });
+    if (n == 1) base = ms;
+    report(fmt::format("gdr recurrent n={} (48 v-heads, 128x128)", n), ms, 4.0 * hv * dk * dv * (1 + n), base);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cudaStream_t s;
+    check(cudaStreamCreate(&s), "cudaStreamCreate");
+    bench_copy(s);
+    bench_linear(s, 10240, 5120);
+    bench_linear(s, 5120, 17408);
+    for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);
+    bench_gdr(s);
+    if (argc > 1) {
+      FILE* f = std::fopen(argv[1], "w");
+      if (f == nullptr) fail("cannot write {}", argv[1]);
+      fmt::print(f, "[\n");
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const Row& r = rows[i];
+        fmt::print(f, "  {{\"what\": \"{}\", \"ms\": {:.5f}, \"bytes\": {:.0f}, \"tb_per_s\": {:.3f}, \"fraction_of_4.3\": {:.3f}, \"ratio_to_n1\": {:.3f}}}{}\n",
+                   r.what, r.ms, r.bytes, r.tbs, r.frac, r.ratio, i + 1 < rows.size() ? "," : "");
+      }
+      fmt::print(f, "]\n");
+      std::fclose(f);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

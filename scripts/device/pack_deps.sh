@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run HERE (the development machine), not on the H200: copies the Debian dev packages tandem builds
+# against (nlohmann-json, CLI11, fmt, gtest, pcre2, utf8proc, pkgconf) into .devdeps/ with the
+# /usr layout kept, so that their CMake configs and .pc files resolve relative to it. The H200 image
+# has cmake, ninja and nvcc but not these; run_all.sh uses .devdeps/ when the system lacks them.
+# .devdeps/ is ignored (.git/info/exclude) and travels with the device call's `carry`.
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+dst=.devdeps/usr
+arch=x86_64-linux-gnu
+rm -rf .devdeps
+mkdir -p "$dst/include" "$dst/lib/$arch/cmake" "$dst/lib/$arch/pkgconfig" "$dst/share/cmake" .devdeps/bin
+cp -r /usr/include/{nlohmann,CLI,fmt,gtest,gmock} "$dst/include/"
+cp /usr/include/{pcre2.h,utf8proc.h} "$dst/include/"
+cp -P /usr/lib/$arch/libfmt.so* /usr/lib/$arch/libgtest*.a /usr/lib/$arch/libgmock*.a \
+      /usr/lib/$arch/libpcre2-8.* /usr/lib/$arch/libutf8proc.* /usr/lib/$arch/libpkgconf.so* "$dst/lib/$arch/"
+cp -r /usr/lib/$arch/cmake/{fmt,GTest} "$dst/lib/$arch/cmake/"
+cp -r /usr/share/cmake/{CLI11,nlohmann_json} "$dst/share/cmake/"
+cp /usr/lib/$arch/pkgconfig/{libpcre2-8,libutf8proc,fmt}.pc "$dst/lib/$arch/pkgconfig/"
+cp /usr/bin/pkgconf .devdeps/bin/pkgconf
+du -sh .devdeps

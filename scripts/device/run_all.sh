@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs ON the H200 machine (device tool), from the repository root: configures and builds tandem
+# with CUDA, runs the CUDA conformance + row-invariance suite, the CPU/e2e ctest suites when the
+# model code exists, compute-sanitizer memcheck on the conformance suite, and the kernel
+# micro-benchmarks; logs go to $OUT (at most 8 files come back) and a short table is printed last.
+# The image lacks the Debian dev packages: carry .devdeps/ (scripts/device/pack_deps.sh, run here).
+# Usage: scripts/device/run_all.sh [--no-sanitizer] [--no-bench] [--no-ctest] [--filter=GTEST_FILTER]
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+sanitizer=1 bench=1 ctest_run=1 filter='*'
+for a in "$@"; do
+  case $a in
+    --no-sanitizer) sanitizer=0 ;; --no-bench) bench=0 ;; --no-ctest) ctest_run=0 ;;
+    --filter=*) filter=${a#--filter=} ;; *) echo "unknown option $a"; exit 2 ;;
+  esac
+done
+declare -a table
+row() { table+=("$(printf '%-22s %-6s %s' "$1" "$2" "$3")"); }
+t0=$(date +%s)
+stamp() { echo "$(( $(date +%s) - t0 ))s"; }
+
+# 1. Environment and dependencies (build.log).
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvcc --version | tail -2; cmake --version | head -1; ninja --version; g++ --version | head -1
+  command -v compute-sanitizer pkg-config || true
+} > "$OUT/build.log" 2>&1
+missing=()
+for h in nlohmann/json.hpp CLI/CLI.hpp fmt/core.h gtest/gtest.h pcre2.h utf8proc.h; do
+  [[ -f /usr/include/$h ]] || missing+=("$h")
+done
+command -v pkg-config > /dev/null || missing+=(pkg-config)
+cmake_args=(-G Ninja -DTANDEM_CUDA=ON)
+if (( ${#missing[@]} )); then
+  D=$PWD/.devdeps/usr A=x86_64-linux-gnu
+  if [[ ! -d $D ]]; then echo "missing ${missing[*]} and no .devdeps (run pack_deps.sh, carry .devdeps)"; exit 1; fi
+  mkdir -p /tmp/devdeps-pc
+  for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done
+  export PKG_CONFIG_PATH=/tmp/devdeps-pc LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
+  cmake_args+=(-Dfmt_DIR=$D/lib/$A/cmake/fmt -DGTest_DIR=$D/lib/$A/cmake/GTest
+               -DCLI11_DIR=$D/share/cmake/CLI11 -Dnlohmann_json_DIR=$D/share/cmake/nlohmann_json)
+  command -v pkg-config > /dev/null || cmake_args+=(-DPKG_CONFIG_EXECUTABLE=$PWD/.devdeps/bin/pkgconf)
+  row deps devdeps "system lacks: ${missing[*]}"
+else
+  row deps system "all dev packages present"
+fi
+
+# 2. Configure and build: the CUDA suite first (must build), then everything else (may not yet).
+cmake -S . -B build-cuda "${cmake_args[@]}" >> "$OUT/build.log" 2>&1 &&
+  ninja -C build-cuda -j16 cuda_tests kernel_bench >> "$OUT/build.log" 2>&1
+if (( $? )); then
+  row build FAIL "see build.log ($(stamp))"; tail -40 "$OUT/build.log"
+  printf '%s\n' "${table[@]}"; exit 1
+fi
+ninja -C build-cuda -j16 -k 0 >> "$OUT/build.log" 2>&1 && row build ok "all targets ($(stamp))" ||
+  row build partial "cuda_tests ok; other targets failed, see build.log ($(stamp))"
+
+# 3. CUDA conformance and row invariance.
+build-cuda/tests/cuda_tests --gtest_filter="$filter" > "$OUT/conformance.log" 2>&1
+rc=$?
+row conformance "$([[ $rc == 0 ]] && echo pass || echo FAIL)" \
+  "$(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/conformance.log" | tr '\n' ' ') ($(stamp))"
+
+# 4. The CPU and end-to-end suites (the lead's tests), when built.
+if (( ctest_run )) && ls build-cuda/tests/*_tests > /dev/null 2>&1; then
+  ctest --test-dir build-cuda -LE cuda --timeout 600 -j8 --output-on-failure > "$OUT/ctest.log" 2>&1
+  rc=$?
+  row ctest "$([[ $rc == 0 ]] && echo pass || echo FAIL)" "$(grep -E 'tests passed' "$OUT/ctest.log") ($(stamp))"
+fi
+
+# 5. compute-sanitizer memcheck on the suite (long-context attention left out: too slow there).
+if (( sanitizer )); then
+  compute-sanitizer --tool memcheck --error-exitcode 9 build-cuda/tests/cuda_tests \
+    --gtest_filter="-*LongContext*" > "$OUT/memcheck.log" 2>&1
+  rc=$?
+  row memcheck "$([[ $rc == 0 ]] && echo clean || echo FAIL)" \
+    "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) rc=$rc ($(stamp))"
+fi
+
+# 6. Kernel micro-benchmarks.
+if (( bench )); then
+  build-cuda/bench/kernel_bench "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+  row bench "$([[ $? == 0 ]] && echo ok || echo FAIL)" "bench.log, bench.json ($(stamp))"
+fi
+
+echo; echo "== conformance summary"; sed -n '/^op  *cases/,$p' "$OUT/conformance.log" | head -40
+grep -E '^\[  FAILED  \]|Failure|rel L2 error|differ bitwise' "$OUT/conformance.log" | head -20
+if (( bench )); then echo "== bench"; cat "$OUT/bench.log"; fi
+echo "== run_all"; printf '%s\n' "${table[@]}" | tee "$OUT/summary.txt"
