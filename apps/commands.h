@@ -8,5 +8,6 @@ namespace tandem::app {
 
 void add_score_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_diverge_command(CLI::App& app);
 
 }  // namespace tandem::app

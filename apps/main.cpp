@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tandem::app::add_score_command(app);
   tandem::app::add_generate_command(app);
+  tandem::app::add_diverge_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

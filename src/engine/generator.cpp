@@ -52,6 +52,7 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
     const int64_t n = std::min(chunk, n_prompt - s);
     const bool last_chunk = s + n == n_prompt;
     st.target.plan(prompt.data() + s, n, s, opt_.max_context);
+    if (before_step) before_step(s);
     if (all_logits) {
       model_.forward(st, n, StepKind::kPrefill, s, chunk_logits.slice(0, 0, n), 0);
       Tensor host = to_host(chunk_logits.slice(0, 0, n));
@@ -125,6 +126,7 @@ GenerateResult Generator::generate(const GenerateRequest& req,
     step_tokens.insert(step_tokens.end(), drafts.begin(), drafts.end());
     const int64_t n = static_cast<int64_t>(step_tokens.size()), start = st.n_past;
     st.target.plan(step_tokens.data(), n, start, opt_.max_context);
+    if (before_step) before_step(start);
     model_.forward(st, n, StepKind::kVerify, start, logits_.slice(0, 0, n), 0);
     const Verdict v = accept(to_host(logits_.slice(0, 0, n)), drafts, req.sampling, rng_);
     st.set_n_acc(v.n_acc);  // the commit: one integer

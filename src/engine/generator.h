@@ -57,8 +57,10 @@ class Generator {
 
   SequenceState& state() { return *state_; }
   Drafter* drafter() { return drafter_.get(); }
-  // Called after every commit with (step, n_past); tests use it to inspect committed state.
+  // Called after every commit with (step, n_past); tests and the divergence finder inspect the
+  // committed state there. before_step gets the start position of each target step.
   std::function<void(int64_t, int64_t)> after_commit;
+  std::function<void(int64_t)> before_step;
 
  private:
   int32_t prefill(const std::vector<int32_t>& prompt, const SamplingParams& p, Tensor* all_logits);

@@ -96,7 +96,7 @@ size_t valid_prefix_length(std::string_view s, size_t i, int* want) {
 size_t valid_sequence_length(std::string_view s, size_t i) {
   int want = 0;
   size_t n = valid_prefix_length(s, i, &want);
-  return static_cast<int>(n) == want ? n : 0;
+  return want > 0 && static_cast<int>(n) == want ? n : 0;
 }
 
 bool is_valid_utf8(std::string_view s) {
@@ -118,7 +118,7 @@ std::string utf8_lossy(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     int want = 0;
     size_t n = valid_prefix_length(s, i, &want);
-    if (static_cast<int>(n) == want) {
+    if (want > 0 && static_cast<int>(n) == want) {
       out.append(s.substr(i, n));
       i += n;
     } else {

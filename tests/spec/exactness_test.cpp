@@ -1,0 +1,128 @@
+// Invariant 1 on the CPU reference: greedy output with speculation is bit-identical to plain
+// decoding for every fixture, every k in 1..8 and every acceptance pattern (MTP and the oracle
+// drafter), and the GDN state a sequence reads after each commit (SSM column n_acc-1 and the conv
+// window at offset n_acc-1) equals, bit for bit, the state of a plain run at the same position.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+
+#include "engine/generator.h"
+#include "spec/mtp_drafter.h"
+#include "spec/oracle_drafter.h"
+#include "test_support.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kTokens = 64;
+
+std::vector<int32_t> prompt_of(const std::string& name) {
+  return testing::goldens(name)["prompts"][2]["ids"].get<std::vector<int32_t>>();
+}
+
+// The committed GDN state as the next step will read it, flattened.
+std::vector<float> committed_state(const SequenceState& st, const ModelConfig& c) {
+  std::vector<float> out;
+  const int32_t col = st.n_acc_host() - 1;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const GdnLayerState& g = st.gdn[l];
+    if (!g.ssm.raw()) continue;
+    const Tensor ssm = g.ssm.select(0, col);
+    out.insert(out.end(), ssm.data<float>(), ssm.data<float>() + ssm.numel());
+    for (int64_t ch = 0; ch < g.conv_history.dim(0); ++ch) {
+      const float* h = g.conv_history.data<float>() + ch * g.conv_history.stride(0) + col;
+      out.insert(out.end(), h, h + c.conv_kernel - 1);
+    }
+  }
+  return out;
+}
+
+struct PlainRun {
+  std::vector<int32_t> tokens;
+  std::map<int64_t, std::vector<float>> state_at;  // n_past -> committed state
+};
+
+PlainRun plain_run(Qwen35Model& model, const std::vector<int32_t>& prompt, int n_tokens) {
+  PlainRun r;
+  Generator gen(model, nullptr, GeneratorOptions{.max_context = 512});
+  gen.after_commit = [&](int64_t, int64_t n_past) {
+    r.state_at[n_past] = committed_state(gen.state(), model.config());
+  };
+  r.tokens = gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = n_tokens}).tokens;
+  return r;
+}
+
+// Runs with a drafter and checks tokens and every committed state against the plain run.
+void expect_exact(Qwen35Model& model, const PlainRun& plain, const std::vector<int32_t>& prompt,
+                  std::unique_ptr<Drafter> drafter, int k, const std::string& what) {
+  Generator gen(model, std::move(drafter), GeneratorOptions{.num_speculative_tokens = k, .max_context = 512});
+  int state_checks = 0, state_mismatches = 0;
+  gen.after_commit = [&](int64_t, int64_t n_past) {
+    auto it = plain.state_at.find(n_past);
+    if (it == plain.state_at.end()) return;
+    const std::vector<float> s = committed_state(gen.state(), model.config());
+    ++state_checks;
+    state_mismatches += s.size() != it->second.size() ||
+                        std::memcmp(s.data(), it->second.data(), s.size() * sizeof(float)) != 0;
+  };
+  const GenerateResult r = gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = kTokens});
+  EXPECT_EQ(r.tokens, plain.tokens) << what;
+  EXPECT_GT(state_checks, 0) << what;
+  EXPECT_EQ(state_mismatches, 0) << what;
+}
+
+class Exactness : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Exactness, MtpEqualsPlainForEveryK) {
+  const std::string name = GetParam();
+  auto model = testing::load_fixture(name);
+  const auto prompt = prompt_of(name);
+  const PlainRun plain = plain_run(*model, prompt, kTokens);
+  ASSERT_EQ(plain.tokens.size(), static_cast<size_t>(kTokens));
+  for (int k = 1; k <= 8; ++k)
+    expect_exact(*model, plain, prompt, std::make_unique<MtpDrafter>(*model), k,
+                 name + " mtp k=" + std::to_string(k));
+}
+
+TEST_P(Exactness, OracleEqualsPlainForEveryPattern) {
+  const std::string name = GetParam();
+  auto model = testing::load_fixture(name);
+  const auto prompt = prompt_of(name);
+  const PlainRun plain = plain_run(*model, prompt, kTokens);
+  const PlainRun reference = plain_run(*model, prompt, kTokens + 9);  // the oracle looks ahead
+  // seq:8,0 is a full accept then a zero accept and back; seq:0,8 the reverse; first:1 partial.
+  const std::vector<std::string> patterns{"all", "none", "first:1", "random:11", "seq:8,0", "seq:0,8,2"};
+  for (int k = 1; k <= 8; ++k) {
+    for (const std::string& pat : patterns) {
+      auto oracle = std::make_unique<OracleDrafter>(reference.tokens, AcceptancePattern::parse(pat),
+                                                    model->config().vocab_size);
+      expect_exact(*model, plain, prompt, std::move(oracle), k,
+                   name + " oracle k=" + std::to_string(k) + " pattern=" + pat);
+    }
+  }
+}
+
+TEST(OraclePattern, ProducesTheRequestedAcceptance) {
+  auto model = testing::load_fixture("tiny-text");
+  const auto prompt = prompt_of("tiny-text");
+  const PlainRun reference = plain_run(*model, prompt, 64);
+  for (const auto& [pat, expected] : std::vector<std::pair<std::string, double>>{
+           {"all", 4.0}, {"none", 1.0}, {"first:1", 2.0}}) {
+    auto oracle = std::make_unique<OracleDrafter>(reference.tokens, AcceptancePattern::parse(pat),
+                                                  model->config().vocab_size);
+    Generator gen(*model, std::move(oracle), GeneratorOptions{.num_speculative_tokens = 3, .max_context = 512});
+    const auto r = gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = 40});
+    EXPECT_DOUBLE_EQ(r.stats.mean_acceptance_length(), expected) << pat;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Exactness, ::testing::ValuesIn(testing::fixture_names()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tandem
