@@ -1,0 +1,85 @@
+// Parity with HF `tokenizers` on the real Qwen3 tokenizer.json: every golden string must encode to
+// exactly the committed ids and decode back to HF's decode. Goldens come from
+// tools/tokenizer/make_encode_goldens.py; this test needs no Python.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/tokenizer/test_util.h"
+
+namespace tandem::tok {
+namespace {
+
+using testing::fixture;
+using testing::qwen3;
+
+TEST(TokenizerParity, Qwen3GoldensIdenticalIdsAndDecode) {
+  std::ifstream f(fixture("qwen3/encode_goldens.jsonl"));
+  ASSERT_TRUE(f.good());
+  std::string line;
+  std::getline(f, line);
+  auto meta = nlohmann::json::parse(line).at("meta");
+  size_t n = 0, id_mismatch = 0, decode_mismatch = 0;
+  while (std::getline(f, line)) {
+    auto g = nlohmann::json::parse(line);
+    auto text = g["text"].get<std::string>();
+    auto want = g["ids"].get<std::vector<int32_t>>();
+    auto got = qwen3().encode(text);
+    ++n;
+    if (got != want) {
+      if (++id_mismatch <= 10) {
+        ADD_FAILURE() << "ids differ for " << nlohmann::json(text).dump() << "\n  want "
+                      << nlohmann::json(want).dump() << "\n  got  " << nlohmann::json(got).dump();
+      }
+      continue;
+    }
+    if (qwen3().decode(got) != g["decoded"].get<std::string>() && ++decode_mismatch <= 10) {
+      ADD_FAILURE() << "decode differs for " << nlohmann::json(text).dump();
+    }
+  }
+  EXPECT_EQ(n, meta["count"].get<size_t>());
+  EXPECT_GE(n, 2000u);
+  EXPECT_EQ(id_mismatch, 0u) << "of " << n;
+  EXPECT_EQ(decode_mismatch, 0u) << "of " << n;
+}
+
+TEST(TokenizerParity, SpecialTokensMatchedAndSkippable) {
+  const auto& t = qwen3();
+  auto ids = t.encode("<|im_start|>user\nhi<|im_end|>");
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), t.token_to_id("<|im_start|>"));
+  EXPECT_EQ(ids.back(), t.token_to_id("<|im_end|>"));
+  EXPECT_TRUE(t.is_special(ids.front()));
+  EXPECT_EQ(t.decode(ids, /*skip_special=*/true), "user\nhi");
+  // <think> is an added but non-special token: kept by skip_special, like HF.
+  auto think = t.encode("<think>x</think>");
+  EXPECT_EQ(t.decode(think, true), "<think>x</think>");
+}
+
+TEST(TokenizerParity, EosAndTemplateFromConfigs) {
+  const auto& t = qwen3();
+  EXPECT_EQ(t.eos_ids(), (std::vector<int32_t>{151645, 151643}));
+  ASSERT_TRUE(t.chat_template().has_value());
+  EXPECT_NE(t.chat_template()->find("<|im_start|>"), std::string::npos);
+  EXPECT_EQ(t.eos_token().value_or(""), "<|im_end|>");
+}
+
+TEST(TokenizerParity, InvalidUtf8IsAnError) {
+  EXPECT_THROW(qwen3().encode("bad \xC3\x28 byte"), tandem::Error);
+}
+
+TEST(TokenizerParity, DecodeIsLossyLikeHf) {
+  const auto& t = qwen3();
+  // A lone continuation byte token decodes to U+FFFD, unknown ids are dropped.
+  int32_t lone = -1;
+  for (int32_t id = 0; id < 300 && lone < 0; ++id) {
+    if (t.token_bytes(id) == "\x80") lone = id;
+  }
+  ASSERT_GE(lone, 0);
+  std::vector<int32_t> ids{lone, 9999999, -4};
+  EXPECT_EQ(t.decode(ids), "\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace tandem::tok
