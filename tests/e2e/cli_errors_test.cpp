@@ -1,0 +1,159 @@
+// The real binary on user errors: each gives a clear message naming the file, field, tensor or
+// value, and a non-zero exit code, never a crash. Broken checkpoints are made from tiny-text.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/safetensors.h"
+#include "test_support.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code;
+  std::string output;  // stdout + stderr
+};
+
+RunResult run_tandem(const std::string& args) {
+  const std::string cmd = std::string(TANDEM_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// A scratch copy of tiny-text that a test may break.
+class BrokenCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tandem_e2e_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    for (const char* f : {"config.json", "model.safetensors"})
+      fs::copy_file(testing::fixture_dir("tiny-text") + "/" + f, dir_ / f);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  nlohmann::json config() { return testing::read_json((dir_ / "config.json").string()); }
+  void write_config(const nlohmann::json& j) { std::ofstream(dir_ / "config.json") << j.dump(2); }
+  // Rewrites model.safetensors keeping only tensors for which keep(name) is true.
+  void rewrite_weights(const std::function<bool(const std::string&)>& keep) {
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    {
+      Checkpoint ck = Checkpoint::open(dir_.string());
+      for (const auto& n : ck.names())
+        if (keep(n)) tensors.emplace_back(n, ck.get(n).to(Device::kCpu));
+    }
+    nlohmann::json header = nlohmann::json::object();
+    size_t offset = 0;
+    for (const auto& [n, t] : tensors) {
+      header[n] = {{"dtype", t.dtype() == DType::kF32 ? "F32" : "BF16"}, {"shape", t.shape()},
+                   {"data_offsets", {offset, offset + t.nbytes()}}};
+      offset += t.nbytes();
+    }
+    const std::string h = header.dump();
+    const uint64_t len = h.size();
+    std::ofstream out(dir_ / "model.safetensors", std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out.write(h.data(), static_cast<std::streamsize>(h.size()));
+    for (const auto& [n, t] : tensors) out.write(static_cast<const char*>(t.raw()), t.nbytes());
+  }
+  std::string generate_args(const std::string& extra = "") {
+    return "generate --model " + dir_.string() + " --prompt-ids 1,2,3 --max-tokens 4 " + extra;
+  }
+
+  fs::path dir_;
+};
+
+void expect_error(const RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+}
+
+TEST_F(BrokenCheckpoint, MissingDirectory) {
+  expect_error(run_tandem("generate --model /nonexistent/model --prompt-ids 1"),
+               "model directory '/nonexistent/model' does not exist");
+}
+
+TEST_F(BrokenCheckpoint, MissingConfig) {
+  fs::remove(dir_ / "config.json");
+  expect_error(run_tandem(generate_args()), "config.json");
+}
+
+TEST_F(BrokenCheckpoint, InvalidJsonConfig) {
+  std::ofstream(dir_ / "config.json") << "{ not json";
+  expect_error(run_tandem(generate_args()), "invalid JSON");
+}
+
+TEST_F(BrokenCheckpoint, UnknownModelType) {
+  auto c = config();
+  c["model_type"] = "llama";
+  write_config(c);
+  expect_error(run_tandem(generate_args()), "unsupported model_type 'llama'");
+}
+
+TEST_F(BrokenCheckpoint, MissingConfigField) {
+  auto c = config();
+  c.erase("hidden_size");
+  write_config(c);
+  expect_error(run_tandem(generate_args()), "missing required field 'hidden_size'");
+}
+
+TEST_F(BrokenCheckpoint, MisShapedTensor) {
+  auto c = config();
+  c["intermediate_size"] = 130;
+  write_config(c);
+  expect_error(run_tandem(generate_args()),
+               "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], expected [130, 64]");
+}
+
+TEST_F(BrokenCheckpoint, MissingTensor) {
+  rewrite_weights([](const std::string& n) { return n != "model.norm.weight"; });
+  expect_error(run_tandem(generate_args()), "has no tensor 'model.norm.weight'");
+}
+
+TEST_F(BrokenCheckpoint, TruncatedFile) {
+  fs::resize_file(dir_ / "model.safetensors", fs::file_size(dir_ / "model.safetensors") - 1000);
+  expect_error(run_tandem(generate_args()), "is truncated");
+}
+
+TEST_F(BrokenCheckpoint, NoSafetensors) {
+  fs::remove(dir_ / "model.safetensors");
+  expect_error(run_tandem(generate_args()), "no model.safetensors");
+}
+
+TEST_F(BrokenCheckpoint, MtpRequestedWithoutMtpTensors) {
+  rewrite_weights([](const std::string& n) { return n.rfind("mtp.", 0) != 0; });
+  expect_error(run_tandem(generate_args("--speculative mtp --num-speculative-tokens 2")),
+               "has none; use --speculative none");
+  EXPECT_EQ(run_tandem(generate_args()).exit_code, 0);  // plain decoding still works
+}
+
+TEST(CliErrors, BadPromptIdsAndLimits) {
+  const std::string model = "--model " + testing::fixture_dir("tiny-text");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1,x,3"), "'x' is not a non-negative token id");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1,99999"), "outside the vocabulary");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1,2,3,4,5,6,7,8,9,10 --max-context 8"),
+               "the prompt has 10 tokens but the context holds 8");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --speculative mtp --num-speculative-tokens 9"),
+               "--num-speculative-tokens must be in [0, 8]");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --top-p 0"), "top_p must be in (0, 1]");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --speculative bogus"), "--speculative must be");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --device tpu"), "unknown device 'tpu'");
+  if (!cuda_available())
+    expect_error(run_tandem("generate " + model + " --prompt-ids 1 --device cuda"), "cuda");
+  EXPECT_NE(run_tandem("generate --prompt-ids 1").exit_code, 0);  // --model is required
+}
+
+}  // namespace
+}  // namespace tandem
