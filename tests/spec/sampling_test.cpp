@@ -1,0 +1,90 @@
+// Sampling: seeded runs are reproducible (plain and speculative), and on a small vocabulary the
+// speculative rejection sampler emits tokens with the target's distribution, exactly like plain
+// sampling: chi-square goodness of fit, fixed seed, threshold = the 0.1% critical value.
+#include <gtest/gtest.h>
+
+#include "engine/generator.h"
+#include "spec/acceptance.h"
+#include "spec/mtp_drafter.h"
+#include "test_support.h"
+
+namespace tandem {
+namespace {
+
+// Chi-square critical values at p = 0.001 for 1..8 degrees of freedom.
+constexpr double kChi2Critical[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12};
+
+double chi_square(const std::vector<int64_t>& observed, const std::vector<float>& p, int* dof) {
+  int64_t total = 0;
+  for (int64_t o : observed) total += o;
+  double chi = 0;
+  *dof = -1;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) {
+      EXPECT_EQ(observed[i], 0) << "token " << i << " has zero probability but was emitted";
+      continue;
+    }
+    const double e = static_cast<double>(total) * p[i];
+    chi += (observed[i] - e) * (observed[i] - e) / e;
+    ++*dof;
+  }
+  return chi;
+}
+
+struct Case {
+  SamplingParams params;
+  std::vector<int32_t> drafts;
+};
+
+TEST(Sampling, SpeculativeAcceptanceEmitsTheTargetDistribution) {
+  constexpr int64_t kVocab = 8, kTrials = 40000;
+  const float logits_rows[3][kVocab] = {{1.0f, 0.2f, 2.0f, -1.f, 0.5f, 0.f, 1.5f, -0.5f},
+                                        {0.3f, 1.2f, -0.2f, 0.8f, 0.f, 2.1f, -1.f, 0.4f},
+                                        {0.f, 0.f, 1.f, 1.f, 2.f, -2.f, 0.5f, 0.5f}};
+  Tensor logits = Tensor::zeros({3, kVocab}, DType::kF32);
+  std::memcpy(logits.data<float>(), logits_rows, sizeof(logits_rows));
+  const std::vector<Case> cases{{{.temperature = 1.f}, {2, 5}},
+                                {{.temperature = 0.7f, .top_k = 5}, {6, 1}},
+                                {{.temperature = 1.3f, .top_p = 0.8f}, {0, 5}}};
+  for (const Case& c : cases) {
+    std::mt19937_64 rng(1234);
+    std::vector<int64_t> first(kVocab, 0), second(kVocab, 0), plain(kVocab, 0);
+    const std::vector<float> p0 = target_distribution(logits_rows[0], kVocab, c.params);
+    const std::vector<float> p1 = target_distribution(logits_rows[1], kVocab, c.params);
+    for (int64_t t = 0; t < kTrials; ++t) {
+      const Verdict v = accept(logits, c.drafts, c.params, rng);
+      ++first[v.emitted[0]];
+      if (v.emitted.size() >= 2) ++second[v.emitted[1]];  // given the first draft was accepted
+      ++plain[draw(p0, rng)];
+    }
+    int dof;
+    const double chi_first = chi_square(first, p0, &dof);
+    EXPECT_LT(chi_first, kChi2Critical[dof]) << "first token, T=" << c.params.temperature;
+    const double chi_plain = chi_square(plain, p0, &dof);
+    EXPECT_LT(chi_plain, kChi2Critical[dof]) << "plain sampling";
+    const double chi_second = chi_square(second, p1, &dof);
+    EXPECT_LT(chi_second, kChi2Critical[dof]) << "second token";
+    std::printf("[chi2] T=%.1f top_k=%d top_p=%.1f: first %.2f, second %.2f, plain %.2f (critical %.2f at dof %d)\n",
+                c.params.temperature, c.params.top_k, c.params.top_p, chi_first, chi_second, chi_plain,
+                kChi2Critical[dof], dof);
+  }
+}
+
+TEST(Sampling, SeededRunsAreReproducible) {
+  auto model = testing::load_fixture("tiny-text");
+  const SamplingParams params{.temperature = 0.8f, .top_k = 50, .top_p = 0.95f, .seed = 7};
+  auto run = [&](int k, uint64_t seed) {
+    SamplingParams p = params;
+    p.seed = seed;
+    std::unique_ptr<Drafter> d;
+    if (k > 0) d = std::make_unique<MtpDrafter>(*model);
+    Generator gen(*model, std::move(d), GeneratorOptions{.num_speculative_tokens = k, .max_context = 256});
+    return gen.generate(GenerateRequest{.prompt = {1, 2, 3}, .max_tokens = 32, .sampling = p}).tokens;
+  };
+  EXPECT_EQ(run(0, 7), run(0, 7));
+  EXPECT_EQ(run(3, 7), run(3, 7));
+  EXPECT_NE(run(0, 7), run(0, 8));
+}
+
+}  // namespace
+}  // namespace tandem
