@@ -50,11 +50,16 @@ __device__ __forceinline__ int64_t last_pos(const AttnParams& p, int64_t kv_len,
   return kv_len - p.n_total + p.q0 + t;
 }
 
+// Pipeline depth (K/V tiles in flight) by rows per warp: fewer rows leave more shared memory for
+// the tile ring. The depth never changes the arithmetic, only how far loads run ahead.
+template <int kRows>
+constexpr int kStages = kRows <= 2 ? 8 : (kRows == 4 ? 4 : 3);
+
 template <int kD>
 struct Smem {
   static constexpr int kLd = kD + 8;  // bf16 row stride: 16-byte aligned, conflict-free 16B reads
-  static size_t bytes(int rows) {
-    return static_cast<size_t>(rows) * kLd * 2 + 2 * kTile * kLd * 2 +
+  static size_t bytes(int rows, int stages) {
+    return static_cast<size_t>(rows) * kLd * 2 + static_cast<size_t>(stages) * kTile * kLd * 2 +
            static_cast<size_t>(rows) * kGranule * 4 + static_cast<size_t>(rows) * 8;
   }
 };
@@ -83,12 +88,11 @@ __device__ __forceinline__ void load_kv_tile(__nv_bfloat16* dst, const __nv_bflo
     }
     cp_async16(dst + j * Smem<kD>::kLd + e, src, valid);
   }
-  asm volatile("cp.async.commit_group;\n" ::);
 }
 
 // kRows: rows per warp (rows r = warp + 8 i), so at most 8 * kRows rows per CTA.
 template <int kD, int kRows>
-__global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p) {
+__global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(AttnParams p) {
   constexpr int kLd = Smem<kD>::kLd;
   constexpr int kE = kD / 32;  // output dims per lane in the PV phase
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -104,8 +108,9 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
   const int n_tiles = static_cast<int>((end - pos0 + kTile - 1) / kTile);
 
   auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  auto* kv_s = q_s + 8 * kRows * kLd;            // [2][kTile][kLd]
-  auto* s_s = reinterpret_cast<float*>(kv_s + 2 * kTile * kLd);  // [rows][kGranule]
+  constexpr int kDepth = kStages<kRows>;
+  auto* kv_s = q_s + 8 * kRows * kLd;                                 // [kDepth][kTile][kLd]
+  auto* s_s = reinterpret_cast<float*>(kv_s + kDepth * kTile * kLd);  // [rows][kGranule]
   float* m_s = s_s + 8 * kRows * kGranule;
   float* l_s = m_s + 8 * kRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -129,20 +134,25 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
 #pragma unroll
     for (int e = 0; e < kE; ++e) acc[i][e] = 0.f;
   }
-  // Tiles 0..n_tiles-1 are K, then n_tiles..2 n_tiles-1 are V; tile i+1 loads while i computes.
-  load_kv_tile<kD>(kv_s, p.k_cache, p, hk, pos0, end);
-  for (int it = 0; it < 2 * n_tiles; ++it) {
-    if (it + 1 < 2 * n_tiles) {
-      const bool is_k = it + 1 < n_tiles;
-      const int tile = is_k ? it + 1 : it + 1 - n_tiles;
-      load_kv_tile<kD>(kv_s + ((it + 1) & 1) * kTile * kLd, is_k ? p.k_cache : p.v_cache, p, hk,
-                       pos0 + tile * kTile, end);
-      asm volatile("cp.async.wait_group 1;\n" ::);
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
+  // Tiles 0..n_tiles-1 are K, then n_tiles..2 n_tiles-1 are V, streamed through a ring of kDepth
+  // buffers: tile i + kDepth - 1 is issued while tile i is used (one commit group per tile, empty
+  // groups past the end keep the wait count uniform).
+  const int n_seq = 2 * n_tiles;
+  auto issue = [&](int i) {
+    if (i < n_seq) {
+      const bool is_k = i < n_tiles;
+      load_kv_tile<kD>(kv_s + (i % kDepth) * kTile * kLd, is_k ? p.k_cache : p.v_cache, p, hk,
+                       pos0 + (is_k ? i : i - n_tiles) * kTile, end);
     }
-    __syncthreads();
-    const __nv_bfloat16* tile_s = kv_s + (it & 1) * kTile * kLd;
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+#pragma unroll
+  for (int i = 0; i < kDepth - 1; ++i) issue(i);
+  for (int it = 0; it < n_seq; ++it) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kDepth - 2));
+    __syncthreads();  // tile it is visible to all; buffer (it - 1) % kDepth is free again
+    issue(it + kDepth - 1);
+    const __nv_bfloat16* tile_s = kv_s + (it % kDepth) * kTile * kLd;
     if (it < n_tiles) {  // S = q k^T * scale for position pos0 + it*32 + lane
       const int off = it * kTile + lane;
       const int64_t pos = pos0 + off;
@@ -215,8 +225,8 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
         }
       }
     }
-    __syncthreads();  // the buffer of tile it is refilled by the next iteration's load
   }
+  asm volatile("cp.async.wait_group 0;\n" ::);
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const int r = warp + 8 * i;
@@ -233,26 +243,36 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(AttnParams p)
   }
 }
 
-// One block per (token, q head) row, one thread per output dim; splits merged in order.
+// One block per (token, q head) row, one thread per output dim. The row's split maxima and sums
+// are staged in shared memory; with M = max of the maxima (exact, order-free), the output is
+// sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M), both sums in increasing split order. The partial
+// outputs of different splits are independent loads, so they stream instead of chaining.
 template <int kD>
 __global__ void __launch_bounds__(kD) attention_merge_kernel(AttnParams p) {
+  extern __shared__ float merge_s[];  // [max_splits] scale factors, then [1] 1/L
   const int64_t row = blockIdx.x, t = row / p.hq, h = row % p.hq;
   const int e = threadIdx.x;
   const int64_t kv_len = device_kv_len(p);
   const int64_t last = last_pos(p, kv_len, t);
-  const int64_t n_splits = last < 0 ? 0 : last / kGranule + 1;
-  float m = -INFINITY, l = 0.f, o = 0.f;
-  for (int64_t s = 0; s < n_splits; ++s) {
-    const float ms = p.part_ml[(row * p.max_splits + s) * 2];
-    const float ls = p.part_ml[(row * p.max_splits + s) * 2 + 1];
-    if (ls == 0.f) continue;
-    const float m_new = fmaxf(m, ms);
-    const float a = expf(m - m_new), b = expf(ms - m_new);
-    l = l * a + ls * b;
-    o = o * a + p.part_o[(row * p.max_splits + s) * kD + e] * b;
-    m = m_new;
+  const int n_splits = last < 0 ? 0 : static_cast<int>(last / kGranule + 1);
+  const float* ml = p.part_ml + row * p.max_splits * 2;
+  if (e == 0) {
+    float m = -INFINITY;
+    for (int s = 0; s < n_splits; ++s) m = ml[2 * s + 1] > 0.f ? fmaxf(m, ml[2 * s]) : m;
+    float l = 0.f;
+    for (int s = 0; s < n_splits; ++s) {
+      const float f = ml[2 * s + 1] > 0.f ? expf(ml[2 * s] - m) : 0.f;
+      merge_s[s] = f;
+      l += ml[2 * s + 1] * f;
+    }
+    merge_s[p.max_splits] = l > 0.f ? 1.f / l : 0.f;
   }
-  float y = l > 0.f ? o / l : 0.f;
+  __syncthreads();
+  const float* po = p.part_o + row * p.max_splits * kD + e;
+  float o = 0.f;
+#pragma unroll 8
+  for (int s = 0; s < n_splits; ++s) o = fmaf(po[static_cast<int64_t>(s) * kD], merge_s[s], o);
+  float y = o * merge_s[p.max_splits];
   if (p.gate != nullptr) y *= cuda::sigmoid(__bfloat162float(p.gate[t * p.g_s0 + h * p.g_s1 + e]));
   p.out[t * p.out_s0 + h * p.out_s1 + e] = __float2bfloat16_rn(y);
 }
@@ -260,7 +280,7 @@ __global__ void __launch_bounds__(kD) attention_merge_kernel(AttnParams p) {
 template <int kD, int kRows>
 void launch_split(const AttnParams& p, int rows_per_head, cudaStream_t s) {
   static_assert(kThreads / 32 * kRows <= kMaxRows, "rows per CTA");
-  const size_t smem = Smem<kD>::bytes(8 * kRows);
+  const size_t smem = Smem<kD>::bytes(8 * kRows, kStages<kRows>);
   auto* kernel = attention_split_kernel<kD, kRows>;
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
@@ -281,7 +301,11 @@ void launch(const AttnParams& p, cudaStream_t s) {
   } else {
     launch_split<kD, 8>(p, rows, s);
   }
-  attention_merge_kernel<kD><<<static_cast<unsigned>(p.nq * p.hq), kD, 0, s>>>(p);
+  const size_t merge_smem = (static_cast<size_t>(p.max_splits) + 1) * 4;
+  auto* merge = attention_merge_kernel<kD>;
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(merge, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(merge_smem)));
+  merge<<<static_cast<unsigned>(p.nq * p.hq), kD, merge_smem, s>>>(p);
   cuda::check_launch("attention_merge_kernel");
 }
 

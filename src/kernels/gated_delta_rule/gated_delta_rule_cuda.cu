@@ -57,6 +57,10 @@ __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
   const float q_scale = 1.f / sqrtf(static_cast<float>(kDk));
 
   for (int64_t t = 0; t < p.n_tokens; ++t) {
+    // Loads this token needs, issued together so their latencies overlap.
+    const float a_raw = __bfloat162float(p.a[t * p.a_s0 + h * p.a_s1]);
+    const float b_raw = __bfloat162float(p.b[t * p.b_s0 + h * p.b_s1]);
+    const float v_j = __bfloat162float(p.v[t * p.v_s0 + h * p.v_s1 + jc]);
     // 1. normalised q and k of this token's key head, in shared memory
     float ssq = 0.f, ssk = 0.f;
     for (int i = threadIdx.x; i < kDk; i += kThreads) {
@@ -88,8 +92,6 @@ __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
     }
     __syncthreads();
     // 2. gate, delta update and output for column j
-    const float a_raw = __bfloat162float(p.a[t * p.a_s0 + h * p.a_s1]);
-    const float b_raw = __bfloat162float(p.b[t * p.b_s0 + h * p.b_s1]);
     const float decay = expf(-a_decay * cuda::softplus(a_raw + dt_bias));
     const float beta = cuda::sigmoid(b_raw);
     float kv = 0.f;
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
     }
     kv += __shfl_xor_sync(0xffffffffu, kv, 1);
     kv += __shfl_xor_sync(0xffffffffu, kv, 2);
-    const float u = beta * (__bfloat162float(p.v[t * p.v_s0 + h * p.v_s1 + jc]) - kv);
+    const float u = beta * (v_j - kv);
     float o = 0.f;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {

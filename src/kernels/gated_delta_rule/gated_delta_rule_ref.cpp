@@ -55,19 +55,18 @@ HeadInputs gather_head(const GatedDeltaRuleArgs& a, int64_t hv, int64_t hk, int6
 // S [dk, dv]; one token of the recurrence; writes o [dv].
 void recurrent_step(float* S, const float* q, const float* k, const float* v, float g, float beta,
                     int64_t dk, int64_t dv, float* o) {
+  // Loops run i outer, j inner (contiguous in S); each sum over i still runs in order 0..dk-1.
   const float decay = std::exp(g);
   for (int64_t i = 0; i < dk * dv; ++i) S[i] *= decay;
-  for (int64_t j = 0; j < dv; ++j) {
-    float kv = 0.f;
-    for (int64_t i = 0; i < dk; ++i) kv += S[i * dv + j] * k[i];
-    const float u = beta * (v[j] - kv);
-    for (int64_t i = 0; i < dk; ++i) S[i * dv + j] += k[i] * u;
-  }
-  for (int64_t j = 0; j < dv; ++j) {
-    float acc = 0.f;
-    for (int64_t i = 0; i < dk; ++i) acc += S[i * dv + j] * q[i];
-    o[j] = acc;
-  }
+  std::vector<float> u(dv, 0.f);  // first S^T k, then u = beta (v - S^T k)
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < dv; ++j) u[j] += S[i * dv + j] * k[i];
+  for (int64_t j = 0; j < dv; ++j) u[j] = beta * (v[j] - u[j]);
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < dv; ++j) S[i * dv + j] += k[i] * u[j];
+  for (int64_t j = 0; j < dv; ++j) o[j] = 0.f;
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < dv; ++j) o[j] += S[i * dv + j] * q[i];
 }
 
 float dot(const float* x, const float* y, int64_t n) {

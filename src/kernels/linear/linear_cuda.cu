@@ -23,8 +23,60 @@ __device__ __forceinline__ void store_out(TOut* p, float v) {
   *p = cuda::from_float<TOut>(v);
 }
 
+// Applies one 8-element chunk of kRows weight rows (at column k) to every token of the group:
+// acc[r][t] += x[t, k + j] * w[r, k + j] for j = 0..7 in order, with fmaf.
+template <int kNt, bool kVec>
+__device__ __forceinline__ void apply_chunk(float (&acc)[kRows][kNt], const float (&wv)[kRows][kChunk],
+                                            const __nv_bfloat16* __restrict__ x, int64_t x_stride,
+                                            int64_t k, int64_t in, int t0, int n_tokens) {
+#pragma unroll
+  for (int t = 0; t < kNt; ++t) {
+    if (t0 + t >= n_tokens) break;
+    const __nv_bfloat16* xp = x + static_cast<int64_t>(t0 + t) * x_stride + k;
+    float xv[kChunk];
+    if constexpr (kVec) {
+      const cuda::Bf16x8 v = cuda::load_bf16x8(xp);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) xv[j] = v.v[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) xv[j] = k + j < in ? __bfloat162float(xp[j]) : 0.f;
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) acc[r][t] = fmaf(xv[j], wv[r][j], acc[r][t]);
+    }
+  }
+}
+
+__device__ __forceinline__ void widen(float (&wv)[kRows][kChunk], const uint4 (&raw)[kRows]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[r]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      wv[r][2 * i] = f.x;
+      wv[r][2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Raw 16-byte weight chunks of kRows rows at column k (rows past out_f are clamped, never stored).
+__device__ __forceinline__ void fetch(uint4 (&raw)[kRows], const __nv_bfloat16* __restrict__ w,
+                                      int64_t row0, int64_t out_f, int64_t in, int64_t k) {
+  if (k >= in) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = row0 + r < out_f ? row0 + r : out_f - 1;
+    raw[r] = __ldg(reinterpret_cast<const uint4*>(w + row * in + k));
+  }
+}
+
 // kNt: tokens handled per pass (power of two >= n_tokens, at most 16). kVec: 16-byte loads
-// (in % 8 == 0 and 16-byte aligned rows); otherwise scalar loads in exactly the same order.
+// (in % 8 == 0 and 16-byte aligned rows), software-pipelined two steps ahead so that weight loads
+// stay in flight during the FMAs; otherwise scalar loads. Both apply chunks in the same order.
 template <int kNt, bool kVec, typename TOut>
 __global__ void __launch_bounds__(kWarps * 32)
     linear_skinny_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride,
@@ -40,40 +92,33 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int t = 0; t < kNt; ++t) acc[r][t] = 0.f;
   }
-#pragma unroll 2
-  for (int64_t k = static_cast<int64_t>(lane) * kChunk; k < in; k += 32 * kChunk) {
-    float wv[kRows][kChunk];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = row0 + r < out_f ? row0 + r : out_f - 1;  // clamped; never stored
-      const __nv_bfloat16* wp = w + row * in + k;
-      if constexpr (kVec) {
-        const cuda::Bf16x8 v = cuda::load_bf16x8(wp);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) wv[r][j] = v.v[j];
-      } else {
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) wv[r][j] = k + j < in ? __bfloat162float(wp[j]) : 0.f;
-      }
+  constexpr int64_t kStep = 32 * kChunk;
+  float wv[kRows][kChunk];
+  if constexpr (kVec) {
+    uint4 ra[kRows], rb[kRows];
+    const int64_t k0 = static_cast<int64_t>(lane) * kChunk;
+    fetch(ra, w, row0, out_f, in, k0);
+    fetch(rb, w, row0, out_f, in, k0 + kStep);
+    for (int64_t k = k0; k < in; k += 2 * kStep) {
+      widen(wv, ra);
+      fetch(ra, w, row0, out_f, in, k + 2 * kStep);
+      apply_chunk<kNt, true>(acc, wv, x, x_stride, k, in, t0, n_tokens);
+      if (k + kStep >= in) break;
+      widen(wv, rb);
+      fetch(rb, w, row0, out_f, in, k + 3 * kStep);
+      apply_chunk<kNt, true>(acc, wv, x, x_stride, k + kStep, in, t0, n_tokens);
     }
-#pragma unroll
-    for (int t = 0; t < kNt; ++t) {
-      if (t0 + t >= n_tokens) break;
-      const __nv_bfloat16* xp = x + static_cast<int64_t>(t0 + t) * x_stride + k;
-      float xv[kChunk];
-      if constexpr (kVec) {
-        const cuda::Bf16x8 v = cuda::load_bf16x8(xp);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) xv[j] = v.v[j];
-      } else {
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) xv[j] = k + j < in ? __bfloat162float(xp[j]) : 0.f;
-      }
+  } else {
+    for (int64_t k = static_cast<int64_t>(lane) * kChunk; k < in; k += kStep) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
+        const int64_t row = row0 + r < out_f ? row0 + r : out_f - 1;
 #pragma unroll
-        for (int j = 0; j < kChunk; ++j) acc[r][t] = fmaf(xv[j], wv[r][j], acc[r][t]);
+        for (int j = 0; j < kChunk; ++j) {
+          wv[r][j] = k + j < in ? __bfloat162float(w[row * in + k + j]) : 0.f;
+        }
       }
+      apply_chunk<kNt, false>(acc, wv, x, x_stride, k, in, t0, n_tokens);
     }
   }
 #pragma unroll

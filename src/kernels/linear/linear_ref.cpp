@@ -1,9 +1,56 @@
-// CPU reference linear: one fixed-order dot product per output element (row-invariant), threads
-// across output features. Rows are the inner loop so a weight row stays in L1 across tokens.
+// CPU reference linear: every output element is ref::dot(x_row, w_row) — 8 fp32 lanes reduced in
+// a fixed order — whatever the number of rows (row-invariant). Threads split output features.
+// Up to 4 rows share each weight load (AVX2 when available); the lanes, the tail and the final
+// reduction are exactly dot()'s, so results are bit-identical to it (tests/kernels checks this).
 #include "kernels/linear/linear.h"
 #include "kernels/ref_common.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace tandem::kernels {
+
+namespace {
+
+#if defined(__AVX2__)
+inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+inline __m256 load8(const bf16* w) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+template <typename W>
+constexpr bool kVectorised = std::is_same_v<W, float> || std::is_same_v<W, bf16>;
+#else
+template <typename W>
+constexpr bool kVectorised = false;
+#endif
+
+// out[r] = dot(x[r], w, n) for R rows sharing one pass over w.
+template <int R, typename W>
+void dot_rows(const float* const* x, const W* w, int64_t n, float* const* out) {
+#if defined(__AVX2__)
+  if constexpr (kVectorised<W>) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 wv = load8(w + i);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_loadu_ps(x[r] + i), wv));
+    }
+    for (int r = 0; r < R; ++r) {
+      float a[8];
+      _mm256_storeu_ps(a, acc[r]);
+      for (int64_t j = i, l = 0; j < n; ++j, ++l) a[l] += x[r][j] * to_f32(w[j]);
+      *out[r] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    }
+    return;
+  }
+#endif
+  for (int r = 0; r < R; ++r) *out[r] = ref::dot(x[r], w, n);
+}
+
+}  // namespace
 
 void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   ref::expect_f32_act(a.x, "linear.x");
@@ -20,7 +67,16 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
 #pragma omp parallel for num_threads(ref::threads_for(ctx, out_f * in * n_tokens)) schedule(static)
     for (int64_t f = 0; f < out_f; ++f) {
       const auto* wf = w + f * in;
-      for (int64_t t = 0; t < n_tokens; ++t) y[t * ys + f] = ref::dot(x + t * xs, wf, in);
+      for (int64_t t = 0; t < n_tokens; t += 4) {
+        const float* xr[4] = {x + t * xs, x + (t + 1) * xs, x + (t + 2) * xs, x + (t + 3) * xs};
+        float* yr[4] = {y + t * ys + f, y + (t + 1) * ys + f, y + (t + 2) * ys + f, y + (t + 3) * ys + f};
+        switch (std::min<int64_t>(4, n_tokens - t)) {
+          case 4: dot_rows<4>(xr, wf, in, yr); break;
+          case 3: dot_rows<3>(xr, wf, in, yr); break;
+          case 2: dot_rows<2>(xr, wf, in, yr); break;
+          default: dot_rows<1>(xr, wf, in, yr); break;
+        }
+      }
     }
   });
 }
