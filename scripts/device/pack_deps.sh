@@ -3,7 +3,8 @@
 # against (nlohmann-json, CLI11, fmt, gtest, pcre2, utf8proc, pkgconf) into .devdeps/ with the
 # /usr layout kept, so that their CMake configs and .pc files resolve relative to it. The H200 image
 # has cmake, ninja and nvcc but not these; run_all.sh uses .devdeps/ when the system lacks them.
-# .devdeps/ is ignored (.git/info/exclude) and travels with the device call's `carry`.
+# .devdeps/ is ignored (.git/info/exclude) and travels with the device call's `carry`. Re-run after
+# committing, so that .devdeps/head holds the latest committed sources.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 dst=.devdeps/usr
@@ -18,4 +19,8 @@ cp -r /usr/lib/$arch/cmake/{fmt,GTest} "$dst/lib/$arch/cmake/"
 cp -r /usr/share/cmake/{CLI11,nlohmann_json} "$dst/share/cmake/"
 cp /usr/lib/$arch/pkgconfig/{libpcre2-8,libutf8proc,fmt}.pc "$dst/lib/$arch/pkgconfig/"
 cp /usr/bin/pkgconf .devdeps/bin/pkgconf
+# The committed sources the CUDA suite needs, for run_all.sh to fall back on when work in progress
+# elsewhere in the working tree does not compile (the device copy has no .git).
+mkdir -p .devdeps/head
+git archive HEAD CMakeLists.txt src apps bench tests/CMakeLists.txt tests/cuda | tar -x -C .devdeps/head
 du -sh .devdeps

@@ -55,13 +55,14 @@ build_in() {  # source dir, build dir
 }
 if ! build_in "$PWD" "$B"; then
   echo "== working tree did not build; retrying from git HEAD" >> "$OUT/build.log"
-  rm -rf /tmp/tandem-head && mkdir -p /tmp/tandem-head && git archive HEAD | tar -x -C /tmp/tandem-head
+  rm -rf /tmp/tandem-head && mkdir -p /tmp/tandem-head
+  if [[ -d .devdeps/head ]]; then cp -r .devdeps/head/. /tmp/tandem-head/; else git archive HEAD | tar -x -C /tmp/tandem-head; fi
   B=/tmp/tandem-head/build-cuda
   if ! build_in /tmp/tandem-head "$B"; then
     row build FAIL "see build.log ($(stamp))"; grep -B2 -A8 -m3 'error' "$OUT/build.log" | tail -40
     printf '%s\n' "${table[@]}"; exit 1
   fi
-  row build HEAD "working tree failed to build; built git HEAD ($(stamp))"
+  row build HEAD "working tree failed to build; built committed sources ($(stamp))"
 fi
 if (( ctest_run )); then
   ninja -C "$B" -j16 -k 0 >> "$OUT/build.log" 2>&1 && row build ok "all targets ($(stamp))" ||
