@@ -60,7 +60,7 @@ struct Smem {
   static constexpr int kLd = kD + 8;  // bf16 row stride: 16-byte aligned, conflict-free 16B reads
   static size_t bytes(int rows, int stages) {
     return static_cast<size_t>(rows) * kLd * 2 + static_cast<size_t>(stages) * kTile * kLd * 2 +
-           static_cast<size_t>(rows) * kGranule * 4 + static_cast<size_t>(rows) * 8;
+           static_cast<size_t>(rows) * kGranule * 4 + static_cast<size_t>(rows) * 8 + kGranule * 4;
   }
 };
 
@@ -70,22 +70,20 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
                "r"(valid ? 16 : 0));
 }
 
-// Issues the cp.async loads of one 32-position tile of K or V (positions >= end read as 0).
+// Issues the cp.async loads of one 32-position tile of K or V starting at split offset `off`;
+// slot_s holds each split position's cache slot (-1: not loaded, reads as 0), resolved once per
+// split so that no block-table load sits between two tiles.
 template <int kD>
 __device__ __forceinline__ void load_kv_tile(__nv_bfloat16* dst, const __nv_bfloat16* cache,
-                                             const AttnParams& p, int hk, int64_t pos0,
-                                             int64_t end) {
+                                             const AttnParams& p, int hk, const int32_t* slot_s,
+                                             int off) {
   constexpr int kChunks = kD / 8;  // 16-byte chunks per position
   for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
     const int j = c / kChunks, e = (c % kChunks) * 8;
-    const int64_t pos = pos0 + j;
-    const bool valid = pos < end;
+    const int32_t slot = slot_s[off + j];
+    const bool valid = slot >= 0;
     const __nv_bfloat16* src = cache;
-    if (valid) {
-      const int64_t slot = static_cast<int64_t>(p.block_table[pos / p.block_size]) * p.block_size +
-                           pos % p.block_size;
-      src = cache + (slot * p.hkv + hk) * kD + e;
-    }
+    if (valid) src = cache + (static_cast<int64_t>(slot) * p.hkv + hk) * kD + e;
     cp_async16(dst + j * Smem<kD>::kLd + e, src, valid);
   }
 }
@@ -113,6 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(AttnParams
   auto* s_s = reinterpret_cast<float*>(kv_s + kDepth * kTile * kLd);  // [rows][kGranule]
   float* m_s = s_s + 8 * kRows * kGranule;
   float* l_s = m_s + 8 * kRows;
+  auto* slot_s = reinterpret_cast<int32_t*>(l_s + 8 * kRows);  // [kGranule]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
   for (int c = threadIdx.x; c < n_rows * (kD / 8); c += kThreads) {  // this block's q rows
@@ -121,6 +120,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(AttnParams
     *reinterpret_cast<uint4*>(q_s + r * kLd + e) =
         *reinterpret_cast<const uint4*>(p.q + t * p.q_s0 + h * p.q_s1 + e);
   }
+  for (int j = threadIdx.x; j < kGranule; j += kThreads) {
+    const int64_t pos = pos0 + j;
+    slot_s[j] = pos < end ? static_cast<int32_t>(p.block_table[pos / p.block_size] * p.block_size +
+                                                 pos % p.block_size)
+                          : -1;
+  }
+  __syncthreads();
   int64_t last[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
@@ -142,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(AttnParams
     if (i < n_seq) {
       const bool is_k = i < n_tiles;
       load_kv_tile<kD>(kv_s + (i % kDepth) * kTile * kLd, is_k ? p.k_cache : p.v_cache, p, hk,
-                       pos0 + (is_k ? i : i - n_tiles) * kTile, end);
+                       slot_s, (is_k ? i : i - n_tiles) * kTile);
     }
     asm volatile("cp.async.commit_group;\n" ::);
   };
@@ -156,9 +162,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(AttnParams
     if (it < n_tiles) {  // S = q k^T * scale for position pos0 + it*32 + lane
       const int off = it * kTile + lane;
       const int64_t pos = pos0 + off;
-      float dot[kRows];
+      float dot[kRows][4];  // 4 interleaved partial sums per row, combined in a fixed order
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) dot[i] = 0.f;
+      for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) dot[i][u] = 0.f;
+      }
 #pragma unroll 4
       for (int e = 0; e < kD; e += 8) {
         const uint4 kraw = *reinterpret_cast<const uint4*>(tile_s + lane * kLd + e);
@@ -171,15 +180,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(AttnParams
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
             const float2 qf = __bfloat1622float2(q2[u]), kf = __bfloat1622float2(k2[u]);
-            dot[i] = fmaf(qf.x, kf.x, dot[i]);
-            dot[i] = fmaf(qf.y, kf.y, dot[i]);
+            dot[i][u] = fmaf(qf.x, kf.x, dot[i][u]);
+            dot[i][u] = fmaf(qf.y, kf.y, dot[i][u]);
           }
         }
       }
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
         const int r = warp + 8 * i;
-        if (r < n_rows) s_s[r * kGranule + off] = pos <= last[i] ? dot[i] * p.scale : -INFINITY;
+        const float d = (dot[i][0] + dot[i][1]) + (dot[i][2] + dot[i][3]);
+        if (r < n_rows) s_s[r * kGranule + off] = pos <= last[i] ? d * p.scale : -INFINITY;
       }
       if (it == n_tiles - 1) {  // exact softmax of the split, one warp per row
         __syncthreads();

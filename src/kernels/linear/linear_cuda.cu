@@ -190,6 +190,9 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   if (s.n > kSkinnyMaxTokens && s.vec_ok) {
     return f32_out ? linear_gemm_f32(s, stream) : linear_gemm_bf16(s, stream);
   }
+  if (s.n <= kSkinnyMaxTokens && s.vec_ok) {
+    return f32_out ? linear_skinny_mma_f32(s, stream) : linear_skinny_mma_bf16(s, stream);
+  }
   f32_out ? launch_skinny<float>(s, stream) : launch_skinny<__nv_bfloat16>(s, stream);
 }
 

@@ -19,6 +19,9 @@ struct LinearShape {
   bool vec_ok = false;  // 16-byte loads are legal (in, x_stride multiples of 8; aligned bases)
 };
 
+// Tensor-core decode/verify path (n <= kSkinnyMaxTokens, vec_ok): linear_mma_cuda.cu.
+void linear_skinny_mma_bf16(const LinearShape& s, cudaStream_t stream);
+void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream);
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream);
 void linear_gemm_f32(const LinearShape& s, cudaStream_t stream);
 
