@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run HERE (the development machine), not on the H200: copies the Debian dev packages tandem builds
-# against (nlohmann-json, CLI11, fmt, gtest, pcre2, utf8proc, pkgconf) into .devdeps/ with the
-# /usr layout kept, so that their CMake configs and .pc files resolve relative to it. The H200 image
+# Run HERE (the development machine), not on the H200: copies the Debian dev packages the H200 image
+# lacks (pcre2, utf8proc; with --all also nlohmann-json, CLI11, fmt, gtest, pkgconf) into .devdeps/
+# with the /usr layout kept, so that their CMake configs and .pc files resolve relative to it. The H200 image
 # has cmake, ninja and nvcc but not these; run_all.sh uses .devdeps/ when the system lacks them.
 # .devdeps/ is ignored (.git/info/exclude) and travels with the device call's `carry`. Re-run after
 # committing, so that .devdeps/head holds the latest committed sources.
@@ -10,15 +10,21 @@ cd "$(git rev-parse --show-toplevel)"
 dst=.devdeps/usr
 arch=x86_64-linux-gnu
 rm -rf .devdeps
-mkdir -p "$dst/include" "$dst/lib/$arch/cmake" "$dst/lib/$arch/pkgconfig" "$dst/share/cmake" .devdeps/bin
-cp -r /usr/include/{nlohmann,CLI,fmt,gtest,gmock} "$dst/include/"
+mkdir -p "$dst/include" "$dst/lib/$arch/pkgconfig" .devdeps/bin
+# Seen missing on the H200 image (2026-11-29): pcre2 and utf8proc. --all packs every dependency.
 cp /usr/include/{pcre2.h,utf8proc.h} "$dst/include/"
-cp -P /usr/lib/$arch/libfmt.so* /usr/lib/$arch/libgtest*.a /usr/lib/$arch/libgmock*.a \
-      /usr/lib/$arch/libpcre2-8.* /usr/lib/$arch/libutf8proc.* /usr/lib/$arch/libpkgconf.so* "$dst/lib/$arch/"
-cp -r /usr/lib/$arch/cmake/{fmt,GTest} "$dst/lib/$arch/cmake/"
-cp -r /usr/share/cmake/{CLI11,nlohmann_json} "$dst/share/cmake/"
-cp /usr/lib/$arch/pkgconfig/{libpcre2-8,libutf8proc,fmt}.pc "$dst/lib/$arch/pkgconfig/"
-cp /usr/bin/pkgconf .devdeps/bin/pkgconf
+cp -P /usr/lib/$arch/libpcre2-8.so* /usr/lib/$arch/libutf8proc.so* "$dst/lib/$arch/"
+cp /usr/lib/$arch/pkgconfig/{libpcre2-8,libutf8proc}.pc "$dst/lib/$arch/pkgconfig/"
+if [[ ${1:-} == --all ]]; then
+  mkdir -p "$dst/lib/$arch/cmake" "$dst/share/cmake"
+  cp -r /usr/include/{nlohmann,CLI,fmt,gtest} "$dst/include/"
+  cp -P /usr/lib/$arch/libfmt.so* /usr/lib/$arch/libgtest*.a /usr/lib/$arch/libgmock*.a \
+        /usr/lib/$arch/libpkgconf.so* "$dst/lib/$arch/"
+  cp -r /usr/lib/$arch/cmake/{fmt,GTest} "$dst/lib/$arch/cmake/"
+  cp -r /usr/share/cmake/{CLI11,nlohmann_json} "$dst/share/cmake/"
+  cp /usr/lib/$arch/pkgconfig/fmt.pc "$dst/lib/$arch/pkgconfig/"
+  cp /usr/bin/pkgconf .devdeps/bin/pkgconf
+fi
 # The committed sources the CUDA suite needs, for run_all.sh to fall back on when work in progress
 # elsewhere in the working tree does not compile (the device copy has no .git).
 mkdir -p .devdeps/head

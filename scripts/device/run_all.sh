@@ -33,14 +33,21 @@ done
 command -v pkg-config > /dev/null || missing+=(pkg-config)
 cmake_args=(-G Ninja -DTANDEM_CUDA=ON)
 if (( ${#missing[@]} )); then
+  # Only what is missing comes from .devdeps, so no header exists twice.
   D=$PWD/.devdeps/usr A=x86_64-linux-gnu
   if [[ ! -d $D ]]; then echo "missing ${missing[*]} and no .devdeps (run pack_deps.sh, carry .devdeps)"; exit 1; fi
   mkdir -p /tmp/devdeps-pc
   for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done
-  export PKG_CONFIG_PATH=/tmp/devdeps-pc LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
-  cmake_args+=(-Dfmt_DIR=$D/lib/$A/cmake/fmt -DGTest_DIR=$D/lib/$A/cmake/GTest
-               -DCLI11_DIR=$D/share/cmake/CLI11 -Dnlohmann_json_DIR=$D/share/cmake/nlohmann_json)
-  command -v pkg-config > /dev/null || cmake_args+=(-DPKG_CONFIG_EXECUTABLE=$PWD/.devdeps/bin/pkgconf)
+  export PKG_CONFIG_PATH=/tmp/devdeps-pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH} LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
+  for m in "${missing[@]}"; do
+    case $m in
+      fmt/core.h) cmake_args+=(-Dfmt_DIR=$D/lib/$A/cmake/fmt) ;;
+      gtest/gtest.h) cmake_args+=(-DGTest_DIR=$D/lib/$A/cmake/GTest) ;;
+      CLI/CLI.hpp) cmake_args+=(-DCLI11_DIR=$D/share/cmake/CLI11) ;;
+      nlohmann/json.hpp) cmake_args+=(-Dnlohmann_json_DIR=$D/share/cmake/nlohmann_json) ;;
+      pkg-config) cmake_args+=(-DPKG_CONFIG_EXECUTABLE=$PWD/.devdeps/bin/pkgconf) ;;
+    esac
+  done
   row deps devdeps "system lacks: ${missing[*]}"
 else
   row deps system "all dev packages present"
