@@ -12,11 +12,24 @@
 namespace tandem::testing {
 
 inline std::string source_path(const std::string& rel) { return std::string(TANDEM_SOURCE_DIR) + "/" + rel; }
+// The shipped trained model lives in models/, its goldens under tests/fixtures/models/.
+inline const std::string kTrainedModel = "tandem-tiny-qwen35";
+
 inline std::string fixture_dir(const std::string& name) {
-  return source_path("tests/fixtures/models/" + name);
+  return name == kTrainedModel ? source_path("models/" + name) : source_path("tests/fixtures/models/" + name);
 }
+inline std::string golden_dir(const std::string& name) {
+  return name == kTrainedModel ? source_path("tests/fixtures/models/" + name + "-golden")
+                               : fixture_dir(name) + "/golden";
+}
+// Random-weight fixtures (tools/goldens/make_fixtures.py).
 inline const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> names{"tiny-text", "tiny-vl", "small"};
+  return names;
+}
+// Every model with HF goldens: the fixtures and the trained model.
+inline const std::vector<std::string>& golden_model_names() {
+  static const std::vector<std::string> names{"tiny-text", "tiny-vl", "small", kTrainedModel};
   return names;
 }
 
@@ -34,7 +47,7 @@ inline nlohmann::json read_json(const std::string& path) {
 }
 
 inline nlohmann::json goldens(const std::string& name) {
-  return read_json(fixture_dir(name) + "/golden/goldens.json");
+  return read_json(golden_dir(name) + "/goldens.json");
 }
 
 }  // namespace tandem::testing

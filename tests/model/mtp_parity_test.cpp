@@ -40,7 +40,7 @@ TEST_P(MtpParity, TeacherForcedLogitsMatchReference) {
   for (const auto& p : g["prompts"]) {
     const std::vector<int32_t> seq = p["mtp_sequence"];
     const int64_t n = static_cast<int64_t>(seq.size());
-    const Tensor ref = read_npy(fixture_dir(name) + "/golden/" + p["mtp_logits"].get<std::string>());
+    const Tensor ref = read_npy(testing::golden_dir(name) + "/" + p["mtp_logits"].get<std::string>());
     ASSERT_EQ(ref.dim(0), n - 1);
     SequenceState st(model->config(), StateConfig{.max_context = 512, .k_max = 1}, Device::kCpu,
                      model->act_dtype(), true);
@@ -81,7 +81,7 @@ TEST_P(MtpParity, FirstDraftOfEveryStepIsReferenceArgmax) {
     for (const auto& p : g["prompts"]) {
       const std::vector<int32_t> ids = p["ids"];
       const std::vector<int32_t> greedy = p["greedy"];
-      const Tensor ref = read_npy(fixture_dir(name) + "/golden/" + p["mtp_logits"].get<std::string>());
+      const Tensor ref = read_npy(testing::golden_dir(name) + "/" + p["mtp_logits"].get<std::string>());
       std::ostringstream trace;
       Generator gen(*model, std::make_unique<MtpDrafter>(*model),
                     GeneratorOptions{.num_speculative_tokens = k, .max_context = 512, .trace = &trace});
@@ -103,7 +103,7 @@ TEST_P(MtpParity, FirstDraftOfEveryStepIsReferenceArgmax) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, MtpParity, ::testing::ValuesIn(testing::fixture_names()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, MtpParity, ::testing::ValuesIn(testing::golden_model_names()),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
