@@ -9,5 +9,7 @@ namespace tandem::app {
 void add_score_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_diverge_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_chat_template_command(CLI::App& app);
 
 }  // namespace tandem::app

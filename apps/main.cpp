@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   tandem::app::add_score_command(app);
   tandem::app::add_generate_command(app);
   tandem::app::add_diverge_command(app);
+  tandem::app::add_tokenize_command(app);
+  tandem::app::add_chat_template_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

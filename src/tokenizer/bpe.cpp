@@ -47,7 +47,8 @@ BpeModel::BpeModel(const nlohmann::json& model) {
                "tokenizer.json: model.vocab is missing");
   const auto& vocab = model["vocab"];
   int32_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) max_id = std::max(max_id, it->get<int32_t>());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    max_id = std::max(max_id, it->get<int32_t>());
   id_to_bytes_.assign(max_id + 1, std::string());
   bytes_to_id_.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {

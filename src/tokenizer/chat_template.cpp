@@ -54,7 +54,8 @@ jinja::Value prepare_messages(const ordered_json& messages) {
 
 std::string ChatTemplate::render(const ordered_json& messages, bool add_generation_prompt,
                                  const ordered_json& extra) const {
-  TANDEM_CHECK(extra.is_object() || extra.is_null(), "chat template extra variables must be an object");
+  TANDEM_CHECK(extra.is_object() || extra.is_null(),
+               "chat template extra variables must be an object");
   jinja::Dict ctx = special_tokens_;
   if (extra.is_object()) {
     for (auto it = extra.begin(); it != extra.end(); ++it) ctx.set(it.key(), jinja::from_json(*it));

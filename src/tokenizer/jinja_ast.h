@@ -16,20 +16,20 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Type {
-    kLiteral,   // value
-    kName,      // name
-    kAttr,      // args[0].name
-    kItem,      // args[0][args[1]]
-    kSlice,     // args[0][args[1]:args[2]:args[3]] (null parts are absent)
-    kCall,      // args[0](args[1..], kwargs)
-    kFilter,    // args[0] | name(args[1..], kwargs)
-    kTest,      // args[0] is [not] name(args[1..]); negate
-    kUnary,     // op args[0]: "not", "-", "+"
-    kBinary,    // args[0] op args[1]: or and == != < <= > >= in notin + - * / // % ** ~
-    kCond,      // args[1] if args[0] else args[2] (args[2] may be null)
-    kList,      // [args...]
-    kTuple,     // (args...)
-    kDict,      // {args[0]: args[1], ...}
+    kLiteral,  // value
+    kName,     // name
+    kAttr,     // args[0].name
+    kItem,     // args[0][args[1]]
+    kSlice,    // args[0][args[1]:args[2]:args[3]] (null parts are absent)
+    kCall,     // args[0](args[1..], kwargs)
+    kFilter,   // args[0] | name(args[1..], kwargs)
+    kTest,     // args[0] is [not] name(args[1..]); negate
+    kUnary,    // op args[0]: "not", "-", "+"
+    kBinary,   // args[0] op args[1]: or and == != < <= > >= in notin + - * / // % ** ~
+    kCond,     // args[1] if args[0] else args[2] (args[2] may be null)
+    kList,     // [args...]
+    kTuple,    // (args...)
+    kDict,     // {args[0]: args[1], ...}
   };
   Type type;
   int line = 0;
@@ -46,15 +46,15 @@ using Body = std::vector<NodePtr>;
 
 struct Node {
   enum class Type {
-    kText,      // text
-    kOutput,    // {{ expr }}
-    kIf,        // conds[k] -> bodies[k]; bodies.back() is else when bodies.size() > conds.size()
-    kFor,       // for targets in expr [if cond]: bodies[0], else bodies[1]
-    kSet,       // set targets (or target.attr) = expr; or block set when expr is null
-    kMacro,     // macro name(params): bodies[0]
+    kText,    // text
+    kOutput,  // {{ expr }}
+    kIf,      // conds[k] -> bodies[k]; bodies.back() is else when bodies.size() > conds.size()
+    kFor,     // for targets in expr [if cond]: bodies[0], else bodies[1]
+    kSet,     // set targets (or target.attr) = expr; or block set when expr is null
+    kMacro,   // macro name(params): bodies[0]
     kBreak,
     kContinue,
-    kBlockWrap, // {% generation %} ... : bodies[0] rendered as is
+    kBlockWrap,  // {% generation %} ... : bodies[0] rendered as is
   };
   Type type;
   int line = 0;

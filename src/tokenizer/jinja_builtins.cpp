@@ -48,7 +48,8 @@ std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 t
   size_t idx = 0;
   for (size_t i = 0; i < s.size();) {
     auto c = static_cast<utf8proc_int32_t>(next_code_point(s, i));
-    bool alpha = utf8proc_category(c) <= UTF8PROC_CATEGORY_LO && utf8proc_category(c) >= UTF8PROC_CATEGORY_LU;
+    bool alpha = utf8proc_category(c) <= UTF8PROC_CATEGORY_LO &&
+                 utf8proc_category(c) >= UTF8PROC_CATEGORY_LU;
     bool up = mode == 1 || (mode == 2 && word_start) || (mode == 3 && idx == 0);
     append_utf8(static_cast<char32_t>(up ? utf8proc_toupper(c) : utf8proc_tolower(c)), out);
     word_start = !alpha;
@@ -152,12 +153,15 @@ Value bound(Value self, const std::string& name) {
       }
       if (name == "find") {
         size_t at = s.find(need_str(arg(a, 0, "sub", kUndef), "find"));
-        return Value::integer(at == std::string::npos ? -1 : py_len(Value::string(s.substr(0, at))));
+        return Value::integer(at == std::string::npos ? -1
+                                                      : py_len(Value::string(s.substr(0, at))));
       }
       if (name == "count") {
         const std::string& sub = need_str(arg(a, 0, "sub", kUndef), "count");
         int64_t n = 0;
-        for (size_t at = s.find(sub); at != std::string::npos && !sub.empty(); at = s.find(sub, at + sub.size())) ++n;
+        for (size_t at = s.find(sub); at != std::string::npos && !sub.empty();
+             at = s.find(sub, at + sub.size()))
+          ++n;
         return Value::integer(n);
       }
       if (name == "join") {
@@ -171,9 +175,12 @@ Value bound(Value self, const std::string& name) {
         bool ok = !u.empty();
         for (char32_t c : u) {
           auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-          if (name == "isspace") ok = ok && is_py_space(c);
-          else if (name == "isdigit") ok = ok && cat == UTF8PROC_CATEGORY_ND;
-          else ok = ok && cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
+          if (name == "isspace")
+            ok = ok && is_py_space(c);
+          else if (name == "isdigit")
+            ok = ok && cat == UTF8PROC_CATEGORY_ND;
+          else
+            ok = ok && cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
         }
         return Value::boolean(ok);
       }
@@ -181,7 +188,8 @@ Value bound(Value self, const std::string& name) {
       if (name == "items") return apply_filter("items", self, a);
       if (name == "keys" || name == "values") {
         List out;
-        for (const auto& [k, v] : self.dict->items) out.push_back(name == "keys" ? Value::string(k) : v);
+        for (const auto& [k, v] : self.dict->items)
+          out.push_back(name == "keys" ? Value::string(k) : v);
         return Value::new_list(std::move(out));
       }
       if (name == "get") {
@@ -195,8 +203,9 @@ Value bound(Value self, const std::string& name) {
 
 bool is_method(const Value& v, const std::string& n) {
   static const std::vector<std::string> kStr = {
-      "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "upper", "lower", "title",
-      "capitalize", "replace", "find", "count", "join", "isdigit", "isspace", "isalpha"};
+      "startswith", "endswith", "strip",   "lstrip",     "rstrip",  "split",
+      "upper",      "lower",    "title",   "capitalize", "replace", "find",
+      "count",      "join",     "isdigit", "isspace",    "isalpha"};
   static const std::vector<std::string> kDict = {"items", "keys", "values", "get"};
   const auto& names = v.is_string() ? kStr : kDict;
   return std::find(names.begin(), names.end(), n) != names.end();
@@ -211,17 +220,22 @@ int64_t py_len(const Value& v) {
       for (char c : v.s) n += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
       return n;
     }
-    case Kind::kList: return static_cast<int64_t>(v.list->size());
+    case Kind::kList:
+      return static_cast<int64_t>(v.list->size());
     case Kind::kDict:
-    case Kind::kNamespace: return static_cast<int64_t>(v.dict->items.size());
-    case Kind::kUndefined: return 0;
-    default: fail("object of type {} has no len()", kind_name(v.kind));
+    case Kind::kNamespace:
+      return static_cast<int64_t>(v.dict->items.size());
+    case Kind::kUndefined:
+      return 0;
+    default:
+      fail("object of type {} has no len()", kind_name(v.kind));
   }
 }
 
 List iterate(const Value& v) {
   switch (v.kind) {
-    case Kind::kList: return *v.list;
+    case Kind::kList:
+      return *v.list;
     case Kind::kDict: {
       List out;
       for (const auto& kv : v.dict->items) out.push_back(Value::string(kv.first));
@@ -236,8 +250,10 @@ List iterate(const Value& v) {
       }
       return out;
     }
-    case Kind::kUndefined: return {};
-    default: fail("{} object is not iterable", kind_name(v.kind));
+    case Kind::kUndefined:
+      return {};
+    default:
+      fail("{} object is not iterable", kind_name(v.kind));
   }
 }
 
@@ -256,7 +272,8 @@ Value get_attr(const Value& obj, const std::string& name) {
     case Kind::kUndefined:
       fail("'{}' is undefined (while reading attribute '{}')",
            obj.s.empty() ? std::string("value") : obj.s, name);
-    default: return Value::undefined(name);
+    default:
+      return Value::undefined(name);
   }
 }
 
@@ -275,7 +292,8 @@ Value get_item(const Value& obj, const Value& key) {
     if (k < 0 || k >= n) return Value::undefined();
     return l[k];
   }
-  if (obj.is_undefined()) fail("'{}' is undefined (while indexing it)", obj.s.empty() ? "value" : obj.s);
+  if (obj.is_undefined())
+    fail("'{}' is undefined (while indexing it)", obj.s.empty() ? "value" : obj.s);
   return Value::undefined();
 }
 
@@ -315,7 +333,8 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "false") return v.kind == Kind::kBool && !v.b;
   if (name == "mapping") return v.kind == Kind::kDict;
   if (name == "iterable") return v.is_list() || v.is_string() || v.is_mapping() || v.is_undefined();
-  if (name == "sequence") return v.is_list() || v.is_string() || v.kind == Kind::kDict || v.is_undefined();
+  if (name == "sequence")
+    return v.is_list() || v.is_string() || v.kind == Kind::kDict || v.is_undefined();
   if (name == "callable") return v.kind == Kind::kFunction;
   if (name == "odd" || name == "even") {
     TANDEM_CHECK(v.kind == Kind::kInt, "test '{}' needs an integer", name);
@@ -355,7 +374,8 @@ Value make_global(const std::string& name) {
     return Value::function([ns](CallArgs& a) {
       Dict d;
       for (const auto& p : a.positional) {
-        TANDEM_CHECK(p.kind == Kind::kDict, "{}() takes keyword arguments or a dict", ns ? "namespace" : "dict");
+        TANDEM_CHECK(p.kind == Kind::kDict, "{}() takes keyword arguments or a dict",
+                     ns ? "namespace" : "dict");
         for (const auto& kv : p.dict->items) d.set(kv.first, kv.second);
       }
       for (const auto& [k, v] : a.keyword) d.set(k, v);
@@ -366,10 +386,13 @@ Value make_global(const std::string& name) {
   }
   if (name == "range") {
     return Value::function([](CallArgs& a) {
-      TANDEM_CHECK(!a.positional.empty() && a.positional.size() <= 3, "range() takes 1 to 3 arguments");
+      TANDEM_CHECK(!a.positional.empty() && a.positional.size() <= 3,
+                   "range() takes 1 to 3 arguments");
       int64_t b = 0, e = 0, s = 1;
-      if (a.positional.size() == 1) e = a.positional[0].i;
-      else b = a.positional[0].i, e = a.positional[1].i;
+      if (a.positional.size() == 1)
+        e = a.positional[0].i;
+      else
+        b = a.positional[0].i, e = a.positional[1].i;
       if (a.positional.size() == 3) s = a.positional[2].i;
       TANDEM_CHECK(s != 0, "range() step must not be zero");
       List out;
@@ -383,7 +406,8 @@ Value make_global(const std::string& name) {
       std::tm tm{};
       localtime_r(&now, &tm);
       char buf[256];
-      size_t n = std::strftime(buf, sizeof(buf), need_str(a.positional.at(0), "strftime_now").c_str(), &tm);
+      size_t n = std::strftime(buf, sizeof(buf),
+                               need_str(a.positional.at(0), "strftime_now").c_str(), &tm);
       return Value::string(std::string(buf, n));
     });
   }

@@ -35,20 +35,32 @@ class Interpreter {
   Flow exec(const Node& n, std::string& out) {
     line_ = n.line;
     switch (n.type) {
-      case Node::Type::kText: out += n.text; return Flow::kNormal;
-      case Node::Type::kOutput: out += to_str(eval(*n.expr)); return Flow::kNormal;
+      case Node::Type::kText:
+        out += n.text;
+        return Flow::kNormal;
+      case Node::Type::kOutput:
+        out += to_str(eval(*n.expr));
+        return Flow::kNormal;
       case Node::Type::kIf:
         for (size_t k = 0; k < n.conds.size(); ++k) {
           if (truthy(eval(*n.conds[k]))) return render(n.bodies[k], out);
         }
         if (n.bodies.size() > n.conds.size()) return render(n.bodies.back(), out);
         return Flow::kNormal;
-      case Node::Type::kFor: return exec_for(n, out);
-      case Node::Type::kSet: exec_set(n); return Flow::kNormal;
-      case Node::Type::kMacro: define_macro(n); return Flow::kNormal;
-      case Node::Type::kBreak: return Flow::kBreak;
-      case Node::Type::kContinue: return Flow::kContinue;
-      case Node::Type::kBlockWrap: return render(n.bodies[0], out);
+      case Node::Type::kFor:
+        return exec_for(n, out);
+      case Node::Type::kSet:
+        exec_set(n);
+        return Flow::kNormal;
+      case Node::Type::kMacro:
+        define_macro(n);
+        return Flow::kNormal;
+      case Node::Type::kBreak:
+        return Flow::kBreak;
+      case Node::Type::kContinue:
+        return Flow::kContinue;
+      case Node::Type::kBlockWrap:
+        return render(n.bodies[0], out);
     }
     return Flow::kNormal;
   }
@@ -59,14 +71,16 @@ class Interpreter {
       return;
     }
     List items = iterate(v);
-    TANDEM_CHECK(items.size() == targets.size(), "chat template line {}: cannot unpack {} values into {} names",
-                 line_, items.size(), targets.size());
+    TANDEM_CHECK(items.size() == targets.size(),
+                 "chat template line {}: cannot unpack {} values into {} names", line_,
+                 items.size(), targets.size());
     for (size_t k = 0; k < targets.size(); ++k) scopes_.back()[targets[k]] = items[k];
   }
 
   Flow exec_for(const Node& n, std::string& out) {
     Value seq = eval(*n.expr);
-    TANDEM_CHECK(!seq.is_none(), "chat template line {}: 'NoneType' object is not iterable", n.line);
+    TANDEM_CHECK(!seq.is_none(), "chat template line {}: 'NoneType' object is not iterable",
+                 n.line);
     List items = iterate(seq);
     scopes_.emplace_back();
     if (n.cond) {  // `for x in xs if cond`: loop.* counts only the kept items
@@ -180,14 +194,17 @@ class Interpreter {
 
   Value eval_inner(const Expr& e) {
     switch (e.type) {
-      case Expr::Type::kLiteral: return e.value;
+      case Expr::Type::kLiteral:
+        return e.value;
       case Expr::Type::kName: {
         Value v = lookup(e.name);
         if (v.is_undefined()) v.s = e.name;
         return v;
       }
-      case Expr::Type::kAttr: return get_attr(eval(*e.args[0]), e.name);
-      case Expr::Type::kItem: return get_item(eval(*e.args[0]), eval(*e.args[1]));
+      case Expr::Type::kAttr:
+        return get_attr(eval(*e.args[0]), e.name);
+      case Expr::Type::kItem:
+        return get_item(eval(*e.args[0]), eval(*e.args[1]));
       case Expr::Type::kSlice: {
         Value parts[3];
         for (int k = 0; k < 3; ++k) {
@@ -218,9 +235,11 @@ class Interpreter {
         if (e.name == "not") return Value::boolean(!truthy(v));
         TANDEM_CHECK(v.is_number(), "bad operand type for unary {}: {}", e.name, kind_name(v.kind));
         if (e.name == "+") return v;
-        return v.kind == Kind::kFloat ? Value::real(-v.f) : Value::integer(-(v.kind == Kind::kBool ? v.b : v.i));
+        return v.kind == Kind::kFloat ? Value::real(-v.f)
+                                      : Value::integer(-(v.kind == Kind::kBool ? v.b : v.i));
       }
-      case Expr::Type::kBinary: return eval_binary(e);
+      case Expr::Type::kBinary:
+        return eval_binary(e);
       case Expr::Type::kCond:
         if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
         return e.args[2] ? eval(*e.args[2]) : Value::undefined();
@@ -274,8 +293,8 @@ class Interpreter {
       for (int64_t k = 0; k < b.i; ++k) s += a.s;
       return Value::string(s);
     }
-    TANDEM_CHECK(a.is_number() && b.is_number(), "unsupported operand types for {}: {} and {}",
-                 op, kind_name(a.kind), kind_name(b.kind));
+    TANDEM_CHECK(a.is_number() && b.is_number(), "unsupported operand types for {}: {} and {}", op,
+                 kind_name(a.kind), kind_name(b.kind));
     bool real = a.kind == Kind::kFloat || b.kind == Kind::kFloat || op == "/";
     double x = a.as_double(), y = b.as_double();
     int64_t p = a.kind == Kind::kBool ? a.b : a.i, q = b.kind == Kind::kBool ? b.b : b.i;

@@ -25,7 +25,8 @@ Value filter_items(const Value& v, CallArgs& a, bool keep, bool by_attr) {
   size_t first = by_attr ? 1 : 0;
   std::string test = a.positional.size() > first ? to_str(a.positional[first]) : "";
   CallArgs test_args;
-  for (size_t k = first + 1; k < a.positional.size(); ++k) test_args.positional.push_back(a.positional[k]);
+  for (size_t k = first + 1; k < a.positional.size(); ++k)
+    test_args.positional.push_back(a.positional[k]);
   for (const auto& item : iterate(v)) {
     Value x = by_attr ? item_attr(item, a.positional.at(0)) : item;
     bool ok = test.empty() ? truthy(x) : apply_test(test, x, test_args);
@@ -38,12 +39,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -71,17 +83,20 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     return (*get_attr(v, "strip").fn)(m);
   }
   if (name == "items") {
-    TANDEM_CHECK(v.is_mapping() || v.is_undefined(), "items expects a mapping, got {}", kind_name(v.kind));
+    TANDEM_CHECK(v.is_mapping() || v.is_undefined(), "items expects a mapping, got {}",
+                 kind_name(v.kind));
     List out;
     if (v.is_mapping()) {
-      for (const auto& [k, x] : v.dict->items) out.push_back(Value::new_list({Value::string(k), x}));
+      for (const auto& [k, x] : v.dict->items)
+        out.push_back(Value::new_list({Value::string(k), x}));
     }
     return Value::new_list(std::move(out));
   }
   if (name == "dictsort") {
     Value items = apply_filter("items", v, a);
-    std::stable_sort(items.list->begin(), items.list->end(),
-                     [](const Value& x, const Value& y) { return less((*x.list)[0], (*y.list)[0]); });
+    std::stable_sort(items.list->begin(), items.list->end(), [](const Value& x, const Value& y) {
+      return less((*x.list)[0], (*y.list)[0]);
+    });
     return items;
   }
   if (name == "d" || name == "default") {
@@ -109,7 +124,8 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   }
   if (name == "replace") {
     CallArgs m;
-    m.positional = {arg(a, 0, "old", kUndef), arg(a, 1, "new", kUndef), arg(a, 2, "count", Value::integer(-1))};
+    m.positional = {arg(a, 0, "old", kUndef), arg(a, 1, "new", kUndef),
+                    arg(a, 2, "count", Value::integer(-1))};
     return (*get_attr(Value::string(to_str(v)), "replace").fn)(m);
   }
   if (name == "list") return Value::new_list(iterate(v));
@@ -124,7 +140,8 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "unique") {
     List out;
     for (const auto& x : iterate(v)) {
-      if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equals(x, y); })) out.push_back(x);
+      if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equals(x, y); }))
+        out.push_back(x);
     }
     return Value::new_list(std::move(out));
   }
@@ -135,7 +152,8 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     std::stable_sort(items.begin(), items.end(),
                      [&](const Value& x, const Value& y) { return less(key(x), key(y)); });
     if (name == "sort") {
-      if (truthy(arg(a, 0, "reverse", Value::boolean(false)))) std::reverse(items.begin(), items.end());
+      if (truthy(arg(a, 0, "reverse", Value::boolean(false))))
+        std::reverse(items.begin(), items.end());
       return Value::new_list(std::move(items));
     }
     if (items.empty()) return Value::undefined();
@@ -144,8 +162,10 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "sum") {
     Value total = Value::integer(0);
     for (const auto& x : iterate(v)) {
-      if (x.kind == Kind::kFloat || total.kind == Kind::kFloat) total = Value::real(total.as_double() + x.as_double());
-      else total = Value::integer(total.i + (x.kind == Kind::kBool ? x.b : x.i));
+      if (x.kind == Kind::kFloat || total.kind == Kind::kFloat)
+        total = Value::real(total.as_double() + x.as_double());
+      else
+        total = Value::integer(total.i + (x.kind == Kind::kBool ? x.b : x.i));
     }
     return total;
   }

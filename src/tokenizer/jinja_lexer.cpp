@@ -55,18 +55,41 @@ std::string unescape_string(const std::string& src, size_t& pos, int line) {
     TANDEM_CHECK(pos < src.size(), "chat template line {}: unterminated string", line);
     char e = src[pos++];
     switch (e) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case '0': out += '\0'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case 'a': out += '\a'; break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case '\n': break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case '0':
+        out += '\0';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case '\n':
+        break;
       case 'x':
       case 'u':
       case 'U': {
@@ -90,9 +113,9 @@ std::string unescape_string(const std::string& src, size_t& pos, int line) {
 // Returns the position just after the closing delimiter; *strip_after is set for `-}}`/`-%}`.
 size_t lex_expression(const std::string& src, size_t pos, const char* end, int* line,
                       std::vector<Token>& out, bool* strip_after) {
-  static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~",
-                               "<",  ">",  "=",  "(",  ")",  "[", "]", "{", "}", ",", ".", ":",
-                               "|"};
+  static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                               "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                               "]",  "{",  "}",  ",",  ".",  ":",  "|"};
   int depth = 0;
   while (true) {
     while (pos < src.size() && std::strchr(" \t\r\n", src[pos])) {
@@ -118,14 +141,19 @@ size_t lex_expression(const std::string& src, size_t pos, const char* end, int* 
     t.line = *line;
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t s = pos;
-      while (pos < src.size() && (std::isalnum(static_cast<unsigned char>(src[pos])) || src[pos] == '_')) ++pos;
+      while (pos < src.size() &&
+             (std::isalnum(static_cast<unsigned char>(src[pos])) || src[pos] == '_'))
+        ++pos;
       t.type = Token::Type::kName;
       t.text = src.substr(s, pos - s);
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t s = pos;
-      while (pos < src.size() && (std::isdigit(static_cast<unsigned char>(src[pos])) || src[pos] == '_')) ++pos;
+      while (pos < src.size() &&
+             (std::isdigit(static_cast<unsigned char>(src[pos])) || src[pos] == '_'))
+        ++pos;
       bool is_float = false;
-      if (pos + 1 < src.size() && src[pos] == '.' && std::isdigit(static_cast<unsigned char>(src[pos + 1]))) {
+      if (pos + 1 < src.size() && src[pos] == '.' &&
+          std::isdigit(static_cast<unsigned char>(src[pos + 1]))) {
         is_float = true;
         ++pos;
         while (pos < src.size() && std::isdigit(static_cast<unsigned char>(src[pos]))) ++pos;
@@ -141,8 +169,10 @@ size_t lex_expression(const std::string& src, size_t pos, const char* end, int* 
         if (src[k] != '_') num += src[k];
       }
       t.type = is_float ? Token::Type::kFloat : Token::Type::kInt;
-      if (is_float) t.f = std::stod(num);
-      else t.i = std::stoll(num);
+      if (is_float)
+        t.f = std::stod(num);
+      else
+        t.i = std::stoll(num);
       t.text = num;
     } else if (c == '\'' || c == '"') {
       int start_line = *line;
@@ -195,7 +225,8 @@ std::vector<Segment> lex_template(const std::string& raw) {
     }
     if (tag == std::string::npos || tag + 1 >= src.size()) {
       if (pos < src.size()) {
-        segs.push_back({Segment::Type::kText, line_at(src, pos, &line_pos, &line_no), src.substr(pos), {}});
+        segs.push_back(
+            {Segment::Type::kText, line_at(src, pos, &line_pos, &line_no), src.substr(pos), {}});
       }
       break;
     }

@@ -15,15 +15,17 @@ namespace {
 // Filters and tests the evaluator implements (jinja_builtins.cpp); checked at parse time so an
 // unsupported one is reported before rendering starts.
 const std::set<std::string> kFilters = {
-    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
-    "float", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
-    "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr",
-    "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper", "wordcount"};
+    "abs",     "attr",    "capitalize", "count",  "d",      "default",    "dictsort", "e",
+    "escape",  "first",   "float",      "indent", "int",    "items",      "join",     "last",
+    "length",  "list",    "lower",      "map",    "max",    "min",        "reject",   "rejectattr",
+    "replace", "reverse", "round",      "safe",   "select", "selectattr", "sort",     "string",
+    "sum",     "title",   "tojson",     "trim",   "unique", "upper",      "wordcount"};
 const std::set<std::string> kTests = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false",
-    "float", "ge", "gt", "in", "integer", "iterable", "le", "lower", "lt", "mapping", "ne",
-    "none", "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper", "==",
-    "!=", "<", "<=", ">", ">="};
+    "boolean",  "callable", "defined", "divisibleby", "eq",      "equalto", "escaped",
+    "even",     "false",    "float",   "ge",          "gt",      "in",      "integer",
+    "iterable", "le",       "lower",   "lt",          "mapping", "ne",      "none",
+    "number",   "odd",      "sameas",  "sequence",    "string",  "true",    "undefined",
+    "upper",    "==",       "!=",      "<",           "<=",      ">",       ">="};
 
 class Parser {
  public:
@@ -60,8 +62,7 @@ class Parser {
         continue;
       }
       const Token& kw = peek();
-      TANDEM_CHECK(kw.type == Token::Type::kName, "chat template line {}: empty block tag",
-                   s.line);
+      TANDEM_CHECK(kw.type == Token::Type::kName, "chat template line {}: empty block tag", s.line);
       if (ends.count(kw.text)) {
         *end = kw.text;
         next();
@@ -316,12 +317,19 @@ class Parser {
         e->value = Value::string(s);
         return e;
       }
-      case Token::Type::kInt: e->value = Value::integer(t.i); return e;
-      case Token::Type::kFloat: e->value = Value::real(t.f); return e;
+      case Token::Type::kInt:
+        e->value = Value::integer(t.i);
+        return e;
+      case Token::Type::kFloat:
+        e->value = Value::real(t.f);
+        return e;
       case Token::Type::kName:
-        if (t.text == "true" || t.text == "True") e->value = Value::boolean(true);
-        else if (t.text == "false" || t.text == "False") e->value = Value::boolean(false);
-        else if (t.text == "none" || t.text == "None") e->value = Value::none();
+        if (t.text == "true" || t.text == "True")
+          e->value = Value::boolean(true);
+        else if (t.text == "false" || t.text == "False")
+          e->value = Value::boolean(false);
+        else if (t.text == "none" || t.text == "None")
+          e->value = Value::none();
         else {
           e->type = Expr::Type::kName;
           e->name = t.text;
@@ -369,7 +377,8 @@ class Parser {
           return e;
         }
         break;
-      default: break;
+      default:
+        break;
     }
     fail("chat template line {}: unexpected '{}' in expression", t.line,
          t.type == Token::Type::kEnd ? std::string("end of tag") : t.text);
@@ -491,9 +500,7 @@ class Parser {
     if (t.type != Token::Type::kEnd) ++tok_;
     return t;
   }
-  bool is_op(const char* op) const {
-    return peek().type == Token::Type::kOp && peek().text == op;
-  }
+  bool is_op(const char* op) const { return peek().type == Token::Type::kOp && peek().text == op; }
   bool is_name(const char* n) const {
     return peek().type == Token::Type::kName && peek().text == n;
   }

@@ -93,29 +93,44 @@ Value Value::function(Function f) {
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::kUndefined: return "undefined";
-    case Kind::kNone: return "none";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "namespace";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "undefined";
+    case Kind::kNone:
+      return "none";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "namespace";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }
 
 Value from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value::integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
       return Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return Value::real(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::real(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List l;
       l.reserve(j.size());
@@ -127,21 +142,30 @@ Value from_json(const nlohmann::ordered_json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), from_json(*it));
       return Value::new_dict(std::move(d));
     }
-    default: fail("chat template: unsupported JSON value {}", j.dump());
+    default:
+      fail("chat template: unsupported JSON value {}", j.dump());
   }
 }
 
 bool truthy(const Value& v) {
   switch (v.kind) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return v.b;
-    case Kind::kInt: return v.i != 0;
-    case Kind::kFloat: return v.f != 0;
-    case Kind::kString: return !v.s.empty();
-    case Kind::kList: return !v.list->empty();
-    case Kind::kDict: return !v.dict->items.empty();
-    default: return true;
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return v.b;
+    case Kind::kInt:
+      return v.i != 0;
+    case Kind::kFloat:
+      return v.f != 0;
+    case Kind::kString:
+      return !v.s.empty();
+    case Kind::kList:
+      return !v.list->empty();
+    case Kind::kDict:
+      return !v.dict->items.empty();
+    default:
+      return true;
   }
 }
 
@@ -153,8 +177,10 @@ bool equals(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case Kind::kUndefined:
-    case Kind::kNone: return true;
-    case Kind::kString: return a.s == b.s;
+    case Kind::kNone:
+      return true;
+    case Kind::kString:
+      return a.s == b.s;
     case Kind::kList:
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k) {
@@ -168,7 +194,8 @@ bool equals(const Value& a, const Value& b) {
         if (o == nullptr || !equals(v, *o)) return false;
       }
       return true;
-    default: return a.dict == b.dict && a.fn == b.fn;
+    default:
+      return a.dict == b.dict && a.fn == b.fn;
   }
 }
 
@@ -227,8 +254,8 @@ std::string float_repr(double d) {
 
 bool is_py_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 namespace {
@@ -245,8 +272,10 @@ bool is_printable(char32_t c) {
     case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS: return false;
-    default: return true;
+    case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
   }
 }
 
@@ -290,13 +319,27 @@ void json_string(const std::string& s, bool ensure_ascii, std::string& out) {
     char32_t c = next_code_point(s, i);
     char buf[16];
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
           if (c >= 0x10000) {  // surrogate pair
@@ -323,15 +366,26 @@ void json_dump(const Value& v, bool ascii, int indent, bool sort_keys, int depth
   };
   const char* item_sep = indent >= 0 ? "," : ", ";
   switch (v.kind) {
-    case Kind::kNone: out += "null"; return;
-    case Kind::kBool: out += v.b ? "true" : "false"; return;
-    case Kind::kInt: out += std::to_string(v.i); return;
-    case Kind::kFloat:
-      if (std::isnan(v.f)) out += "NaN";
-      else if (std::isinf(v.f)) out += v.f > 0 ? "Infinity" : "-Infinity";
-      else out += float_repr(v.f);
+    case Kind::kNone:
+      out += "null";
       return;
-    case Kind::kString: json_string(v.s, ascii, out); return;
+    case Kind::kBool:
+      out += v.b ? "true" : "false";
+      return;
+    case Kind::kInt:
+      out += std::to_string(v.i);
+      return;
+    case Kind::kFloat:
+      if (std::isnan(v.f))
+        out += "NaN";
+      else if (std::isinf(v.f))
+        out += v.f > 0 ? "Infinity" : "-Infinity";
+      else
+        out += float_repr(v.f);
+      return;
+    case Kind::kString:
+      json_string(v.s, ascii, out);
+      return;
     case Kind::kList: {
       if (v.list->empty()) {
         out += "[]";
@@ -371,7 +425,8 @@ void json_dump(const Value& v, bool ascii, int indent, bool sort_keys, int depth
       out += '}';
       return;
     }
-    default: fail("tojson: object of type {} is not JSON serializable", kind_name(v.kind));
+    default:
+      fail("tojson: object of type {} is not JSON serializable", kind_name(v.kind));
   }
 }
 
@@ -384,12 +439,18 @@ std::string repr(const Value& v) {
 
 std::string to_str(const Value& v) {
   switch (v.kind) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return v.b ? "True" : "False";
-    case Kind::kInt: return std::to_string(v.i);
-    case Kind::kFloat: return float_repr(v.f);
-    case Kind::kString: return v.s;
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return v.b ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(v.i);
+    case Kind::kFloat:
+      return float_repr(v.f);
+    case Kind::kString:
+      return v.s;
     case Kind::kList: {
       std::string out = "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
@@ -403,8 +464,10 @@ std::string to_str(const Value& v) {
       }
       return out + "}";
     }
-    case Kind::kNamespace: return "<Namespace>";
-    case Kind::kFunction: return "<function>";
+    case Kind::kNamespace:
+      return "<Namespace>";
+    case Kind::kFunction:
+      return "<function>";
   }
   return "";
 }

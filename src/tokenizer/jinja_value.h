@@ -30,8 +30,18 @@ struct CallArgs {
 };
 using Function = std::function<Value(CallArgs&)>;
 
-enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace,
-                  kFunction };
+enum class Kind {
+  kUndefined,
+  kNone,
+  kBool,
+  kInt,
+  kFloat,
+  kString,
+  kList,
+  kDict,
+  kNamespace,
+  kFunction
+};
 
 struct Value {
   Kind kind = Kind::kUndefined;
@@ -56,10 +66,14 @@ struct Value {
   bool is_undefined() const { return kind == Kind::kUndefined; }
   bool is_none() const { return kind == Kind::kNone; }
   bool is_string() const { return kind == Kind::kString; }
-  bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
+  bool is_number() const {
+    return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool;
+  }
   bool is_mapping() const { return kind == Kind::kDict || kind == Kind::kNamespace; }
   bool is_list() const { return kind == Kind::kList; }
-  double as_double() const { return kind == Kind::kFloat ? f : static_cast<double>(kind == Kind::kBool ? b : i); }
+  double as_double() const {
+    return kind == Kind::kFloat ? f : static_cast<double>(kind == Kind::kBool ? b : i);
+  }
 };
 
 const char* kind_name(Kind k);

@@ -133,9 +133,9 @@ PreTokenizer::PreTokenizer(const nlohmann::json& spec) : regex_(std::make_unique
   std::string pcre_pattern = rewrite_whitespace(pattern_);
   int err = 0;
   PCRE2_SIZE err_off = 0;
-  regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pcre_pattern.data()),
-                               pcre_pattern.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK,
-                               &err, &err_off, nullptr);
+  regex_->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pcre_pattern.data()), pcre_pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &err_off, nullptr);
   if (regex_->code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
@@ -166,9 +166,10 @@ void PreTokenizer::split(std::string_view text,
   size_t pos = 0;
   uint32_t gap_start = 0;
   while (pos < text.size()) {
-    int rc = regex_->jit ? pcre2_jit_match(regex_->code, subject, text.size(), pos, 0, ts.md, ts.ctx)
-                         : pcre2_match(regex_->code, subject, text.size(), pos,
-                                       PCRE2_NO_UTF_CHECK, ts.md, ts.ctx);
+    int rc = regex_->jit
+                 ? pcre2_jit_match(regex_->code, subject, text.size(), pos, 0, ts.md, ts.ctx)
+                 : pcre2_match(regex_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, ts.md,
+                               ts.ctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     TANDEM_CHECK(rc >= 0, "pre-tokenizer regex match failed with PCRE2 code {}", rc);
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ts.md);

@@ -97,10 +97,12 @@ Tokenizer Tokenizer::from_dir(const std::string& model_dir) {
                "vocab.json/merges.txt-only or sentencepiece checkpoint is not supported)",
                model_dir);
   std::string config_text;
-  if (fs::exists(dir / "tokenizer_config.json")) config_text = read_file(dir / "tokenizer_config.json");
+  if (fs::exists(dir / "tokenizer_config.json"))
+    config_text = read_file(dir / "tokenizer_config.json");
   Tokenizer t = from_json(read_file(tj), config_text);
   // transformers >= 4.43 may store the template next to the config; that file wins.
-  if (fs::exists(dir / "chat_template.jinja")) t.chat_template_ = read_file(dir / "chat_template.jinja");
+  if (fs::exists(dir / "chat_template.jinja"))
+    t.chat_template_ = read_file(dir / "chat_template.jinja");
   if (fs::exists(dir / "generation_config.json")) {
     json gen = parse_json(read_file(dir / "generation_config.json"), "generation_config.json");
     if (gen.contains("eos_token_id") && !gen["eos_token_id"].is_null()) {
@@ -139,10 +141,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     tok.content = a.at("content").get<std::string>();
     tok.special = a.value("special", false);
     tok.normalized = a.value("normalized", !tok.special);
-    TANDEM_CHECK(!a.value("single_word", false) && !a.value("lstrip", false) &&
-                     !a.value("rstrip", false),
-                 "unsupported added token '{}': single_word/lstrip/rstrip are not supported",
-                 tok.content);
+    TANDEM_CHECK(
+        !a.value("single_word", false) && !a.value("lstrip", false) && !a.value("rstrip", false),
+        "unsupported added token '{}': single_word/lstrip/rstrip are not supported", tok.content);
     size = std::max(size, tok.id + 1);
     t.added_.push_back(std::move(tok));
   }
@@ -169,7 +170,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
         t.chat_template_ = ct.get<std::string>();
       } else if (ct.is_array()) {  // [{"name": "default", "template": ...}, ...]
         for (const auto& e : ct) {
-          if (e.value("name", "") == "default") t.chat_template_ = e.at("template").get<std::string>();
+          if (e.value("name", "") == "default")
+            t.chat_template_ = e.at("template").get<std::string>();
         }
       }
     }

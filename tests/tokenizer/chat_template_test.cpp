@@ -1,12 +1,13 @@
 // Chat templates: identical output to transformers' apply_chat_template on the committed goldens
 // (tools/tokenizer/make_chat_goldens.py) for the Qwen3 and Qwen3.5 templates, plus interpreter
 // behaviour and error reporting (unsupported construct named with its line).
+#include "tokenizer/chat_template.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "tests/tokenizer/test_util.h"
-#include "tokenizer/chat_template.h"
 
 namespace tandem::tok {
 namespace {
@@ -68,24 +69,30 @@ std::string render(const std::string& src, const std::string& ctx_json = "{}") {
 }
 
 TEST(ChatTemplate, InterpreterSemantics) {
-  EXPECT_EQ(render("{% for x in [1,2,3] %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}"),
+  EXPECT_EQ(render("{% for x in [1,2,3] %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif "
+                   "%}{% endfor %}"),
             "11,22,33");
-  EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 1 / 4 }} {{ 2 ** 10 }} {{ 1e-5 }} {{ 3.0 }}"),
-            "3 -4 1 0.25 1024 1e-05 3.0");
+  EXPECT_EQ(
+      render(
+          "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 1 / 4 }} {{ 2 ** 10 }} {{ 1e-5 }} {{ 3.0 }}"),
+      "3 -4 1 0.25 1024 1e-05 3.0");
   EXPECT_EQ(render("{{ 'a,b,,c'.split(',') }} {{ '  x y  '.split() }} {{ 'abc'[::-1] }}"),
             "['a', 'b', '', 'c'] ['x', 'y'] cba");
-  EXPECT_EQ(render("{{ {'k': [1, none, true, 'q\"']} | tojson }} {{ {'k': 1} | tojson(indent=2) }}"),
-            "{\"k\": [1, null, true, \"q\\\"\"]} {\n  \"k\": 1\n}");
+  EXPECT_EQ(
+      render("{{ {'k': [1, none, true, 'q\"']} | tojson }} {{ {'k': 1} | tojson(indent=2) }}"),
+      "{\"k\": [1, null, true, \"q\\\"\"]} {\n  \"k\": 1\n}");
   EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(5) %}{% if i == 3 %}{% break %}"
                    "{% endif %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
             "3");
-  EXPECT_EQ(render("{% macro m(a, b='d') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}"),
-            "[1d][23]");
+  EXPECT_EQ(
+      render("{% macro m(a, b='d') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}"),
+      "[1d][23]");
   EXPECT_EQ(render("{{ x | default('none') }} {{ y is defined }} {{ 'ab' ~ 1 }}", R"({"y": null})"),
             "none True ab1");
   EXPECT_EQ(render("  {%- if true %}\n  a\n  {% endif %}\nb"), "  a\nb");
-  EXPECT_EQ(render("{{ messages[0].role | upper }} {{ messages | length }} {{ 'X' if 0 else 'Y' }}"),
-            "USER 1 Y");
+  EXPECT_EQ(
+      render("{{ messages[0].role | upper }} {{ messages | length }} {{ 'X' if 0 else 'Y' }}"),
+      "USER 1 Y");
 }
 
 TEST(ChatTemplate, UnsupportedConstructNamesItAndLine) {

@@ -1,12 +1,13 @@
 // Streaming detokenisation properties: on seeded random id sequences (biased towards ids whose
 // bytes split multi-byte characters) every piece is valid UTF-8 and the pieces concatenate to
 // the full decode.
+#include "tokenizer/stream_decoder.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "tests/tokenizer/test_util.h"
-#include "tokenizer/stream_decoder.h"
 #include "tokenizer/utf8.h"
 
 namespace tandem::tok {
