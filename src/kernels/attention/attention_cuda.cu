@@ -292,8 +292,12 @@ void launch_split(const AttnParams& p, int rows_per_head, cudaStream_t s) {
   static_assert(kThreads / 32 * kRows <= kMaxRows, "rows per CTA");
   const size_t smem = Smem<kD>::bytes(8 * kRows, kStages<kRows>);
   auto* kernel = attention_split_kernel<kD, kRows>;
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
+  // The shared-memory opt-in is fixed per instantiation, so it is made once per process: calling
+  // cudaFuncSetAttribute on every launch cost tens of microseconds of host time per call
+  // (measured). Assumes one device per process (the attribute is per device).
+  static const cudaError_t opted_in = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cuda::check(opted_in, "cudaFuncSetAttribute(attention_split_kernel)");
   const dim3 grid(p.max_splits, p.hkv, cuda::ceil_div(rows_per_head, 8 * kRows));
   kernel<<<grid, kThreads, smem, s>>>(p);
   cuda::check_launch("attention_split_kernel");
@@ -313,8 +317,8 @@ void launch(const AttnParams& p, cudaStream_t s) {
   }
   const size_t merge_smem = (static_cast<size_t>(p.max_splits) + 1) * 4;
   auto* merge = attention_merge_kernel<kD>;
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(merge, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(merge_smem)));
+  TANDEM_CHECK(merge_smem <= 48 * 1024, "attention_cuda: {} splits exceed the merge kernel's limit",
+               p.max_splits);
   merge<<<static_cast<unsigned>(p.nq * p.hq), kD, merge_smem, s>>>(p);
   cuda::check_launch("attention_merge_kernel");
 }
