@@ -10,6 +10,7 @@
 #include "engine/generator.h"
 #include "spec/mtp_drafter.h"
 #include "spec/oracle_drafter.h"
+#include "tokenizer/stream_decoder.h"
 
 namespace tandem::app {
 
@@ -69,7 +70,8 @@ void add_generate_command(CLI::App& app) {
   auto g = std::make_shared<GenerateOptions>();
   add_generate_options(cmd, *g);
   cmd->callback([g] {
-    GenerateRequest req = build_request(*g);
+    const auto tokenizer = tokenizer_for(*g);
+    GenerateRequest req = build_request(*g, tokenizer.get());
     auto model = open_model(*g, !g->json);
     if (!g->ignore_eos) req.stop_ids = model->config().eos_token_ids;
     std::unique_ptr<std::ofstream> trace;
@@ -78,9 +80,31 @@ void add_generate_command(CLI::App& app) {
       TANDEM_CHECK(trace->good(), "cannot write --spec-trace file '{}'", g->spec_trace);
     }
     const int k = g->speculative == "none" ? 0 : g->num_speculative_tokens;
-    GenerateResult r = run_generation(*model, *g, req, trace.get(), {});
-    if (g->json) {
-      std::printf("%s\n", nlohmann::json{{"tokens", r.tokens}, {"stats", stats_json(r, k)}}.dump().c_str());
+    // Text prompts stream text as it is generated; id prompts print ids at the end.
+    std::unique_ptr<tok::StreamDecoder> stream;
+    if (tokenizer && !g->json) {
+      stream = std::make_unique<tok::StreamDecoder>(*tokenizer, /*skip_special=*/true);
+      std::printf("%s", g->prompt.c_str());
+    }
+    auto on_token = [&](int32_t id) {
+      if (!stream) return;
+      std::printf("%s", stream->push(id).c_str());
+      std::fflush(stdout);
+    };
+    GenerateResult r = run_generation(*model, *g, req, trace.get(), on_token);
+    if (stream) {
+      std::printf("%s\n", stream->flush().c_str());
+      const GenerationStats& s = r.stats;
+      std::fprintf(stderr, "\n%lld prompt + %lld generated tokens | prefill %.1f tok/s | decode %.1f tok/s",
+                   static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens),
+                   s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0,
+                   s.decode_seconds > 0 ? (s.generated_tokens - 1) / s.decode_seconds : 0.0);
+      if (k > 0) std::fprintf(stderr, " | mean acceptance length %.2f (k=%d)", s.mean_acceptance_length(), k);
+      std::fprintf(stderr, "\n");
+    } else if (g->json) {
+      nlohmann::json out{{"tokens", r.tokens}, {"stats", stats_json(r, k)}};
+      if (tokenizer) out["text"] = tokenizer->decode(r.tokens, true);
+      std::printf("%s\n", out.dump().c_str());
     } else {
       for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", r.tokens[i]);
       std::printf("\n");

@@ -1,11 +1,17 @@
 // Registration and validation of the generation options.
 #include "apps/generate_options.h"
 
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/chat_template.h"
+
 namespace tandem::app {
 
 void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
   add_common_options(cmd, g);
   cmd->add_option("--prompt-ids", g.prompt_ids, "comma-separated prompt token ids");
+  cmd->add_option("--prompt", g.prompt, "prompt text (tokenized with the model's tokenizer.json)");
+  cmd->add_flag("--chat", g.chat, "apply the model's chat template to --prompt (one user message)");
   cmd->add_option("--max-tokens", g.max_tokens, "tokens to generate")->capture_default_str();
   cmd->add_flag("--json", g.json, "print {\"tokens\": [...], \"stats\": {...}}");
   cmd->add_option("--speculative", g.speculative, "mtp | none | oracle (tests)")->capture_default_str();
@@ -22,10 +28,30 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
   cmd->add_flag("--ignore-eos", g.ignore_eos, "do not stop at the model's end-of-sequence tokens");
 }
 
-GenerateRequest build_request(const GenerateOptions& g) {
+namespace {
+std::string render_chat_prompt(const tok::Tokenizer& t, const std::string& user_text) {
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", user_text}}});
+  return tok::render_chat(t, messages, /*add_generation_prompt=*/true);
+}
+}  // namespace
+
+std::unique_ptr<tok::Tokenizer> tokenizer_for(const GenerateOptions& g) {
+  if (g.prompt.empty()) return nullptr;
+  return std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_dir(g.model_dir));
+}
+
+GenerateRequest build_request(const GenerateOptions& g, const tok::Tokenizer* tokenizer) {
   GenerateRequest req;
-  TANDEM_CHECK(!g.prompt_ids.empty(), "give a prompt with --prompt-ids");
-  req.prompt = parse_ids(g.prompt_ids);
+  TANDEM_CHECK(g.prompt_ids.empty() != g.prompt.empty(), "give exactly one of --prompt-ids and --prompt");
+  if (!g.prompt.empty()) {
+    TANDEM_CHECK(tokenizer != nullptr, "--prompt needs the checkpoint's tokenizer");
+    std::string text = g.prompt;
+    if (g.chat) text = render_chat_prompt(*tokenizer, text);
+    req.prompt = tokenizer->encode(text);
+  } else {
+    TANDEM_CHECK(!g.chat, "--chat applies to --prompt text");
+    req.prompt = parse_ids(g.prompt_ids);
+  }
   req.max_tokens = g.max_tokens;
   req.sampling = SamplingParams{.temperature = g.temperature, .top_k = g.top_k, .top_p = g.top_p, .seed = g.seed};
   check_sampling_params(req.sampling);

@@ -7,11 +7,14 @@
 
 #include "apps/cli_common.h"
 #include "engine/generator.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::app {
 
 struct GenerateOptions : CommonOptions {
   std::string prompt_ids;
+  std::string prompt;  // text, tokenized with the checkpoint's tokenizer.json
+  bool chat = false;   // wrap --prompt as a user message with the model's chat template
   int max_tokens = 32;
   bool json = false;
   std::string speculative = "none";
@@ -26,6 +29,9 @@ struct GenerateOptions : CommonOptions {
 };
 
 void add_generate_options(CLI::App* cmd, GenerateOptions& g);
-GenerateRequest build_request(const GenerateOptions& g);
+// Builds the request; text prompts are tokenized with `tokenizer` (required when --prompt is set).
+GenerateRequest build_request(const GenerateOptions& g, const tok::Tokenizer* tokenizer = nullptr);
+// Loads the checkpoint's tokenizer when the options need text in or out, else null.
+std::unique_ptr<tok::Tokenizer> tokenizer_for(const GenerateOptions& g);
 
 }  // namespace tandem::app

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's second command (and what CI runs): install what is missing, build everything, run
+# every test with CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/build.sh
+cd build && ctest --output-on-failure -j "$(nproc)" --timeout 900
