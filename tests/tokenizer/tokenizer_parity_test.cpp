@@ -44,6 +44,30 @@ TEST(TokenizerParity, Qwen3GoldensIdenticalIdsAndDecode) {
   EXPECT_EQ(decode_mismatch, 0u) << "of " << n;
 }
 
+// Qwen3.5/3.6 pre-tokenizer regex ([\p{L}\p{M}]+ words) on the Qwen3 vocab: the PCRE2 port of
+// the pattern must split exactly like HF's Oniguruma on the same strings.
+TEST(TokenizerParity, Qwen35RegexGoldensIdenticalIds) {
+  std::ifstream f(fixture("qwen3/qwen35_regex_goldens.jsonl"));
+  ASSERT_TRUE(f.good());
+  std::string line;
+  std::getline(f, line);
+  auto meta = nlohmann::json::parse(line).at("meta");
+  auto spec = nlohmann::json::parse(testing::read_text(fixture("qwen3/tokenizer.json")));
+  spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = meta["pre_tokenizer_regex"];
+  const Tokenizer t = Tokenizer::from_json(spec.dump());
+  size_t n = 0, mismatch = 0;
+  while (std::getline(f, line)) {
+    auto g = nlohmann::json::parse(line);
+    auto text = g["text"].get<std::string>();
+    ++n;
+    if (t.encode(text) != g["ids"].get<std::vector<int32_t>>() && ++mismatch <= 10) {
+      ADD_FAILURE() << "ids differ for " << nlohmann::json(text).dump();
+    }
+  }
+  EXPECT_GE(n, 2000u);
+  EXPECT_EQ(mismatch, 0u) << "of " << n;
+}
+
 TEST(TokenizerParity, SpecialTokensMatchedAndSkippable) {
   const auto& t = qwen3();
   auto ids = t.encode("<|im_start|>user\nhi<|im_end|>");

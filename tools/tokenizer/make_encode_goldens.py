@@ -3,6 +3,9 @@
 
 Writes tests/fixtures/tokenizer/qwen3/encode_goldens.jsonl: a first line {"meta": ...} with the
 command, versions and tokenizer hash, then one {"text", "ids", "decoded"} object per line.
+Also writes qwen3/qwen35_regex_goldens.jsonl: the same strings encoded with the Qwen3 vocab but the
+Qwen3.5 / Qwen3.6 pre-tokenizer regex (letters and marks, [\p{L}\p{M}]+), which no PyPI package
+ships as a tokenizer.json; the C++ test patches the pattern the same way.
 Run from the repo root:  python3 tools/tokenizer/make_encode_goldens.py
 """
 import hashlib
@@ -138,12 +141,25 @@ def make_cases(rng):
     return cases
 
 
+QWEN35_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
+                  r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def write_goldens(tok, cases, out, meta, with_decode):
+    with out.open("w", encoding="utf-8") as f:
+        f.write(json.dumps({"meta": meta}, ensure_ascii=False) + "\n")
+        for text in cases:
+            row = {"text": text, "ids": tok.encode(text, add_special_tokens=False).ids}
+            if with_decode:
+                row["decoded"] = tok.decode(row["ids"], skip_special_tokens=False)
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def main():
     rng = random.Random(20240531)
     tok_path = FIX / "qwen3/tokenizer.json"
     tok = tokenizers.Tokenizer.from_file(str(tok_path))
     cases = make_cases(rng)
-    out = FIX / "qwen3/encode_goldens.jsonl"
     meta = {
         "command": "python3 tools/tokenizer/make_encode_goldens.py",
         "tokenizers": tokenizers.__version__,
@@ -152,13 +168,15 @@ def main():
         "seed": 20240531,
         "count": len(cases),
     }
-    with out.open("w", encoding="utf-8") as f:
-        f.write(json.dumps({"meta": meta}, ensure_ascii=False) + "\n")
-        for text in cases:
-            ids = tok.encode(text, add_special_tokens=False).ids
-            decoded = tok.decode(ids, skip_special_tokens=False)
-            f.write(json.dumps({"text": text, "ids": ids, "decoded": decoded}, ensure_ascii=False)
-                    + "\n")
+    out = FIX / "qwen3/encode_goldens.jsonl"
+    write_goldens(tok, cases, out, meta, True)
+    spec = json.loads(tok_path.read_text(encoding="utf-8"))
+    split = spec["pre_tokenizer"]["pretokenizers"][0]
+    assert split["type"] == "Split"
+    split["pattern"]["Regex"] = QWEN35_PATTERN
+    tok35 = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    write_goldens(tok35, cases, FIX / "qwen3/qwen35_regex_goldens.jsonl",
+                  dict(meta, pre_tokenizer_regex=QWEN35_PATTERN), False)
     print(f"wrote {len(cases)} cases to {out}", file=sys.stderr)
 
 
