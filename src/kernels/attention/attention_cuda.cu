@@ -292,9 +292,8 @@ void launch_split(const AttnParams& p, int rows_per_head, cudaStream_t s) {
   static_assert(kThreads / 32 * kRows <= kMaxRows, "rows per CTA");
   const size_t smem = Smem<kD>::bytes(8 * kRows, kStages<kRows>);
   auto* kernel = attention_split_kernel<kD, kRows>;
-  // The shared-memory opt-in is fixed per instantiation, so it is made once per process: calling
-  // cudaFuncSetAttribute on every launch cost tens of microseconds of host time per call
-  // (measured). Assumes one device per process (the attribute is per device).
+  // The shared-memory opt-in is fixed per instantiation, so it is made once per process rather
+  // than on every launch. Assumes one device per process (the attribute is per device).
   static const cudaError_t opted_in = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   cuda::check(opted_in, "cudaFuncSetAttribute(attention_split_kernel)");
