@@ -82,7 +82,9 @@ void bench_copy(cudaStream_t s) {
   check(cudaMalloc(&a, bytes), "cudaMalloc");
   check(cudaMalloc(&b, bytes), "cudaMalloc");
   check(cudaMemset(a, 1, bytes), "cudaMemset");
-  const double ms = median_ms(s, 20, [&](int) { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy"); });
+  const double ms = median_ms(s, 20, [&](int) {
+    check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy");
+  });
   report("copy d2d 2 GiB (read+write)", ms, 2.0 * bytes, 0);
   cudaFree(a);
   cudaFree(b);
@@ -107,7 +109,8 @@ void bench_linear(cudaStream_t s, int64_t out_f, int64_t in) {
   const double ms = median_ms(s, 5, [&](int i) { linear_cuda({x, w[i % 3], out}, ctx); });
   fmt::print("{:<44} {:>9.4f} ms {:>8.1f} TFLOP/s ({:.1f}% of 790)\n",
              fmt::format("linear gemm  [{}x{}] x [{},{}]^T", n, in, out_f, in), ms,
-             2.0 * n * in * out_f / (ms * 1e-3) / 1e12, 100 * 2.0 * n * in * out_f / (ms * 1e-3) / 790e12);
+             2.0 * n * in * out_f / (ms * 1e-3) / 1e12,
+             100 * 2.0 * n * in * out_f / (ms * 1e-3) / 790e12);
 }
 
 void bench_attention(cudaStream_t s, int64_t ctx_len) {
@@ -116,11 +119,13 @@ void bench_attention(cudaStream_t s, int64_t ctx_len) {
   const int64_t blocks = (ctx_len + bs - 1) / bs;
   const double cache_bytes = 2.0 * blocks * bs * hkv * d * 2;
   const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / cache_bytes)));
-  const Tensor kc = random_bf16({copies * blocks, bs, hkv, d}, 5), vc = random_bf16({copies * blocks, bs, hkv, d}, 6);
+  const Tensor kc = random_bf16({copies * blocks, bs, hkv, d}, 5),
+               vc = random_bf16({copies * blocks, bs, hkv, d}, 6);
   std::vector<Tensor> tables;
   for (int c = 0; c < copies; ++c) {
     Tensor t = Tensor::zeros({blocks}, DType::kI32);
-    for (int64_t b = 0; b < blocks; ++b) t.data<int32_t>()[b] = static_cast<int32_t>(c * blocks + b);
+    for (int64_t b = 0; b < blocks; ++b)
+      t.data<int32_t>()[b] = static_cast<int32_t>(c * blocks + b);
     tables.push_back(t.to(Device::kCuda));
   }
   const Tensor q = random_bf16({16, hq, d}, 7), g = random_bf16({16, hq, d}, 8);
@@ -128,12 +133,14 @@ void bench_attention(cudaStream_t s, int64_t ctx_len) {
   Tensor len = Tensor::zeros({1}, DType::kI32);
   len.data<int32_t>()[0] = static_cast<int32_t>(ctx_len);
   const Tensor kv_len = len.to(Device::kCuda);
-  const Tensor ws = Tensor::zeros({attention_workspace_floats(16, hq, d, blocks * bs)}, DType::kF32, Device::kCuda);
+  const Tensor ws = Tensor::zeros({attention_workspace_floats(16, hq, d, blocks * bs)}, DType::kF32,
+                                  Device::kCuda);
   double base = 0;
   for (int64_t n : {1, 2, 3, 4, 9}) {
     const double ms = median_ms(s, 50, [&](int i) {
       attention_cuda({q.slice(0, 0, n), g.slice(0, 0, n), kc, vc, tables[i % copies], kv_len,
-                      out.slice(0, 0, n), 0.f, ws}, ctx);
+                      out.slice(0, 0, n), 0.f, ws},
+                     ctx);
     });
     if (n == 1) base = ms;
     report(fmt::format("attention q_len={} ctx={} (24q/4kv x 256)", n, ctx_len), ms,
@@ -144,11 +151,13 @@ void bench_attention(cudaStream_t s, int64_t ctx_len) {
 void bench_gdr(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const int64_t hk = 16, hv = 48, dk = 128, dv = 128, cols = 9;
-  const Tensor q = random_bf16({9, hk, dk}, 1), k = random_bf16({9, hk, dk}, 2), v = random_bf16({9, hv, dv}, 3);
+  const Tensor q = random_bf16({9, hk, dk}, 1), k = random_bf16({9, hk, dk}, 2),
+               v = random_bf16({9, hv, dv}, 3);
   const Tensor a = random_bf16({9, hv}, 4), b = random_bf16({9, hv}, 5);
   const Tensor a_log = random_bf16({hv}, 6), dt = random_bf16({hv}, 7);
   std::vector<Tensor> states;
-  for (int i = 0; i < 8; ++i) states.push_back(Tensor::zeros({cols, hv, dk, dv}, DType::kF32, Device::kCuda));
+  for (int i = 0; i < 8; ++i)
+    states.push_back(Tensor::zeros({cols, hv, dk, dv}, DType::kF32, Device::kCuda));
   Tensor one = Tensor::zeros({1}, DType::kI32);
   one.data<int32_t>()[0] = 1;
   const Tensor n_acc = one.to(Device::kCuda);
@@ -156,11 +165,14 @@ void bench_gdr(cudaStream_t s) {
   double base = 0;
   for (int64_t n : {1, 2, 4, 9}) {
     const double ms = median_ms(s, 50, [&](int i) {
-      gated_delta_rule_cuda({q.slice(0, 0, n), k.slice(0, 0, n), v.slice(0, 0, n), a.slice(0, 0, n), b.slice(0, 0, n),
-                             a_log, dt, states[i % 8], n_acc, out.slice(0, 0, n), GdrMode::kRecurrent, 0, 64}, ctx);
+      gated_delta_rule_cuda(
+          {q.slice(0, 0, n), k.slice(0, 0, n), v.slice(0, 0, n), a.slice(0, 0, n), b.slice(0, 0, n),
+           a_log, dt, states[i % 8], n_acc, out.slice(0, 0, n), GdrMode::kRecurrent, 0, 64},
+          ctx);
     });
     if (n == 1) base = ms;
-    report(fmt::format("gdr recurrent n={} (48 v-heads, 128x128)", n), ms, 4.0 * hv * dk * dv * (1 + n), base);
+    report(fmt::format("gdr recurrent n={} (48 v-heads, 128x128)", n), ms,
+           4.0 * hv * dk * dv * (1 + n), base);
   }
 }
 
@@ -181,7 +193,9 @@ int main(int argc, char** argv) {
       fmt::print(f, "[\n");
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
-        fmt::print(f, "  {{\"what\": \"{}\", \"ms\": {:.5f}, \"bytes\": {:.0f}, \"tb_per_s\": {:.3f}, \"fraction_of_4.3\": {:.3f}, \"ratio_to_n1\": {:.3f}}}{}\n",
+        fmt::print(f,
+                   "  {{\"what\": \"{}\", \"ms\": {:.5f}, \"bytes\": {:.0f}, \"tb_per_s\": {:.3f}, "
+                   "\"fraction_of_4.3\": {:.3f}, \"ratio_to_n1\": {:.3f}}}{}\n",
                    r.what, r.ms, r.bytes, r.tbs, r.frac, r.ratio, i + 1 < rows.size() ? "," : "");
       }
       fmt::print(f, "]\n");

@@ -30,12 +30,15 @@ void cuda_free(void* p) {
 }
 
 void cuda_copy(void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
-  const cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-                                      : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  const cudaMemcpyKind kind = dst_dev
+                                  ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                  : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
   check(cudaMemcpy(dst, src, bytes, kind), "cudaMemcpy", bytes);
 }
 
-void cuda_memset_zero(void* p, size_t bytes) { check(cudaMemset(p, 0, bytes), "cudaMemset", bytes); }
+void cuda_memset_zero(void* p, size_t bytes) {
+  check(cudaMemset(p, 0, bytes), "cudaMemset", bytes);
+}
 
 bool cuda_device_present() {
   int n = 0;

@@ -18,7 +18,8 @@ namespace tandem::kernels::cuda {
 
 // Throws tandem::Error("<call> failed: <cuda message>") on any CUDA error.
 inline void check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) fail("{} failed: {} ({})", call, cudaGetErrorString(e), cudaGetErrorName(e));
+  if (e != cudaSuccess)
+    fail("{} failed: {} ({})", call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 #define TANDEM_CUDA_CHECK(expr) ::tandem::kernels::cuda::check((expr), #expr)
 
@@ -77,9 +78,12 @@ struct AnyFloatPtr {
   DType dtype = DType::kF32;
   __device__ __forceinline__ float operator[](int64_t i) const {
     switch (dtype) {
-      case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-      case DType::kF16: return __half2float(static_cast<const __half*>(p)[i]);
-      default: return static_cast<const float*>(p)[i];
+      case DType::kBF16:
+        return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+      case DType::kF16:
+        return __half2float(static_cast<const __half*>(p)[i]);
+      default:
+        return static_cast<const float*>(p)[i];
     }
   }
 };

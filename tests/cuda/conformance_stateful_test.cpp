@@ -20,8 +20,10 @@ struct AttnCase {
   int64_t n, hq, hkv, d, kv_len, block_size;
   bool gated, workspace;
   std::string str() const {
-    return fmt::format("n_tokens={},heads_q={},heads_kv={},head_dim={},kv_len={},block_size={},gated={},workspace={}",
-                       n, hq, hkv, d, kv_len, block_size, gated, workspace);
+    return fmt::format(
+        "n_tokens={},heads_q={},heads_kv={},head_dim={},kv_len={},block_size={},gated={},workspace="
+        "{}",
+        n, hq, hkv, d, kv_len, block_size, gated, workspace);
   }
 };
 
@@ -38,13 +40,17 @@ void run_attention(const AttnCase& c, Rng& rng, const CudaStream& cs) {
   const auto g_of = [&](const Tensor& t) { return c.gated ? t.slice(2, c.d, 2 * c.d) : Tensor(); };
   Tensor ref_out = Tensor::zeros({c.n, c.hq, c.d}, DType::kF32);
   attention_ref({q_of(qg.host), g_of(qg.host), kc.host, vc.host, host_i32(table), host_i32(kv_len),
-                 ref_out, 0.f, Tensor()}, ref_ctx());
+                 ref_out, 0.f, Tensor()},
+                ref_ctx());
   Tensor out = poisoned({c.n, c.hq, c.d}, DType::kBF16);
-  Tensor ws = c.workspace ? Tensor::zeros({attention_workspace_floats(c.n, c.hq, c.d, n_blocks * c.block_size)},
-                                          DType::kF32, Device::kCuda)
-                          : Tensor();
+  Tensor ws =
+      c.workspace
+          ? Tensor::zeros({attention_workspace_floats(c.n, c.hq, c.d, n_blocks * c.block_size)},
+                          DType::kF32, Device::kCuda)
+          : Tensor();
   attention_cuda({q_of(qg.dev), g_of(qg.dev), kc.dev, vc.dev, device_i32(table), device_i32(kv_len),
-                  out, 0.f, ws}, cs.ctx());
+                  out, 0.f, ws},
+                 cs.ctx());
   cs.sync();
   check_case("attention", c.str(), rel_l2(download(out), gather(ref_out)), DType::kBF16);
 }
@@ -74,7 +80,8 @@ TEST(CudaConformance, AttentionPrefill) {
   Rng rng(12);
   for (const HeadShape& h : {HeadShape{24, 4, 256}, HeadShape{6, 3, 128}}) {
     for (int64_t n : {16, 19, 65, 111}) {
-      for (int64_t prior : {0, 700}) run_attention({n, h.hq, h.hkv, h.d, n + prior, 16, true, prior == 0}, rng, cs);
+      for (int64_t prior : {0, 700})
+        run_attention({n, h.hq, h.hkv, h.d, n + prior, 16, true, prior == 0}, rng, cs);
     }
   }
 }
@@ -96,13 +103,15 @@ void run_conv(int64_t n, int64_t channels, int64_t kernel, int32_t n_acc, ConvHi
   Mirror hist = random_mirror({channels, hist_len}, rng, DType::kBF16, 0.05f, 2.f);
   Tensor ref_hist = hist.host.to(Device::kCpu);
   Tensor ref_out = Tensor::zeros({n, channels}, DType::kF32);
-  conv1d_ref({x.host.slice(1, 0, channels), w.host, ref_hist, host_i32({n_acc}), ref_out, mode}, ref_ctx());
+  conv1d_ref({x.host.slice(1, 0, channels), w.host, ref_hist, host_i32({n_acc}), ref_out, mode},
+             ref_ctx());
   Tensor out = poisoned({n, channels}, DType::kBF16);
-  conv1d_cuda({x.dev.slice(1, 0, channels), w.dev, hist.dev, device_i32({n_acc}), out, mode}, cs.ctx());
+  conv1d_cuda({x.dev.slice(1, 0, channels), w.dev, hist.dev, device_i32({n_acc}), out, mode},
+              cs.ctx());
   cs.sync();
-  const std::string p = fmt::format("n_tokens={},channels={},kernel={},n_acc={},mode={},weight={}", n,
-                                    channels, kernel, n_acc, mode == ConvHistoryMode::kSpec ? "spec" : "compact",
-                                    dtype_name(w_dt));
+  const std::string p = fmt::format(
+      "n_tokens={},channels={},kernel={},n_acc={},mode={},weight={}", n, channels, kernel, n_acc,
+      mode == ConvHistoryMode::kSpec ? "spec" : "compact", dtype_name(w_dt));
   check_case("conv1d", p, rel_l2(download(out), gather(ref_out)), DType::kBF16);
   check_case("conv1d.history", p, rel_l2(download(hist.dev), gather(ref_hist)), DType::kBF16);
 }
@@ -119,7 +128,8 @@ TEST(CudaConformance, Conv1d) {
                  channels == 100 ? DType::kF32 : DType::kBF16, rng, cs);
       }
       for (int64_t n : {1, 2, 19, 65, 111, 300}) {
-        run_conv(n, channels, kernel, 1 + rng.index(9), ConvHistoryMode::kCompact, DType::kBF16, rng, cs);
+        run_conv(n, channels, kernel, 1 + rng.index(9), ConvHistoryMode::kCompact, DType::kBF16,
+                 rng, cs);
       }
     }
   }
@@ -136,7 +146,8 @@ void run_gdr(const GdrShape& s, int64_t n, int32_t n_acc, GdrMode mode, int64_t 
   Mirror v = random_mirror({n, s.hv, s.dv + 8}, rng);
   Mirror ab = random_mirror({n, 2 * s.hv}, rng, DType::kBF16, 0.05f, 2.f);
   Tensor a_log_h = Tensor::zeros({s.hv}, DType::kF32);
-  for (int64_t h = 0; h < s.hv; ++h) a_log_h.data<float>()[h] = bf16_to_f32(f32_to_bf16(std::log(1.f + 15.f * (h + 0.5f) / s.hv)));
+  for (int64_t h = 0; h < s.hv; ++h)
+    a_log_h.data<float>()[h] = bf16_to_f32(f32_to_bf16(std::log(1.f + 15.f * (h + 0.5f) / s.hv)));
   Mirror a_log = mirror(a_log_h, DType::kF32);
   Mirror dt_bias = random_mirror({s.hv}, rng, DType::kBF16, 0.05f, 0.5f);
   Mirror state = random_mirror({n_cols, s.hv, s.dk, s.dv}, rng, DType::kF32, 0.01f, 0.3f);
@@ -147,27 +158,34 @@ void run_gdr(const GdrShape& s, int64_t n, int32_t n_acc, GdrMode mode, int64_t 
   const auto v_of = [&](const Tensor& t) { return t.slice(2, 0, s.dv); };
   const auto a_of = [&](const Tensor& t) { return t.slice(1, 0, s.hv); };
   const auto b_of = [&](const Tensor& t) { return t.slice(1, s.hv, 2 * s.hv); };
-  gated_delta_rule_ref({q_of(qk.host), k_of(qk.host), v_of(v.host), a_of(ab.host), b_of(ab.host), a_log.host,
-                        dt_bias.host, ref_state, host_i32({n_acc}), ref_out, mode, start, 64}, ref_ctx());
+  gated_delta_rule_ref(
+      {q_of(qk.host), k_of(qk.host), v_of(v.host), a_of(ab.host), b_of(ab.host), a_log.host,
+       dt_bias.host, ref_state, host_i32({n_acc}), ref_out, mode, start, 64},
+      ref_ctx());
   Tensor out = poisoned({n, s.hv, s.dv}, DType::kBF16);
-  gated_delta_rule_cuda({q_of(qk.dev), k_of(qk.dev), v_of(v.dev), a_of(ab.dev), b_of(ab.dev), a_log.dev,
-                         dt_bias.dev, state.dev, device_i32({n_acc}), out, mode, start, 64}, cs.ctx());
+  gated_delta_rule_cuda(
+      {q_of(qk.dev), k_of(qk.dev), v_of(v.dev), a_of(ab.dev), b_of(ab.dev), a_log.dev, dt_bias.dev,
+       state.dev, device_i32({n_acc}), out, mode, start, 64},
+      cs.ctx());
   cs.sync();
-  const std::string p = fmt::format("n_tokens={},heads_k={},heads_v={},d_k={},d_v={},n_acc={},mode={},start={}", n,
-                                    s.hk, s.hv, s.dk, s.dv, n_acc, mode == GdrMode::kRecurrent ? "recurrent" : "chunked",
-                                    start);
+  const std::string p = fmt::format(
+      "n_tokens={},heads_k={},heads_v={},d_k={},d_v={},n_acc={},mode={},start={}", n, s.hk, s.hv,
+      s.dk, s.dv, n_acc, mode == GdrMode::kRecurrent ? "recurrent" : "chunked", start);
   check_case("gated_delta_rule", p, rel_l2(download(out), gather(ref_out)), DType::kBF16);
-  check_case("gated_delta_rule.state", p, rel_l2(download(state.dev), gather(ref_state)), DType::kF32);
+  check_case("gated_delta_rule.state", p, rel_l2(download(state.dev), gather(ref_state)),
+             DType::kF32);
 }
 
 TEST(CudaConformance, GatedDeltaRule) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(15);
-  for (const GdrShape& s : {GdrShape{2, 6, 128, 128}, GdrShape{1, 3, 64, 96}, GdrShape{3, 3, 256, 64}}) {
+  for (const GdrShape& s :
+       {GdrShape{2, 6, 128, 128}, GdrShape{1, 3, 64, 96}, GdrShape{3, 3, 256, 64}}) {
     for (int64_t n : {1, 2, 5, 9}) run_gdr(s, n, 1 + rng.index(9), GdrMode::kRecurrent, 0, rng, cs);
     for (int64_t n : {1, 19, 65, 111}) {
-      for (int64_t start : {0, 37}) run_gdr(s, n, 1 + rng.index(9), GdrMode::kChunked, start, rng, cs);
+      for (int64_t start : {0, 37})
+        run_gdr(s, n, 1 + rng.index(9), GdrMode::kChunked, start, rng, cs);
     }
   }
 }

@@ -85,7 +85,8 @@ TEST(CudaConformance, RmsNorm) {
     const Tensor q = qg.dev.slice(2, 0, d);
     rms_norm_cuda({q, w.dev, q, Tensor(), 1e-6f, true}, cs.ctx());
     cs.sync();
-    check_case("rms_norm", fmt::format("n_tokens={},heads={},head_dim={},strided,in_place", n, heads, d),
+    check_case("rms_norm",
+               fmt::format("n_tokens={},heads={},head_dim={},strided,in_place", n, heads, d),
                rel_l2(download(qg.dev), gather(ref_qg)), DType::kBF16);
   }
 }
@@ -105,7 +106,8 @@ TEST(CudaConformance, GatedRmsNorm) {
       Tensor out = poisoned({n, heads, dv}, DType::kBF16);
       gated_rms_norm_cuda({o.dev, zbuf.dev.slice(2, 0, dv), w.dev, out, 1e-6f}, cs.ctx());
       cs.sync();
-      check_case("gated_rms_norm", fmt::format("n_tokens={},heads={},d_v={},o={}", n, heads, dv, dtype_name(o_dt)),
+      check_case("gated_rms_norm",
+                 fmt::format("n_tokens={},heads={},d_v={},o={}", n, heads, dv, dtype_name(o_dt)),
                  rel_l2(download(out), gather(ref_out)), DType::kBF16);
     }
   }
@@ -119,7 +121,8 @@ TEST(CudaConformance, Linear) {
     int64_t in, out;
   };
   const std::vector<int64_t> ns = {1, 2, 3, 4, 8, 9, 16, 17, 19, 65, 111, 300};
-  for (const Shape3 s : {Shape3{64, 37}, Shape3{1003, 129}, Shape3{5120, 1000}, Shape3{2048, 2048}}) {
+  for (const Shape3 s :
+       {Shape3{64, 37}, Shape3{1003, 129}, Shape3{5120, 1000}, Shape3{2048, 2048}}) {
     Mirror w = random_mirror({s.out, s.in}, rng, DType::kBF16, 0.01f, 0.1f);
     for (int64_t n : ns) {
       for (DType out_dt : {DType::kBF16, DType::kF32}) {
@@ -131,8 +134,9 @@ TEST(CudaConformance, Linear) {
         linear_cuda({cols(x.dev, s.in), w.dev, cols(out, s.out)}, cs.ctx());
         cs.sync();
         const auto view = [&](const Tensor& t) { return cols(t, s.out); };
-        check_case("linear", fmt::format("n_tokens={},in={},out={},out_dtype={},path={}", n, s.in,
-                                         s.out, dtype_name(out_dt), n <= 16 ? "skinny" : "gemm"),
+        check_case("linear",
+                   fmt::format("n_tokens={},in={},out={},out_dtype={},path={}", n, s.in, s.out,
+                               dtype_name(out_dt), n <= 16 ? "skinny" : "gemm"),
                    rel_l2(download(out, view), gather(view(ref_out))), out_dt);
       }
     }
@@ -153,7 +157,9 @@ TEST(CudaConformance, Rope) {
       rope_ref({ref_buf.slice(2, 0, d), host_i32(pos), rotary, 1e7f}, ref_ctx());
       rope_cuda({buf.dev.slice(2, 0, d), device_i32(pos), rotary, 1e7f}, cs.ctx());
       cs.sync();
-      check_case("rope", fmt::format("n_tokens={},heads={},head_dim={},rotary_dim={},strided", n, heads, d, rotary),
+      check_case("rope",
+                 fmt::format("n_tokens={},heads={},head_dim={},rotary_dim={},strided", n, heads, d,
+                             rotary),
                  rel_l2(download(buf.dev), gather(ref_buf)), DType::kBF16);
     }
   }
@@ -174,12 +180,15 @@ TEST(CudaConformance, KvCacheWrite) {
     Mirror kc = random_mirror({n_blocks, block_size, heads, d}, rng);
     Mirror vc = random_mirror({n_blocks, block_size, heads, d}, rng);
     Tensor ref_k = kc.host.to(Device::kCpu), ref_v = vc.host.to(Device::kCpu);
-    kv_cache_write_ref({kv.host.select(1, 0), kv.host.select(1, 1), host_i32(pos), host_i32(table),
-                        ref_k, ref_v}, ref_ctx());
+    kv_cache_write_ref(
+        {kv.host.select(1, 0), kv.host.select(1, 1), host_i32(pos), host_i32(table), ref_k, ref_v},
+        ref_ctx());
     kv_cache_write_cuda({kv.dev.select(1, 0), kv.dev.select(1, 1), device_i32(pos),
-                         device_i32(table), kc.dev, vc.dev}, cs.ctx());
+                         device_i32(table), kc.dev, vc.dev},
+                        cs.ctx());
     cs.sync();
-    const std::string p = fmt::format("n_tokens={},heads_kv={},head_dim={},start={}", n, heads, d, start);
+    const std::string p =
+        fmt::format("n_tokens={},heads_kv={},head_dim={},start={}", n, heads, d, start);
     check_case("kv_cache_write", p, rel_l2(download(kc.dev), gather(ref_k)), DType::kBF16);
     check_case("kv_cache_write", p + ",v", rel_l2(download(vc.dev), gather(ref_v)), DType::kBF16);
   }
@@ -193,7 +202,8 @@ TEST(CudaConformance, Swiglu) {
     for (int64_t inter : {17, 1000, 17408}) {
       Mirror gu = random_mirror({n, 2 * inter}, rng, DType::kBF16, 0.05f, 4.f);  // fused gate|up
       Tensor ref_out = Tensor::zeros({n, inter}, DType::kF32);
-      swiglu_ref({gu.host.slice(1, 0, inter), gu.host.slice(1, inter, 2 * inter), ref_out}, ref_ctx());
+      swiglu_ref({gu.host.slice(1, 0, inter), gu.host.slice(1, inter, 2 * inter), ref_out},
+                 ref_ctx());
       Tensor out = poisoned({n, inter}, DType::kBF16);
       swiglu_cuda({gu.dev.slice(1, 0, inter), gu.dev.slice(1, inter, 2 * inter), out}, cs.ctx());
       cs.sync();

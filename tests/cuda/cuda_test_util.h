@@ -205,8 +205,8 @@ class CudaStream {
 };
 
 inline ExecContext ref_ctx() {
-  return ExecContext{Device::kCpu, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
-                     nullptr};
+  return ExecContext{Device::kCpu,
+                     static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), nullptr};
 }
 
 }  // namespace tandem::test

@@ -1,6 +1,6 @@
-// Row invariance on the GPU (DESIGN.md inv. 2, 3): a token row computed inside a launch of 9 (or 16)
-// rows must be bit-identical to the same row computed alone, wherever it sits; GDN state columns and
-// the conv history after a verify must equal a token-by-token run bit for bit.
+// Row invariance on the GPU (DESIGN.md inv. 2, 3): a token row computed inside a launch of 9 (or
+// 16) rows must be bit-identical to the same row computed alone, wherever it sits; GDN state
+// columns and the conv history after a verify must equal a token-by-token run bit for bit.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -28,7 +28,8 @@ Tensor row_copy(const Tensor& dev, int64_t j) {
   Shape s = dev.shape();
   s[0] = 1;
   Tensor r = Tensor::zeros(s, dev.dtype(), Device::kCuda);
-  device_copy(r.raw(), Device::kCuda, static_cast<const char*>(dev.raw()) + j * dev.stride(0) * dtype_size(dev.dtype()),
+  device_copy(r.raw(), Device::kCuda,
+              static_cast<const char*>(dev.raw()) + j * dev.stride(0) * dtype_size(dev.dtype()),
               Device::kCuda, static_cast<size_t>(r.nbytes()));
   return r;
 }
@@ -49,9 +50,11 @@ TEST(CudaRowInvariance, Linear) {
           Tensor one = poisoned({1, out_f}, dt);
           linear_cuda({row_copy(x.dev, j), w.dev, one}, cs.ctx());
           cs.sync();
-          const std::string p = fmt::format("n_tokens={},row={},in={},out={},out_dtype={}", n, j, in, out_f, dtype_name(dt));
-          check_bits("linear.rows", p, dt == DType::kF32 ? same_bits<uint32_t>(row_copy(out, j), one)
-                                                         : same_bits<uint16_t>(row_copy(out, j), one));
+          const std::string p = fmt::format("n_tokens={},row={},in={},out={},out_dtype={}", n, j,
+                                            in, out_f, dtype_name(dt));
+          check_bits("linear.rows", p,
+                     dt == DType::kF32 ? same_bits<uint32_t>(row_copy(out, j), one)
+                                       : same_bits<uint16_t>(row_copy(out, j), one));
         }
       }
     }
@@ -84,7 +87,8 @@ TEST(CudaRowInvariance, Attention) {
   struct Case {
     int64_t hq, hkv, d, kv_len;
   };
-  for (const Case c : {Case{24, 4, 256, 37}, Case{24, 4, 256, 1030}, Case{6, 2, 128, 5000}, Case{8, 1, 64, 520}}) {
+  for (const Case c :
+       {Case{24, 4, 256, 37}, Case{24, 4, 256, 1030}, Case{6, 2, 128, 5000}, Case{8, 1, 64, 520}}) {
     const int64_t n = 9, bs = 16, n_blocks = (c.kv_len + bs - 1) / bs + 1;
     std::vector<int32_t> table(n_blocks);
     std::iota(table.begin(), table.end(), 0);
@@ -95,16 +99,19 @@ TEST(CudaRowInvariance, Attention) {
     Mirror vc = random_mirror({n_blocks, bs, c.hkv, c.d}, rng);
     const Tensor tbl = device_i32(table);
     Tensor out = poisoned({n, c.hq, c.d}, DType::kBF16);
-    attention_cuda({q.dev, g.dev, kc.dev, vc.dev, tbl, device_i32({static_cast<int32_t>(c.kv_len)}), out, 0.f, Tensor()},
+    attention_cuda({q.dev, g.dev, kc.dev, vc.dev, tbl, device_i32({static_cast<int32_t>(c.kv_len)}),
+                    out, 0.f, Tensor()},
                    cs.ctx());
     for (int64_t j = 0; j < n; ++j) {
       Tensor one = poisoned({1, c.hq, c.d}, DType::kBF16);
       const int32_t len = static_cast<int32_t>(c.kv_len - n + 1 + j);
-      attention_cuda({row_copy(q.dev, j), row_copy(g.dev, j), kc.dev, vc.dev, tbl, device_i32({len}), one, 0.f, Tensor()},
+      attention_cuda({row_copy(q.dev, j), row_copy(g.dev, j), kc.dev, vc.dev, tbl,
+                      device_i32({len}), one, 0.f, Tensor()},
                      cs.ctx());
       cs.sync();
-      check_bits("attention.rows", fmt::format("n_tokens={},row={},heads_q={},heads_kv={},head_dim={},kv_len={}", n, j,
-                                               c.hq, c.hkv, c.d, c.kv_len),
+      check_bits("attention.rows",
+                 fmt::format("n_tokens={},row={},heads_q={},heads_kv={},head_dim={},kv_len={}", n,
+                             j, c.hq, c.hkv, c.d, c.kv_len),
                  same_bits<uint16_t>(row_copy(out, j), one));
     }
   }
@@ -118,26 +125,33 @@ TEST(CudaRowInvariance, GatedDeltaRuleColumns) {
   const int64_t n = 9, hk = 2, hv = 6, dk = 128, dv = 128, n_cols = 9;
   for (int32_t col : {0, 4, 8}) {
     Mirror q = random_mirror({n, hk, dk}, rng), k = random_mirror({n, hk, dk}, rng);
-    Mirror v = random_mirror({n, hv, dv}, rng), a = random_mirror({n, hv}, rng), b = random_mirror({n, hv}, rng);
-    Mirror a_log = random_mirror({hv}, rng, DType::kF32), dt_bias = random_mirror({hv}, rng, DType::kF32);
+    Mirror v = random_mirror({n, hv, dv}, rng), a = random_mirror({n, hv}, rng),
+           b = random_mirror({n, hv}, rng);
+    Mirror a_log = random_mirror({hv}, rng, DType::kF32),
+           dt_bias = random_mirror({hv}, rng, DType::kF32);
     Mirror state = random_mirror({n_cols, hv, dk, dv}, rng, DType::kF32, 0.01f, 0.3f);
     Tensor verify_state = state.host.to(Device::kCuda), step_state = state.host.to(Device::kCuda);
     Tensor out = poisoned({n, hv, dv}, DType::kBF16);
     gated_delta_rule_cuda({q.dev, k.dev, v.dev, a.dev, b.dev, a_log.dev, dt_bias.dev, verify_state,
-                           device_i32({col + 1}), out, GdrMode::kRecurrent, 0, 64}, cs.ctx());
+                           device_i32({col + 1}), out, GdrMode::kRecurrent, 0, 64},
+                          cs.ctx());
     const int64_t col_elems = hv * dk * dv;
     for (int64_t t = 0; t < n; ++t) {
       Tensor one = poisoned({1, hv, dv}, DType::kBF16);
-      gated_delta_rule_cuda({row_copy(q.dev, t), row_copy(k.dev, t), row_copy(v.dev, t), row_copy(a.dev, t),
-                             row_copy(b.dev, t), a_log.dev, dt_bias.dev, step_state,
-                             device_i32({t == 0 ? col + 1 : 1}), one, GdrMode::kRecurrent, 0, 64}, cs.ctx());
+      gated_delta_rule_cuda(
+          {row_copy(q.dev, t), row_copy(k.dev, t), row_copy(v.dev, t), row_copy(a.dev, t),
+           row_copy(b.dev, t), a_log.dev, dt_bias.dev, step_state,
+           device_i32({t == 0 ? col + 1 : 1}), one, GdrMode::kRecurrent, 0, 64},
+          cs.ctx());
       cs.sync();
-      const std::string p = fmt::format("n_tokens={},token={},start_column={},heads_v={},d_k={}", n, t, col, hv, dk);
+      const std::string p =
+          fmt::format("n_tokens={},token={},start_column={},heads_v={},d_k={}", n, t, col, hv, dk);
       check_bits("gated_delta_rule.rows", p, same_bits<uint16_t>(row_copy(out, t), one));
       const auto verify_bits = download_bits<uint32_t>(verify_state);
       const auto step_bits = download_bits<uint32_t>(step_state);
       check_bits("gated_delta_rule.columns", p,
-                 std::equal(step_bits.begin(), step_bits.begin() + col_elems, verify_bits.begin() + t * col_elems));
+                 std::equal(step_bits.begin(), step_bits.begin() + col_elems,
+                            verify_bits.begin() + t * col_elems));
     }
   }
 }
@@ -159,16 +173,19 @@ TEST(CudaRowInvariance, Conv1dHistory) {
     const Tensor vh_host = vh.dev.to(Device::kCpu);
     for (int64_t t = 0; t < n; ++t) {
       Tensor one = poisoned({1, channels}, DType::kBF16);
-      conv1d_cuda({row_copy(x.dev, t), w.dev, sh.dev, device_i32({t == 0 ? n_acc : 1}), one, ConvHistoryMode::kSpec},
+      conv1d_cuda({row_copy(x.dev, t), w.dev, sh.dev, device_i32({t == 0 ? n_acc : 1}), one,
+                   ConvHistoryMode::kSpec},
                   cs.ctx());
       cs.sync();
-      const std::string p = fmt::format("n_tokens={},token={},n_acc={},channels={}", n, t, n_acc, channels);
+      const std::string p =
+          fmt::format("n_tokens={},token={},n_acc={},channels={}", n, t, n_acc, channels);
       check_bits("conv1d.rows", p, same_bits<uint16_t>(row_copy(out, t), one));
       const Tensor sh_host = sh.dev.to(Device::kCpu);
       bool equal = true;  // window after accepting tokens 0..t: verify history[t : t + K - 1]
       for (int64_t c = 0; c < channels; ++c) {
         for (int64_t j = 0; j < kernel - 1; ++j) {
-          equal &= vh_host.data<bf16>()[c * hist_len + t + j].bits == sh_host.data<bf16>()[c * hist_len + j].bits;
+          equal &= vh_host.data<bf16>()[c * hist_len + t + j].bits ==
+                   sh_host.data<bf16>()[c * hist_len + j].bits;
         }
       }
       check_bits("conv1d.history_window", p, equal);

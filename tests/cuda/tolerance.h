@@ -11,10 +11,14 @@ namespace tandem::test {
 
 inline double tolerance(DType out) {
   switch (out) {
-    case DType::kBF16: return 1e-2;
-    case DType::kF16: return 2e-3;
-    case DType::kF32: return 1e-4;
-    case DType::kI32: return 0.0;
+    case DType::kBF16:
+      return 1e-2;
+    case DType::kF16:
+      return 2e-3;
+    case DType::kF32:
+      return 1e-4;
+    case DType::kI32:
+      return 0.0;
   }
   return 0.0;
 }

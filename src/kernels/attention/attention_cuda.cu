@@ -20,7 +20,7 @@ namespace tandem::kernels {
 namespace {
 
 constexpr int kGranule = static_cast<int>(kAttentionSplitGranule);
-constexpr int kTile = 32;     // positions per shared-memory tile
+constexpr int kTile = 32;      // positions per shared-memory tile
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kMaxRows = 64;   // query rows per CTA: 8 warps x at most 8 rows each
 constexpr int64_t kFallbackWorkspaceBytes = int64_t{256} << 20;
@@ -34,8 +34,8 @@ struct AttnParams {
   const int32_t* kv_len;
   __nv_bfloat16* out;
   int64_t out_s0, out_s1;
-  float* part_o;   // [rows, max_splits, d]
-  float* part_ml;  // [rows, max_splits, 2]
+  float* part_o;            // [rows, max_splits, d]
+  float* part_ml;           // [rows, max_splits, 2]
   int64_t n_total, q0, nq;  // all query tokens of the call, first token and tokens of this launch
   int hq, hkv, group, max_splits;
   float scale;
@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_split_kernel(AttnParams
 #pragma unroll 4
       for (int j = 0; j < kTile; ++j) {
         float v[kE];
-        const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(tile_s + j * kLd + lane * kE);
+        const __nv_bfloat162* v2 =
+            reinterpret_cast<const __nv_bfloat162*>(tile_s + j * kLd + lane * kE);
 #pragma unroll
         for (int u = 0; u < kE / 2; ++u) {
           const float2 f = __bfloat1622float2(v2[u]);
@@ -381,8 +382,8 @@ void attention_cuda(const AttentionArgs& a, const ExecContext& ctx) {
     ws = a.workspace.data<float>();
     ws_floats = a.workspace.numel();
   } else {
-    ws_floats = std::min(n * floats_per_token,
-                         std::max(floats_per_token, kFallbackWorkspaceBytes / 4));
+    ws_floats =
+        std::min(n * floats_per_token, std::max(floats_per_token, kFallbackWorkspaceBytes / 4));
     TANDEM_CUDA_CHECK(cudaMallocAsync(&owned, static_cast<size_t>(ws_floats) * 4, s));
     ws = static_cast<float*>(owned);
   }

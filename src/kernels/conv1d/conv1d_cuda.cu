@@ -62,7 +62,8 @@ __global__ void conv1d_history_kernel(ConvParams p, bool spec) {
   const int64_t o = window_offset(p), wlen = p.kernel - 1;
   __nv_bfloat16* h = p.hist + c * p.hist_stride;
   if (spec) {  // history[0 : wlen - 1 + T] = seq[1 : wlen + T]
-    for (int64_t j = 0; j + 1 < wlen + p.n_tokens; ++j) h[j] = __float2bfloat16_rn(seq_at(p, c, o, j + 1));
+    for (int64_t j = 0; j + 1 < wlen + p.n_tokens; ++j)
+      h[j] = __float2bfloat16_rn(seq_at(p, c, o, j + 1));
   } else {  // history[0 : wlen] = seq[T : T + wlen]
     for (int64_t j = 0; j < wlen; ++j) h[j] = __float2bfloat16_rn(seq_at(p, c, o, p.n_tokens + j));
   }
@@ -75,7 +76,8 @@ void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
   cuda::expect_cuda_dtype(a.out, DType::kBF16, "conv1d", "out");
   cuda::expect_cuda_dtype(a.history, DType::kBF16, "conv1d", "history");
   cuda::expect_cuda_dtype(a.n_acc, DType::kI32, "conv1d", "n_acc");
-  for (const Tensor* t : {&a.x, &a.out, &a.history}) cuda::expect_last_contiguous(*t, "conv1d", "x/out/history");
+  for (const Tensor* t : {&a.x, &a.out, &a.history})
+    cuda::expect_last_contiguous(*t, "conv1d", "x/out/history");
   ConvParams p{};
   p.n_tokens = a.x.dim(0);
   p.channels = a.x.dim(1);

@@ -14,8 +14,8 @@ namespace tandem::kernels {
 
 namespace {
 
-constexpr int kParts = 4;        // threads per value column
-constexpr int kCols = 32;        // value columns per block
+constexpr int kParts = 4;  // threads per value column
+constexpr int kCols = 32;  // value columns per block
 constexpr int kThreads = kParts * kCols;
 constexpr int kWarps = kThreads / 32;
 
@@ -130,9 +130,9 @@ __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
 
 void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {
   const char* op = "gated_delta_rule";
-  for (const auto& [t, name] : {std::pair{&a.q, "q"}, std::pair{&a.k, "k"}, std::pair{&a.v, "v"},
-                                std::pair{&a.a, "a"}, std::pair{&a.b, "b"},
-                                std::pair{&a.out, "out"}}) {
+  for (const auto& [t, name] :
+       {std::pair{&a.q, "q"}, std::pair{&a.k, "k"}, std::pair{&a.v, "v"}, std::pair{&a.a, "a"},
+        std::pair{&a.b, "b"}, std::pair{&a.out, "out"}}) {
     cuda::expect_cuda_dtype(*t, DType::kBF16, op, name);
     cuda::expect_last_contiguous(*t, op, name);
   }
@@ -145,9 +145,10 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   p.hv_n = a.v.dim(1);
   p.dv = a.v.dim(2);
   p.n_cols = a.state.dim(0);
-  TANDEM_CHECK(p.hv_n % p.hk_n == 0 && a.k.shape() == a.q.shape(),
-               "gated_delta_rule_cuda: q {} k {} v {} (value heads must be a multiple of key heads)",
-               a.q.describe(), a.k.describe(), a.v.describe());
+  TANDEM_CHECK(
+      p.hv_n % p.hk_n == 0 && a.k.shape() == a.q.shape(),
+      "gated_delta_rule_cuda: q {} k {} v {} (value heads must be a multiple of key heads)",
+      a.q.describe(), a.k.describe(), a.v.describe());
   TANDEM_CHECK(a.state.is_contiguous() && a.state.dim(1) == p.hv_n && a.state.dim(2) == dk &&
                    a.state.dim(3) == p.dv,
                "gated_delta_rule_cuda: state {} does not match [cols, {}, {}, {}]",

@@ -37,7 +37,8 @@ void gated_rms_norm_cuda(const GatedRmsNormArgs& a, const ExecContext& ctx) {
   cuda::expect_cuda(a.o, "gated_rms_norm", "o");
   cuda::expect_cuda_dtype(a.z, DType::kBF16, "gated_rms_norm", "z");
   cuda::expect_cuda_dtype(a.out, DType::kBF16, "gated_rms_norm", "out");
-  for (const Tensor* t : {&a.o, &a.z, &a.out}) cuda::expect_last_contiguous(*t, "gated_rms_norm", "o/z/out");
+  for (const Tensor* t : {&a.o, &a.z, &a.out})
+    cuda::expect_last_contiguous(*t, "gated_rms_norm", "o/z/out");
   const int64_t n = a.o.dim(0), heads = a.o.dim(1), dv = a.o.dim(2);
   TANDEM_CHECK(a.z.shape() == a.o.shape() && a.out.shape() == a.o.shape(),
                "gated_rms_norm_cuda: o {} z {} out {} differ", a.o.describe(), a.z.describe(),

@@ -16,8 +16,8 @@ __global__ void kv_cache_write_kernel(const __nv_bfloat16* k, int64_t k_s0, int6
   const int64_t t = blockIdx.x / heads, h = blockIdx.x % heads;
   const int64_t pos = positions[t];
   if (pos < 0 || pos / block_size >= max_blocks) return;
-  const int64_t slot = (static_cast<int64_t>(table[pos / block_size]) * block_size +
-                        pos % block_size) * heads + h;
+  const int64_t slot =
+      (static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size) * heads + h;
   const __nv_bfloat16* ks = k + t * k_s0 + h * k_s1;
   const __nv_bfloat16* vs = v + t * v_s0 + h * v_s1;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
@@ -47,9 +47,8 @@ void kv_cache_write_cuda(const KvCacheWriteArgs& a, const ExecContext& ctx) {
   kv_cache_write_kernel<<<static_cast<unsigned>(n * heads), 128, 0, cuda::stream_of(ctx)>>>(
       a.k.data<const __nv_bfloat16>(), a.k.stride(0), a.k.stride(1),
       a.v.data<const __nv_bfloat16>(), a.v.stride(0), a.v.stride(1),
-      a.positions.data<const int32_t>(), a.block_table.data<const int32_t>(),
-      a.block_table.dim(0), a.k_cache.dim(1), heads, d, a.k_cache.data<__nv_bfloat16>(),
-      a.v_cache.data<__nv_bfloat16>());
+      a.positions.data<const int32_t>(), a.block_table.data<const int32_t>(), a.block_table.dim(0),
+      a.k_cache.dim(1), heads, d, a.k_cache.data<__nv_bfloat16>(), a.v_cache.data<__nv_bfloat16>());
   cuda::check_launch("kv_cache_write_kernel");
 }
 

@@ -26,7 +26,8 @@ __device__ __forceinline__ void store_out(TOut* p, float v) {
 // Applies one 8-element chunk of kRows weight rows (at column k) to every token of the group:
 // acc[r][t] += x[t, k + j] * w[r, k + j] for j = 0..7 in order, with fmaf.
 template <int kNt, bool kVec>
-__device__ __forceinline__ void apply_chunk(float (&acc)[kRows][kNt], const float (&wv)[kRows][kChunk],
+__device__ __forceinline__ void apply_chunk(float (&acc)[kRows][kNt],
+                                            const float (&wv)[kRows][kChunk],
                                             const __nv_bfloat16* __restrict__ x, int64_t x_stride,
                                             int64_t k, int64_t in, int t0, int n_tokens) {
 #pragma unroll

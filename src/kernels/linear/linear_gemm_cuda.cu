@@ -85,9 +85,11 @@ __global__ void __launch_bounds__(kThreads)
       wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> af[4];
       wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bf[2];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(af[i], &sm.a[st][wm * 64 + i * 16][kk], kLd);
+      for (int i = 0; i < 4; ++i)
+        wmma::load_matrix_sync(af[i], &sm.a[st][wm * 64 + i * 16][kk], kLd);
 #pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(bf[j], &sm.b[st][wn * 32 + j * 16][kk], kLd);
+      for (int j = 0; j < 2; ++j)
+        wmma::load_matrix_sync(bf[j], &sm.b[st][wn * 32 + j * 16][kk], kLd);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
 #pragma unroll

@@ -85,10 +85,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float v = (part[0][j][i][lane] + part[1][j][i][lane]) +
-                      (part[2][j][i][lane] + part[3][j][i][lane]);
+      const float v =
+          (part[0][j][i][lane] + part[1][j][i][lane]) + (part[2][j][i][lane] + part[3][j][i][lane]);
       const int64_t row = row0 + g + (i >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: row g + 8
-      const int tok = j * 8 + 2 * t + (i & 1);           // c0,c2: column 2t; c1,c3: 2t + 1
+      const int tok = j * 8 + 2 * t + (i & 1);          // c0,c2: column 2t; c1,c3: 2t + 1
       if (row < out_f && tok < n_tokens) out[tok * out_stride + row] = cuda::from_float<TOut>(v);
     }
   }
@@ -102,16 +102,20 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   auto* out = static_cast<TOut*>(s.out);
   const int n = static_cast<int>(s.n);
   if (s.n <= 8) {
-    linear_mma_kernel<1, TOut><<<grid, kWarps * 32, 0, stream>>>(x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, n);
+    linear_mma_kernel<1, TOut>
+        <<<grid, kWarps * 32, 0, stream>>>(x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, n);
   } else {
-    linear_mma_kernel<2, TOut><<<grid, kWarps * 32, 0, stream>>>(x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, n);
+    linear_mma_kernel<2, TOut>
+        <<<grid, kWarps * 32, 0, stream>>>(x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, n);
   }
   cuda::check_launch("linear_mma_kernel");
 }
 
 }  // namespace
 
-void linear_skinny_mma_bf16(const LinearShape& s, cudaStream_t stream) { launch<__nv_bfloat16>(s, stream); }
+void linear_skinny_mma_bf16(const LinearShape& s, cudaStream_t stream) {
+  launch<__nv_bfloat16>(s, stream);
+}
 void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<float>(s, stream); }
 
 }  // namespace tandem::kernels

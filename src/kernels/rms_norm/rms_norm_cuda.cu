@@ -71,8 +71,8 @@ void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
   if (rows * heads == 0) return;
   const int threads = dim >= 1024 ? 256 : 128;  // a function of dim only (row invariance)
   rms_norm_kernel<<<static_cast<unsigned>(rows * heads), threads, 0, cuda::stream_of(ctx)>>>(
-      row_view(a.x), row_view(a.out), fused ? row_view(a.residual) : row_view(a.x), fused, w,
-      heads, dim, a.eps, a.zero_centred);
+      row_view(a.x), row_view(a.out), fused ? row_view(a.residual) : row_view(a.x), fused, w, heads,
+      dim, a.eps, a.zero_centred);
   cuda::check_launch("rms_norm_kernel");
 }
 
