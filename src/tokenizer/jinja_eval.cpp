@@ -247,7 +247,9 @@ class Interpreter {
       case Expr::Type::kTuple: {
         List l;
         for (const auto& a : e.args) l.push_back(eval(*a));
-        return Value::new_list(std::move(l));
+        Value v = Value::new_list(std::move(l));
+        v.tuple = e.type == Expr::Type::kTuple;
+        return v;
       }
       case Expr::Type::kDict: {
         Dict d;

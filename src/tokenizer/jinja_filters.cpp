@@ -87,8 +87,10 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
                  kind_name(v.kind));
     List out;
     if (v.is_mapping()) {
-      for (const auto& [k, x] : v.dict->items)
+      for (const auto& [k, x] : v.dict->items) {
         out.push_back(Value::new_list({Value::string(k), x}));
+        out.back().tuple = true;
+      }
     }
     return Value::new_list(std::move(out));
   }

@@ -452,9 +452,13 @@ std::string to_str(const Value& v) {
     case Kind::kString:
       return v.s;
     case Kind::kList: {
-      std::string out = "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
-      return out + "]";
+      std::string out = v.tuple ? "(" : "[";
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        if (k > 0) out += ", ";
+        out += repr((*v.list)[k]);
+      }
+      if (v.tuple && v.list->size() == 1) out += ',';
+      return out + (v.tuple ? ")" : "]");
     }
     case Kind::kDict: {
       std::string out = "{";

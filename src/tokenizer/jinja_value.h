@@ -45,6 +45,7 @@ enum class Kind {
 
 struct Value {
   Kind kind = Kind::kUndefined;
+  bool tuple = false;  // a kList that Python would print as a tuple
   bool b = false;
   int64_t i = 0;
   double f = 0;

@@ -117,3 +117,32 @@ TEST(ChatTemplate, UnsupportedConstructNamesItAndLine) {
 
 }  // namespace
 }  // namespace tandem::tok
+
+namespace tandem::tok {
+namespace {
+
+// Small templates rendered by transformers' own Jinja environment
+// (tools/tokenizer/make_jinja_goldens.py): whitespace control, operators, filters, scoping.
+TEST(JinjaInterpreter, GoldensMatchTransformersEnvironment) {
+  auto goldens = ordered_json::parse(read_text(fixture("jinja_goldens.json")));
+  jinja::Value ctx = jinja::from_json(goldens["context"]);
+  size_t n = 0;
+  for (const auto& c : goldens["cases"]) {
+    std::string src = c["template"].get<std::string>();
+    SCOPED_TRACE(src);
+    ++n;
+    if (c.contains("error")) {
+      EXPECT_THROW(jinja::Template(src).render(ctx), Error) << c["error"];
+      continue;
+    }
+    try {
+      EXPECT_EQ(jinja::Template(src).render(ctx), c["rendered"].get<std::string>());
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+  EXPECT_EQ(n, goldens["meta"]["count"].get<size_t>());
+}
+
+}  // namespace
+}  // namespace tandem::tok
