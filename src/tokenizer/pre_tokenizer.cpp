@@ -1,15 +1,18 @@
-// NFC through utf8proc and regex splitting through PCRE2 (UTF + UCP, JIT-compiled). HF uses
-// Oniguruma; the Qwen pattern only needs \p{L}, \p{N}, \p{M}, \s and a lookahead, which PCRE2 has.
-// \s is spelled out as Unicode White_Space because PCRE2's UCP \s also matches U+180E.
+// NFC through utf8proc (with HF's Unicode 9.0 view of newer code points, via ICU's u_charAge) and
+// regex splitting through PCRE2 (UTF + UCP, JIT-compiled). HF uses Oniguruma; the Qwen patterns
+// only need \p{L}, \p{N}, \p{M}, \s and a lookahead, which PCRE2 has. \s is spelled out as
+// Unicode White_Space because PCRE2's UCP \s also matches U+180E.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/pre_tokenizer.h"
 
 #include <pcre2.h>
+#include <unicode/uchar.h>
 #include <utf8proc.h>
 
 #include <cstdlib>
 
 #include "core/error.h"
+#include "tokenizer/utf8.h"
 
 namespace tandem::tok {
 
@@ -28,19 +31,52 @@ Normalizer::Normalizer(const nlohmann::json& spec) {
   }
 }
 
+namespace {
+
+// HF `tokenizers` normalises with Unicode 9.0 data (its unicode-normalization-alignments crate).
+// A code point assigned later is, to it, an unassigned starter: no combining class, no
+// decomposition, no composition. Splitting the text at such code points and normalising the
+// pieces with current data gives exactly the Unicode 9.0 result, because normalisation of
+// characters that already existed is stable across versions.
+constexpr uint8_t kHfUnicodeMajor = 9;
+
+bool newer_than_hf(char32_t cp) {
+  if (cp < 0x300) return false;  // everything below U+0300 dates from Unicode 1.1
+  UVersionInfo age;
+  u_charAge(static_cast<UChar32>(cp), age);
+  return age[0] > kHfUnicodeMajor;
+}
+
+void nfc_append(std::string_view text, std::string& out) {
+  if (text.empty()) return;
+  utf8proc_uint8_t* buf = nullptr;
+  utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &buf,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) fail("NFC normalisation failed: {}", utf8proc_errmsg(n));
+  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
+  std::free(buf);
+}
+
+}  // namespace
+
 std::string Normalizer::apply(std::string_view text) const {
   bool ascii = true;
   for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (!nfc_ || ascii) return std::string(text);
-  utf8proc_uint8_t* out = nullptr;
-  utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &out,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) fail("NFC normalisation failed: {}", utf8proc_errmsg(n));
-  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
-  std::free(out);
-  return result;
+  std::string out;
+  out.reserve(text.size());
+  size_t seg = 0;
+  for (size_t i = 0; i < text.size();) {
+    size_t at = i;
+    if (!newer_than_hf(next_code_point(text, i))) continue;
+    nfc_append(text.substr(seg, at - seg), out);
+    out.append(text.substr(at, i - at));
+    seg = i;
+  }
+  nfc_append(text.substr(seg), out);
+  return out;
 }
 
 namespace {

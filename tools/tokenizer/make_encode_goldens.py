@@ -72,6 +72,9 @@ COMBINING = [
     "e\u0301", "cafe\u0301 re\u0301sume\u0301", "A\u030a", "\u1100\u1161\u11a8", "n\u0303o",
     "o\u0308\u0304", "Å vs A\u030a vs \u212b", "\u0915\u094d\u0937", "a\u0328\u0301",
     "\u0041\u0300\u0301\u0302\u0303", "\u0301leading mark", "Z\u0351\u036b\u0343\u036a\u0302a\u0357lgo",
+    # Marks assigned after Unicode 9.0, which HF's NFC data does not know (no reordering).
+    "x\u0352\u1df8", "a\u1df6\u0486", "\u0d15\u0d3b\u0d4d", "b\u08d3\u0316", "c\u1abf\u0334\u0301",
+    "\U0001e130\u0334", "e\u1dfa\u0301\u0300\u0316",
 ]
 FULLWIDTH = ["ＡＢＣ１２３！？", "ｈｅｌｌｏ　ｗｏｒｌｄ", "（全角括号）【】「」", "ﾊﾝｶｸｶﾀｶﾅ", "①②③ ⅰⅱⅲ ½ ¼"]
 WHITESPACE = [
