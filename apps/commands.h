@@ -3,12 +3,17 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace tandem::app {
+
+// The command line as typed (recorded by main, written into benchmark JSON).
+const std::string& command_line();
 
 void add_score_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_diverge_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_chat_template_command(CLI::App& app);
 

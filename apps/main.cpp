@@ -5,12 +5,21 @@
 #include "apps/commands.h"
 #include "core/error.h"
 
+namespace tandem::app {
+namespace {
+std::string g_command_line;
+}
+const std::string& command_line() { return g_command_line; }
+}  // namespace tandem::app
+
 int main(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) tandem::app::g_command_line += (i ? " " : "") + std::string(argv[i]);
   CLI::App app{"tandem: inference for hybrid linear-attention models with exact MTP speculation"};
   app.require_subcommand(1);
   tandem::app::add_score_command(app);
   tandem::app::add_generate_command(app);
   tandem::app::add_diverge_command(app);
+  tandem::app::add_bench_command(app);
   tandem::app::add_tokenize_command(app);
   tandem::app::add_chat_template_command(app);
   try {

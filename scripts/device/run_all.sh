@@ -8,10 +8,10 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-sanitizer=1 bench=1 ctest_run=1 filter='*'
+sanitizer=1 bench=1 ctest_run=1 e2e=1 filter='*'
 for a in "$@"; do
   case $a in
-    --no-sanitizer) sanitizer=0 ;; --no-bench) bench=0 ;; --no-ctest) ctest_run=0 ;;
+    --no-sanitizer) sanitizer=0 ;; --no-bench) bench=0 ;; --no-ctest) ctest_run=0 ;; --no-e2e) e2e=0 ;;
     --filter=*) filter=${a#--filter=} ;; *) echo "unknown option $a"; exit 2 ;;
   esac
 done
@@ -64,7 +64,7 @@ fi
 B=$PWD/build-cuda
 build_in() {  # source dir, build dir
   cmake -S "$1" -B "$2" "${cmake_args[@]}" >> "$OUT/build.log" 2>&1 &&
-    ninja -C "$2" -j16 cuda_tests kernel_bench >> "$OUT/build.log" 2>&1
+    ninja -C "$2" -j16 cuda_tests kernel_bench tandem >> "$OUT/build.log" 2>&1
 }
 if ! build_in "$PWD" "$B"; then
   echo "== working tree did not build; retrying from git HEAD" >> "$OUT/build.log"
@@ -110,6 +110,32 @@ fi
 if (( bench )); then
   "$B/bench/kernel_bench" "$OUT/bench.json" > "$OUT/bench.log" 2>&1
   row bench "$([[ $? == 0 ]] && echo ok || echo FAIL)" "bench.log, bench.json ($(stamp))"
+fi
+
+# 7. End to end: a k=8 zero-accept oracle generation under memcheck, then `tandem bench` on the
+# Qwen3.5-27B and 0.8B shapes (synthetic weights) and on the shipped model (real MTP weights).
+if (( e2e )); then
+  timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tandem" generate --device cuda \
+    --model tests/fixtures/models/small --prompt-ids 1,2,3,4,5 --max-tokens 24 --ignore-eos \
+    --speculative oracle --oracle-pattern none --num-speculative-tokens 8 > "$OUT/memcheck_generate.log" 2>&1
+  rc=$?
+  row memcheck_gen "$([[ $rc == 0 ]] && echo clean || echo FAIL)" \
+    "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck_generate.log" | tail -1) rc=$rc ($(stamp))"
+  E=/tmp/e2e && mkdir -p $E
+  bench_run() {  # name, timeout, args...
+    local name=$1 limit=$2; shift 2
+    echo "== tandem bench $name: $*" >> "$OUT/bench_e2e.log"
+    timeout "$limit" "$B/tandem" bench --device cuda --commit "${COMMIT:-unknown}" --json "$E/$name.json" "$@" \
+      >> "$OUT/bench_e2e.log" 2>&1
+    row "bench $name" "$([[ $? == 0 ]] && echo ok || echo FAIL)" "($(stamp))"
+  }
+  bench_run qwen35-27b 240 --synthetic configs/qwen3.5-27b.json --context 1024,8192,32768 --num-speculative-tokens 3 --steps 24
+  bench_run qwen35-0.8b 120 --synthetic configs/qwen3.5-0.8b.json --context 1024,8192,32768 --num-speculative-tokens 3 --steps 24
+  bench_run tandem-tiny 120 --model models/tandem-tiny-qwen35 --context 1024,8192,32768 --num-speculative-tokens 3 --steps 24
+  bench_run qwen35-27b-prefill 150 --synthetic configs/qwen3.5-27b.json --context 1024 --num-speculative-tokens 1 \
+    --steps 4 --speculative none --prefill-tokens 8192
+  python3 -c "import json,glob,sys; json.dump({p.split('/')[-1][:-5]: json.load(open(p)) for p in sorted(glob.glob('$E/*.json'))}, open('$OUT/bench_e2e.json','w'), indent=1)"
+  echo "== tandem bench"; grep -v '^model:\|^attention:\|^gdn:\|^tied' "$OUT/bench_e2e.log"
 fi
 
 echo; echo "== conformance summary"; sed -n '/^op  *cases/,$p' "$OUT/conformance.log" | head -40

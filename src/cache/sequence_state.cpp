@@ -1,6 +1,8 @@
 // Allocation and step-metadata writes of SequenceState.
 #include "cache/sequence_state.h"
 
+#include "kernels/attention/attention.h"
+
 namespace tandem {
 
 SequenceState::SequenceState(const ModelConfig& c, const StateConfig& sc, Device device,
@@ -26,6 +28,12 @@ SequenceState::SequenceState(const ModelConfig& c, const StateConfig& sc, Device
     }
   }
   if (with_mtp) mtp_kv = kv_cache();
+  if (device == Device::kCuda) {  // sized for a verify step; longer steps loop over it
+    const int64_t rows = std::min<int64_t>(sc.max_step_tokens, 16);
+    attn_workspace = Tensor::zeros(
+        {kernels::attention_workspace_floats(rows, c.num_heads_q, c.head_dim, n_blocks * sc.block_size)},
+        DType::kF32, device);
+  }
   Tensor table = Tensor::zeros({n_blocks}, DType::kI32);
   for (int64_t b = 0; b < n_blocks; ++b) table.data<int32_t>()[b] = static_cast<int32_t>(b);
   block_table = table.to(device);

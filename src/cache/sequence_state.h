@@ -53,6 +53,7 @@ class SequenceState {
   Tensor block_table;              // i32 [max_blocks], identity pages for now
 
   Tensor n_acc;     // i32 [1], device
+  Tensor attn_workspace;  // f32 scratch of the CUDA attention (split-KV partials); empty on cpu
   StepMeta target;  // metadata of the next target step
   StepMeta mtp;     // metadata of the next MTP step
 

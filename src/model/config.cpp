@@ -54,8 +54,13 @@ ModelConfig ModelConfig::from_dir(const std::string& model_dir) {
   namespace fs = std::filesystem;
   TANDEM_CHECK(fs::is_directory(model_dir), "model directory '{}' does not exist", model_dir);
   const std::string path = (fs::path(model_dir) / "config.json").string();
+  TANDEM_CHECK(fs::exists(path), "cannot open '{}': a Hugging Face checkpoint needs config.json", path);
+  return from_file(path);
+}
+
+ModelConfig ModelConfig::from_file(const std::string& path) {
   std::ifstream in(path);
-  TANDEM_CHECK(in.good(), "cannot open '{}': a Hugging Face checkpoint needs config.json", path);
+  TANDEM_CHECK(in.good(), "cannot open config file '{}'", path);
   json root;
   try {
     root = json::parse(in);

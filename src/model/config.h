@@ -38,6 +38,7 @@ struct ModelConfig {
 
   // Reads DIR/config.json; throws tandem::Error naming the file and field on any problem.
   static ModelConfig from_dir(const std::string& model_dir);
+  static ModelConfig from_file(const std::string& config_json_path);
   std::string summary() const;  // one line per field group, printed at start-up
 };
 

@@ -3,6 +3,7 @@
 // MTP block (section 2). Only kernel interfaces are called, so this file is device-neutral.
 #include "model/arch/qwen35.h"
 
+#include "core/cuda_graph.h"
 #include "kernels/argmax/argmax.h"
 #include "kernels/attention/attention.h"
 #include "kernels/conv1d/conv1d.h"
@@ -62,9 +63,16 @@ Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecConte
       w_(std::move(weights)),
       ctx_(ctx),
       act_(ctx.device == Device::kCpu ? DType::kF32 : DType::kBF16),
-      s_(std::make_unique<ForwardScratch>(cfg_, max_step_tokens, act_, ctx.device)) {}
+      s_(std::make_unique<ForwardScratch>(cfg_, max_step_tokens, act_, ctx.device)) {
+  if (ctx_.device == Device::kCuda && ctx_.cuda_stream == nullptr) {
+    ctx_.cuda_stream = cuda_stream_create();  // a real stream, so steps can be graph-captured
+    owns_stream_ = true;
+  }
+}
 
-Qwen35Model::~Qwen35Model() = default;
+Qwen35Model::~Qwen35Model() {
+  if (owns_stream_) cuda_stream_destroy(ctx_.cuda_stream);
+}
 
 Tensor Qwen35Model::hidden(int64_t n) const { return rows(s_->hidden, n); }
 
@@ -171,7 +179,8 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
                      .k_cache = kv.k, .v_cache = kv.v}, ctx_);
   const Tensor out = rows(s.attn_out, n).split_heads(hq);
   k::attention({.q = q, .gate = gate, .k_cache = kv.k, .v_cache = kv.v,
-                .block_table = st.block_table, .kv_len = meta.kv_len, .out = out}, ctx_);
+                .block_table = st.block_table, .kv_len = meta.kv_len, .out = out,
+                .workspace = st.attn_workspace}, ctx_);
   observe("attn_out", layer, rows(s.attn_out, n));
   k::linear({.x = rows(s.attn_out, n), .weight = a.o_proj, .out = rows(s.mixed, n)}, ctx_);
 }

@@ -67,6 +67,7 @@ class Qwen35Model {
   DType act_;
   std::unique_ptr<ForwardScratch> s_;
   ActivationObserver* obs_ = nullptr;
+  bool owns_stream_ = false;
 };
 
 }  // namespace tandem
