@@ -59,12 +59,29 @@ void nfc_append(std::string_view text, std::string& out) {
   std::free(buf);
 }
 
+// True when NFC can change text around cp: it has a non-zero combining class, a canonical
+// decomposition, composes as the second of a pair (utf8proc marks those with bit 15 of
+// comb_index), or is a Hangul vowel/trailing jamo (composed algorithmically).
+bool nfc_relevant(char32_t cp) {
+  if ((cp >= 0x1161 && cp <= 0x1175) || (cp >= 0x11A8 && cp <= 0x11C2)) return true;
+  const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
+  return p->combining_class != 0 || (p->decomp_seqindex != UINT16_MAX && p->decomp_type == 0) ||
+         (p->comb_index != UINT16_MAX && (p->comb_index & 0x8000) != 0);
+}
+
 }  // namespace
 
 std::string Normalizer::apply(std::string_view text) const {
-  bool ascii = true;
-  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-  if (!nfc_ || ascii) return std::string(text);
+  if (!nfc_) return std::string(text);
+  bool needed = false;  // most text (ASCII, CJK) is already NFC: skip the copy through utf8proc
+  for (size_t i = 0; i < text.size() && !needed;) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    needed = nfc_relevant(next_code_point(text, i));
+  }
+  if (!needed) return std::string(text);
   std::string out;
   out.reserve(text.size());
   size_t seg = 0;
