@@ -55,7 +55,8 @@ TEST(ChatTemplate, RaiseExceptionMessageIsKept) {
 }
 
 TEST(ChatTemplate, RenderChatUsesModelTemplate) {
-  auto msgs = ordered_json::parse(R"([{"role":"user","content":"Hello!"}])");
+  // Plain nlohmann::json converts to ordered_json at the call.
+  auto msgs = nlohmann::json::parse(R"([{"role":"user","content":"Hello!"}])");
   ordered_json extra = {{"enable_thinking", false}};
   EXPECT_EQ(render_chat(qwen3(), msgs, true, extra),
             "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "tests/tokenizer/test_util.h"
 
@@ -87,6 +88,31 @@ TEST(TokenizerParity, EosAndTemplateFromConfigs) {
   ASSERT_TRUE(t.chat_template().has_value());
   EXPECT_NE(t.chat_template()->find("<|im_start|>"), std::string::npos);
   EXPECT_EQ(t.eos_token().value_or(""), "<|im_end|>");
+}
+
+// One Tokenizer shared by several threads (the server's use): the word cache is shared, results
+// must not depend on interleaving.
+TEST(TokenizerParity, ConcurrentEncodeMatchesSerial) {
+  const auto& t = qwen3();
+  std::vector<std::string> texts;
+  for (int k = 0; k < 200; ++k) {
+    texts.push_back("thread test " + std::to_string(k * 7919) +
+                    " 你好世界 naïve café 🙂 <|im_end|> " +
+                    std::string(static_cast<size_t>(k % 13), 'x'));
+  }
+  std::vector<std::vector<int32_t>> serial;
+  for (const auto& s : texts) serial.push_back(t.encode(s));
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> pool;
+  for (int w = 0; w < 4; ++w) {
+    pool.emplace_back([&, w] {
+      for (int rep = 0; rep < 5; ++rep) {
+        for (size_t k = w; k < texts.size(); k += 1 + w) bad[w] += t.encode(texts[k]) != serial[k];
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(bad, std::vector<int>(4, 0));
 }
 
 TEST(TokenizerParity, InvalidUtf8IsAnError) {
