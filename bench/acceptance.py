@@ -1,7 +1,7 @@
 """Greedy MTP acceptance and speed on the shipped model, measured by tandem itself.
 
 Runs `tandem generate` on held-out prompts (bench/prompts/tandem-tiny-validation.jsonl: 16
-validation-split documents, first ~200 characters) without speculation and with MTP at each k, in
+validation-split documents, first ~200 characters, with their token ids) without speculation and with MTP at each k, in
 the same run, and writes JSON with the machine, commit and command.
 
   python3 bench/acceptance.py --model models/tandem-tiny-qwen35 --ks 1,2,3 --max-tokens 96 \
@@ -17,8 +17,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(binary, model, prompt, k, max_tokens, threads, device):
-    cmd = [binary, "generate", "--model", model, "--prompt", prompt, "--max-tokens", str(max_tokens),
+def run(binary, model, ids, k, max_tokens, threads, device):
+    # Token ids (recorded with `tandem tokenize`, equal to HF tokenizers) so that no tokenizer runs here.
+    cmd = [binary, "generate", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
+           "--max-tokens", str(max_tokens),
            "--json", "--ignore-eos", "--threads", str(threads), "--device", device]
     if k > 0:
         cmd += ["--speculative", "mtp", "--num-speculative-tokens", str(k)]
@@ -37,7 +39,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    prompts = [json.loads(l)["prompt"] for l in open(a.prompts)]
+    prompts = [json.loads(l)["ids"] for l in open(a.prompts)]
     ks = [0] + [int(k) for k in a.ks.split(",")]
     rows = {}
     for k in ks:

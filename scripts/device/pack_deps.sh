@@ -15,6 +15,12 @@ mkdir -p "$dst/include" "$dst/lib/$arch/pkgconfig" .devdeps/bin
 cp /usr/include/{pcre2.h,utf8proc.h} "$dst/include/"
 cp -P /usr/lib/$arch/libpcre2-8.so* /usr/lib/$arch/libutf8proc.so* "$dst/lib/$arch/"
 cp /usr/lib/$arch/pkgconfig/{libpcre2-8,libutf8proc}.pc "$dst/lib/$arch/pkgconfig/"
+# ICU: a declaration-only stand-in (icu_shim/uchar.h says why), never the 30 MB data library.
+mkdir -p "$dst/include/unicode"
+cp scripts/device/icu_shim/uchar.h "$dst/include/unicode/uchar.h"
+gcc -shared -fPIC -I"$dst/include" scripts/device/icu_shim/uchar_shim.c -o "$dst/lib/$arch/libicuuc.so"
+printf 'prefix=/usr\nlibdir=${prefix}/lib/%s\nincludedir=${prefix}/include\n\nName: icu-uc\nDescription: ICU stand-in for device builds\nVersion: 72.1\nLibs: -L${libdir} -licuuc\nCflags: -I${includedir}\n' \
+  "$arch" > "$dst/lib/$arch/pkgconfig/icu-uc.pc"
 if [[ ${1:-} == --all ]]; then
   mkdir -p "$dst/lib/$arch/cmake" "$dst/share/cmake"
   cp -r /usr/include/{nlohmann,CLI,fmt,gtest} "$dst/include/"

@@ -27,7 +27,7 @@ stamp() { echo "$(( $(date +%s) - t0 ))s"; }
   command -v compute-sanitizer pkg-config || true
 } > "$OUT/build.log" 2>&1
 missing=()
-for h in nlohmann/json.hpp CLI/CLI.hpp fmt/core.h gtest/gtest.h pcre2.h utf8proc.h; do
+for h in nlohmann/json.hpp CLI/CLI.hpp fmt/core.h gtest/gtest.h pcre2.h utf8proc.h unicode/uchar.h; do
   [[ -f /usr/include/$h ]] || missing+=("$h")
 done
 command -v pkg-config > /dev/null || missing+=(pkg-config)

@@ -41,6 +41,7 @@ struct AttentionArgs {
 void attention_ref(const AttentionArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA
 void attention_cuda(const AttentionArgs& a, const ExecContext& ctx);
+bool attention_cuda_supports(int64_t head_dim);  // shapes the CUDA kernel is built for
 #endif
 
 inline void attention(const AttentionArgs& a, const ExecContext& ctx) {

@@ -325,6 +325,10 @@ void launch(const AttnParams& p, cudaStream_t s) {
 
 }  // namespace
 
+bool attention_cuda_supports(int64_t head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
 void attention_cuda(const AttentionArgs& a, const ExecContext& ctx) {
   const char* op = "attention";
   cuda::expect_cuda_dtype(a.q, DType::kBF16, op, "q");
@@ -349,7 +353,7 @@ void attention_cuda(const AttentionArgs& a, const ExecContext& ctx) {
                    hq % hkv == 0 && a.out.shape() == a.q.shape(),
                "attention_cuda: q {} out {} k_cache {} v_cache {} do not agree", a.q.describe(),
                a.out.describe(), a.k_cache.describe(), a.v_cache.describe());
-  TANDEM_CHECK(d == 64 || d == 128 || d == 256,
+  TANDEM_CHECK(attention_cuda_supports(d),
                "attention_cuda: head_dim {} unsupported for dtype bf16 on cuda (64, 128, 256)", d);
   TANDEM_CHECK(a.q.stride(1) % 8 == 0 && a.q.stride(0) % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(a.q.raw()) % 16 == 0,

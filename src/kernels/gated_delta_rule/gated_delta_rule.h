@@ -37,6 +37,7 @@ struct GatedDeltaRuleArgs {
 void gated_delta_rule_ref(const GatedDeltaRuleArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA
 void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx);
+bool gated_delta_rule_cuda_supports(int64_t d_k);  // shapes the CUDA kernel is built for
 #endif
 
 inline void gated_delta_rule(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {

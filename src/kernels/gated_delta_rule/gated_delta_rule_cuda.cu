@@ -31,6 +31,14 @@ struct GdrParams {
   bool per_token_columns;  // kRecurrent: column t after token t; kChunked: final state in column 0
 };
 
+}  // namespace
+
+bool gated_delta_rule_cuda_supports(int64_t d_k) {
+  return d_k == 16 || d_k == 32 || d_k == 64 || d_k == 128 || d_k == 256;
+}
+
+namespace {
+
 template <int kDk>
 __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
   constexpr int kRowsPerThread = kDk / kParts;
@@ -156,8 +164,8 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   TANDEM_CHECK(a.mode == GdrMode::kChunked || p.n_tokens <= p.n_cols,
                "gated_delta_rule_cuda: {} tokens need {} state columns, have {}", p.n_tokens,
                p.n_tokens, p.n_cols);
-  TANDEM_CHECK(dk == 64 || dk == 128 || dk == 256,
-               "gated_delta_rule_cuda: d_k {} unsupported (64, 128 or 256) for dtype bf16 on cuda",
+  TANDEM_CHECK(gated_delta_rule_cuda_supports(dk),
+               "gated_delta_rule_cuda: d_k {} unsupported (16, 32, 64, 128 or 256) for dtype bf16 on cuda",
                dk);
   if (p.n_tokens == 0) return;
   p.q = a.q.data<const __nv_bfloat16>();
@@ -179,6 +187,8 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   p.per_token_columns = a.mode == GdrMode::kRecurrent;
   const dim3 grid(cuda::ceil_div(p.dv, kCols), static_cast<unsigned>(p.hv_n));
   const cudaStream_t s = cuda::stream_of(ctx);
+  if (dk == 16) gdr_recurrent_kernel<16><<<grid, kThreads, 0, s>>>(p);
+  if (dk == 32) gdr_recurrent_kernel<32><<<grid, kThreads, 0, s>>>(p);
   if (dk == 64) gdr_recurrent_kernel<64><<<grid, kThreads, 0, s>>>(p);
   if (dk == 128) gdr_recurrent_kernel<128><<<grid, kThreads, 0, s>>>(p);
   if (dk == 256) gdr_recurrent_kernel<256><<<grid, kThreads, 0, s>>>(p);

@@ -64,6 +64,17 @@ Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecConte
       ctx_(ctx),
       act_(ctx.device == Device::kCpu ? DType::kF32 : DType::kBF16),
       s_(std::make_unique<ForwardScratch>(cfg_, max_step_tokens, act_, ctx.device)) {
+#ifdef TANDEM_CUDA
+  // Unsupported (op, dtype, device, shape) is an error at load time (DESIGN.md invariant 6).
+  if (ctx_.device == Device::kCuda) {
+    TANDEM_CHECK(k::attention_cuda_supports(cfg_.head_dim),
+                 "op attention, dtype bf16, device cuda: head_dim {} is not supported (64, 128, 256)",
+                 cfg_.head_dim);
+    TANDEM_CHECK(k::gated_delta_rule_cuda_supports(cfg_.gdn_d_k),
+                 "op gated_delta_rule, dtype bf16, device cuda: d_k {} is not supported (16..256, powers of 2)",
+                 cfg_.gdn_d_k);
+  }
+#endif
   if (ctx_.device == Device::kCuda && ctx_.cuda_stream == nullptr) {
     ctx_.cuda_stream = cuda_stream_create();  // a real stream, so steps can be graph-captured
     owns_stream_ = true;
