@@ -141,9 +141,10 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     tok.content = a.at("content").get<std::string>();
     tok.special = a.value("special", false);
     tok.normalized = a.value("normalized", !tok.special);
-    TANDEM_CHECK(
-        !a.value("single_word", false) && !a.value("lstrip", false) && !a.value("rstrip", false),
-        "unsupported added token '{}': single_word/lstrip/rstrip are not supported", tok.content);
+    tok.lstrip = a.value("lstrip", false);
+    tok.rstrip = a.value("rstrip", false);
+    TANDEM_CHECK(!a.value("single_word", false),
+                 "unsupported added token '{}': single_word is not supported", tok.content);
     size = std::max(size, tok.id + 1);
     t.added_.push_back(std::move(tok));
   }
@@ -183,36 +184,66 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   return t;
 }
 
+namespace {
+
+// Rust char::is_whitespace (Unicode White_Space), what HF's lstrip/rstrip absorb.
+bool is_white_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+size_t strip_left(std::string_view s, size_t start, size_t floor) {
+  while (start > floor) {
+    size_t prev = start - 1;
+    while (prev > floor && (static_cast<uint8_t>(s[prev]) & 0xC0) == 0x80) --prev;
+    size_t i = prev;
+    if (!is_white_space(next_code_point(s, i))) break;
+    start = prev;
+  }
+  return start;
+}
+
+size_t strip_right(std::string_view s, size_t stop) {
+  while (stop < s.size()) {
+    size_t i = stop;
+    if (!is_white_space(next_code_point(s, i))) break;
+    stop = i;
+  }
+  return stop;
+}
+
+}  // namespace
+
+template <typename Gap>
+void Tokenizer::split_added(std::string_view text, const std::vector<std::vector<int32_t>>& by_byte,
+                            std::vector<int32_t>& out, Gap encode_gap) const {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t at = 0;
+    int32_t k = find_added(text, pos, added_, by_byte, &at);
+    if (k < 0) break;
+    const AddedToken& a = added_[k];
+    size_t start = a.lstrip ? strip_left(text, at, pos) : at;
+    size_t stop = a.rstrip ? strip_right(text, at + a.content.size()) : at + a.content.size();
+    if (start > pos) encode_gap(text.substr(pos, start - pos));
+    out.push_back(a.id);
+    pos = stop;
+  }
+  if (pos < text.size()) encode_gap(text.substr(pos));
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   TANDEM_CHECK(is_valid_utf8(text), "cannot tokenize: input is not valid UTF-8");
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t at = 0;
-    int32_t k = find_added(text, pos, added_, raw_by_byte_, &at);
-    if (k < 0) break;
-    if (at > pos) encode_text(text.substr(pos, at - pos), out);
-    out.push_back(added_[k].id);
-    pos = at + added_[k].content.size();
-  }
-  if (pos < text.size()) encode_text(text.substr(pos), out);
+  split_added(text, raw_by_byte_, out, [&](std::string_view gap) { encode_text(gap, out); });
   return out;
 }
 
 void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
   std::string norm = normalizer_->apply(text);
-  std::string_view s = norm;
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t at = 0;
-    int32_t k = find_added(s, pos, added_, norm_by_byte_, &at);
-    if (k < 0) break;
-    if (at > pos) encode_normalized(s.substr(pos, at - pos), out);
-    out.push_back(added_[k].id);
-    pos = at + added_[k].content.size();
-  }
-  if (pos < s.size()) encode_normalized(s.substr(pos), out);
+  split_added(norm, norm_by_byte_, out, [&](std::string_view gap) { encode_normalized(gap, out); });
 }
 
 void Tokenizer::encode_normalized(std::string_view text, std::vector<int32_t>& out) const {

@@ -23,6 +23,8 @@ struct AddedToken {
   std::string content;
   bool special = false;
   bool normalized = false;  // matched after normalisation instead of on the raw text
+  bool lstrip = false;      // the match also takes the whitespace on its left
+  bool rstrip = false;      // ... and on its right
 };
 
 class Tokenizer {
@@ -61,6 +63,10 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  // Splits text on added tokens of one kind; gaps go to encode_gap, tokens to out.
+  template <typename Gap>
+  void split_added(std::string_view text, const std::vector<std::vector<int32_t>>& by_byte,
+                   std::vector<int32_t>& out, Gap encode_gap) const;
   void encode_text(std::string_view text, std::vector<int32_t>& out) const;
   void encode_normalized(std::string_view text, std::vector<int32_t>& out) const;
 

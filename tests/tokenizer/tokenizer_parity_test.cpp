@@ -3,6 +3,7 @@
 // tools/tokenizer/make_encode_goldens.py; this test needs no Python.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -66,6 +67,37 @@ TEST(TokenizerParity, Qwen35RegexGoldensIdenticalIds) {
     }
   }
   EXPECT_GE(n, 2000u);
+  EXPECT_EQ(mismatch, 0u) << "of " << n;
+}
+
+// Added tokens with lstrip/rstrip (absorbing neighbouring whitespace), as HF does them.
+TEST(TokenizerParity, AddedTokenStripGoldensIdenticalIds) {
+  std::ifstream f(fixture("qwen3/strip_goldens.jsonl"));
+  ASSERT_TRUE(f.good());
+  std::string line;
+  std::getline(f, line);
+  auto meta = nlohmann::json::parse(line).at("meta");
+  auto spec = nlohmann::json::parse(testing::read_text(fixture("qwen3/tokenizer.json")));
+  auto listed = [](const nlohmann::json& list, const nlohmann::json& content) {
+    return std::find(list.begin(), list.end(), content) != list.end();
+  };
+  for (auto& a : spec["added_tokens"]) {
+    a["lstrip"] = listed(meta["lstrip"], a["content"]);
+    a["rstrip"] = listed(meta["rstrip"], a["content"]);
+  }
+  const Tokenizer t = Tokenizer::from_json(spec.dump());
+  size_t n = 0, mismatch = 0;
+  while (std::getline(f, line)) {
+    auto g = nlohmann::json::parse(line);
+    auto text = g["text"].get<std::string>();
+    ++n;
+    auto got = t.encode(text);
+    if (got != g["ids"].get<std::vector<int32_t>>() && ++mismatch <= 10) {
+      ADD_FAILURE() << "ids differ for " << nlohmann::json(text).dump() << " got "
+                    << nlohmann::json(got).dump() << " want " << g["ids"].dump();
+    }
+  }
+  EXPECT_EQ(n, meta["count"].get<size_t>());
   EXPECT_EQ(mismatch, 0u) << "of " << n;
 }
 

@@ -5,7 +5,9 @@ Writes tests/fixtures/tokenizer/qwen3/encode_goldens.jsonl: a first line {"meta"
 command, versions and tokenizer hash, then one {"text", "ids", "decoded"} object per line.
 Also writes qwen3/qwen35_regex_goldens.jsonl: the same strings encoded with the Qwen3 vocab but the
 Qwen3.5 / Qwen3.6 pre-tokenizer regex (letters and marks, [\p{L}\p{M}]+), which no PyPI package
-ships as a tokenizer.json; the C++ test patches the pattern the same way.
+ships as a tokenizer.json; the C++ test patches the pattern the same way. And
+qwen3/strip_goldens.jsonl: strings around added tokens, with lstrip on <|im_end|>, rstrip on
+<|im_start|> and both on <think> (flags other tokenizers use; the C++ test sets them likewise).
 Run from the repo root:  python3 tools/tokenizer/make_encode_goldens.py
 """
 import hashlib
@@ -148,6 +150,16 @@ QWEN35_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+
                   r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
+STRIP_LEFT = ["<|im_end|>", "<think>"]
+STRIP_RIGHT = ["<|im_start|>", "<think>"]
+
+
+def make_strip_cases(rng):
+    pieces = ["<|im_end|>", "<|im_start|>", "<think>", "</think>", "x", "hello", "你好", " ", "  ",
+              "\n", "\t", "\u3000", "\u00a0", "\r\n", "\x1c", "é", "🙂"]
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(400)]
+
+
 def write_goldens(tok, cases, out, meta, with_decode):
     with out.open("w", encoding="utf-8") as f:
         f.write(json.dumps({"meta": meta}, ensure_ascii=False) + "\n")
@@ -180,6 +192,14 @@ def main():
     tok35 = tokenizers.Tokenizer.from_str(json.dumps(spec))
     write_goldens(tok35, cases, FIX / "qwen3/qwen35_regex_goldens.jsonl",
                   dict(meta, pre_tokenizer_regex=QWEN35_PATTERN), False)
+    strip_cases = make_strip_cases(random.Random(7))
+    spec = json.loads(tok_path.read_text(encoding="utf-8"))
+    for a in spec["added_tokens"]:
+        a["lstrip"] = a["content"] in STRIP_LEFT
+        a["rstrip"] = a["content"] in STRIP_RIGHT
+    write_goldens(tokenizers.Tokenizer.from_str(json.dumps(spec)), strip_cases,
+                  FIX / "qwen3/strip_goldens.jsonl",
+                  dict(meta, count=len(strip_cases), lstrip=STRIP_LEFT, rstrip=STRIP_RIGHT), False)
     print(f"wrote {len(cases)} cases to {out}", file=sys.stderr)
 
 
