@@ -35,6 +35,7 @@ nlohmann::json stats_json(const GenerateResult& r, int k) {
     j["draft_tokens"] = s.draft_tokens;
     j["accepted_tokens"] = s.accepted_tokens;
     j["drafting_steps"] = s.drafting_steps;
+    j["steps_per_k"] = s.steps_per_k;
   }
   return j;
 }
@@ -61,7 +62,11 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g, cons
   }
   TANDEM_CHECK(k >= 1 || spec == "none", "--num-speculative-tokens must be >= 1 with --speculative {}", spec);
   Generator gen(model, std::move(drafter),
-                GeneratorOptions{.num_speculative_tokens = k, .max_context = g.max_context, .trace = trace});
+                GeneratorOptions{.num_speculative_tokens = k,
+                                 // The oracle exists to force acceptance patterns: always k drafts.
+                                 .control = spec == "oracle" ? ControlMode::kFixed
+                                                             : parse_control_mode(g.speculation_control),
+                                 .max_context = g.max_context, .trace = trace});
   return gen.generate(req, on_token);
 }
 

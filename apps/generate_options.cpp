@@ -20,6 +20,10 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
   cmd->add_option("--oracle-pattern", g.oracle_pattern,
                   "oracle acceptance: all | none | first:J | random:SEED | seq:a,b,..")
       ->capture_default_str();
+  cmd->add_option("--speculation-control", g.speculation_control,
+                  "adaptive: drafts per step chosen in 0..K from measured costs and acceptance (never "
+                  "slower than plain); fixed: always K")
+      ->capture_default_str();
   cmd->add_option("--spec-trace", g.spec_trace, "write one JSON line per step to this file");
   cmd->add_option("--temperature", g.temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", g.top_k, "0 = off")->capture_default_str();

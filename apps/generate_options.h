@@ -20,6 +20,7 @@ struct GenerateOptions : CommonOptions {
   std::string speculative = "none";
   int num_speculative_tokens = 3;
   std::string oracle_pattern = "all";
+  std::string speculation_control = "adaptive";
   std::string spec_trace;
   float temperature = 0.f;
   int top_k = 0;

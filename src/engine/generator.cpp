@@ -44,6 +44,7 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
                "the prompt has {} tokens but the context holds {} (raise --max-context)", n_prompt,
                opt_.max_context);
   st.reset();
+  if (drafter_) drafter_->begin_sequence();
   const int64_t chunk = model_.max_step_tokens();
   Tensor chunk_logits;
   if (all_logits) chunk_logits = Tensor::zeros({chunk, vocab}, DType::kF32, model_.context().device);
@@ -113,13 +114,16 @@ GenerateResult Generator::generate(const GenerateRequest& req,
     return false;
   };
   bool done = emit(last);
+  SpeculationControl control(k, opt_.control);
+  if (drafter_) drafter_->take_first_pass_cost();  // the prompt's first pass is not a step cost
   while (!done) {
+    const double step_t0 = now_seconds();
     const int64_t room = opt_.max_context - st.n_past - 1;  // positions left after `last`
     if (room < 0) {
       res.finish_reason = "length";
       break;
     }
-    const int k_eff = static_cast<int>(std::min<int64_t>(k, room));
+    const int k_eff = static_cast<int>(std::min<int64_t>(control.choose(), room));
     std::vector<int32_t> drafts;
     if (k_eff > 0) drafts = drafter_->propose(st, k_eff, res.tokens);
     std::vector<int32_t> step_tokens{last};
@@ -150,11 +154,15 @@ GenerateResult Generator::generate(const GenerateRequest& req,
       next.push_back(v.emitted.back());
       drafter_->after_target_step(st, next, start);
     }
+    const auto [first_pass_s, first_pass_rows] =
+        drafter_ ? drafter_->take_first_pass_cost() : std::pair<double, int64_t>{0.0, 0};
+    control.record(k_eff, v.n_acc, now_seconds() - step_t0, first_pass_s, first_pass_rows);
     for (int32_t tok : v.emitted) {
       if ((done = emit(tok))) break;
     }
     last = v.emitted.back();
   }
+  stats.steps_per_k = control.steps_per_k();
   stats.generated_tokens = static_cast<int64_t>(res.tokens.size());
   stats.decode_seconds = now_seconds() - t1;
   return res;

@@ -11,6 +11,7 @@
 #include "model/arch/qwen35.h"
 #include "spec/drafter.h"
 #include "spec/sampler.h"
+#include "spec/speculation_control.h"
 
 namespace tandem {
 
@@ -26,6 +27,7 @@ struct GenerationStats {
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t steps = 0, drafting_steps = 0, draft_tokens = 0, accepted_tokens = 0;
   std::vector<int64_t> accepted_per_position;  // [k]
+  std::vector<int64_t> steps_per_k;            // [k + 1]: steps that drafted 0..k tokens
   double mean_acceptance_length() const {
     return drafting_steps ? 1.0 + static_cast<double>(accepted_tokens) / drafting_steps : 1.0;
   }
@@ -38,7 +40,8 @@ struct GenerateResult {
 };
 
 struct GeneratorOptions {
-  int num_speculative_tokens = 0;  // k (0: plain decoding)
+  int num_speculative_tokens = 0;  // k (0: plain decoding); the most drafts per step
+  ControlMode control = ControlMode::kFixed;  // kAdaptive: choose 0..k per step (never slower)
   int64_t max_context = 4096;
   std::ostream* trace = nullptr;   // JSONL, one line per step
 };

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "cache/sequence_state.h"
@@ -13,12 +14,17 @@ namespace tandem {
 class Drafter {
  public:
   virtual ~Drafter() = default;
+  // A new sequence starts (its prefill follows): forget everything about the previous one.
+  virtual void begin_sequence() {}
   // Called right after every target step (prefill chunk or verify) while the target's hidden rows
   // are still in place: row j of the step had input position start + j, and next_tokens[j] is the
   // token that follows it (the next prompt token, an accepted draft, or the token just emitted).
   // Only the n valid rows are passed (rejected draft rows are not).
   virtual void after_target_step(SequenceState& st, std::span<const int32_t> next_tokens,
                                  int64_t start) = 0;
+  // Seconds spent in deferred first-pass work since the last call, and the rows it covered (for
+  // speculation control, which charges each step for its own rows only).
+  virtual std::pair<double, int64_t> take_first_pass_cost() { return {0.0, 0}; }
   // Up to k drafts following the last emitted token; `emitted` is everything generated so far.
   virtual std::vector<int32_t> propose(SequenceState& st, int k,
                                        std::span<const int32_t> emitted) = 0;

@@ -1,5 +1,7 @@
-// MTP drafter: first pass after each target step, then chained single-row MTP steps.
+// MTP drafter: queued (lazy) first pass after target steps, then chained single-row MTP steps.
 #include "spec/mtp_drafter.h"
+
+#include <chrono>
 
 #include "kernels/argmax/argmax.h"
 
@@ -11,31 +13,63 @@ MtpDrafter::MtpDrafter(Qwen35Model& model) : model_(model) {
                "mtp.layers.0.*, ...), and this checkpoint has none; use --speculative none");
   const ModelConfig& c = model.config();
   const Device d = model.context().device;
+  queued_hidden_ = Tensor::zeros({model.max_step_tokens(), c.hidden_size}, model.act_dtype(), d);
   hidden_out_ = Tensor::zeros({model.max_step_tokens(), c.hidden_size}, model.act_dtype(), d);
   chain_hidden_ = Tensor::zeros({1, c.hidden_size}, model.act_dtype(), d);
   logits_ = Tensor::zeros({1, c.vocab_size}, DType::kF32, d);
 }
 
 int32_t MtpDrafter::argmax_last() {
-  logits_host_ = logits_.device() == Device::kCpu ? logits_ : logits_.to(Device::kCpu);
+  const Tensor host = logits_.device() == Device::kCpu ? logits_ : logits_.to(Device::kCpu);
   Tensor out = Tensor::zeros({1}, DType::kI32);
-  kernels::argmax_ref({.logits = logits_host_, .out = out}, ExecContext{});
+  kernels::argmax_ref({.logits = host, .out = out}, ExecContext{});
   return out.data<int32_t>()[0];
+}
+
+void MtpDrafter::begin_sequence() {
+  queued_tokens_.clear();
+  first_draft_ = -1;
+  last_position_ = -1;
 }
 
 void MtpDrafter::after_target_step(SequenceState& st, std::span<const int32_t> next_tokens,
                                    int64_t start) {
   const int64_t n = static_cast<int64_t>(next_tokens.size());
-  st.mtp.plan(next_tokens.data(), n, start, st.config().max_context);
-  model_.mtp_forward(st, n, model_.hidden(n), hidden_out_.slice(0, 0, n), logits_, n - 1);
+  const int64_t queued = static_cast<int64_t>(queued_tokens_.size());
+  if (queued + n > queued_hidden_.dim(0)) flush(st);
+  if (queued_tokens_.empty()) queued_start_ = start;
+  TANDEM_CHECK(start == queued_start_ + static_cast<int64_t>(queued_tokens_.size()),
+               "MTP first pass: step at position {} does not follow the queued rows", start);
+  const int64_t at = static_cast<int64_t>(queued_tokens_.size());
+  queued_hidden_.slice(0, at, at + n).copy_from(model_.hidden(n));
+  queued_tokens_.insert(queued_tokens_.end(), next_tokens.begin(), next_tokens.end());
+}
+
+void MtpDrafter::flush(SequenceState& st) {
+  const int64_t n = static_cast<int64_t>(queued_tokens_.size());
+  if (n == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  st.mtp.plan(queued_tokens_.data(), n, queued_start_, st.config().max_context);
+  model_.mtp_forward(st, n, queued_hidden_.slice(0, 0, n), hidden_out_.slice(0, 0, n), logits_, n - 1);
   first_draft_ = argmax_last();
-  last_position_ = start + n - 1;
+  last_position_ = queued_start_ + n - 1;
   chain_hidden_.copy_from(hidden_out_.slice(0, n - 1, n));
+  queued_tokens_.clear();
+  flush_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  flushed_rows_ += n;
+}
+
+std::pair<double, int64_t> MtpDrafter::take_first_pass_cost() {
+  const std::pair<double, int64_t> c{flush_seconds_, flushed_rows_};
+  flush_seconds_ = 0;
+  flushed_rows_ = 0;
+  return c;
 }
 
 std::vector<int32_t> MtpDrafter::propose(SequenceState& st, int k, std::span<const int32_t>) {
   std::vector<int32_t> drafts;
   if (k <= 0) return drafts;
+  flush(st);
   TANDEM_CHECK(first_draft_ >= 0, "MTP propose before any target step");
   drafts.push_back(first_draft_);
   for (int i = 1; i < k; ++i) {

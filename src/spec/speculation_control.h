@@ -1,0 +1,48 @@
+// Speculation control (DESIGN.md section 3): picks the number of drafts for each step, 0..k_max,
+// to maximise expected tokens per second from measured step costs and observed acceptance, so
+// that speculation is never a net loss. Greedy output does not depend on the choice (exactness
+// holds for every k), so control only changes speed.
+//   expected tokens of a step with k drafts: E_k = 1 + a_1 + a_1 a_2 + ... + a_1..a_k, where a_i is
+//   the observed rate of accepting draft i given drafts 1..i-1 were accepted (Laplace-smoothed);
+//   cost c_k: an exponential moving average of the measured seconds of steps with k drafts.
+// Every k is measured once first, then the best E_k / c_k is used, and the least recently
+// measured k is probed again every `probe_interval` steps so that costs follow the context depth.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+enum class ControlMode { kFixed, kAdaptive };
+ControlMode parse_control_mode(const std::string& s);  // "fixed" | "adaptive"
+
+class SpeculationControl {
+ public:
+  SpeculationControl(int k_max, ControlMode mode, int probe_interval = 32);
+
+  int choose();  // drafts for the next step
+  // One finished step: k drafts proposed, n_acc in 1..k+1, its wall time (draft + verify + commit),
+  // of which first_pass_seconds went to the drafter's deferred first pass over first_pass_rows rows
+  // (possibly rows of earlier steps). The step is charged for its own n_acc rows at the average
+  // per-row first-pass cost instead, so catching up after k = 0 steps is not blamed on k > 0.
+  void record(int k, int n_acc, double seconds, double first_pass_seconds = 0,
+              int64_t first_pass_rows = 0);
+
+  double expected_tokens(int k) const;
+  const std::vector<int64_t>& steps_per_k() const { return steps_; }
+
+ private:
+  int k_max_;
+  ControlMode mode_;
+  int probe_interval_;
+  int64_t step_ = 0;
+  std::vector<double> cost_;          // EMA seconds per step with k drafts; < 0 until measured
+  std::vector<int64_t> last_seen_;    // step index of the last measurement of each k
+  std::vector<int64_t> steps_;        // steps taken with each k
+  std::vector<int64_t> reached_, accepted_;  // per draft position i (1-based, index i-1)
+  double first_pass_per_row_ = 0;            // EMA seconds per first-pass row
+};
+
+}  // namespace tandem
