@@ -22,8 +22,10 @@ def run(binary, model, ids, k, max_tokens, threads, device):
     cmd = [binary, "generate", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
            "--max-tokens", str(max_tokens),
            "--json", "--ignore-eos", "--threads", str(threads), "--device", device]
-    if k > 0:
-        cmd += ["--speculative", "mtp", "--num-speculative-tokens", str(k)]
+    if k == "adaptive":
+        cmd += ["--speculative", "mtp", "--num-speculative-tokens", "3", "--speculation-control", "adaptive"]
+    elif k > 0:
+        cmd += ["--speculative", "mtp", "--num-speculative-tokens", str(k), "--speculation-control", "fixed"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -38,9 +40,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--adaptive", action="store_true", help="also run adaptive control (up to k=3)")
     a = ap.parse_args()
     prompts = [json.loads(l)["ids"] for l in open(a.prompts)]
-    ks = [0] + [int(k) for k in a.ks.split(",")]
+    ks = [0] + [int(k) for k in a.ks.split(",")] + (["adaptive"] if a.adaptive else [])
     rows = {}
     for k in ks:
         acc = steps = gen = 0

@@ -1,6 +1,9 @@
 // Helpers shared by the test folders: fixture locations, model loading, golden reading.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -48,6 +51,13 @@ inline nlohmann::json read_json(const std::string& path) {
 
 inline nlohmann::json goldens(const std::string& name) {
   return read_json(golden_dir(name) + "/goldens.json");
+}
+
+// Test-name suffix for a model-parameterised suite ("tiny-text" -> "tiny_text").
+inline std::string model_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
 }
 
 }  // namespace tandem::testing

@@ -81,12 +81,7 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
   if (name == testing::kTrainedModel) EXPECT_GE(agree, near_tie) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineCuda, ::testing::ValuesIn(testing::golden_model_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, EngineCuda, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
 
 }  // namespace
 }  // namespace tandem

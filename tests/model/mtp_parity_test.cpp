@@ -103,12 +103,7 @@ TEST_P(MtpParity, FirstDraftOfEveryStepIsReferenceArgmax) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, MtpParity, ::testing::ValuesIn(testing::golden_model_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, MtpParity, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
 
 }  // namespace
 }  // namespace tandem

@@ -101,12 +101,7 @@ TEST_P(ModelParity, PrefillThenDecodeEqualsOnePrefill) {
   EXPECT_EQ(c.argmax_mismatch, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParity, ::testing::ValuesIn(testing::golden_model_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParity, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
 
 }  // namespace
 }  // namespace tandem

@@ -118,12 +118,7 @@ TEST(OraclePattern, ProducesTheRequestedAcceptance) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Exactness, ::testing::ValuesIn(testing::golden_model_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, Exactness, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
 
 }  // namespace
 }  // namespace tandem
