@@ -78,7 +78,9 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
   // bf16 activations through random-weight layers move logits by a few % of their range, more than
   // many top-2 margins of a random model, so the agreement is asserted on the trained model only and
   // reported for the random fixtures (GPU vs CPU logits: see docs/cuda.md).
-  if (name == testing::kTrainedModel) EXPECT_GE(agree, near_tie) << name;
+  if (name == testing::kTrainedModel) {
+    EXPECT_GE(agree, near_tie) << name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineCuda, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
