@@ -15,7 +15,7 @@
 namespace tandem::tok::jinja {
 namespace {
 
-const Value& arg(CallArgs& a, size_t pos, const char* name, const Value& def) {
+Value arg(CallArgs& a, size_t pos, const char* name, const Value& def) {
   if (const Value* v = a.kw(name)) return *v;
   return pos < a.positional.size() ? a.positional[pos] : def;
 }
