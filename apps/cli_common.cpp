@@ -9,11 +9,13 @@
 namespace tandem::app {
 
 void add_common_options(CLI::App* cmd, CommonOptions& o) {
-  cmd->add_option("--model", o.model_dir, "Hugging Face checkpoint directory (config.json + safetensors)")
+  cmd->add_option("--model", o.model_dir,
+                  "Hugging Face checkpoint directory (config.json + safetensors)")
       ->required();
   cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads (default: all cores)");
-  cmd->add_option("--max-context", o.max_context, "positions the KV cache holds")->capture_default_str();
+  cmd->add_option("--max-context", o.max_context, "positions the KV cache holds")
+      ->capture_default_str();
 }
 
 std::vector<int32_t> parse_ids(const std::string& csv) {
@@ -43,11 +45,14 @@ std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose) {
   EngineOptions opt;
   opt.model_dir = o.model_dir;
   opt.device = parse_device(o.device);
-  opt.n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  opt.n_threads = o.threads > 0
+                      ? o.threads
+                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int last_pct = -1;
   auto progress = [&](size_t done, size_t total) {
     if (!verbose || total < (256u << 20)) return;  // only large checkpoints show progress
-    const int pct = static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
+    const int pct =
+        static_cast<int>(100.0 * static_cast<double>(done) / static_cast<double>(total));
     if (pct / 10 != last_pct / 10) std::fprintf(stderr, "loading weights: %d%%\n", pct);
     last_pct = pct;
   };

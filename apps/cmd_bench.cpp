@@ -3,12 +3,12 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "engine/bench.h"
 #include "engine/synthetic.h"
-#include <thread>
 
 namespace tandem::app {
 
@@ -21,9 +21,11 @@ std::vector<int64_t> parse_list(const std::string& csv) {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "time decode/verify steps at context depths against the memory bound");
+  auto* cmd = app.add_subcommand(
+      "bench", "time decode/verify steps at context depths against the memory bound");
   struct Opts {
-    std::string model, synthetic, device = "cpu", contexts = "1024,8192,32768", speculative = "none,mtp", json, commit;
+    std::string model, synthetic, device = "cpu", contexts = "1024,8192,32768",
+                                  speculative = "none,mtp", json, commit;
     int k = 3, steps = 32, threads = 0;
     int64_t prefill = 0, max_step = 1024;
     bool no_graphs = false;
@@ -31,24 +33,33 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* src = cmd->add_option_group("model source");
   src->add_option("--model", o->model, "checkpoint directory");
-  src->add_option("--synthetic", o->synthetic, "config.json to run with random weights (no checkpoint)");
+  src->add_option("--synthetic", o->synthetic,
+                  "config.json to run with random weights (no checkpoint)");
   src->require_option(1);
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
-  cmd->add_option("--context", o->contexts, "comma-separated context depths")->capture_default_str();
-  cmd->add_option("--speculative", o->speculative, "none,mtp: also time the MTP drafter")->capture_default_str();
-  cmd->add_option("--num-speculative-tokens", o->k, "verify steps are timed for 1..K drafts")->capture_default_str();
+  cmd->add_option("--context", o->contexts, "comma-separated context depths")
+      ->capture_default_str();
+  cmd->add_option("--speculative", o->speculative, "none,mtp: also time the MTP drafter")
+      ->capture_default_str();
+  cmd->add_option("--num-speculative-tokens", o->k, "verify steps are timed for 1..K drafts")
+      ->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per measurement")->capture_default_str();
   cmd->add_option("--prefill-tokens", o->prefill, "also time a prefill of this many tokens");
-  cmd->add_option("--max-step-tokens", o->max_step, "prefill chunk (multiple of 64)")->capture_default_str();
-  cmd->add_flag("--no-graphs", o->no_graphs, "launch steps eagerly instead of replaying CUDA graphs");
+  cmd->add_option("--max-step-tokens", o->max_step, "prefill chunk (multiple of 64)")
+      ->capture_default_str();
+  cmd->add_flag("--no-graphs", o->no_graphs,
+                "launch steps eagerly instead of replaying CUDA graphs");
   cmd->add_option("--json", o->json, "write the results to this JSON file");
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");
   cmd->callback([o] {
     const Device device = parse_device(o->device);
-    const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = o->threads > 0
+                            ? o->threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const ExecContext ctx{.device = device, .n_threads = threads};
-    TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}", o->k);
+    TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
+                 o->k);
     const bool want_mtp = o->speculative.find("mtp") != std::string::npos;
     std::unique_ptr<Qwen35Model> model;
     if (!o->synthetic.empty()) {
@@ -56,12 +67,18 @@ void add_bench_command(CLI::App& app) {
       Qwen35Weights w = synthetic_qwen35_weights(cfg, device, 42, want_mtp);
       model = std::make_unique<Qwen35Model>(std::move(cfg), std::move(w), ctx, o->max_step);
     } else {
-      model = load_model(EngineOptions{.model_dir = o->model, .device = device, .n_threads = threads,
+      model = load_model(EngineOptions{.model_dir = o->model,
+                                       .device = device,
+                                       .n_threads = threads,
                                        .max_step_tokens = o->max_step});
     }
     std::fprintf(stderr, "%s\n", model->config().summary().c_str());
-    BenchOptions b{.contexts = parse_list(o->contexts), .num_speculative_tokens = o->k, .mtp = want_mtp,
-                   .steps = o->steps, .graphs = !o->no_graphs, .prefill_tokens = o->prefill};
+    BenchOptions b{.contexts = parse_list(o->contexts),
+                   .num_speculative_tokens = o->k,
+                   .mtp = want_mtp,
+                   .steps = o->steps,
+                   .graphs = !o->no_graphs,
+                   .prefill_tokens = o->prefill};
     nlohmann::json out = run_bench(*model, b);
     out["command"] = command_line();
     out["model"] = o->synthetic.empty() ? o->model : "synthetic:" + o->synthetic;
@@ -76,18 +93,22 @@ void add_bench_command(CLI::App& app) {
     for (int d = 1; d <= o->k; ++d) std::printf("  verify%d/dec", d);
     std::printf("%10s %10s\n", "draft_ms", "break_even");
     for (const auto& r : out["results"]) {
-      std::printf("%-8lld %10.3f %10.1f %8.1f%%", static_cast<long long>(r["context"].get<int64_t>()),
-                  r["decode_ms"].get<double>(), r["decode_tokens_per_second"].get<double>(),
+      std::printf("%-8lld %10.3f %10.1f %8.1f%%",
+                  static_cast<long long>(r["context"].get<int64_t>()), r["decode_ms"].get<double>(),
+                  r["decode_tokens_per_second"].get<double>(),
                   100 * r["fraction_of_memory_bound"].get<double>());
-      for (const auto& v : r["verify"]) std::printf("  %11.3f", v["verify_over_decode"].get<double>());
+      for (const auto& v : r["verify"])
+        std::printf("  %11.3f", v["verify_over_decode"].get<double>());
       if (r.contains("draft_ms"))
-        std::printf("%10.3f %10.2f", r["draft_ms"].get<double>(), r["break_even_acceptance_length"].get<double>());
+        std::printf("%10.3f %10.2f", r["draft_ms"].get<double>(),
+                    r["break_even_acceptance_length"].get<double>());
       std::printf("\n");
     }
     if (out.contains("prefill"))
       std::printf("prefill %lld tokens: %.1f tok/s, %.1f TFLOP/s (%.1f%% of peak)\n",
                   static_cast<long long>(out["prefill"]["tokens"].get<int64_t>()),
-                  out["prefill"]["tokens_per_second"].get<double>(), out["prefill"]["tflops"].get<double>(),
+                  out["prefill"]["tokens_per_second"].get<double>(),
+                  out["prefill"]["tflops"].get<double>(),
                   100 * out["prefill"]["fraction_of_peak"].get<double>());
   });
 }

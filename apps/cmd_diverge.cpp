@@ -15,12 +15,16 @@ void add_diverge_command(CLI::App& app) {
   add_generate_options(cmd, *g);
   cmd->callback([g] {
     GenerateRequest req = build_request(*g);
-    TANDEM_CHECK(g->speculative == "mtp", "diverge compares --speculative mtp against plain decoding");
+    TANDEM_CHECK(g->speculative == "mtp",
+                 "diverge compares --speculative mtp against plain decoding");
     auto model = open_model(*g, false);
-    DivergenceOptions opt{.prompt = req.prompt, .max_tokens = g->max_tokens,
-                          .num_speculative_tokens = g->num_speculative_tokens, .max_context = g->max_context};
+    DivergenceOptions opt{.prompt = req.prompt,
+                          .max_tokens = g->max_tokens,
+                          .num_speculative_tokens = g->num_speculative_tokens,
+                          .max_context = g->max_context};
     Qwen35Model& m = *model;
-    const DivergenceReport r = find_divergence(m, [&m] { return std::make_unique<MtpDrafter>(m); }, opt);
+    const DivergenceReport r = find_divergence(
+        m, [&m] { return std::make_unique<MtpDrafter>(m); }, opt);
     std::printf("%s\n", r.describe().c_str());
     if (!r.identical) throw CLI::RuntimeError(3);
   });

@@ -20,7 +20,8 @@ nlohmann::json stats_json(const GenerateResult& r, int k) {
                    {"generated_tokens", s.generated_tokens},
                    {"prefill_seconds", s.prefill_seconds},
                    {"decode_seconds", s.decode_seconds},
-                   {"prefill_tokens_per_second", s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0},
+                   {"prefill_tokens_per_second",
+                    s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0},
                    {"decode_tokens_per_second",
                     s.decode_seconds > 0 ? (s.generated_tokens - 1) / s.decode_seconds : 0.0},
                    {"finish_reason", r.finish_reason},
@@ -40,8 +41,9 @@ nlohmann::json stats_json(const GenerateResult& r, int k) {
   return j;
 }
 
-GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g, const GenerateRequest& req,
-                              std::ostream* trace, const std::function<void(int32_t)>& on_token) {
+GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
+                              const GenerateRequest& req, std::ostream* trace,
+                              const std::function<void(int32_t)>& on_token) {
   const std::string& spec = g.speculative;
   const int k = spec == "none" ? 0 : g.num_speculative_tokens;
   std::unique_ptr<Drafter> drafter;
@@ -60,13 +62,16 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g, cons
   } else if (spec != "none") {
     fail("--speculative must be mtp, oracle or none, got '{}'", spec);
   }
-  TANDEM_CHECK(k >= 1 || spec == "none", "--num-speculative-tokens must be >= 1 with --speculative {}", spec);
-  Generator gen(model, std::move(drafter),
-                GeneratorOptions{.num_speculative_tokens = k,
-                                 // The oracle exists to force acceptance patterns: always k drafts.
-                                 .control = spec == "oracle" ? ControlMode::kFixed
-                                                             : parse_control_mode(g.speculation_control),
-                                 .max_context = g.max_context, .trace = trace});
+  TANDEM_CHECK(k >= 1 || spec == "none",
+               "--num-speculative-tokens must be >= 1 with --speculative {}", spec);
+  Generator gen(
+      model, std::move(drafter),
+      GeneratorOptions{.num_speculative_tokens = k,
+                       // The oracle exists to force acceptance patterns: always k drafts.
+                       .control = spec == "oracle" ? ControlMode::kFixed
+                                                   : parse_control_mode(g.speculation_control),
+                       .max_context = g.max_context,
+                       .trace = trace});
   return gen.generate(req, on_token);
 }
 
@@ -100,11 +105,14 @@ void add_generate_command(CLI::App& app) {
     if (stream) {
       std::printf("%s\n", stream->flush().c_str());
       const GenerationStats& s = r.stats;
-      std::fprintf(stderr, "\n%lld prompt + %lld generated tokens | prefill %.1f tok/s | decode %.1f tok/s",
-                   static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens),
-                   s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0,
-                   s.decode_seconds > 0 ? (s.generated_tokens - 1) / s.decode_seconds : 0.0);
-      if (k > 0) std::fprintf(stderr, " | mean acceptance length %.2f (k=%d)", s.mean_acceptance_length(), k);
+      std::fprintf(
+          stderr, "\n%lld prompt + %lld generated tokens | prefill %.1f tok/s | decode %.1f tok/s",
+          static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens),
+          s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0,
+          s.decode_seconds > 0 ? (s.generated_tokens - 1) / s.decode_seconds : 0.0);
+      if (k > 0)
+        std::fprintf(stderr, " | mean acceptance length %.2f (k=%d)", s.mean_acceptance_length(),
+                     k);
       std::fprintf(stderr, "\n");
     } else if (g->json) {
       nlohmann::json out{{"tokens", r.tokens}, {"stats", stats_json(r, k)}};

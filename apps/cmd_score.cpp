@@ -7,7 +7,8 @@
 namespace tandem::app {
 
 void add_score_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("score", "write the logits of every prompt position to a .npy file");
+  auto* cmd =
+      app.add_subcommand("score", "write the logits of every prompt position to a .npy file");
   auto o = std::make_shared<CommonOptions>();
   auto ids = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();

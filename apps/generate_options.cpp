@@ -14,15 +14,17 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
   cmd->add_flag("--chat", g.chat, "apply the model's chat template to --prompt (one user message)");
   cmd->add_option("--max-tokens", g.max_tokens, "tokens to generate")->capture_default_str();
   cmd->add_flag("--json", g.json, "print {\"tokens\": [...], \"stats\": {...}}");
-  cmd->add_option("--speculative", g.speculative, "mtp | none | oracle (tests)")->capture_default_str();
+  cmd->add_option("--speculative", g.speculative, "mtp | none | oracle (tests)")
+      ->capture_default_str();
   cmd->add_option("--num-speculative-tokens", g.num_speculative_tokens, "drafts per step, 1..8")
       ->capture_default_str();
   cmd->add_option("--oracle-pattern", g.oracle_pattern,
                   "oracle acceptance: all | none | first:J | random:SEED | seq:a,b,..")
       ->capture_default_str();
-  cmd->add_option("--speculation-control", g.speculation_control,
-                  "adaptive: drafts per step chosen in 0..K from measured costs and acceptance (never "
-                  "slower than plain); fixed: always K")
+  cmd->add_option(
+         "--speculation-control", g.speculation_control,
+         "adaptive: drafts per step chosen in 0..K from measured costs and acceptance (never "
+         "slower than plain); fixed: always K")
       ->capture_default_str();
   cmd->add_option("--spec-trace", g.spec_trace, "write one JSON line per step to this file");
   cmd->add_option("--temperature", g.temperature, "0 = greedy")->capture_default_str();
@@ -34,7 +36,8 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
 
 namespace {
 std::string render_chat_prompt(const tok::Tokenizer& t, const std::string& user_text) {
-  const nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", user_text}}});
+  const nlohmann::ordered_json messages =
+      nlohmann::ordered_json::array({{{"role", "user"}, {"content", user_text}}});
   return tok::render_chat(t, messages, /*add_generation_prompt=*/true);
 }
 }  // namespace
@@ -46,7 +49,8 @@ std::unique_ptr<tok::Tokenizer> tokenizer_for(const GenerateOptions& g) {
 
 GenerateRequest build_request(const GenerateOptions& g, const tok::Tokenizer* tokenizer) {
   GenerateRequest req;
-  TANDEM_CHECK(g.prompt_ids.empty() != g.prompt.empty(), "give exactly one of --prompt-ids and --prompt");
+  TANDEM_CHECK(g.prompt_ids.empty() != g.prompt.empty(),
+               "give exactly one of --prompt-ids and --prompt");
   if (!g.prompt.empty()) {
     TANDEM_CHECK(tokenizer != nullptr, "--prompt needs the checkpoint's tokenizer");
     std::string text = g.prompt;
@@ -57,7 +61,8 @@ GenerateRequest build_request(const GenerateOptions& g, const tok::Tokenizer* to
     req.prompt = parse_ids(g.prompt_ids);
   }
   req.max_tokens = g.max_tokens;
-  req.sampling = SamplingParams{.temperature = g.temperature, .top_k = g.top_k, .top_p = g.top_p, .seed = g.seed};
+  req.sampling = SamplingParams{
+      .temperature = g.temperature, .top_k = g.top_k, .top_p = g.top_p, .seed = g.seed};
   check_sampling_params(req.sampling);
   TANDEM_CHECK(g.max_tokens >= 1, "--max-tokens must be >= 1, got {}", g.max_tokens);
   return req;

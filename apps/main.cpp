@@ -13,7 +13,8 @@ const std::string& command_line() { return g_command_line; }
 }  // namespace tandem::app
 
 int main(int argc, char** argv) {
-  for (int i = 0; i < argc; ++i) tandem::app::g_command_line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i)
+    tandem::app::g_command_line += (i ? " " : "") + std::string(argv[i]);
   CLI::App app{"tandem: inference for hybrid linear-attention models with exact MTP speculation"};
   app.require_subcommand(1);
   tandem::app::add_score_command(app);

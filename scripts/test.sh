@@ -5,4 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh
+# Tests run in parallel, one OpenMP thread each; passive waiting keeps idle OpenMP workers from
+# spinning on cores that other tests need.
+export OMP_WAIT_POLICY=PASSIVE
 cd build && ctest --output-on-failure -j "$(nproc)" --timeout 900

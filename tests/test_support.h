@@ -14,12 +14,15 @@
 
 namespace tandem::testing {
 
-inline std::string source_path(const std::string& rel) { return std::string(TANDEM_SOURCE_DIR) + "/" + rel; }
+inline std::string source_path(const std::string& rel) {
+  return std::string(TANDEM_SOURCE_DIR) + "/" + rel;
+}
 // The shipped trained model lives in models/, its goldens under tests/fixtures/models/.
 inline const std::string kTrainedModel = "tandem-tiny-qwen35";
 
 inline std::string fixture_dir(const std::string& name) {
-  return name == kTrainedModel ? source_path("models/" + name) : source_path("tests/fixtures/models/" + name);
+  return name == kTrainedModel ? source_path("models/" + name)
+                               : source_path("tests/fixtures/models/" + name);
 }
 inline std::string golden_dir(const std::string& name) {
   return name == kTrainedModel ? source_path("tests/fixtures/models/" + name + "-golden")
@@ -39,7 +42,7 @@ inline const std::vector<std::string>& golden_model_names() {
 inline std::unique_ptr<Qwen35Model> load_fixture(const std::string& name, int64_t max_step = 256) {
   EngineOptions o;
   o.model_dir = fixture_dir(name);
-  o.n_threads = 2;
+  o.n_threads = 1;  // ctest runs tests in parallel; one thread each avoids oversubscription
   o.max_step_tokens = max_step;
   return load_model(o);
 }

@@ -5,16 +5,18 @@
 
 namespace tandem {
 
-SequenceState::SequenceState(const ModelConfig& c, const StateConfig& sc, Device device,
-                             DType act, bool with_mtp)
+SequenceState::SequenceState(const ModelConfig& c, const StateConfig& sc, Device device, DType act,
+                             bool with_mtp)
     : sc_(sc), device_(device) {
-  TANDEM_CHECK(sc.k_max >= 0 && sc.k_max <= 8, "num_speculative_tokens {} outside [0, 8]", sc.k_max);
+  TANDEM_CHECK(sc.k_max >= 0 && sc.k_max <= 8, "num_speculative_tokens {} outside [0, 8]",
+               sc.k_max);
   TANDEM_CHECK(sc.max_step_tokens % 64 == 0 && sc.max_step_tokens >= sc.k_max + 1,
                "max_step_tokens {} must be a positive multiple of 64", sc.max_step_tokens);
   const int64_t n_blocks = (sc.max_context + sc.block_size - 1) / sc.block_size;
   auto kv_cache = [&] {
-    return KvLayerCache{Tensor::zeros({n_blocks, sc.block_size, c.num_heads_kv, c.head_dim}, act, device),
-                        Tensor::zeros({n_blocks, sc.block_size, c.num_heads_kv, c.head_dim}, act, device)};
+    return KvLayerCache{
+        Tensor::zeros({n_blocks, sc.block_size, c.num_heads_kv, c.head_dim}, act, device),
+        Tensor::zeros({n_blocks, sc.block_size, c.num_heads_kv, c.head_dim}, act, device)};
   };
   gdn.resize(c.num_layers);
   kv.resize(c.num_layers);
@@ -24,15 +26,16 @@ SequenceState::SequenceState(const ModelConfig& c, const StateConfig& sc, Device
     } else {
       gdn[i].conv_history =
           Tensor::zeros({c.gdn_conv_channels(), c.conv_kernel - 1 + sc.k_max}, act, device);
-      gdn[i].ssm = Tensor::zeros({sc.k_max + 1, c.gdn_heads_v, c.gdn_d_k, c.gdn_d_v}, DType::kF32, device);
+      gdn[i].ssm =
+          Tensor::zeros({sc.k_max + 1, c.gdn_heads_v, c.gdn_d_k, c.gdn_d_v}, DType::kF32, device);
     }
   }
   if (with_mtp) mtp_kv = kv_cache();
   if (device == Device::kCuda) {  // sized for a verify step; longer steps loop over it
     const int64_t rows = std::min<int64_t>(sc.max_step_tokens, 16);
-    attn_workspace = Tensor::zeros(
-        {kernels::attention_workspace_floats(rows, c.num_heads_q, c.head_dim, n_blocks * sc.block_size)},
-        DType::kF32, device);
+    attn_workspace = Tensor::zeros({kernels::attention_workspace_floats(
+                                       rows, c.num_heads_q, c.head_dim, n_blocks * sc.block_size)},
+                                   DType::kF32, device);
   }
   Tensor table = Tensor::zeros({n_blocks}, DType::kI32);
   for (int64_t b = 0; b < n_blocks; ++b) table.data<int32_t>()[b] = static_cast<int32_t>(b);

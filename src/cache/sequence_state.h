@@ -15,9 +15,9 @@
 namespace tandem {
 
 struct StateConfig {
-  int64_t max_context = 4096;    // positions the KV cache can hold
-  int k_max = 0;                 // largest number of drafts per step
-  int64_t block_size = 64;       // KV cache page, in tokens
+  int64_t max_context = 4096;     // positions the KV cache can hold
+  int k_max = 0;                  // largest number of drafts per step
+  int64_t block_size = 64;        // KV cache page, in tokens
   int64_t max_step_tokens = 256;  // largest step (prefill chunk); a multiple of 64
 };
 
@@ -52,10 +52,10 @@ class SequenceState {
   KvLayerCache mtp_kv;             // the MTP layer's own KV cache
   Tensor block_table;              // i32 [max_blocks], identity pages for now
 
-  Tensor n_acc;     // i32 [1], device
+  Tensor n_acc;           // i32 [1], device
   Tensor attn_workspace;  // f32 scratch of the CUDA attention (split-KV partials); empty on cpu
-  StepMeta target;  // metadata of the next target step
-  StepMeta mtp;     // metadata of the next MTP step
+  StepMeta target;        // metadata of the next target step
+  StepMeta mtp;           // metadata of the next MTP step
 
   // Host-side bookkeeping.
   int64_t n_past = 0;  // tokens whose effect is committed in the target state

@@ -27,17 +27,26 @@ void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     const float v = hash_uniform(seed, static_cast<uint64_t>(i), lo, hi);
     switch (t.dtype()) {
-      case DType::kF32: t.data<float>()[i] = v; break;
-      case DType::kBF16: t.data<bf16>()[i] = f32_to_bf16(v); break;
-      case DType::kF16: t.data<f16>()[i] = f32_to_f16(v); break;
-      default: fail("fill_uniform: {} is not a float tensor", t.describe());
+      case DType::kF32:
+        t.data<float>()[i] = v;
+        break;
+      case DType::kBF16:
+        t.data<bf16>()[i] = f32_to_bf16(v);
+        break;
+      case DType::kF16:
+        t.data<f16>()[i] = f32_to_f16(v);
+        break;
+      default:
+        fail("fill_uniform: {} is not a float tensor", t.describe());
     }
   }
 }
 
 #ifndef TANDEM_CUDA
 namespace {
-[[noreturn]] void no_cuda() { fail("this needs CUDA, and tandem was built without -DTANDEM_CUDA=ON"); }
+[[noreturn]] void no_cuda() {
+  fail("this needs CUDA, and tandem was built without -DTANDEM_CUDA=ON");
+}
 }  // namespace
 void device_synchronize(Device) {}
 std::string device_description(Device) { return "cpu"; }

@@ -89,10 +89,17 @@ void fill_uniform_cuda(const Tensor& t, uint64_t seed, float lo, float hi) {
   const int64_t n = t.numel();
   const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 65536));
   switch (t.dtype()) {
-    case DType::kF32: fill_kernel<<<blocks, 256>>>(t.data<float>(), n, seed, lo, hi); break;
-    case DType::kBF16: fill_kernel<<<blocks, 256>>>(t.data<__nv_bfloat16>(), n, seed, lo, hi); break;
-    case DType::kF16: fill_kernel<<<blocks, 256>>>(t.data<__half>(), n, seed, lo, hi); break;
-    default: fail("fill_uniform: {} is not a float tensor", t.describe());
+    case DType::kF32:
+      fill_kernel<<<blocks, 256>>>(t.data<float>(), n, seed, lo, hi);
+      break;
+    case DType::kBF16:
+      fill_kernel<<<blocks, 256>>>(t.data<__nv_bfloat16>(), n, seed, lo, hi);
+      break;
+    case DType::kF16:
+      fill_kernel<<<blocks, 256>>>(t.data<__half>(), n, seed, lo, hi);
+      break;
+    default:
+      fail("fill_uniform: {} is not a float tensor", t.describe());
   }
   check(cudaGetLastError(), "fill_uniform kernel launch");
 }

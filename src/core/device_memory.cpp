@@ -30,7 +30,9 @@ bool cuda_available() {
 }
 
 [[noreturn, maybe_unused]] static void no_cuda() {
-  fail("device 'cuda' requested but tandem was built without CUDA (configure with -DTANDEM_CUDA=ON)");
+  fail(
+      "device 'cuda' requested but tandem was built without CUDA (configure with "
+      "-DTANDEM_CUDA=ON)");
 }
 
 void* device_alloc(Device d, size_t bytes) {

@@ -23,7 +23,7 @@ template <typename... Args>
 }  // namespace tandem
 
 // TANDEM_CHECK(cond, "expected {} but got {}", a, b): throws tandem::Error when cond is false.
-#define TANDEM_CHECK(cond, ...)          \
-  do {                                   \
+#define TANDEM_CHECK(cond, ...)               \
+  do {                                        \
     if (!(cond)) ::tandem::fail(__VA_ARGS__); \
   } while (0)

@@ -29,7 +29,8 @@ bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   Tensor t;
   t.shape_ = std::move(shape);
-  for (int64_t d : t.shape_) TANDEM_CHECK(d >= 0, "negative dimension in shape {}", shape_str(t.shape_));
+  for (int64_t d : t.shape_)
+    TANDEM_CHECK(d >= 0, "negative dimension in shape {}", shape_str(t.shape_));
   t.strides_ = contiguous_strides(t.shape_);
   t.dtype_ = dtype;
   t.device_ = device;
@@ -116,17 +117,26 @@ Tensor Tensor::to_f32() const {
   float* o = out.data<float>();
   const int64_t n = numel();
   switch (dtype_) {
-    case DType::kF32: std::copy_n(host.data<float>(), n, o); break;
-    case DType::kBF16: for (int64_t i = 0; i < n; ++i) o[i] = bf16_to_f32(host.data<bf16>()[i]); break;
-    case DType::kF16: for (int64_t i = 0; i < n; ++i) o[i] = f16_to_f32(host.data<f16>()[i]); break;
-    case DType::kI32: for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(host.data<int32_t>()[i]); break;
+    case DType::kF32:
+      std::copy_n(host.data<float>(), n, o);
+      break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) o[i] = bf16_to_f32(host.data<bf16>()[i]);
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) o[i] = f16_to_f32(host.data<f16>()[i]);
+      break;
+    case DType::kI32:
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(host.data<int32_t>()[i]);
+      break;
   }
   return out;
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  TANDEM_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous(),
-               "copy_from: {} <- {}", describe(), src.describe());
+  TANDEM_CHECK(
+      src.shape_ == shape_ && src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous(),
+      "copy_from: {} <- {}", describe(), src.describe());
   device_copy(data_, device_, src.data_, src.device_, static_cast<size_t>(nbytes()));
 }
 

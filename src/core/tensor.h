@@ -54,9 +54,9 @@ class Tensor {
   Tensor split_heads(int64_t heads) const;
 
   // Copies.
-  Tensor to(Device device) const;            // contiguous copy on `device`
-  Tensor to_f32() const;                     // host f32 copy of any float tensor
-  void copy_from(const Tensor& src);         // same shape and dtype, both contiguous
+  Tensor to(Device device) const;     // contiguous copy on `device`
+  Tensor to_f32() const;              // host f32 copy of any float tensor
+  void copy_from(const Tensor& src);  // same shape and dtype, both contiguous
   void zero_();
 
   std::string describe() const;  // "bf16[64, 128] on cpu"

@@ -19,19 +19,23 @@ void randomize_state(SequenceState& st, uint64_t seed) {
   for (auto& kv : st.kv) {
     if (kv.k.raw()) fill_uniform(kv.k, seed++, -1.f, 1.f), fill_uniform(kv.v, seed++, -1.f, 1.f);
   }
-  if (st.mtp_kv.k.raw()) fill_uniform(st.mtp_kv.k, seed++, -1.f, 1.f), fill_uniform(st.mtp_kv.v, seed++, -1.f, 1.f);
+  if (st.mtp_kv.k.raw())
+    fill_uniform(st.mtp_kv.k, seed++, -1.f, 1.f), fill_uniform(st.mtp_kv.v, seed++, -1.f, 1.f);
   for (auto& g : st.gdn) {
-    if (g.ssm.raw()) fill_uniform(g.ssm, seed++, -0.05f, 0.05f), fill_uniform(g.conv_history, seed++, -1.f, 1.f);
+    if (g.ssm.raw())
+      fill_uniform(g.ssm, seed++, -0.05f, 0.05f), fill_uniform(g.conv_history, seed++, -1.f, 1.f);
   }
 }
 
 // Times `steps` target steps of n tokens; positions start at `start` and advance by `advance`.
-double time_steps(Qwen35Model& model, SequenceState& st, const Tensor& logits, int64_t n, int64_t start,
-                  int64_t advance, int steps, bool graphs) {
+double time_steps(Qwen35Model& model, SequenceState& st, const Tensor& logits, int64_t n,
+                  int64_t start, int64_t advance, int steps, bool graphs) {
   const ExecContext& ctx = model.context();
   std::vector<int32_t> tokens(n, 1);
   CudaGraph graph;
-  auto plan = [&](int i) { st.target.plan(tokens.data(), n, start + i * advance, st.config().max_context); };
+  auto plan = [&](int i) {
+    st.target.plan(tokens.data(), n, start + i * advance, st.config().max_context);
+  };
   auto run = [&] {
     if (graph.ready()) return graph.launch(ctx.cuda_stream);
     model.forward(st, n, StepKind::kVerify, start, logits.slice(0, 0, n), 0);
@@ -63,16 +67,20 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
   const int64_t weights = weight_bytes_per_step(model.weights());
   nlohmann::json results = nlohmann::json::array();
   for (int64_t ctx_len : opt.contexts) {
-    StateConfig sc{.max_context = (ctx_len + opt.steps + 2 * (k + 1) + 127) / 64 * 64, .k_max = k,
-                   .block_size = 64, .max_step_tokens = model.max_step_tokens()};
+    StateConfig sc{.max_context = (ctx_len + opt.steps + 2 * (k + 1) + 127) / 64 * 64,
+                   .k_max = k,
+                   .block_size = 64,
+                   .max_step_tokens = model.max_step_tokens()};
     SequenceState st(c, sc, model.context().device, model.act_dtype(), model.has_mtp());
     randomize_state(st, 1000 + static_cast<uint64_t>(ctx_len));
     st.n_past = ctx_len;
     Tensor logits = Tensor::zeros({k + 1, c.vocab_size}, DType::kF32, model.context().device);
     const double t_decode = time_steps(model, st, logits, 1, ctx_len, 1, opt.steps, opt.graphs);
-    const int64_t kv_bytes = 2 * c.num_attention_layers() * ctx_len * c.num_heads_kv * c.head_dim * act_bytes;
+    const int64_t kv_bytes =
+        2 * c.num_attention_layers() * ctx_len * c.num_heads_kv * c.head_dim * act_bytes;
     const int64_t state_bytes = 2 * c.num_gdn_layers() * c.gdn_heads_v * c.gdn_d_k * c.gdn_d_v * 4;
-    const double bound = static_cast<double>(weights + kv_bytes + state_bytes) / opt.peak_bytes_per_s;
+    const double bound =
+        static_cast<double>(weights + kv_bytes + state_bytes) / opt.peak_bytes_per_s;
     nlohmann::json r{{"context", ctx_len},
                      {"decode_ms", t_decode * 1e3},
                      {"decode_tokens_per_second", 1.0 / t_decode},
@@ -82,7 +90,8 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
     nlohmann::json verify = nlohmann::json::array();
     for (int d = 1; d <= k; ++d) {
       const double t = time_steps(model, st, logits, d + 1, ctx_len, 0, opt.steps, opt.graphs);
-      verify.push_back({{"drafts", d}, {"verify_ms", t * 1e3}, {"verify_over_decode", t / t_decode}});
+      verify.push_back(
+          {{"drafts", d}, {"verify_ms", t * 1e3}, {"verify_over_decode", t / t_decode}});
     }
     r["verify"] = verify;
     if (mtp) {
@@ -113,7 +122,10 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
                      {"results", results}};
   if (opt.prefill_tokens > 0) {
     const int64_t p = opt.prefill_tokens;
-    StateConfig sc{.max_context = p + 64, .k_max = 0, .block_size = 64, .max_step_tokens = model.max_step_tokens()};
+    StateConfig sc{.max_context = p + 64,
+                   .k_max = 0,
+                   .block_size = 64,
+                   .max_step_tokens = model.max_step_tokens()};
     SequenceState st(c, sc, model.context().device, model.act_dtype(), false);
     std::vector<int32_t> ids(p);
     for (int64_t i = 0; i < p; ++i) ids[i] = static_cast<int32_t>((i * 7919) % c.vocab_size);
@@ -132,10 +144,15 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
     const double t0 = now();
     prefill();
     const double t = now() - t0;
-    const double matrix_flops = 2.0 * static_cast<double>(p) * static_cast<double>(weights - c.hidden_size * act_bytes) / act_bytes;
-    const double attn_flops = 2.0 * static_cast<double>(p) * static_cast<double>(p) * c.num_heads_q * c.head_dim *
+    const double matrix_flops = 2.0 * static_cast<double>(p) *
+                                static_cast<double>(weights - c.hidden_size * act_bytes) /
+                                act_bytes;
+    const double attn_flops = 2.0 * static_cast<double>(p) * static_cast<double>(p) *
+                              c.num_heads_q * c.head_dim *
                               c.num_attention_layers();  // causal QK^T and PV
-    out["prefill"] = {{"tokens", p}, {"seconds", t}, {"tokens_per_second", p / t},
+    out["prefill"] = {{"tokens", p},
+                      {"seconds", t},
+                      {"tokens_per_second", p / t},
                       {"tflops", (matrix_flops + attn_flops) / t / 1e12},
                       {"fraction_of_peak", (matrix_flops + attn_flops) / t / opt.peak_flops}};
   }

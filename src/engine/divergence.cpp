@@ -20,7 +20,8 @@ class RowRecorder : public ActivationObserver {
   explicit RowRecorder(int64_t num_layers) : num_layers_(num_layers) {}
   void begin_step(int64_t start) { start_ = start, staged_.clear(); }
   void observe(std::string_view name, int64_t layer, const Tensor& t) override {
-    if (layer >= num_layers_ || name == "logits") return;  // MTP rows and logits are not target state
+    if (layer >= num_layers_ || name == "logits")
+      return;  // MTP rows and logits are not target state
     const Tensor host = t.device() == Device::kCpu ? t : t.to(Device::kCpu);
     const int64_t row_elems = t.numel() / t.dim(0);
     for (int64_t r = 0; r < t.dim(0); ++r) {
@@ -65,14 +66,18 @@ std::vector<std::tuple<std::string, int64_t, std::vector<float>>> committed(cons
       const Tensor hist = st.gdn[l].conv_history.to_f32();
       std::vector<float> window;
       for (int64_t ch = 0; ch < hist.dim(0); ++ch)
-        for (int64_t j = 0; j < c.conv_kernel - 1; ++j) window.push_back(hist.data<float>()[ch * hist.dim(1) + col + j]);
+        for (int64_t j = 0; j < c.conv_kernel - 1; ++j)
+          window.push_back(hist.data<float>()[ch * hist.dim(1) + col + j]);
       out.emplace_back(fmt::format("conv window at offset {}", col), l, std::move(window));
     }
     if (st.kv[l].k.raw()) {
-      for (const auto& [name, cache] : {std::pair{"kv k", &st.kv[l].k}, std::pair{"kv v", &st.kv[l].v}}) {
+      for (const auto& [name, cache] :
+           {std::pair{"kv k", &st.kv[l].k}, std::pair{"kv v", &st.kv[l].v}}) {
         const Tensor all = cache->to_f32();  // identity block table: position p is row p
         const int64_t per_pos = all.dim(2) * all.dim(3);
-        out.emplace_back(name, l, std::vector<float>(all.data<float>(), all.data<float>() + st.n_past * per_pos));
+        out.emplace_back(
+            name, l,
+            std::vector<float>(all.data<float>(), all.data<float>() + st.n_past * per_pos));
       }
     }
   }
@@ -89,9 +94,10 @@ int64_t first_difference(const std::vector<float>& a, const std::vector<float>& 
 
 std::string DivergenceReport::describe() const {
   if (identical) return "identical";
-  return fmt::format("first divergence at speculative step {}, position {}, layer {}, {}: element {} "
-                     "is {:.9g} without speculation and {:.9g} with it",
-                     step, position, layer, state, index, plain, spec);
+  return fmt::format(
+      "first divergence at speculative step {}, position {}, layer {}, {}: element {} "
+      "is {:.9g} without speculation and {:.9g} with it",
+      step, position, layer, state, index, plain, spec);
 }
 
 DivergenceReport find_divergence(Qwen35Model& model,
@@ -116,7 +122,8 @@ DivergenceReport find_divergence(Qwen35Model& model,
   RowRecorder spec_rows(c.num_layers);
   DivergenceReport rep;
   Generator gen(model, make_drafter(),
-                GeneratorOptions{.num_speculative_tokens = opt.num_speculative_tokens, .max_context = opt.max_context});
+                GeneratorOptions{.num_speculative_tokens = opt.num_speculative_tokens,
+                                 .max_context = opt.max_context});
   model.set_observer(&spec_rows);
   gen.before_step = [&](int64_t start) { spec_rows.begin_step(start); };
   gen.after_commit = [&](int64_t step, int64_t n_past) {
@@ -127,8 +134,14 @@ DivergenceReport find_divergence(Qwen35Model& model,
       if (it == plain_acts.end()) continue;
       const int64_t i = first_difference(it->second, row);
       if (i < 0) continue;
-      rep = {false, step, std::get<0>(key), std::get<2>(key), "activation " + std::get<1>(key), i,
-             it->second[i], row[i]};
+      rep = {false,
+             step,
+             std::get<0>(key),
+             std::get<2>(key),
+             "activation " + std::get<1>(key),
+             i,
+             it->second[i],
+             row[i]};
       return;
     }
     auto ps = plain_states.find(n_past);

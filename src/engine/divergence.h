@@ -15,11 +15,11 @@ namespace tandem {
 
 struct DivergenceReport {
   bool identical = true;
-  int64_t step = -1;       // speculative step (0-based) at which the difference was seen
-  int64_t position = -1;   // sequence position of the differing row or state
-  int64_t layer = -1;      // model layer (-1: model-level tensor)
-  std::string state;       // "ssm column 2", "conv window", "kv k", "activation hidden", ...
-  int64_t index = -1;      // flat index of the first differing element
+  int64_t step = -1;      // speculative step (0-based) at which the difference was seen
+  int64_t position = -1;  // sequence position of the differing row or state
+  int64_t layer = -1;     // model layer (-1: model-level tensor)
+  std::string state;      // "ssm column 2", "conv window", "kv k", "activation hidden", ...
+  int64_t index = -1;     // flat index of the first differing element
   float plain = 0, spec = 0;
   std::string describe() const;
 };

@@ -23,7 +23,9 @@ Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, Gener
   TANDEM_CHECK(k >= 0 && k <= 8, "--num-speculative-tokens must be in [0, 8], got {}", k);
   TANDEM_CHECK(k == 0 || drafter_ != nullptr, "speculative decoding with k={} needs a drafter", k);
   TANDEM_CHECK(opt.max_context >= 2, "--max-context must be at least 2, got {}", opt.max_context);
-  StateConfig sc{.max_context = opt.max_context, .k_max = k, .block_size = 64,
+  StateConfig sc{.max_context = opt.max_context,
+                 .k_max = k,
+                 .block_size = 64,
                  .max_step_tokens = model.max_step_tokens()};
   state_ = std::make_unique<SequenceState>(model.config(), sc, model.context().device,
                                            model.act_dtype(), model.has_mtp());
@@ -39,7 +41,8 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
   const int64_t vocab = model_.config().vocab_size;
   TANDEM_CHECK(n_prompt >= 1, "the prompt is empty");
   for (int32_t id : prompt)
-    TANDEM_CHECK(id >= 0 && id < vocab, "prompt token id {} is outside the vocabulary [0, {})", id, vocab);
+    TANDEM_CHECK(id >= 0 && id < vocab, "prompt token id {} is outside the vocabulary [0, {})", id,
+                 vocab);
   TANDEM_CHECK(n_prompt + 1 <= opt_.max_context,
                "the prompt has {} tokens but the context holds {} (raise --max-context)", n_prompt,
                opt_.max_context);
@@ -47,7 +50,8 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
   if (drafter_) drafter_->begin_sequence();
   const int64_t chunk = model_.max_step_tokens();
   Tensor chunk_logits;
-  if (all_logits) chunk_logits = Tensor::zeros({chunk, vocab}, DType::kF32, model_.context().device);
+  if (all_logits)
+    chunk_logits = Tensor::zeros({chunk, vocab}, DType::kF32, model_.context().device);
   int32_t first = -1;
   for (int64_t s = 0; s < n_prompt; s += chunk) {
     const int64_t n = std::min(chunk, n_prompt - s);
@@ -59,11 +63,13 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
       Tensor host = to_host(chunk_logits.slice(0, 0, n));
       all_logits->slice(0, s, s + n).copy_from(host);
     } else {
-      model_.forward(st, n, StepKind::kPrefill, s, last_chunk ? logits_.slice(0, 0, 1) : Tensor(), n - 1);
+      model_.forward(st, n, StepKind::kPrefill, s, last_chunk ? logits_.slice(0, 0, 1) : Tensor(),
+                     n - 1);
     }
     st.set_n_acc(1);  // the prefill state sits in column 0 / conv offset 0
     if (last_chunk) {
-      Tensor row = all_logits ? all_logits->slice(0, n_prompt - 1, n_prompt) : to_host(logits_.slice(0, 0, 1));
+      Tensor row = all_logits ? all_logits->slice(0, n_prompt - 1, n_prompt)
+                              : to_host(logits_.slice(0, 0, 1));
       first = p.greedy() ? argmax_row(row.data<float>(), vocab)
                          : draw(target_distribution(row.data<float>(), vocab, p), rng_);
     }
@@ -78,7 +84,8 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
 }
 
 Tensor Generator::score(const std::vector<int32_t>& ids) {
-  Tensor out = Tensor::zeros({static_cast<int64_t>(ids.size()), model_.config().vocab_size}, DType::kF32);
+  Tensor out =
+      Tensor::zeros({static_cast<int64_t>(ids.size()), model_.config().vocab_size}, DType::kF32);
   TANDEM_CHECK(!ids.empty(), "the prompt is empty");
   prefill(ids, SamplingParams{}, &out);
   return out;
@@ -137,9 +144,12 @@ GenerateResult Generator::generate(const GenerateRequest& req,
     st.n_past += v.n_acc;
     if (after_commit) after_commit(stats.steps, st.n_past);
     if (opt_.trace) {
-      *opt_.trace << nlohmann::json{{"step", stats.steps}, {"position", start - 1},
-                                    {"drafts", drafts}, {"target", v.target_tokens},
-                                    {"n_acc", v.n_acc}}.dump()
+      *opt_.trace << nlohmann::json{{"step", stats.steps},
+                                    {"position", start - 1},
+                                    {"drafts", drafts},
+                                    {"target", v.target_tokens},
+                                    {"n_acc", v.n_acc}}
+                         .dump()
                   << "\n";
     }
     ++stats.steps;

@@ -40,10 +40,10 @@ struct GenerateResult {
 };
 
 struct GeneratorOptions {
-  int num_speculative_tokens = 0;  // k (0: plain decoding); the most drafts per step
+  int num_speculative_tokens = 0;             // k (0: plain decoding); the most drafts per step
   ControlMode control = ControlMode::kFixed;  // kAdaptive: choose 0..k per step (never slower)
   int64_t max_context = 4096;
-  std::ostream* trace = nullptr;   // JSONL, one line per step
+  std::ostream* trace = nullptr;  // JSONL, one line per step
 };
 
 class Generator {

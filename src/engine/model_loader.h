@@ -16,6 +16,7 @@ struct EngineOptions {
   int64_t max_step_tokens = 256;  // prefill chunk; a multiple of 64 (the GDN chunk granule)
 };
 
-std::unique_ptr<Qwen35Model> load_model(const EngineOptions& opt, const LoadProgress& progress = {});
+std::unique_ptr<Qwen35Model> load_model(const EngineOptions& opt,
+                                        const LoadProgress& progress = {});
 
 }  // namespace tandem

@@ -56,17 +56,19 @@ DecoderLayerWeights layer(Maker& m, const ModelConfig& c, LayerType type) {
 
 int64_t layer_bytes(const DecoderLayerWeights& w) {
   int64_t b = w.input_norm.nbytes() + w.post_attention_norm.nbytes();
-  for (const Tensor* t : {&w.attn.q_proj, &w.attn.k_proj, &w.attn.v_proj, &w.attn.o_proj, &w.attn.q_norm,
-                          &w.attn.k_norm, &w.gdn.in_proj_qkv, &w.gdn.in_proj_z, &w.gdn.in_proj_b,
-                          &w.gdn.in_proj_a, &w.gdn.conv1d, &w.gdn.a_log, &w.gdn.dt_bias, &w.gdn.norm,
-                          &w.gdn.out_proj, &w.mlp.gate_proj, &w.mlp.up_proj, &w.mlp.down_proj})
+  for (const Tensor* t :
+       {&w.attn.q_proj, &w.attn.k_proj, &w.attn.v_proj, &w.attn.o_proj, &w.attn.q_norm,
+        &w.attn.k_norm, &w.gdn.in_proj_qkv, &w.gdn.in_proj_z, &w.gdn.in_proj_b, &w.gdn.in_proj_a,
+        &w.gdn.conv1d, &w.gdn.a_log, &w.gdn.dt_bias, &w.gdn.norm, &w.gdn.out_proj, &w.mlp.gate_proj,
+        &w.mlp.up_proj, &w.mlp.down_proj})
     if (t->raw()) b += t->nbytes();
   return b;
 }
 
 }  // namespace
 
-Qwen35Weights synthetic_qwen35_weights(const ModelConfig& c, Device device, uint64_t seed, bool with_mtp) {
+Qwen35Weights synthetic_qwen35_weights(const ModelConfig& c, Device device, uint64_t seed,
+                                       bool with_mtp) {
   Maker m(device, seed);
   const int64_t h = c.hidden_size;
   Qwen35Weights w;
@@ -88,7 +90,8 @@ Qwen35Weights synthetic_qwen35_weights(const ModelConfig& c, Device device, uint
 }
 
 int64_t weight_bytes_per_step(const Qwen35Weights& w) {
-  int64_t b = w.final_norm.nbytes() + w.lm_head.nbytes() + w.embed_tokens.nbytes() / w.embed_tokens.dim(0);
+  int64_t b =
+      w.final_norm.nbytes() + w.lm_head.nbytes() + w.embed_tokens.nbytes() / w.embed_tokens.dim(0);
   for (const auto& l : w.layers) b += layer_bytes(l);
   return b;
 }

@@ -25,10 +25,14 @@ inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); 
 template <typename Fn>
 decltype(auto) with_weight_type(const Tensor& w, Fn&& fn) {
   switch (w.dtype()) {
-    case DType::kF32: return fn(w.data<const float>());
-    case DType::kBF16: return fn(w.data<const bf16>());
-    case DType::kF16: return fn(w.data<const f16>());
-    default: fail("weight tensor {}: expected bf16, f16 or f32", w.describe());
+    case DType::kF32:
+      return fn(w.data<const float>());
+    case DType::kBF16:
+      return fn(w.data<const bf16>());
+    case DType::kF16:
+      return fn(w.data<const f16>());
+    default:
+      fail("weight tensor {}: expected bf16, f16 or f32", w.describe());
   }
 }
 
@@ -51,8 +55,9 @@ inline float dot(const float* x, const W* w, int64_t n) {
 inline void expect_f32_act(const Tensor& t, const char* what) {
   TANDEM_CHECK(t.dtype() == DType::kF32 && t.device() == Device::kCpu,
                "reference kernel: {} must be f32 on cpu, got {}", what, t.describe());
-  TANDEM_CHECK(t.ndim() == 0 || t.stride(-1) == 1, "reference kernel: {} must have a contiguous last dim, got strides {}",
-               what, shape_str(t.strides()));
+  TANDEM_CHECK(t.ndim() == 0 || t.stride(-1) == 1,
+               "reference kernel: {} must have a contiguous last dim, got strides {}", what,
+               shape_str(t.strides()));
 }
 
 }  // namespace tandem::kernels::ref

@@ -54,7 +54,8 @@ ModelConfig ModelConfig::from_dir(const std::string& model_dir) {
   namespace fs = std::filesystem;
   TANDEM_CHECK(fs::is_directory(model_dir), "model directory '{}' does not exist", model_dir);
   const std::string path = (fs::path(model_dir) / "config.json").string();
-  TANDEM_CHECK(fs::exists(path), "cannot open '{}': a Hugging Face checkpoint needs config.json", path);
+  TANDEM_CHECK(fs::exists(path), "cannot open '{}': a Hugging Face checkpoint needs config.json",
+               path);
   return from_file(path);
 }
 
@@ -137,7 +138,8 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
     const std::string type = rp.value_or<std::string>("rope_type", "default");
     TANDEM_CHECK(type == "default", "{}: unsupported rope_type '{}' (only 'default')", path, type);
     theta = rp.value_or<double>("rope_theta", theta);
-    factor = rp.value_or<double>("partial_rotary_factor", r.value_or<double>("partial_rotary_factor", factor));
+    factor = rp.value_or<double>("partial_rotary_factor",
+                                 r.value_or<double>("partial_rotary_factor", factor));
   } else {
     theta = r.value_or<double>("rope_theta", theta);
     factor = r.value_or<double>("partial_rotary_factor", factor);

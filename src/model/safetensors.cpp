@@ -81,7 +81,8 @@ class SafetensorsFile {
       } else if (dt == "I32") {
         e.dtype = DType::kI32;
       } else {
-        fail("'{}': tensor '{}' has unsupported dtype {} (supported: BF16, F16, F32)", path_, name, dt);
+        fail("'{}': tensor '{}' has unsupported dtype {} (supported: BF16, F16, F32)", path_, name,
+             dt);
       }
       e.shape = info.at("shape").get<Shape>();
       const auto offsets = info.at("data_offsets").get<std::vector<size_t>>();
@@ -93,9 +94,10 @@ class SafetensorsFile {
     }
     int64_t numel = 1;
     for (int64_t d : e.shape) numel *= d;
-    TANDEM_CHECK(e.end >= e.begin && e.end - e.begin == static_cast<size_t>(numel * dtype_size(e.dtype)),
-                 "'{}': tensor '{}' has {} bytes for shape {} of {}", path_, name, e.end - e.begin,
-                 shape_str(e.shape), dtype_name(e.dtype));
+    TANDEM_CHECK(
+        e.end >= e.begin && e.end - e.begin == static_cast<size_t>(numel * dtype_size(e.dtype)),
+        "'{}': tensor '{}' has {} bytes for shape {} of {}", path_, name, e.end - e.begin,
+        shape_str(e.shape), dtype_name(e.dtype));
     TANDEM_CHECK(data_offset_ + e.end <= size_,
                  "'{}' is truncated: tensor '{}' ends at byte {} but the file has {} bytes", path_,
                  name, data_offset_ + e.end, size_);
@@ -137,7 +139,8 @@ Checkpoint Checkpoint::open(const std::string& model_dir) {
   }
   for (const std::string& shard : shard_names) {
     const std::string path = (dir / shard).string();
-    TANDEM_CHECK(fs::exists(path), "checkpoint shard '{}' listed in the index does not exist", path);
+    TANDEM_CHECK(fs::exists(path), "checkpoint shard '{}' listed in the index does not exist",
+                 path);
     auto file = std::make_shared<SafetensorsFile>(path);
     ck.total_bytes_ += file->size();
     for (size_t i = 0; i < file->entries().size(); ++i) {

@@ -15,9 +15,9 @@
 namespace tandem {
 
 struct Verdict {
-  int n_acc = 1;                        // accepted drafts + 1
-  std::vector<int32_t> emitted;         // d_1..d_{n_acc-1}, then the target's own token
-  std::vector<int32_t> target_tokens;   // the target's token per examined row (for the trace)
+  int n_acc = 1;                       // accepted drafts + 1
+  std::vector<int32_t> emitted;        // d_1..d_{n_acc-1}, then the target's own token
+  std::vector<int32_t> target_tokens;  // the target's token per examined row (for the trace)
 };
 
 // logits: host f32 [n_drafts + 1, vocab]; row j is the target's distribution after draft j.

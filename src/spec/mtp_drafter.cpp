@@ -50,7 +50,8 @@ void MtpDrafter::flush(SequenceState& st) {
   if (n == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   st.mtp.plan(queued_tokens_.data(), n, queued_start_, st.config().max_context);
-  model_.mtp_forward(st, n, queued_hidden_.slice(0, 0, n), hidden_out_.slice(0, 0, n), logits_, n - 1);
+  model_.mtp_forward(st, n, queued_hidden_.slice(0, 0, n), hidden_out_.slice(0, 0, n), logits_,
+                     n - 1);
   first_draft_ = argmax_last();
   last_position_ = queued_start_ + n - 1;
   chain_hidden_.copy_from(hidden_out_.slice(0, n - 1, n));

@@ -31,7 +31,8 @@ class MtpDrafter : public Drafter {
   int32_t argmax_last();
 
   Qwen35Model& model_;
-  Tensor queued_hidden_;  // act [max_step_tokens, hidden]: target hidden rows awaiting the first pass
+  Tensor
+      queued_hidden_;  // act [max_step_tokens, hidden]: target hidden rows awaiting the first pass
   std::vector<int32_t> queued_tokens_;  // x_{t+1} of each queued row
   int64_t queued_start_ = 0;            // position of the first queued row
   Tensor hidden_out_;    // act [max_step_tokens, hidden]: the MTP's post-norm output rows

@@ -46,11 +46,21 @@ AcceptancePattern AcceptancePattern::parse(const std::string& spec) {
 int AcceptancePattern::accepted_at(int step, int k) {
   int a = 0;
   switch (kind_) {
-    case Kind::kAll: a = k; break;
-    case Kind::kNone: a = 0; break;
-    case Kind::kFirst: a = first_; break;
-    case Kind::kRandom: a = static_cast<int>(rng_() % static_cast<uint64_t>(k + 1)); break;
-    case Kind::kSequence: a = seq_[static_cast<size_t>(step) % seq_.size()]; break;
+    case Kind::kAll:
+      a = k;
+      break;
+    case Kind::kNone:
+      a = 0;
+      break;
+    case Kind::kFirst:
+      a = first_;
+      break;
+    case Kind::kRandom:
+      a = static_cast<int>(rng_() % static_cast<uint64_t>(k + 1));
+      break;
+    case Kind::kSequence:
+      a = seq_[static_cast<size_t>(step) % seq_.size()];
+      break;
   }
   return std::clamp(a, 0, k);
 }
@@ -59,7 +69,8 @@ OracleDrafter::OracleDrafter(std::vector<int32_t> reference, AcceptancePattern p
                              int64_t vocab_size)
     : reference_(std::move(reference)), pattern_(std::move(pattern)), vocab_size_(vocab_size) {}
 
-std::vector<int32_t> OracleDrafter::propose(SequenceState&, int k, std::span<const int32_t> emitted) {
+std::vector<int32_t> OracleDrafter::propose(SequenceState&, int k,
+                                            std::span<const int32_t> emitted) {
   const size_t g = emitted.size();  // reference_[g] is the token after the last emitted one
   const int accept = pattern_.accepted_at(step_++, k);
   std::vector<int32_t> drafts;

@@ -23,7 +23,8 @@ int32_t argmax_row(const float* logits, int64_t vocab) {
   return best;
 }
 
-std::vector<float> target_distribution(const float* logits, int64_t vocab, const SamplingParams& p) {
+std::vector<float> target_distribution(const float* logits, int64_t vocab,
+                                       const SamplingParams& p) {
   std::vector<float> dist(vocab, 0.f);
   if (p.greedy()) {
     dist[argmax_row(logits, vocab)] = 1.f;
@@ -32,7 +33,8 @@ std::vector<float> target_distribution(const float* logits, int64_t vocab, const
   // Order by logit (descending, ties by index) to apply top-k and top-p.
   std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   int64_t keep = p.top_k > 0 ? std::min<int64_t>(p.top_k, vocab) : vocab;
   const double m = logits[order[0]];
   std::vector<double> e(keep);

@@ -38,9 +38,9 @@ class SpeculationControl {
   ControlMode mode_;
   int probe_interval_;
   int64_t step_ = 0;
-  std::vector<double> cost_;          // EMA seconds per step with k drafts; < 0 until measured
-  std::vector<int64_t> last_seen_;    // step index of the last measurement of each k
-  std::vector<int64_t> steps_;        // steps taken with each k
+  std::vector<double> cost_;        // EMA seconds per step with k drafts; < 0 until measured
+  std::vector<int64_t> last_seen_;  // step index of the last measurement of each k
+  std::vector<int64_t> steps_;      // steps taken with each k
   std::vector<int64_t> reached_, accepted_;  // per draft position i (1-based, index i-1)
   double first_pass_per_row_ = 0;            // EMA seconds per first-pass row
 };

@@ -19,8 +19,8 @@ std::unique_ptr<Qwen35Model> load_on(const std::string& name, Device d) {
   return load_model(o);
 }
 
-std::vector<int32_t> run(Qwen35Model& m, std::unique_ptr<Drafter> d, int k, const std::vector<int32_t>& prompt,
-                         int n) {
+std::vector<int32_t> run(Qwen35Model& m, std::unique_ptr<Drafter> d, int k,
+                         const std::vector<int32_t>& prompt, int n) {
   Generator gen(m, std::move(d), GeneratorOptions{.num_speculative_tokens = k, .max_context = 512});
   return gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = n}).tokens;
 }
@@ -42,12 +42,15 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
   const auto plain = run(*gpu, nullptr, 0, prompt, kTokens);
   ASSERT_EQ(plain.size(), static_cast<size_t>(kTokens));
   for (int k = 1; k <= 8; ++k)
-    EXPECT_EQ(run(*gpu, std::make_unique<MtpDrafter>(*gpu), k, prompt, kTokens), plain) << name << " mtp k=" << k;
+    EXPECT_EQ(run(*gpu, std::make_unique<MtpDrafter>(*gpu), k, prompt, kTokens), plain)
+        << name << " mtp k=" << k;
   const auto reference = run(*gpu, nullptr, 0, prompt, kTokens + 9);
   for (int k : {1, 3, 8}) {
     for (const char* pat : {"all", "none", "random:5", "seq:8,0"}) {
-      auto oracle = std::make_unique<OracleDrafter>(reference, AcceptancePattern::parse(pat), gpu->config().vocab_size);
-      EXPECT_EQ(run(*gpu, std::move(oracle), k, prompt, kTokens), plain) << name << " oracle k=" << k << " " << pat;
+      auto oracle = std::make_unique<OracleDrafter>(reference, AcceptancePattern::parse(pat),
+                                                    gpu->config().vocab_size);
+      EXPECT_EQ(run(*gpu, std::move(oracle), k, prompt, kTokens), plain)
+          << name << " oracle k=" << k << " " << pat;
     }
   }
   // CPU agreement up to the first near-tie (top-2 margin below 0.05) along the CPU's greedy path.
@@ -63,8 +66,10 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
     const float* r = logits.data<float>() + (prompt.size() - 1 + i) * vocab;
     float best = -INFINITY, second = -INFINITY;
     for (int64_t v = 0; v < vocab; ++v) {
-      if (r[v] > best) second = best, best = r[v];
-      else if (r[v] > second) second = r[v];
+      if (r[v] > best)
+        second = best, best = r[v];
+      else if (r[v] > second)
+        second = r[v];
     }
     if (best - second < 0.05f) {
       near_tie = i;
@@ -73,17 +78,20 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
   }
   size_t agree = 0;
   while (agree < plain.size() && plain[agree] == cpu_tokens[agree]) ++agree;
-  std::printf("[gpu vs cpu] %s: agree on %zu of %d tokens; first CPU near-tie (margin < 0.05) at token %zu\n",
-              name.c_str(), agree, kTokens, near_tie);
+  std::printf(
+      "[gpu vs cpu] %s: agree on %zu of %d tokens; first CPU near-tie (margin < 0.05) at token "
+      "%zu\n",
+      name.c_str(), agree, kTokens, near_tie);
   // bf16 activations through random-weight layers move logits by a few % of their range, more than
-  // many top-2 margins of a random model, so the agreement is asserted on the trained model only and
-  // reported for the random fixtures (GPU vs CPU logits: see docs/cuda.md).
+  // many top-2 margins of a random model, so the agreement is asserted on the trained model only
+  // and reported for the random fixtures (GPU vs CPU logits: see docs/cuda.md).
   if (name == testing::kTrainedModel) {
     EXPECT_GE(agree, near_tie) << name;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineCuda, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
+INSTANTIATE_TEST_SUITE_P(Models, EngineCuda, ::testing::ValuesIn(testing::golden_model_names()),
+                         testing::model_param_name);
 
 }  // namespace
 }  // namespace tandem

@@ -34,8 +34,9 @@ RunResult run_tandem(const std::string& args) {
 class BrokenCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tandem_e2e_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("tandem_e2e_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     for (const char* f : {"config.json", "model.safetensors"})
@@ -56,7 +57,8 @@ class BrokenCheckpoint : public ::testing::Test {
     nlohmann::json header = nlohmann::json::object();
     size_t offset = 0;
     for (const auto& [n, t] : tensors) {
-      header[n] = {{"dtype", t.dtype() == DType::kF32 ? "F32" : "BF16"}, {"shape", t.shape()},
+      header[n] = {{"dtype", t.dtype() == DType::kF32 ? "F32" : "BF16"},
+                   {"shape", t.shape()},
                    {"data_offsets", {offset, offset + t.nbytes()}}};
       offset += t.nbytes();
     }
@@ -76,7 +78,8 @@ class BrokenCheckpoint : public ::testing::Test {
 
 void expect_error(const RunResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos)
+      << "expected '" << needle << "' in: " << r.output;
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
 }
 
@@ -113,8 +116,9 @@ TEST_F(BrokenCheckpoint, MisShapedTensor) {
   auto c = config();
   c["intermediate_size"] = 130;
   write_config(c);
-  expect_error(run_tandem(generate_args()),
-               "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], expected [130, 64]");
+  expect_error(
+      run_tandem(generate_args()),
+      "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64], expected [130, 64]");
 }
 
 TEST_F(BrokenCheckpoint, MissingTensor) {
@@ -141,15 +145,21 @@ TEST_F(BrokenCheckpoint, MtpRequestedWithoutMtpTensors) {
 
 TEST(CliErrors, BadPromptIdsAndLimits) {
   const std::string model = "--model " + testing::fixture_dir("tiny-text");
-  expect_error(run_tandem("generate " + model + " --prompt-ids 1,x,3"), "'x' is not a non-negative token id");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1,x,3"),
+               "'x' is not a non-negative token id");
   expect_error(run_tandem("generate " + model + " --prompt-ids 1,99999"), "outside the vocabulary");
-  expect_error(run_tandem("generate " + model + " --prompt-ids 1,2,3,4,5,6,7,8,9,10 --max-context 8"),
-               "the prompt has 10 tokens but the context holds 8");
-  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --speculative mtp --num-speculative-tokens 9"),
+  expect_error(
+      run_tandem("generate " + model + " --prompt-ids 1,2,3,4,5,6,7,8,9,10 --max-context 8"),
+      "the prompt has 10 tokens but the context holds 8");
+  expect_error(run_tandem("generate " + model +
+                          " --prompt-ids 1 --speculative mtp --num-speculative-tokens 9"),
                "--num-speculative-tokens must be in [0, 8]");
-  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --top-p 0"), "top_p must be in (0, 1]");
-  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --speculative bogus"), "--speculative must be");
-  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --device tpu"), "unknown device 'tpu'");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --top-p 0"),
+               "top_p must be in (0, 1]");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --speculative bogus"),
+               "--speculative must be");
+  expect_error(run_tandem("generate " + model + " --prompt-ids 1 --device tpu"),
+               "unknown device 'tpu'");
   if (!cuda_available())
     expect_error(run_tandem("generate " + model + " --prompt-ids 1 --device cuda"), "cuda");
   EXPECT_NE(run_tandem("generate --prompt-ids 1").exit_code, 0);  // --model is required

@@ -23,7 +23,7 @@ std::pair<int, std::string> run(const std::string& args) {
   return {WEXITSTATUS(status), out};
 }
 
-const std::string kModel = "--model " + testing::fixture_dir("small") + " --threads 2";
+const std::string kModel = "--model " + testing::fixture_dir("small") + " --threads 1";
 
 TEST(CliRun, ScoreWritesLogitsNpy) {
   const std::string out = (std::filesystem::temp_directory_path() / "tandem_score.npy").string();
@@ -35,16 +35,19 @@ TEST(CliRun, ScoreWritesLogitsNpy) {
 }
 
 TEST(CliRun, GenerateJsonStatsAndSpecTrace) {
-  const std::string trace = (std::filesystem::temp_directory_path() / "tandem_trace.jsonl").string();
-  auto [code, text] = run("generate " + kModel +
-                          " --prompt-ids 5,6,7 --max-tokens 20 --json --ignore-eos --speculative oracle"
-                          " --oracle-pattern first:1 --num-speculative-tokens 3 --spec-trace " + trace);
+  const std::string trace =
+      (std::filesystem::temp_directory_path() / "tandem_trace.jsonl").string();
+  auto [code, text] =
+      run("generate " + kModel +
+          " --prompt-ids 5,6,7 --max-tokens 20 --json --ignore-eos --speculative oracle"
+          " --oracle-pattern first:1 --num-speculative-tokens 3 --spec-trace " +
+          trace);
   ASSERT_EQ(code, 0) << text;
   const auto j = nlohmann::json::parse(text);
   EXPECT_EQ(j["tokens"].size(), 20u);
   for (const char* key : {"prompt_tokens", "generated_tokens", "prefill_tokens_per_second",
-                          "decode_tokens_per_second", "mean_acceptance_length", "per_position_acceptance",
-                          "draft_tokens", "accepted_tokens"})
+                          "decode_tokens_per_second", "mean_acceptance_length",
+                          "per_position_acceptance", "draft_tokens", "accepted_tokens"})
     EXPECT_TRUE(j["stats"].contains(key)) << key;
   EXPECT_DOUBLE_EQ(j["stats"]["mean_acceptance_length"].get<double>(), 2.0);  // first:1 accepts one
   EXPECT_EQ(j["stats"]["per_position_acceptance"].size(), 3u);
@@ -52,7 +55,8 @@ TEST(CliRun, GenerateJsonStatsAndSpecTrace) {
   int lines = 0;
   for (std::string line; std::getline(in, line); ++lines) {
     const auto step = nlohmann::json::parse(line);
-    for (const char* key : {"step", "position", "drafts", "target", "n_acc"}) EXPECT_TRUE(step.contains(key)) << key;
+    for (const char* key : {"step", "position", "drafts", "target", "n_acc"})
+      EXPECT_TRUE(step.contains(key)) << key;
     EXPECT_EQ(step["n_acc"].get<int>(), 2);
   }
   EXPECT_GT(lines, 0);
@@ -60,7 +64,8 @@ TEST(CliRun, GenerateJsonStatsAndSpecTrace) {
 }
 
 TEST(CliRun, DivergeReportsIdentical) {
-  auto [code, text] = run("diverge " + kModel + " --prompt-ids 9,8,7 --max-tokens 16 --speculative mtp "
+  auto [code, text] = run("diverge " + kModel +
+                          " --prompt-ids 9,8,7 --max-tokens 16 --speculative mtp "
                           "--num-speculative-tokens 3");
   EXPECT_EQ(code, 0);
   EXPECT_EQ(text, "identical\n");
@@ -69,9 +74,9 @@ TEST(CliRun, DivergeReportsIdentical) {
 TEST(CliRun, HelpDocumentsEveryFlag) {
   auto [code, text] = run("generate --help");
   EXPECT_EQ(code, 0);
-  for (const char* flag : {"--model", "--prompt-ids", "--max-tokens", "--json", "--threads", "--device",
-                           "--speculative", "--num-speculative-tokens", "--temperature", "--top-k",
-                           "--top-p", "--seed", "--spec-trace"})
+  for (const char* flag : {"--model", "--prompt-ids", "--max-tokens", "--json", "--threads",
+                           "--device", "--speculative", "--num-speculative-tokens", "--temperature",
+                           "--top-k", "--top-p", "--seed", "--spec-trace"})
     EXPECT_NE(text.find(flag), std::string::npos) << flag;
 }
 

@@ -17,7 +17,7 @@ namespace tandem {
 namespace {
 
 using namespace testing;
-const ExecContext kCtx{.device = Device::kCpu, .n_threads = 2};
+const ExecContext kCtx{.device = Device::kCpu, .n_threads = 1};
 
 TEST(RefKernels, EmbeddingConvertsRows) {
   const Tensor table = to_bf16(random_tensor({10, 6}, 1));
@@ -26,20 +26,28 @@ TEST(RefKernels, EmbeddingConvertsRows) {
   kernels::embedding({.ids = ids, .table = table, .out = out}, kCtx);
   for (int t = 0; t < 4; ++t)
     for (int i = 0; i < 6; ++i)
-      EXPECT_EQ(out.data<float>()[t * 6 + i], bf16_to_f32(table.data<bf16>()[ids.data<int32_t>()[t] * 6 + i]));
+      EXPECT_EQ(out.data<float>()[t * 6 + i],
+                bf16_to_f32(table.data<bf16>()[ids.data<int32_t>()[t] * 6 + i]));
   Tensor bad = i32_tensor({10});
-  EXPECT_THROW(kernels::embedding({.ids = bad, .table = table, .out = out.slice(0, 0, 1)}, kCtx), Error);
+  EXPECT_THROW(kernels::embedding({.ids = bad, .table = table, .out = out.slice(0, 0, 1)}, kCtx),
+               Error);
 }
 
 TEST(RefKernels, RmsNormZeroCentredPlainAndFused) {
   const int64_t n = 5, d = 37;
-  const Tensor x = random_tensor({n, d}, 2), w = random_tensor({d}, 3, 0.1f), res0 = random_tensor({n, d}, 4);
+  const Tensor x = random_tensor({n, d}, 2), w = random_tensor({d}, 3, 0.1f),
+               res0 = random_tensor({n, d}, 4);
   for (bool zc : {true, false}) {
     for (bool fused : {false, true}) {
       Tensor out = Tensor::zeros({n, d}, DType::kF32), res = Tensor::zeros({n, d}, DType::kF32);
       res.copy_from(res0);
-      kernels::rms_norm({.x = x, .weight = w, .out = out, .residual = fused ? res : Tensor(), .eps = 1e-6f,
-                         .zero_centred = zc}, kCtx);
+      kernels::rms_norm({.x = x,
+                         .weight = w,
+                         .out = out,
+                         .residual = fused ? res : Tensor(),
+                         .eps = 1e-6f,
+                         .zero_centred = zc},
+                        kCtx);
       for (int64_t t = 0; t < n; ++t) {
         std::vector<double> r(d), ref(d);
         double ss = 0;
@@ -48,7 +56,8 @@ TEST(RefKernels, RmsNormZeroCentredPlainAndFused) {
           ss += r[i] * r[i];
         }
         const double inv = 1.0 / std::sqrt(ss / d + 1e-6);
-        for (int64_t i = 0; i < d; ++i) ref[i] = r[i] * inv * ((zc ? 1.0 : 0.0) + w.data<float>()[i]);
+        for (int64_t i = 0; i < d; ++i)
+          ref[i] = r[i] * inv * ((zc ? 1.0 : 0.0) + w.data<float>()[i]);
         EXPECT_LT(max_abs_diff(out.data<float>() + t * d, ref.data(), d), 1e-5);
         if (fused) {
           EXPECT_LT(max_abs_diff(res.data<float>() + t * d, r.data(), d), 1e-6);
@@ -60,7 +69,8 @@ TEST(RefKernels, RmsNormZeroCentredPlainAndFused) {
 
 TEST(RefKernels, GatedRmsNormNormBeforeGate) {
   const int64_t n = 3, h = 2, d = 19;
-  const Tensor o = random_tensor({n, h, d}, 5), z = random_tensor({n, h, d}, 6), w = random_tensor({d}, 7);
+  const Tensor o = random_tensor({n, h, d}, 5), z = random_tensor({n, h, d}, 6),
+               w = random_tensor({d}, 7);
   Tensor out = Tensor::zeros({n, h, d}, DType::kF32);
   kernels::gated_rms_norm({.o = o, .z = z, .weight = w, .out = out, .eps = 1e-6f}, kCtx);
   for (int64_t r = 0; r < n * h; ++r) {
@@ -88,14 +98,17 @@ TEST(RefKernels, LinearMatchesDoubleAndIsRowInvariant) {
     for (int64_t t = 0; t < n; ++t) {
       std::vector<double> ref(outf, 0.0);
       for (int64_t f = 0; f < outf; ++f)
-        for (int64_t i = 0; i < in; ++i) ref[f] += static_cast<double>(x.data<float>()[t * in + i]) * wref.data<float>()[f * in + i];
+        for (int64_t i = 0; i < in; ++i)
+          ref[f] +=
+              static_cast<double>(x.data<float>()[t * in + i]) * wref.data<float>()[f * in + i];
       EXPECT_LT(max_abs_diff(y.data<float>() + t * outf, ref.data(), outf), 1e-5);
     }
     // Each row alone (n_tokens = 1) is bit-identical to the same row in the 9-row call.
     for (int64_t t = 0; t < n; ++t) {
       Tensor y1 = Tensor::zeros({1, outf}, DType::kF32);
       kernels::linear({.x = x.slice(0, t, t + 1), .weight = w, .out = y1}, kCtx);
-      EXPECT_EQ(std::memcmp(y1.data<float>(), y.data<float>() + t * outf, outf * 4), 0) << "row " << t;
+      EXPECT_EQ(std::memcmp(y1.data<float>(), y.data<float>() + t * outf, outf * 4), 0)
+          << "row " << t;
     }
   }
 }
@@ -113,11 +126,13 @@ TEST(RefKernels, PartialNeoxRope) {
       const float* a = x0.data<float>() + (t * h + hh) * d;
       std::vector<double> ref(a, a + d);
       for (int64_t i = 0; i < rd / 2; ++i) {
-        const double ang = pos.data<int32_t>()[t] * std::pow(static_cast<double>(theta), -2.0 * i / rd);
+        const double ang =
+            pos.data<int32_t>()[t] * std::pow(static_cast<double>(theta), -2.0 * i / rd);
         ref[i] = a[i] * std::cos(ang) - a[i + rd / 2] * std::sin(ang);
         ref[i + rd / 2] = a[i + rd / 2] * std::cos(ang) + a[i] * std::sin(ang);
       }
-      EXPECT_LT(max_abs_diff(x.data<float>() + (t * h + hh) * d, ref.data(), d), 2e-3);  // fp32 angle at pos 4000
+      EXPECT_LT(max_abs_diff(x.data<float>() + (t * h + hh) * d, ref.data(), d),
+                2e-3);  // fp32 angle at pos 4000
       for (int64_t i = rd; i < d; ++i) EXPECT_EQ(x.data<float>()[(t * h + hh) * d + i], a[i]);
     }
   }

@@ -40,7 +40,8 @@ TEST_P(MtpParity, TeacherForcedLogitsMatchReference) {
   for (const auto& p : g["prompts"]) {
     const std::vector<int32_t> seq = p["mtp_sequence"];
     const int64_t n = static_cast<int64_t>(seq.size());
-    const Tensor ref = read_npy(testing::golden_dir(name) + "/" + p["mtp_logits"].get<std::string>());
+    const Tensor ref =
+        read_npy(testing::golden_dir(name) + "/" + p["mtp_logits"].get<std::string>());
     ASSERT_EQ(ref.dim(0), n - 1);
     SequenceState st(model->config(), StateConfig{.max_context = 512, .k_max = 1}, Device::kCpu,
                      model->act_dtype(), true);
@@ -66,7 +67,8 @@ TEST_P(MtpParity, TeacherForcedLogitsMatchReference) {
       mismatches += rb != gb;
     }
     std::printf("[mtp parity] %s T=%lld max|diff|=%.3g rel=%.3g argmax rows=%d mismatches=%d\n",
-                name.c_str(), static_cast<long long>(n), max_abs, max_abs / max_ref, checked, mismatches);
+                name.c_str(), static_cast<long long>(n), max_abs, max_abs / max_ref, checked,
+                mismatches);
     EXPECT_LE(max_abs, 1e-3 * max_ref);
     EXPECT_EQ(mismatches, 0);
   }
@@ -81,10 +83,12 @@ TEST_P(MtpParity, FirstDraftOfEveryStepIsReferenceArgmax) {
     for (const auto& p : g["prompts"]) {
       const std::vector<int32_t> ids = p["ids"];
       const std::vector<int32_t> greedy = p["greedy"];
-      const Tensor ref = read_npy(testing::golden_dir(name) + "/" + p["mtp_logits"].get<std::string>());
+      const Tensor ref =
+          read_npy(testing::golden_dir(name) + "/" + p["mtp_logits"].get<std::string>());
       std::ostringstream trace;
-      Generator gen(*model, std::make_unique<MtpDrafter>(*model),
-                    GeneratorOptions{.num_speculative_tokens = k, .max_context = 512, .trace = &trace});
+      Generator gen(
+          *model, std::make_unique<MtpDrafter>(*model),
+          GeneratorOptions{.num_speculative_tokens = k, .max_context = 512, .trace = &trace});
       GenerateRequest req{.prompt = ids, .max_tokens = static_cast<int>(greedy.size())};
       ASSERT_EQ(gen.generate(req).tokens, greedy);
       std::istringstream lines(trace.str());
@@ -95,7 +99,8 @@ TEST_P(MtpParity, FirstDraftOfEveryStepIsReferenceArgmax) {
         if (pos >= ref.dim(0)) continue;
         int64_t best;
         if (top2_margin(ref.data<float>() + pos * vocab, vocab, &best) <= 1e-3f) continue;
-        EXPECT_EQ(step["drafts"][0].get<int64_t>(), best) << name << " k=" << k << " position " << pos;
+        EXPECT_EQ(step["drafts"][0].get<int64_t>(), best)
+            << name << " k=" << k << " position " << pos;
         ++checked;
       }
       EXPECT_GT(checked, 0);
@@ -103,7 +108,8 @@ TEST_P(MtpParity, FirstDraftOfEveryStepIsReferenceArgmax) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, MtpParity, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, MtpParity, ::testing::ValuesIn(testing::golden_model_names()),
+                         testing::model_param_name);
 
 }  // namespace
 }  // namespace tandem

@@ -60,9 +60,10 @@ TEST_P(ModelParity, LogitsAndGreedyMatchTransformers) {
     const Tensor ref = read_npy(testing::golden_dir(name) + "/" + p["logits"].get<std::string>());
     ASSERT_EQ(got.shape(), ref.shape());
     const Compare c = compare_logits(got, ref);
-    std::printf("[parity] %s n=%zu max|diff|=%.3g max|logit|=%.3g rel=%.3g argmax rows=%d mismatches=%d\n",
-                name.c_str(), ids.size(), c.max_abs, c.max_ref, c.max_abs / c.max_ref, c.checked_rows,
-                c.argmax_mismatch);
+    std::printf(
+        "[parity] %s n=%zu max|diff|=%.3g max|logit|=%.3g rel=%.3g argmax rows=%d mismatches=%d\n",
+        name.c_str(), ids.size(), c.max_abs, c.max_ref, c.max_abs / c.max_ref, c.checked_rows,
+        c.argmax_mismatch);
     EXPECT_LE(c.max_abs, 1e-3 * c.max_ref) << name << " prompt of " << ids.size();
     EXPECT_EQ(c.argmax_mismatch, 0);
     EXPECT_GT(c.checked_rows, 0);
@@ -79,7 +80,8 @@ TEST_P(ModelParity, PrefillThenDecodeEqualsOnePrefill) {
   auto model = testing::load_fixture(name, 64);  // 64-token chunks: a 100-token prompt spans 2
   const auto g = testing::goldens(name);
   const std::vector<int32_t> ids = g["prompts"].back()["ids"];  // the longest prompt
-  const int64_t vocab = model->config().vocab_size, split = static_cast<int64_t>(ids.size()) * 7 / 10;
+  const int64_t vocab = model->config().vocab_size,
+                split = static_cast<int64_t>(ids.size()) * 7 / 10;
   Generator whole(*model, nullptr, GeneratorOptions{.max_context = 512});
   const Tensor ref = whole.score(ids);
   // Prefill the first `split` tokens, then feed the rest one at a time as decode steps.
@@ -96,12 +98,14 @@ TEST_P(ModelParity, PrefillThenDecodeEqualsOnePrefill) {
     got.slice(0, t, t + 1).copy_from(logits);
   }
   const Compare c = compare_logits(got, ref);
-  std::printf("[prefill+decode] %s max|diff|=%.3g rel=%.3g\n", name.c_str(), c.max_abs, c.max_abs / c.max_ref);
+  std::printf("[prefill+decode] %s max|diff|=%.3g rel=%.3g\n", name.c_str(), c.max_abs,
+              c.max_abs / c.max_ref);
   EXPECT_LE(c.max_abs, 1e-3 * c.max_ref);
   EXPECT_EQ(c.argmax_mismatch, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParity, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParity, ::testing::ValuesIn(testing::golden_model_names()),
+                         testing::model_param_name);
 
 }  // namespace
 }  // namespace tandem

@@ -57,7 +57,8 @@ PlainRun plain_run(Qwen35Model& model, const std::vector<int32_t>& prompt, int n
 // Runs with a drafter and checks tokens and every committed state against the plain run.
 void expect_exact(Qwen35Model& model, const PlainRun& plain, const std::vector<int32_t>& prompt,
                   std::unique_ptr<Drafter> drafter, int k, const std::string& what) {
-  Generator gen(model, std::move(drafter), GeneratorOptions{.num_speculative_tokens = k, .max_context = 512});
+  Generator gen(model, std::move(drafter),
+                GeneratorOptions{.num_speculative_tokens = k, .max_context = 512});
   int state_checks = 0, state_mismatches = 0;
   gen.after_commit = [&](int64_t, int64_t n_past) {
     auto it = plain.state_at.find(n_past);
@@ -93,7 +94,8 @@ TEST_P(Exactness, OracleEqualsPlainForEveryPattern) {
   const PlainRun plain = plain_run(*model, prompt, kTokens);
   const PlainRun reference = plain_run(*model, prompt, kTokens + 9);  // the oracle looks ahead
   // seq:8,0 is a full accept then a zero accept and back; seq:0,8 the reverse; first:1 partial.
-  const std::vector<std::string> patterns{"all", "none", "first:1", "random:11", "seq:8,0", "seq:0,8,2"};
+  const std::vector<std::string> patterns{"all",       "none",    "first:1",
+                                          "random:11", "seq:8,0", "seq:0,8,2"};
   for (int k = 1; k <= 8; ++k) {
     for (const std::string& pat : patterns) {
       auto oracle = std::make_unique<OracleDrafter>(reference.tokens, AcceptancePattern::parse(pat),
@@ -108,17 +110,19 @@ TEST(OraclePattern, ProducesTheRequestedAcceptance) {
   auto model = testing::load_fixture("tiny-text");
   const auto prompt = prompt_of("tiny-text");
   const PlainRun reference = plain_run(*model, prompt, 64);
-  for (const auto& [pat, expected] : std::vector<std::pair<std::string, double>>{
-           {"all", 4.0}, {"none", 1.0}, {"first:1", 2.0}}) {
+  for (const auto& [pat, expected] :
+       std::vector<std::pair<std::string, double>>{{"all", 4.0}, {"none", 1.0}, {"first:1", 2.0}}) {
     auto oracle = std::make_unique<OracleDrafter>(reference.tokens, AcceptancePattern::parse(pat),
                                                   model->config().vocab_size);
-    Generator gen(*model, std::move(oracle), GeneratorOptions{.num_speculative_tokens = 3, .max_context = 512});
+    Generator gen(*model, std::move(oracle),
+                  GeneratorOptions{.num_speculative_tokens = 3, .max_context = 512});
     const auto r = gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = 40});
     EXPECT_DOUBLE_EQ(r.stats.mean_acceptance_length(), expected) << pat;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Exactness, ::testing::ValuesIn(testing::golden_model_names()), testing::model_param_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, Exactness, ::testing::ValuesIn(testing::golden_model_names()),
+                         testing::model_param_name);
 
 }  // namespace
 }  // namespace tandem

@@ -64,9 +64,11 @@ TEST(Sampling, SpeculativeAcceptanceEmitsTheTargetDistribution) {
     EXPECT_LT(chi_plain, kChi2Critical[dof]) << "plain sampling";
     const double chi_second = chi_square(second, p1, &dof);
     EXPECT_LT(chi_second, kChi2Critical[dof]) << "second token";
-    std::printf("[chi2] T=%.1f top_k=%d top_p=%.1f: first %.2f, second %.2f, plain %.2f (critical %.2f at dof %d)\n",
-                c.params.temperature, c.params.top_k, c.params.top_p, chi_first, chi_second, chi_plain,
-                kChi2Critical[dof], dof);
+    std::printf(
+        "[chi2] T=%.1f top_k=%d top_p=%.1f: first %.2f, second %.2f, plain %.2f (critical %.2f at "
+        "dof %d)\n",
+        c.params.temperature, c.params.top_k, c.params.top_p, chi_first, chi_second, chi_plain,
+        kChi2Critical[dof], dof);
   }
 }
 
@@ -78,8 +80,10 @@ TEST(Sampling, SeededRunsAreReproducible) {
     p.seed = seed;
     std::unique_ptr<Drafter> d;
     if (k > 0) d = std::make_unique<MtpDrafter>(*model);
-    Generator gen(*model, std::move(d), GeneratorOptions{.num_speculative_tokens = k, .max_context = 256});
-    return gen.generate(GenerateRequest{.prompt = {1, 2, 3}, .max_tokens = 32, .sampling = p}).tokens;
+    Generator gen(*model, std::move(d),
+                  GeneratorOptions{.num_speculative_tokens = k, .max_context = 256});
+    return gen.generate(GenerateRequest{.prompt = {1, 2, 3}, .max_tokens = 32, .sampling = p})
+        .tokens;
   };
   EXPECT_EQ(run(0, 7), run(0, 7));
   EXPECT_EQ(run(3, 7), run(3, 7));

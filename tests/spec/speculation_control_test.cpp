@@ -1,13 +1,14 @@
 // Speculation control: with simulated step costs it picks k = 0 when drafts are never accepted
 // and k_max when they nearly always are; and greedy output under adaptive control is still
 // bit-identical to plain decoding (k changes from step to step).
+#include "spec/speculation_control.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "engine/generator.h"
 #include "spec/mtp_drafter.h"
-#include "spec/speculation_control.h"
 #include "test_support.h"
 
 namespace tandem {
@@ -66,10 +67,12 @@ TEST(SpeculationControl, AdaptiveGreedyOutputEqualsPlain) {
     const auto prompts = testing::goldens(name)["prompts"];
     const std::vector<int32_t> prompt = prompts[std::min<size_t>(2, prompts.size() - 1)]["ids"];
     Generator plain(*model, nullptr, GeneratorOptions{.max_context = 512});
-    const auto expected = plain.generate(GenerateRequest{.prompt = prompt, .max_tokens = 80}).tokens;
-    Generator adaptive(*model, std::make_unique<MtpDrafter>(*model),
-                       GeneratorOptions{.num_speculative_tokens = 4, .control = ControlMode::kAdaptive,
-                                        .max_context = 512});
+    const auto expected =
+        plain.generate(GenerateRequest{.prompt = prompt, .max_tokens = 80}).tokens;
+    Generator adaptive(
+        *model, std::make_unique<MtpDrafter>(*model),
+        GeneratorOptions{
+            .num_speculative_tokens = 4, .control = ControlMode::kAdaptive, .max_context = 512});
     const auto r = adaptive.generate(GenerateRequest{.prompt = prompt, .max_tokens = 80});
     EXPECT_EQ(r.tokens, expected) << name;
     int used = 0;

@@ -5,7 +5,8 @@
 namespace tandem::kernels {
 
 void argmax_ref(const ArgmaxArgs& a, const ExecContext& ctx) {
-  TANDEM_CHECK(a.logits.dtype() == DType::kF32, "argmax: logits must be f32, got {}", a.logits.describe());
+  TANDEM_CHECK(a.logits.dtype() == DType::kF32, "argmax: logits must be f32, got {}",
+               a.logits.describe());
   const int64_t n = a.logits.dim(0), vocab = a.logits.dim(1);
   for (int64_t t = 0; t < n; ++t) {
     const float* l = a.logits.data<const float>() + t * a.logits.stride(0);

@@ -16,7 +16,8 @@ namespace tandem::kernels {
 constexpr int64_t kAttentionSplitGranule = 512;
 
 // f32 elements of CUDA scratch that attention needs for n_tokens query rows when the block table
-// covers max_kv_len positions (partial outputs plus max and sum per split). The reference needs none.
+// covers max_kv_len positions (partial outputs plus max and sum per split). The reference needs
+// none.
 constexpr int64_t attention_workspace_floats(int64_t n_tokens, int64_t n_heads_q, int64_t head_dim,
                                              int64_t max_kv_len) {
   const int64_t splits = (max_kv_len + kAttentionSplitGranule - 1) / kAttentionSplitGranule;

@@ -27,7 +27,8 @@ void attention_ref(const AttentionArgs& a, const ExecContext& ctx) {
   auto slot = [&](int64_t pos, int64_t h) {
     return ((table[pos / block_size] * block_size + pos % block_size) * hkv + h) * d;
   };
-#pragma omp parallel for num_threads(ref::threads_for(ctx, n * hq * kv_len * d)) schedule(static) collapse(2)
+#pragma omp parallel for num_threads(ref::threads_for(ctx, n* hq* kv_len* d)) schedule(static) \
+    collapse(2)
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t h = 0; h < hq; ++h) {
       const int64_t last = kv_len - n + i;  // causal: this row sees positions [0, last]
@@ -51,7 +52,9 @@ void attention_ref(const AttentionArgs& a, const ExecContext& ctx) {
         for (int64_t e = 0; e < d; ++e) o[e] += p[j] * v[e];
       }
       const float inv = 1.f / sum;
-      const float* g = gated ? a.gate.data<const float>() + i * a.gate.stride(0) + h * a.gate.stride(1) : nullptr;
+      const float* g =
+          gated ? a.gate.data<const float>() + i * a.gate.stride(0) + h * a.gate.stride(1)
+                : nullptr;
       for (int64_t e = 0; e < d; ++e) {
         o[e] *= inv;
         if (gated) o[e] *= ref::sigmoid(g[e]);

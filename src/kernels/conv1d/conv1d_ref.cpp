@@ -25,7 +25,8 @@ void conv1d_ref(const Conv1dArgs& a, const ExecContext& ctx) {
       float* hist = a.history.data<float>() + c * a.history.stride(0);
       std::vector<float> seq(window + n);  // [window, x_0 .. x_{n-1}]
       for (int64_t j = 0; j < window; ++j) seq[j] = hist[o + j];
-      for (int64_t t = 0; t < n; ++t) seq[window + t] = a.x.data<const float>()[t * a.x.stride(0) + c];
+      for (int64_t t = 0; t < n; ++t)
+        seq[window + t] = a.x.data<const float>()[t * a.x.stride(0) + c];
       const auto* wc = w + c * kernel;
       for (int64_t t = 0; t < n; ++t) {
         float acc = 0.f;

@@ -164,9 +164,10 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   TANDEM_CHECK(a.mode == GdrMode::kChunked || p.n_tokens <= p.n_cols,
                "gated_delta_rule_cuda: {} tokens need {} state columns, have {}", p.n_tokens,
                p.n_tokens, p.n_cols);
-  TANDEM_CHECK(gated_delta_rule_cuda_supports(dk),
-               "gated_delta_rule_cuda: d_k {} unsupported (16, 32, 64, 128 or 256) for dtype bf16 on cuda",
-               dk);
+  TANDEM_CHECK(
+      gated_delta_rule_cuda_supports(dk),
+      "gated_delta_rule_cuda: d_k {} unsupported (16, 32, 64, 128 or 256) for dtype bf16 on cuda",
+      dk);
   if (p.n_tokens == 0) return;
   p.q = a.q.data<const __nv_bfloat16>();
   p.k = a.k.data<const __nv_bfloat16>();

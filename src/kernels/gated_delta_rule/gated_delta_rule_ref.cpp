@@ -13,7 +13,7 @@ namespace tandem::kernels {
 
 namespace {
 
-struct HeadInputs {  // one value head's normalised inputs for all tokens
+struct HeadInputs {                     // one value head's normalised inputs for all tokens
   std::vector<float> q, k, v, g, beta;  // q,k: [n, dk]; v: [n, dv]; g, beta: [n]
 };
 
@@ -24,7 +24,8 @@ void l2_normalise(float* x, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) x[i] = (x[i] * inv) * scale;
 }
 
-HeadInputs gather_head(const GatedDeltaRuleArgs& a, int64_t hv, int64_t hk, int64_t dk, int64_t dv) {
+HeadInputs gather_head(const GatedDeltaRuleArgs& a, int64_t hv, int64_t hk, int64_t dk,
+                       int64_t dv) {
   const int64_t n = a.q.dim(0);
   HeadInputs in;
   in.q.resize(n * dk);
@@ -124,20 +125,25 @@ void chunk_step(float* S, const HeadInputs& in, int64_t s, int64_t len, int64_t 
 }  // namespace
 
 void gated_delta_rule_ref(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {
-  for (const Tensor* t : {&a.q, &a.k, &a.v, &a.a, &a.b, &a.out}) ref::expect_f32_act(*t, "gated_delta_rule input");
+  for (const Tensor* t : {&a.q, &a.k, &a.v, &a.a, &a.b, &a.out})
+    ref::expect_f32_act(*t, "gated_delta_rule input");
   ref::expect_f32_act(a.state, "gated_delta_rule.state");
   const int64_t n = a.q.dim(0), hk_n = a.q.dim(1), dk = a.q.dim(2);
   const int64_t hv_n = a.v.dim(1), dv = a.v.dim(2), n_cols = a.state.dim(0);
-  TANDEM_CHECK(hv_n % hk_n == 0, "gated_delta_rule: {} value heads not a multiple of {} key heads", hv_n, hk_n);
-  TANDEM_CHECK(a.state.dim(1) == hv_n && a.state.dim(2) == dk && a.state.dim(3) == dv && a.state.is_contiguous(),
-               "gated_delta_rule: state {} does not match [cols, {}, {}, {}]", a.state.describe(), hv_n, dk, dv);
+  TANDEM_CHECK(hv_n % hk_n == 0, "gated_delta_rule: {} value heads not a multiple of {} key heads",
+               hv_n, hk_n);
+  TANDEM_CHECK(a.state.dim(1) == hv_n && a.state.dim(2) == dk && a.state.dim(3) == dv &&
+                   a.state.is_contiguous(),
+               "gated_delta_rule: state {} does not match [cols, {}, {}, {}]", a.state.describe(),
+               hv_n, dk, dv);
   const int32_t col0 = a.n_acc.data<const int32_t>()[0] - 1;
-  TANDEM_CHECK(col0 >= 0 && col0 < n_cols, "gated_delta_rule: n_acc {} outside [1, {}]", col0 + 1, n_cols);
+  TANDEM_CHECK(col0 >= 0 && col0 < n_cols, "gated_delta_rule: n_acc {} outside [1, {}]", col0 + 1,
+               n_cols);
   TANDEM_CHECK(a.mode == GdrMode::kChunked || n <= n_cols,
                "gated_delta_rule: {} tokens need {} state columns, have {}", n, n, n_cols);
   const int64_t head_elems = dk * dv, col_elems = hv_n * head_elems;
   float* state = a.state.data<float>();
-#pragma omp parallel for num_threads(ref::threads_for(ctx, hv_n * n * dk * dv * 4)) schedule(static)
+#pragma omp parallel for num_threads(ref::threads_for(ctx, hv_n* n* dk* dv * 4)) schedule(static)
   for (int64_t hv = 0; hv < hv_n; ++hv) {
     const HeadInputs in = gather_head(a, hv, hv / (hv_n / hk_n), dk, dv);
     std::vector<float> S(state + col0 * col_elems + hv * head_elems,

@@ -36,7 +36,8 @@ void dot_rows(const float* const* x, const W* w, int64_t n, float* const* out) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
       const __m256 wv = load8(w + i);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_loadu_ps(x[r] + i), wv));
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_loadu_ps(x[r] + i), wv));
     }
     for (int r = 0; r < R; ++r) {
       float a[8];
@@ -55,7 +56,8 @@ void dot_rows(const float* const* x, const W* w, int64_t n, float* const* out) {
 void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   ref::expect_f32_act(a.x, "linear.x");
   ref::expect_f32_act(a.out, "linear.out");
-  TANDEM_CHECK(a.weight.is_contiguous(), "linear: weight {} must be contiguous", a.weight.describe());
+  TANDEM_CHECK(a.weight.is_contiguous(), "linear: weight {} must be contiguous",
+               a.weight.describe());
   const int64_t n_tokens = a.x.dim(0), in = a.x.dim(1), out_f = a.weight.dim(0);
   TANDEM_CHECK(a.weight.dim(1) == in && a.out.dim(0) == n_tokens && a.out.dim(1) == out_f,
                "linear: x {} weight {} out {} do not agree", a.x.describe(), a.weight.describe(),
@@ -64,17 +66,26 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   float* y = a.out.data<float>();
   const int64_t xs = a.x.stride(0), ys = a.out.stride(0);
   ref::with_weight_type(a.weight, [&](const auto* w) {
-#pragma omp parallel for num_threads(ref::threads_for(ctx, out_f * in * n_tokens)) schedule(static)
+#pragma omp parallel for num_threads(ref::threads_for(ctx, out_f* in* n_tokens)) schedule(static)
     for (int64_t f = 0; f < out_f; ++f) {
       const auto* wf = w + f * in;
       for (int64_t t = 0; t < n_tokens; t += 4) {
         const float* xr[4] = {x + t * xs, x + (t + 1) * xs, x + (t + 2) * xs, x + (t + 3) * xs};
-        float* yr[4] = {y + t * ys + f, y + (t + 1) * ys + f, y + (t + 2) * ys + f, y + (t + 3) * ys + f};
+        float* yr[4] = {y + t * ys + f, y + (t + 1) * ys + f, y + (t + 2) * ys + f,
+                        y + (t + 3) * ys + f};
         switch (std::min<int64_t>(4, n_tokens - t)) {
-          case 4: dot_rows<4>(xr, wf, in, yr); break;
-          case 3: dot_rows<3>(xr, wf, in, yr); break;
-          case 2: dot_rows<2>(xr, wf, in, yr); break;
-          default: dot_rows<1>(xr, wf, in, yr); break;
+          case 4:
+            dot_rows<4>(xr, wf, in, yr);
+            break;
+          case 3:
+            dot_rows<3>(xr, wf, in, yr);
+            break;
+          case 2:
+            dot_rows<2>(xr, wf, in, yr);
+            break;
+          default:
+            dot_rows<1>(xr, wf, in, yr);
+            break;
         }
       }
     }

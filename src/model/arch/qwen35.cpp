@@ -67,11 +67,13 @@ Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecConte
 #ifdef TANDEM_CUDA
   // Unsupported (op, dtype, device, shape) is an error at load time (DESIGN.md invariant 6).
   if (ctx_.device == Device::kCuda) {
-    TANDEM_CHECK(k::attention_cuda_supports(cfg_.head_dim),
-                 "op attention, dtype bf16, device cuda: head_dim {} is not supported (64, 128, 256)",
-                 cfg_.head_dim);
+    TANDEM_CHECK(
+        k::attention_cuda_supports(cfg_.head_dim),
+        "op attention, dtype bf16, device cuda: head_dim {} is not supported (64, 128, 256)",
+        cfg_.head_dim);
     TANDEM_CHECK(k::gated_delta_rule_cuda_supports(cfg_.gdn_d_k),
-                 "op gated_delta_rule, dtype bf16, device cuda: d_k {} is not supported (16..256, powers of 2)",
+                 "op gated_delta_rule, dtype bf16, device cuda: d_k {} is not supported (16..256, "
+                 "powers of 2)",
                  cfg_.gdn_d_k);
   }
 #endif
@@ -94,15 +96,21 @@ void Qwen35Model::forward(SequenceState& st, int64_t n, StepKind kind, int64_t s
   ForwardScratch& s = *s_;
   TANDEM_CHECK(n <= s.residual.dim(0), "forward: {} tokens exceed the step buffer of {}", n,
                s.residual.dim(0));
-  k::embedding({.ids = st.target.token_ids.slice(0, 0, n), .table = w_.embed_tokens,
-                .out = rows(s.residual, n)}, ctx_);
+  k::embedding({.ids = st.target.token_ids.slice(0, 0, n),
+                .table = w_.embed_tokens,
+                .out = rows(s.residual, n)},
+               ctx_);
   observe("embed", -1, rows(s.residual, n));
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const KvLayerCache* kv = cfg_.layer_types[l] == LayerType::kFullAttention ? &st.kv[l] : nullptr;
     decoder_layer(w_.layers[l], l, st, kv, st.target, n, kind, start, l > 0);
   }
-  k::rms_norm({.x = rows(s.mixed, n), .weight = w_.final_norm, .out = rows(s.hidden, n),
-               .residual = rows(s.residual, n), .eps = cfg_.rms_norm_eps}, ctx_);
+  k::rms_norm({.x = rows(s.mixed, n),
+               .weight = w_.final_norm,
+               .out = rows(s.hidden, n),
+               .residual = rows(s.residual, n),
+               .eps = cfg_.rms_norm_eps},
+              ctx_);
   observe("hidden", -1, rows(s.hidden, n));
   if (logits.raw() != nullptr && logits_from < n) {
     k::linear({.x = s.hidden.slice(0, logits_from, n), .weight = w_.lm_head, .out = logits}, ctx_);
@@ -115,9 +123,12 @@ void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, Seq
                                 StepKind kind, int64_t start, bool pending_add) {
   ForwardScratch& s = *s_;
   // residual += pending mixer/MLP output of the previous block; normed = norm(residual).
-  k::rms_norm({.x = rows(pending_add ? s.mixed : s.residual, n), .weight = w.input_norm,
-               .out = rows(s.normed, n), .residual = pending_add ? rows(s.residual, n) : Tensor(),
-               .eps = cfg_.rms_norm_eps}, ctx_);
+  k::rms_norm({.x = rows(pending_add ? s.mixed : s.residual, n),
+               .weight = w.input_norm,
+               .out = rows(s.normed, n),
+               .residual = pending_add ? rows(s.residual, n) : Tensor(),
+               .eps = cfg_.rms_norm_eps},
+              ctx_);
   observe("attn_norm", layer, rows(s.normed, n));
   if (w.type == LayerType::kFullAttention) {
     attention_mixer(w, layer, *kv, st, meta, n);
@@ -125,8 +136,12 @@ void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, Seq
     gdn_mixer(w, layer, st, n, kind, start);
   }
   observe("mixer_out", layer, rows(s.mixed, n));
-  k::rms_norm({.x = rows(s.mixed, n), .weight = w.post_attention_norm, .out = rows(s.normed, n),
-               .residual = rows(s.residual, n), .eps = cfg_.rms_norm_eps}, ctx_);
+  k::rms_norm({.x = rows(s.mixed, n),
+               .weight = w.post_attention_norm,
+               .out = rows(s.normed, n),
+               .residual = rows(s.residual, n),
+               .eps = cfg_.rms_norm_eps},
+              ctx_);
   observe("ffn_norm", layer, rows(s.normed, n));
   mlp(w.mlp, layer, n);
   observe("ffn_out", layer, rows(s.mixed, n));
@@ -143,25 +158,36 @@ void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, Sequenc
   k::linear({.x = x, .weight = g.in_proj_a, .out = rows(s.decay_raw, n)}, ctx_);
   GdnLayerState& state = st.gdn[layer];
   const bool prefill = kind == StepKind::kPrefill;
-  k::conv1d({.x = rows(s.qkv, n), .weight = g.conv1d, .history = state.conv_history,
-             .n_acc = st.n_acc, .out = rows(s.conv_out, n),
-             .mode = prefill ? k::ConvHistoryMode::kCompact : k::ConvHistoryMode::kSpec}, ctx_);
+  k::conv1d({.x = rows(s.qkv, n),
+             .weight = g.conv1d,
+             .history = state.conv_history,
+             .n_acc = st.n_acc,
+             .out = rows(s.conv_out, n),
+             .mode = prefill ? k::ConvHistoryMode::kCompact : k::ConvHistoryMode::kSpec},
+            ctx_);
   observe("conv_out", layer, rows(s.conv_out, n));
   const int64_t kd = cfg_.gdn_key_dim(), vd = cfg_.gdn_value_dim();
   const Tensor y = rows(s.conv_out, n);  // [T, q kd | k kd | v vd]
   k::gated_delta_rule({.q = y.slice(1, 0, kd).split_heads(cfg_.gdn_heads_k),
                        .k = y.slice(1, kd, 2 * kd).split_heads(cfg_.gdn_heads_k),
                        .v = y.slice(1, 2 * kd, 2 * kd + vd).split_heads(cfg_.gdn_heads_v),
-                       .a = rows(s.decay_raw, n), .b = rows(s.beta_raw, n), .a_log = g.a_log,
-                       .dt_bias = g.dt_bias, .state = state.ssm, .n_acc = st.n_acc,
+                       .a = rows(s.decay_raw, n),
+                       .b = rows(s.beta_raw, n),
+                       .a_log = g.a_log,
+                       .dt_bias = g.dt_bias,
+                       .state = state.ssm,
+                       .n_acc = st.n_acc,
                        .out = rows(s.gdn_out, n).split_heads(cfg_.gdn_heads_v),
                        .mode = prefill ? k::GdrMode::kChunked : k::GdrMode::kRecurrent,
-                       .start_position = start}, ctx_);
+                       .start_position = start},
+                      ctx_);
   observe("gdn_out", layer, rows(s.gdn_out, n));
   k::gated_rms_norm({.o = rows(s.gdn_out, n).split_heads(cfg_.gdn_heads_v),
-                     .z = rows(s.z, n).split_heads(cfg_.gdn_heads_v), .weight = g.norm,
+                     .z = rows(s.z, n).split_heads(cfg_.gdn_heads_v),
+                     .weight = g.norm,
                      .out = rows(s.gdn_normed, n).split_heads(cfg_.gdn_heads_v),
-                     .eps = cfg_.rms_norm_eps}, ctx_);
+                     .eps = cfg_.rms_norm_eps},
+                    ctx_);
   k::linear({.x = rows(s.gdn_normed, n), .weight = g.out_proj, .out = rows(s.mixed, n)}, ctx_);
 }
 
@@ -182,16 +208,33 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
   k::rms_norm({.x = q, .weight = a.q_norm, .out = q, .eps = cfg_.rms_norm_eps}, ctx_);
   k::rms_norm({.x = key, .weight = a.k_norm, .out = key, .eps = cfg_.rms_norm_eps}, ctx_);
   const Tensor pos = meta.positions.slice(0, 0, n);
-  k::rope({.x = q, .positions = pos, .rotary_dim = static_cast<int>(cfg_.rotary_dim),
-           .theta = cfg_.rope_theta}, ctx_);
-  k::rope({.x = key, .positions = pos, .rotary_dim = static_cast<int>(cfg_.rotary_dim),
-           .theta = cfg_.rope_theta}, ctx_);
-  k::kv_cache_write({.k = key, .v = value, .positions = pos, .block_table = st.block_table,
-                     .k_cache = kv.k, .v_cache = kv.v}, ctx_);
+  k::rope({.x = q,
+           .positions = pos,
+           .rotary_dim = static_cast<int>(cfg_.rotary_dim),
+           .theta = cfg_.rope_theta},
+          ctx_);
+  k::rope({.x = key,
+           .positions = pos,
+           .rotary_dim = static_cast<int>(cfg_.rotary_dim),
+           .theta = cfg_.rope_theta},
+          ctx_);
+  k::kv_cache_write({.k = key,
+                     .v = value,
+                     .positions = pos,
+                     .block_table = st.block_table,
+                     .k_cache = kv.k,
+                     .v_cache = kv.v},
+                    ctx_);
   const Tensor out = rows(s.attn_out, n).split_heads(hq);
-  k::attention({.q = q, .gate = gate, .k_cache = kv.k, .v_cache = kv.v,
-                .block_table = st.block_table, .kv_len = meta.kv_len, .out = out,
-                .workspace = st.attn_workspace}, ctx_);
+  k::attention({.q = q,
+                .gate = gate,
+                .k_cache = kv.k,
+                .v_cache = kv.v,
+                .block_table = st.block_table,
+                .kv_len = meta.kv_len,
+                .out = out,
+                .workspace = st.attn_workspace},
+               ctx_);
   observe("attn_out", layer, rows(s.attn_out, n));
   k::linear({.x = rows(s.attn_out, n), .weight = a.o_proj, .out = rows(s.mixed, n)}, ctx_);
 }
@@ -213,17 +256,28 @@ void Qwen35Model::mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden
   const int64_t h = cfg_.hidden_size, layer = cfg_.num_layers;  // MTP activations named layer L
   // mtp_in = [norm_e(embed(x_{t+1})) ; norm_h(h_t)] written straight into the two halves.
   const Tensor in = rows(s.mtp_in, n);
-  k::embedding({.ids = st.mtp.token_ids.slice(0, 0, n), .table = w_.embed_tokens,
-                .out = rows(s.normed, n)}, ctx_);
-  k::rms_norm({.x = rows(s.normed, n), .weight = m.pre_fc_norm_embedding,
-               .out = in.slice(1, 0, h), .eps = cfg_.rms_norm_eps}, ctx_);
-  k::rms_norm({.x = hidden_in, .weight = m.pre_fc_norm_hidden, .out = in.slice(1, h, 2 * h),
-               .eps = cfg_.rms_norm_eps}, ctx_);
+  k::embedding(
+      {.ids = st.mtp.token_ids.slice(0, 0, n), .table = w_.embed_tokens, .out = rows(s.normed, n)},
+      ctx_);
+  k::rms_norm({.x = rows(s.normed, n),
+               .weight = m.pre_fc_norm_embedding,
+               .out = in.slice(1, 0, h),
+               .eps = cfg_.rms_norm_eps},
+              ctx_);
+  k::rms_norm({.x = hidden_in,
+               .weight = m.pre_fc_norm_hidden,
+               .out = in.slice(1, h, 2 * h),
+               .eps = cfg_.rms_norm_eps},
+              ctx_);
   k::linear({.x = in, .weight = m.fc, .out = rows(s.residual, n)}, ctx_);
   observe("mtp_fc", layer, rows(s.residual, n));
   decoder_layer(m.layer, layer, st, &st.mtp_kv, st.mtp, n, StepKind::kVerify, 0, false);
-  k::rms_norm({.x = rows(s.mixed, n), .weight = m.norm, .out = hidden_out,
-               .residual = rows(s.residual, n), .eps = cfg_.rms_norm_eps}, ctx_);
+  k::rms_norm({.x = rows(s.mixed, n),
+               .weight = m.norm,
+               .out = hidden_out,
+               .residual = rows(s.residual, n),
+               .eps = cfg_.rms_norm_eps},
+              ctx_);
   observe("mtp_hidden", layer, hidden_out);
   k::linear({.x = hidden_out.slice(0, logits_from, n), .weight = w_.lm_head, .out = logits}, ctx_);
 }

@@ -77,7 +77,8 @@ Qwen35Weights load_qwen35_weights(const Checkpoint& ck, const ModelConfig& c, De
   Qwen35Weights w;
   w.embed_tokens = load(p + "embed_tokens.weight", {c.vocab_size, h});
   for (int64_t i = 0; i < c.num_layers; ++i)
-    w.layers.push_back(load_layer(load, c, p + "layers." + std::to_string(i) + ".", c.layer_types[i]));
+    w.layers.push_back(
+        load_layer(load, c, p + "layers." + std::to_string(i) + ".", c.layer_types[i]));
   w.final_norm = load(p + "norm.weight", {h});
   if (c.tie_word_embeddings && !ck.has("lm_head.weight")) {
     w.lm_head = w.embed_tokens;

@@ -14,20 +14,20 @@
 namespace tandem {
 
 struct AttentionWeights {
-  Tensor q_proj;  // [2 * n_heads_q * head_dim, hidden], rows per head: [query | gate]
+  Tensor q_proj;          // [2 * n_heads_q * head_dim, hidden], rows per head: [query | gate]
   Tensor k_proj, v_proj;  // [n_heads_kv * head_dim, hidden]
   Tensor o_proj;          // [hidden, n_heads_q * head_dim]
   Tensor q_norm, k_norm;  // [head_dim], zero-centred
 };
 
 struct GdnWeights {
-  Tensor in_proj_qkv;  // [2 kd + vd, hidden], rows [q | k | v]
-  Tensor in_proj_z;    // [vd, hidden]
+  Tensor in_proj_qkv;           // [2 kd + vd, hidden], rows [q | k | v]
+  Tensor in_proj_z;             // [vd, hidden]
   Tensor in_proj_b, in_proj_a;  // [n_heads_v, hidden]
-  Tensor conv1d;       // [2 kd + vd, 1, conv_kernel]
-  Tensor a_log, dt_bias;  // [n_heads_v]
-  Tensor norm;         // [d_v], plain (not zero-centred)
-  Tensor out_proj;     // [hidden, vd]
+  Tensor conv1d;                // [2 kd + vd, 1, conv_kernel]
+  Tensor a_log, dt_bias;        // [n_heads_v]
+  Tensor norm;                  // [d_v], plain (not zero-centred)
+  Tensor out_proj;              // [hidden, vd]
 };
 
 struct MlpWeights {
@@ -38,15 +38,15 @@ struct MlpWeights {
 struct DecoderLayerWeights {
   LayerType type = LayerType::kLinearAttention;
   Tensor input_norm, post_attention_norm;  // [hidden], zero-centred
-  AttentionWeights attn;  // full-attention layers
-  GdnWeights gdn;         // linear-attention layers
+  AttentionWeights attn;                   // full-attention layers
+  GdnWeights gdn;                          // linear-attention layers
   MlpWeights mlp;
 };
 
 struct MtpWeights {
   Tensor fc;  // [hidden, 2 * hidden], input [norm_e(embed(x_{t+1})) ; norm_h(h_t)]
   Tensor pre_fc_norm_embedding, pre_fc_norm_hidden, norm;  // [hidden], zero-centred
-  DecoderLayerWeights layer;  // a full-attention decoder layer
+  DecoderLayerWeights layer;                               // a full-attention decoder layer
 };
 
 struct Qwen35Weights {
