@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tandem builds with (only those missing). Debian 12 or newer.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config libgtest-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+pkgs=(cmake ninja-build g++ pkg-config clang-format libgtest-dev nlohmann-json3-dev libcli11-dev libfmt-dev
       libpcre2-dev libutf8proc-dev libicu-dev)
 missing=()
 for p in "${pkgs[@]}"; do
