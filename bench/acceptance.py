@@ -40,6 +40,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--commit", default=None, help="commit id to record (where there is no .git)")
     ap.add_argument("--adaptive", action="store_true", help="also run adaptive control (up to k=3)")
     a = ap.parse_args()
     prompts = [json.loads(l)["ids"] for l in open(a.prompts)]
@@ -64,7 +65,8 @@ def main():
     for k in ks:
         rows[k]["speedup_vs_plain"] = rows[k]["decode_tokens_per_second"] / plain["decode_tokens_per_second"]
         rows[k]["identical_to_plain"] = rows[k]["tokens"] == plain["tokens"]
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = a.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip()
     result = {"machine": {"node": platform.node(), "cpu": platform.processor() or platform.machine(),
                           "cores": os.cpu_count()},
               "commit": commit, "command": " ".join([sys.executable] + sys.argv),
