@@ -71,7 +71,11 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
                        .control = spec == "oracle" ? ControlMode::kFixed
                                                    : parse_control_mode(g.speculation_control),
                        .max_context = g.max_context,
-                       .trace = trace});
+                       .trace = trace,
+                       .cuda_graphs = !g.no_cuda_graphs});
+  if (model.context().device == Device::kCuda && !g.json)
+    std::fprintf(stderr, "decode/verify steps: %s\n",
+                 gen.uses_cuda_graphs() ? "CUDA graphs (one per 1..k+1 tokens)" : "eager launches");
   return gen.generate(req, on_token);
 }
 

@@ -32,6 +32,8 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
   cmd->add_option("--top-p", g.top_p, "1 = off")->capture_default_str();
   cmd->add_option("--seed", g.seed, "sampling seed")->capture_default_str();
   cmd->add_flag("--ignore-eos", g.ignore_eos, "do not stop at the model's end-of-sequence tokens");
+  cmd->add_flag("--no-cuda-graphs", g.no_cuda_graphs,
+                "on cuda, launch decode/verify steps eagerly");
 }
 
 namespace {

@@ -27,6 +27,7 @@ struct GenerateOptions : CommonOptions {
   float top_p = 1.f;
   uint64_t seed = 0;
   bool ignore_eos = false;
+  bool no_cuda_graphs = false;
 };
 
 void add_generate_options(CLI::App* cmd, GenerateOptions& g);

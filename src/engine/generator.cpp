@@ -30,6 +30,26 @@ Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, Gener
   state_ = std::make_unique<SequenceState>(model.config(), sc, model.context().device,
                                            model.act_dtype(), model.has_mtp());
   logits_ = Tensor::zeros({k + 1, model.config().vocab_size}, DType::kF32, model.context().device);
+  if (opt.cuda_graphs && model.context().device == Device::kCuda) {
+    // Captured before any prefill, so the first decode steps do not stall on capture. Capture
+    // records launches only; the step metadata is written into the same buffers before each replay.
+    void* stream = model.context().cuda_stream;
+    for (int64_t n = 1; n <= k + 1; ++n) {
+      auto g = std::make_unique<CudaGraph>();
+      g->begin_capture(stream);
+      model.forward(*state_, n, StepKind::kVerify, 0, logits_.slice(0, 0, n), 0);
+      g->end_capture(stream);
+      graphs_.push_back(std::move(g));
+    }
+  }
+}
+
+void Generator::verify_step(int64_t n, int64_t start) {
+  if (!graphs_.empty() && !model_.has_observer()) {
+    graphs_[n - 1]->launch(model_.context().cuda_stream);
+    return;
+  }
+  model_.forward(*state_, n, StepKind::kVerify, start, logits_.slice(0, 0, n), 0);
 }
 
 Generator::~Generator() = default;
@@ -138,7 +158,7 @@ GenerateResult Generator::generate(const GenerateRequest& req,
     const int64_t n = static_cast<int64_t>(step_tokens.size()), start = st.n_past;
     st.target.plan(step_tokens.data(), n, start, opt_.max_context);
     if (before_step) before_step(start);
-    model_.forward(st, n, StepKind::kVerify, start, logits_.slice(0, 0, n), 0);
+    verify_step(n, start);
     const Verdict v = accept(to_host(logits_.slice(0, 0, n)), drafts, req.sampling, rng_);
     st.set_n_acc(v.n_acc);  // the commit: one integer
     st.n_past += v.n_acc;

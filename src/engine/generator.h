@@ -8,6 +8,7 @@
 #include <ostream>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "model/arch/qwen35.h"
 #include "spec/drafter.h"
 #include "spec/sampler.h"
@@ -44,6 +45,7 @@ struct GeneratorOptions {
   ControlMode control = ControlMode::kFixed;  // kAdaptive: choose 0..k per step (never slower)
   int64_t max_context = 4096;
   std::ostream* trace = nullptr;  // JSONL, one line per step
+  bool cuda_graphs = true;        // on CUDA, replay captured verify steps (one graph per 1..k+1)
 };
 
 class Generator {
@@ -59,6 +61,7 @@ class Generator {
   Tensor score(const std::vector<int32_t>& ids);
 
   SequenceState& state() { return *state_; }
+  bool uses_cuda_graphs() const { return !graphs_.empty(); }
   Drafter* drafter() { return drafter_.get(); }
   // Called after every commit with (step, n_past); tests and the divergence finder inspect the
   // committed state there. before_step gets the start position of each target step.
@@ -72,7 +75,12 @@ class Generator {
   std::unique_ptr<Drafter> drafter_;
   GeneratorOptions opt_;
   std::unique_ptr<SequenceState> state_;
+  // Runs the verify forward of n tokens already planned in the state: a captured graph on CUDA
+  // (invariant 5: the step reads only fixed buffers), eager otherwise or while an observer listens.
+  void verify_step(int64_t n, int64_t start);
+
   Tensor logits_;  // f32 [max(k+1, 1), vocab] on the model's device
+  std::vector<std::unique_ptr<CudaGraph>> graphs_;  // [n - 1]: verify steps of n tokens
   std::mt19937_64 rng_;
 };
 

@@ -33,6 +33,7 @@ class Qwen35Model {
   bool has_mtp() const { return w_.mtp.has_value(); }
   int64_t max_step_tokens() const;
   void set_observer(ActivationObserver* obs) { obs_ = obs; }
+  bool has_observer() const { return obs_ != nullptr; }
 
   // Target forward over n tokens already planned in st.target (positions start .. start+n-1).
   // Afterwards hidden(n) holds the post-final-norm hidden rows; the logits of rows
