@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh --target tandem
 model=models/tandem-tiny-qwen35
-prompt="${PROMPT:-The history of the English language}"
+prompt="${PROMPT:-The Linux kernel is}"
 exec build/tandem generate --model "$model" --prompt "$prompt" --max-tokens 80 \
   --speculative mtp --num-speculative-tokens 3 "$@"
