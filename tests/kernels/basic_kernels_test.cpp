@@ -9,6 +9,7 @@
 #include "kernels/embedding/embedding.h"
 #include "kernels/gated_rms_norm/gated_rms_norm.h"
 #include "kernels/linear/linear.h"
+#include "kernels/ref_common.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rope/rope.h"
 #include "kernels/swiglu/swiglu.h"
@@ -103,6 +104,14 @@ TEST(RefKernels, LinearMatchesDoubleAndIsRowInvariant) {
               static_cast<double>(x.data<float>()[t * in + i]) * wref.data<float>()[f * in + i];
       EXPECT_LT(max_abs_diff(y.data<float>() + t * outf, ref.data(), outf), 1e-5);
     }
+    // The vectorised 4-row path computes exactly ref::dot (the readable specification).
+    ref::with_weight_type(w, [&](const auto* wp) {
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t f = 0; f < outf; ++f) {
+          const float expect = ref::dot(x.data<float>() + t * in, wp + f * in, in);
+          EXPECT_EQ(std::memcmp(&expect, y.data<float>() + t * outf + f, 4), 0) << t << "," << f;
+        }
+    });
     // Each row alone (n_tokens = 1) is bit-identical to the same row in the 9-row call.
     for (int64_t t = 0; t < n; ++t) {
       Tensor y1 = Tensor::zeros({1, outf}, DType::kF32);
