@@ -105,10 +105,10 @@ TEST(RefKernels, LinearMatchesDoubleAndIsRowInvariant) {
       EXPECT_LT(max_abs_diff(y.data<float>() + t * outf, ref.data(), outf), 1e-5);
     }
     // The vectorised 4-row path computes exactly ref::dot (the readable specification).
-    ref::with_weight_type(w, [&](const auto* wp) {
+    kernels::ref::with_weight_type(w, [&](const auto* wp) {
       for (int64_t t = 0; t < n; ++t)
         for (int64_t f = 0; f < outf; ++f) {
-          const float expect = ref::dot(x.data<float>() + t * in, wp + f * in, in);
+          const float expect = kernels::ref::dot(x.data<float>() + t * in, wp + f * in, in);
           EXPECT_EQ(std::memcmp(&expect, y.data<float>() + t * outf + f, 4), 0) << t << "," << f;
         }
     });
