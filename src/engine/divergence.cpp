@@ -118,6 +118,7 @@ DivergenceReport find_divergence(Qwen35Model& model,
       plain_states[n_past] = committed(gen.state(), c);
     };
     gen.generate(req);
+    model.set_observer(nullptr);
   }
   RowRecorder spec_rows(c.num_layers);
   DivergenceReport rep;

@@ -30,7 +30,8 @@ Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, Gener
   state_ = std::make_unique<SequenceState>(model.config(), sc, model.context().device,
                                            model.act_dtype(), model.has_mtp());
   logits_ = Tensor::zeros({k + 1, model.config().vocab_size}, DType::kF32, model.context().device);
-  if (opt.cuda_graphs && model.context().device == Device::kCuda) {
+  // Not while an observer listens: it copies activations to the host, which a capture forbids.
+  if (opt.cuda_graphs && model.context().device == Device::kCuda && !model.has_observer()) {
     // Captured before any prefill, so the first decode steps do not stall on capture. Capture
     // records launches only; the step metadata is written into the same buffers before each replay.
     void* stream = model.context().cuda_stream;
