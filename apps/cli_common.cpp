@@ -18,6 +18,11 @@ void add_common_options(CLI::App* cmd, CommonOptions& o) {
       ->capture_default_str();
 }
 
+int resolve_threads(int requested) {
+  return requested > 0 ? requested
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 std::vector<int32_t> parse_ids(const std::string& csv) {
   std::vector<int32_t> ids;
   size_t pos = 0;
@@ -45,9 +50,7 @@ std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose) {
   EngineOptions opt;
   opt.model_dir = o.model_dir;
   opt.device = parse_device(o.device);
-  opt.n_threads = o.threads > 0
-                      ? o.threads
-                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  opt.n_threads = resolve_threads(o.threads);
   int last_pct = -1;
   auto progress = [&](size_t done, size_t total) {
     if (!verbose || total < (256u << 20)) return;  // only large checkpoints show progress

@@ -18,6 +18,7 @@ struct CommonOptions {
 };
 
 void add_common_options(CLI::App* cmd, CommonOptions& o);
+int resolve_threads(int requested);                      // --threads: 0 means all cores
 std::vector<int32_t> parse_ids(const std::string& csv);  // "1,2,3"; throws Error on bad input
 // Loads the model, printing progress for large checkpoints and the config summary on stderr.
 std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose);

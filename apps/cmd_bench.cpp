@@ -2,8 +2,6 @@
 // throughput), as fractions of the hardware bounds, written as JSON with device, commit, command.
 #include <cstdio>
 #include <fstream>
-#include <sstream>
-#include <thread>
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
@@ -54,9 +52,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");
   cmd->callback([o] {
     const Device device = parse_device(o->device);
-    const int threads = o->threads > 0
-                            ? o->threads
-                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = resolve_threads(o->threads);
     const ExecContext ctx{.device = device, .n_threads = threads};
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
                  o->k);

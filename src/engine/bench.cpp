@@ -144,9 +144,10 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
     const double t0 = now();
     prefill();
     const double t = now() - t0;
-    const double matrix_flops = 2.0 * static_cast<double>(p) *
-                                static_cast<double>(weights - c.hidden_size * act_bytes) /
-                                act_bytes;
+    // Weight bytes over the weights' element size: every parameter is one multiply-add per token.
+    const double weight_elem = static_cast<double>(dtype_size(model.weights().lm_head.dtype()));
+    const double matrix_flops =
+        2.0 * static_cast<double>(p) * static_cast<double>(weights) / weight_elem;
     const double attn_flops = 2.0 * static_cast<double>(p) * static_cast<double>(p) *
                               c.num_heads_q * c.head_dim *
                               c.num_attention_layers();  // causal QK^T and PV

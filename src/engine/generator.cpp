@@ -6,6 +6,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "kernels/argmax/argmax.h"
 #include "spec/acceptance.h"
 
 namespace tandem {
@@ -91,7 +92,7 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
     if (last_chunk) {
       Tensor row = all_logits ? all_logits->slice(0, n_prompt - 1, n_prompt)
                               : to_host(logits_.slice(0, 0, 1));
-      first = p.greedy() ? argmax_row(row.data<float>(), vocab)
+      first = p.greedy() ? kernels::ref::argmax_row(row.data<float>(), vocab)
                          : draw(target_distribution(row.data<float>(), vocab, p), rng_);
     }
     if (drafter_) {

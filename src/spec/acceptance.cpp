@@ -1,6 +1,8 @@
 // Greedy and rejection-sampling acceptance.
 #include "spec/acceptance.h"
 
+#include "kernels/argmax/argmax.h"
+
 namespace tandem {
 
 Verdict accept(const Tensor& logits, std::span<const int32_t> drafts, const SamplingParams& p,
@@ -14,7 +16,7 @@ Verdict accept(const Tensor& logits, std::span<const int32_t> drafts, const Samp
     int32_t tok;
     bool accepted = false;
     if (p.greedy()) {
-      tok = argmax_row(row, vocab);
+      tok = kernels::ref::argmax_row(row, vocab);
       accepted = j < k && tok == drafts[j];
     } else {
       std::vector<float> dist = target_distribution(row, vocab, p);

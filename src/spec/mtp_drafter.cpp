@@ -21,9 +21,7 @@ MtpDrafter::MtpDrafter(Qwen35Model& model) : model_(model) {
 
 int32_t MtpDrafter::argmax_last() {
   const Tensor host = logits_.device() == Device::kCpu ? logits_ : logits_.to(Device::kCpu);
-  Tensor out = Tensor::zeros({1}, DType::kI32);
-  kernels::argmax_ref({.logits = host, .out = out}, ExecContext{});
-  return out.data<int32_t>()[0];
+  return kernels::ref::argmax_row(host.data<float>(), host.dim(1));
 }
 
 void MtpDrafter::begin_sequence() {

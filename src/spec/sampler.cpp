@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/argmax/argmax.h"
 
 namespace tandem {
 
@@ -16,18 +17,11 @@ void check_sampling_params(const SamplingParams& p) {
   TANDEM_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "top_p must be in (0, 1], got {}", p.top_p);
 }
 
-int32_t argmax_row(const float* logits, int64_t vocab) {
-  int32_t best = 0;
-  for (int64_t v = 1; v < vocab; ++v)
-    if (logits[v] > logits[best]) best = static_cast<int32_t>(v);
-  return best;
-}
-
 std::vector<float> target_distribution(const float* logits, int64_t vocab,
                                        const SamplingParams& p) {
   std::vector<float> dist(vocab, 0.f);
   if (p.greedy()) {
-    dist[argmax_row(logits, vocab)] = 1.f;
+    dist[kernels::ref::argmax_row(logits, vocab)] = 1.f;
     return dist;
   }
   // Order by logit (descending, ties by index) to apply top-k and top-p.

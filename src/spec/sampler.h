@@ -22,7 +22,6 @@ void check_sampling_params(const SamplingParams& p);
 // The filtered, renormalised distribution p over the vocabulary for one logits row.
 std::vector<float> target_distribution(const float* logits, int64_t vocab, const SamplingParams& p);
 
-int32_t argmax_row(const float* logits, int64_t vocab);
 // Draws an index from a distribution (u ~ U[0,1) from rng; inverse CDF in index order).
 int32_t draw(const std::vector<float>& dist, std::mt19937_64& rng);
 double uniform01(std::mt19937_64& rng);

@@ -12,6 +12,9 @@ struct ArgmaxArgs {
 };
 
 void argmax_ref(const ArgmaxArgs& a, const ExecContext& ctx);
+namespace ref {
+int32_t argmax_row(const float* logits, int64_t vocab);  // one row, same rule as argmax_ref
+}  // namespace ref
 #ifdef TANDEM_CUDA
 void argmax_cuda(const ArgmaxArgs& a, const ExecContext& ctx);
 #endif
