@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -176,17 +178,81 @@ void bench_gdr(cudaStream_t s) {
   }
 }
 
+// Prefill shapes: one 1024-token chunk of an 8K prompt (the bench's default --max-step-tokens).
+void bench_attention_prefill(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const int64_t hq = 24, hkv = 4, d = 256, bs = 64, n = 1024;
+  for (int64_t ctx_len : {1024, 8192}) {
+    const int64_t blocks = (ctx_len + bs - 1) / bs;
+    const Tensor kc = random_bf16({blocks, bs, hkv, d}, 5),
+                 vc = random_bf16({blocks, bs, hkv, d}, 6);
+    Tensor t = Tensor::zeros({blocks}, DType::kI32);
+    for (int64_t b = 0; b < blocks; ++b) t.data<int32_t>()[b] = static_cast<int32_t>(b);
+    const Tensor table = t.to(Device::kCuda);
+    const Tensor q = random_bf16({n, hq, d}, 7), g = random_bf16({n, hq, d}, 8);
+    const Tensor out = Tensor::zeros({n, hq, d}, DType::kBF16, Device::kCuda);
+    Tensor len = Tensor::zeros({1}, DType::kI32);
+    len.data<int32_t>()[0] = static_cast<int32_t>(ctx_len);
+    const Tensor kv_len = len.to(Device::kCuda);
+    const Tensor ws = Tensor::zeros({attention_workspace_floats(n, hq, d, blocks * bs)},
+                                    DType::kF32, Device::kCuda);
+    const double ms = median_ms(s, 5, [&](int) {
+      attention_cuda({q, g, kc, vc, table, kv_len, out, 0.f, ws}, ctx);
+    });
+    // Causal: row i sees ctx_len - n + i + 1 positions; QK^T and PV are 2 flops per MAC each.
+    const double macs = static_cast<double>(hq) * d * 2.0 * (n * (ctx_len - n) + n * (n + 1) / 2.0);
+    fmt::print("{:<44} {:>9.4f} ms {:>8.1f} TFLOP/s ({:.1f}% of 790)\n",
+               fmt::format("attention prefill n={} ctx={}", n, ctx_len), ms,
+               2.0 * macs / (ms * 1e-3) / 1e12, 100 * 2.0 * macs / (ms * 1e-3) / 790e12);
+  }
+}
+
+void bench_gdr_chunked(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const int64_t hk = 16, hv = 48, dk = 128, dv = 128, n = 1024;
+  const Tensor q = random_bf16({n, hk, dk}, 1), k = random_bf16({n, hk, dk}, 2),
+               v = random_bf16({n, hv, dv}, 3);
+  const Tensor a = random_bf16({n, hv}, 4), b = random_bf16({n, hv}, 5);
+  const Tensor a_log = random_bf16({hv}, 6), dt = random_bf16({hv}, 7);
+  const Tensor state = Tensor::zeros({4, hv, dk, dv}, DType::kF32, Device::kCuda);
+  Tensor one = Tensor::zeros({1}, DType::kI32);
+  one.data<int32_t>()[0] = 1;
+  const Tensor n_acc = one.to(Device::kCuda);
+  const Tensor out = Tensor::zeros({n, hv, dv}, DType::kBF16, Device::kCuda);
+  const double ms = median_ms(s, 5, [&](int) {
+    gated_delta_rule_cuda({q, k, v, a, b, a_log, dt, state, n_acc, out, GdrMode::kChunked, 0, 64},
+                          ctx);
+  });
+  fmt::print("{:<44} {:>9.4f} ms {:>8.0f} tok/s (x48 layers: {:.1f} ms per 8K prompt)\n",
+             fmt::format("gdr chunked n={} (48 v-heads, 128x128)", n), ms, n / (ms * 1e-3),
+             ms * 48 * 8);
+}
+
+// KERNEL_BENCH_ONLY=copy,linear,attention,attention_prefill,gdr,gdr_chunked picks groups.
+bool wanted(const char* group) {
+  const char* only = std::getenv("KERNEL_BENCH_ONLY");
+  if (only == nullptr || *only == 0) return true;
+  const std::string list = std::string(",") + only + ",";
+  return list.find(std::string(",") + group + ",") != std::string::npos;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     cudaStream_t s;
     check(cudaStreamCreate(&s), "cudaStreamCreate");
-    bench_copy(s);
-    bench_linear(s, 10240, 5120);
-    bench_linear(s, 5120, 17408);
-    for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);
-    bench_gdr(s);
+    if (wanted("copy")) bench_copy(s);
+    if (wanted("linear")) {
+      bench_linear(s, 10240, 5120);
+      bench_linear(s, 5120, 17408);
+    }
+    if (wanted("attention")) {
+      for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);
+    }
+    if (wanted("attention_prefill")) bench_attention_prefill(s);
+    if (wanted("gdr")) bench_gdr(s);
+    if (wanted("gdr_chunked")) bench_gdr_chunked(s);
     if (argc > 1) {
       FILE* f = std::fopen(argv[1], "w");
       if (f == nullptr) fail("cannot write {}", argv[1]);

@@ -4,7 +4,8 @@
 # model code exists, compute-sanitizer memcheck on the conformance suite, and the kernel
 # micro-benchmarks; logs go to $OUT (at most 8 files come back) and a short table is printed last.
 # The image lacks the Debian dev packages: carry .devdeps/ (scripts/device/pack_deps.sh, run here).
-# Usage: scripts/device/run_all.sh [--no-sanitizer] [--no-bench] [--no-ctest] [--filter=GTEST_FILTER]
+# Usage: scripts/device/run_all.sh [--no-sanitizer] [--no-bench] [--no-ctest] [--no-e2e]
+#        [--filter=GTEST_FILTER] [--bench-only=copy,linear,attention,attention_prefill,gdr,gdr_chunked]
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -12,7 +13,8 @@ sanitizer=1 bench=1 ctest_run=1 e2e=1 filter='*'
 for a in "$@"; do
   case $a in
     --no-sanitizer) sanitizer=0 ;; --no-bench) bench=0 ;; --no-ctest) ctest_run=0 ;; --no-e2e) e2e=0 ;;
-    --filter=*) filter=${a#--filter=} ;; *) echo "unknown option $a"; exit 2 ;;
+    --filter=*) filter=${a#--filter=} ;;
+    --bench-only=*) export KERNEL_BENCH_ONLY=${a#--bench-only=} ;; *) echo "unknown option $a"; exit 2 ;;
   esac
 done
 declare -a table
