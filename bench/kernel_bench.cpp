@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -244,8 +245,14 @@ int main(int argc, char** argv) {
     check(cudaStreamCreate(&s), "cudaStreamCreate");
     if (wanted("copy")) bench_copy(s);
     if (wanted("linear")) {
-      bench_linear(s, 10240, 5120);
-      bench_linear(s, 5120, 17408);
+      // Qwen3.5-27B: gate|up, GDN in_proj (qkv|z|b|a), attention q|k|v, down_proj, out/o_proj.
+      for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
+                                      {16480, 5120},
+                                      {14336, 5120},
+                                      {5120, 17408},
+                                      {5120, 6144}}) {
+        bench_linear(s, out_f, in);
+      }
     }
     if (wanted("attention")) {
       for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);

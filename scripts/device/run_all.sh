@@ -5,13 +5,14 @@
 # micro-benchmarks; logs go to $OUT (at most 8 files come back) and a short table is printed last.
 # The image lacks the Debian dev packages: carry .devdeps/ (scripts/device/pack_deps.sh, run here).
 # Usage: scripts/device/run_all.sh [--no-sanitizer] [--no-bench] [--no-ctest] [--no-e2e]
-#        [--filter=GTEST_FILTER] [--bench-only=copy,linear,attention,attention_prefill,gdr,gdr_chunked]
+#        [--profile] [--filter=GTEST_FILTER] [--bench-only=copy,linear,attention,attention_prefill,gdr,gdr_chunked]
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-sanitizer=1 bench=1 ctest_run=1 e2e=1 filter='*'
+sanitizer=1 bench=1 ctest_run=1 e2e=1 profile=0 filter='*'
 for a in "$@"; do
   case $a in
+    --profile) profile=1 ;;
     --no-sanitizer) sanitizer=0 ;; --no-bench) bench=0 ;; --no-ctest) ctest_run=0 ;; --no-e2e) e2e=0 ;;
     --filter=*) filter=${a#--filter=} ;;
     --bench-only=*) export KERNEL_BENCH_ONLY=${a#--bench-only=} ;; *) echo "unknown option $a"; exit 2 ;;
@@ -138,6 +139,18 @@ if (( e2e )); then
     --steps 4 --speculative none --prefill-tokens 8192
   python3 -c "import json,glob,sys; json.dump({p.split('/')[-1][:-5]: json.load(open(p)) for p in sorted(glob.glob('$E/*.json'))}, open('$OUT/bench_e2e.json','w'), indent=1)"
   echo "== tandem bench"; grep -v '^model:\|^attention:\|^gdn:\|^tied' "$OUT/bench_e2e.log"
+fi
+
+# 8. Where one eager 27B decode step's time goes (ncu kernel durations, summed by kernel name).
+if (( profile )); then
+  # bench order: 1024-token prefill (1 chunk), warm-up and timed steps; skip into the decode steps.
+  timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-skip "${PROFILE_SKIP:-3000}" --launch-count "${PROFILE_COUNT:-2100}" \
+    "$B/tandem" bench --device cuda --synthetic configs/qwen3.5-27b.json --context 1024 \
+    --speculative none --num-speculative-tokens 1 --steps 8 --no-graphs > "$OUT/profile.csv" 2> "$OUT/profile.err"
+  python3 scripts/device/profile_step.py "$OUT/profile.csv" "${PROFILE_STEPS:-3}" > "$OUT/profile.txt" 2>&1
+  row profile "$([[ -s $OUT/profile.txt ]] && echo ok || echo FAIL)" "profile.txt ($(stamp))"
+  echo "== profile (per decode step)"; head -40 "$OUT/profile.txt"
 fi
 
 echo; echo "== conformance summary"; sed -n '/^op  *cases/,$p' "$OUT/conformance.log" | head -40

@@ -30,37 +30,29 @@ DecoderLayerWeights layer(Maker& m, const ModelConfig& c, LayerType type) {
   w.post_attention_norm = m({h}, -0.1f, 0.1f);
   if (type == LayerType::kFullAttention) {
     const int64_t q = c.num_heads_q * c.head_dim, kv = c.num_heads_kv * c.head_dim;
-    w.attn.q_proj = m.matrix({2 * q, h});
-    w.attn.k_proj = m.matrix({kv, h});
-    w.attn.v_proj = m.matrix({kv, h});
+    w.attn.qkv_proj = m.matrix({2 * q + 2 * kv, h});
     w.attn.o_proj = m.matrix({h, q});
     w.attn.q_norm = m({c.head_dim}, -0.1f, 0.1f);
     w.attn.k_norm = m({c.head_dim}, -0.1f, 0.1f);
   } else {
     const int64_t ch = c.gdn_conv_channels(), vd = c.gdn_value_dim(), hv = c.gdn_heads_v;
-    w.gdn.in_proj_qkv = m.matrix({ch, h});
-    w.gdn.in_proj_z = m.matrix({vd, h});
-    w.gdn.in_proj_b = m.matrix({hv, h});
-    w.gdn.in_proj_a = m.matrix({hv, h});
+    w.gdn.in_proj = m.matrix({ch + vd + 2 * hv, h});
     w.gdn.conv1d = m({ch, 1, c.conv_kernel}, -0.5f, 0.5f);
     w.gdn.a_log = m({hv}, 0.f, 2.7f, DType::kF32);  // A in [1, 15]
     w.gdn.dt_bias = m({hv}, -1.f, 1.f, DType::kF32);
     w.gdn.norm = m({c.gdn_d_v}, 0.9f, 1.1f);
     w.gdn.out_proj = m.matrix({h, vd});
   }
-  w.mlp.gate_proj = m.matrix({c.intermediate_size, h});
-  w.mlp.up_proj = m.matrix({c.intermediate_size, h});
+  w.mlp.gate_up_proj = m.matrix({2 * c.intermediate_size, h});
   w.mlp.down_proj = m.matrix({h, c.intermediate_size});
   return w;
 }
 
 int64_t layer_bytes(const DecoderLayerWeights& w) {
   int64_t b = w.input_norm.nbytes() + w.post_attention_norm.nbytes();
-  for (const Tensor* t :
-       {&w.attn.q_proj, &w.attn.k_proj, &w.attn.v_proj, &w.attn.o_proj, &w.attn.q_norm,
-        &w.attn.k_norm, &w.gdn.in_proj_qkv, &w.gdn.in_proj_z, &w.gdn.in_proj_b, &w.gdn.in_proj_a,
-        &w.gdn.conv1d, &w.gdn.a_log, &w.gdn.dt_bias, &w.gdn.norm, &w.gdn.out_proj, &w.mlp.gate_proj,
-        &w.mlp.up_proj, &w.mlp.down_proj})
+  for (const Tensor* t : {&w.attn.qkv_proj, &w.attn.o_proj, &w.attn.q_norm, &w.attn.k_norm,
+                          &w.gdn.in_proj, &w.gdn.conv1d, &w.gdn.a_log, &w.gdn.dt_bias, &w.gdn.norm,
+                          &w.gdn.out_proj, &w.mlp.gate_up_proj, &w.mlp.down_proj})
     if (t->raw()) b += t->nbytes();
   return b;
 }

@@ -1,11 +1,21 @@
 // Decode/verify linear (n_tokens <= 16) on tensor cores: mma.sync m16n8k16 bf16 -> fp32 with the
 // weights as the 16-row A operand and up to 16 tokens as one or two 8-column B tiles, so that the
-// FMA rate never limits the weight stream as n_tokens grows. A block of 4 warps owns 16 weight
-// rows; warp w takes k-steps w, w+4, ... (a split of 4 fixed for every shape) and the 4 partials
-// are added in the fixed order (w0 + w1) + (w2 + w3). Each token is its own B column, computed by
-// the same instruction sequence whatever n_tokens is (row invariance, tested bitwise).
-// Within a 32-wide k-step lane (g, t) loads 8 consecutive k of rows g, g+8 and of token g with one
-// 16-byte load each; the mma's k index is a permutation of the true k, identical for A and B.
+// FMA rate never limits the weight stream as n_tokens grows.
+//
+// Work split, fixed by the weight shape (out_f, in) and the GPU's SM count, never by n_tokens:
+//  - a block of 4 warps owns 16 weight rows and one of `splits` contiguous ranges of 32-wide
+//    k-steps; warp w takes steps w, w+4, ... of its range and the 4 warp partials are added as
+//    (w0 + w1) + (w2 + w3);
+//  - shapes with few 16-row tiles (down_proj, out_proj: 320 tiles for 132 SMs) are split along k
+//    into 2, 4 or 8 ranges so that every SM streams several blocks at once; the blocks of one tile
+//    form a thread-block cluster and rank 0 adds the range sums, read from the other blocks'
+//    shared memory, in increasing range order. No workspace, no atomics.
+// Each token is its own B column, computed by the same instruction sequence whatever n_tokens is
+// (row invariance, tested bitwise). Within a 32-wide k-step lane (g, t) loads 8 consecutive k of
+// rows g, g+8 and of token g with one 16-byte load each; the mma's k index is a permutation of the
+// true k, identical for A and B. Each warp keeps kDepth k-steps of weights in flight.
+#include <cooperative_groups.h>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear_cuda.cuh"
 
@@ -13,9 +23,13 @@ namespace tandem::kernels {
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kWarps = 4;
 constexpr int kRowsPerBlock = 16;
 constexpr int kStepK = 32;
+constexpr int kDepth = 4;      // k-steps of weights in flight per warp (4 KB)
+constexpr int kMaxSplits = 8;  // portable cluster size
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -26,18 +40,34 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ uint4 ldg16_stream(const __nv_bfloat16* p) {
+  uint4 v;  // weights are read once per step: do not keep them in L1
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ uint4 ldg16(const __nv_bfloat16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
+
+template <int kNTiles>
+struct BlockSums {
+  float v[kNTiles][4][32];
+};
 
 template <int kNTiles, typename TOut>
 __global__ void __launch_bounds__(kWarps * 32)
     linear_mma_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride,
                       const __nv_bfloat16* __restrict__ w, int64_t in, int64_t out_f,
-                      TOut* __restrict__ out, int64_t out_stride, int n_tokens) {
+                      TOut* __restrict__ out, int64_t out_stride, int n_tokens,
+                      int64_t steps_per_split) {
   __shared__ float part[kWarps][kNTiles][4][32];
+  __shared__ BlockSums<kNTiles> sums;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
+  const int splits = static_cast<int>(gridDim.y), split = static_cast<int>(blockIdx.y);
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
   const int64_t ra = min(row0 + g, out_f - 1), rb = min(row0 + g + 8, out_f - 1);  // clamped
   const __nv_bfloat16* wa = w + ra * in;
@@ -49,29 +79,34 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < 4; ++i) c[j][i] = 0.f;
   }
   const int64_t n_steps = (in + kStepK - 1) / kStepK;
+  const int64_t begin = split * steps_per_split;
+  const int64_t end = min(n_steps, begin + steps_per_split);
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  // Weight chunks of this warp's next two k-steps stay in flight while the current one is used.
   auto fetch = [&](uint4& da, uint4& db, int64_t step) {
     const int64_t k = step * kStepK + 8 * t;
-    const bool ok = step < n_steps && k < in;
-    da = ok ? ldg16(wa + k) : zero;
-    db = ok ? ldg16(wb + k) : zero;
+    const bool ok = step < end && k < in;
+    da = ok ? ldg16_stream(wa + k) : zero;
+    db = ok ? ldg16_stream(wb + k) : zero;
   };
-  uint4 a_cur, b_cur, a_nxt, b_nxt;
-  fetch(a_cur, b_cur, warp);
-  fetch(a_nxt, b_nxt, warp + kWarps);
-  for (int64_t step = warp; step < n_steps; step += kWarps) {
-    const uint4 pa = a_cur, pb = b_cur;
-    a_cur = a_nxt;
-    b_cur = b_nxt;
-    fetch(a_nxt, b_nxt, step + 2 * kWarps);
-    const int64_t k = step * kStepK + 8 * t;
+  // Ring of kDepth k-steps per warp: slot d holds step base + d * kWarps.
+  uint4 a_ring[kDepth], b_ring[kDepth];
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-      const int tok = j * 8 + g;
-      const uint4 xv = (tok < n_tokens && k < in) ? ldg16(x + tok * x_stride + k) : zero;
-      mma_bf16(c[j], pa.x, pb.x, pa.y, pb.y, xv.x, xv.y);
-      mma_bf16(c[j], pa.z, pb.z, pa.w, pb.w, xv.z, xv.w);
+  for (int d = 0; d < kDepth; ++d) fetch(a_ring[d], b_ring[d], begin + warp + d * kWarps);
+  for (int64_t base = begin + warp; base < end; base += kDepth * kWarps) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int64_t step = base + d * kWarps;
+      if (step >= end) break;
+      const uint4 pa = a_ring[d], pb = b_ring[d];
+      fetch(a_ring[d], b_ring[d], step + kDepth * kWarps);
+      const int64_t k = step * kStepK + 8 * t;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const int tok = j * 8 + g;
+        const uint4 xv = (tok < n_tokens && k < in) ? ldg16(x + tok * x_stride + k) : zero;
+        mma_bf16(c[j], pa.x, pb.x, pa.y, pb.y, xv.x, xv.y);
+        mma_bf16(c[j], pa.z, pb.z, pa.w, pb.w, xv.z, xv.w);
+      }
     }
   }
 #pragma unroll
@@ -80,35 +115,90 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < 4; ++i) part[warp][j][i][lane] = c[j][i];
   }
   __syncthreads();
-  if (warp != 0) return;
+  if (warp == 0) {
 #pragma unroll
-  for (int j = 0; j < kNTiles; ++j) {
+    for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float v =
-          (part[0][j][i][lane] + part[1][j][i][lane]) + (part[2][j][i][lane] + part[3][j][i][lane]);
-      const int64_t row = row0 + g + (i >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: row g + 8
-      const int tok = j * 8 + 2 * t + (i & 1);          // c0,c2: column 2t; c1,c3: 2t + 1
-      if (row < out_f && tok < n_tokens) out[tok * out_stride + row] = cuda::from_float<TOut>(v);
+      for (int i = 0; i < 4; ++i) {
+        sums.v[j][i][lane] = (part[0][j][i][lane] + part[1][j][i][lane]) +
+                             (part[2][j][i][lane] + part[3][j][i][lane]);
+      }
     }
   }
+  const BlockSums<kNTiles>* ranks[kMaxSplits];
+  if (splits > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every range sum of this tile is in its block's shared memory
+    if (split == 0 && warp == 0) {
+      for (int r = 0; r < splits; ++r) ranks[r] = cluster.map_shared_rank(&sums, r);
+    }
+  } else if (warp == 0) {
+    ranks[0] = &sums;
+  }
+  if (split == 0 && warp == 0) {
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float v = ranks[0]->v[j][i][lane];
+        for (int r = 1; r < splits; ++r) v += ranks[r]->v[j][i][lane];
+        const int64_t row = row0 + g + (i >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: row g + 8
+        const int tok = j * 8 + 2 * t + (i & 1);          // c0,c2: column 2t; c1,c3: 2t + 1
+        if (row < out_f && tok < n_tokens) out[tok * out_stride + row] = cuda::from_float<TOut>(v);
+      }
+    }
+  }
+  if (splits > 1) cg::this_cluster().sync();  // keep shared memory alive until rank 0 has read it
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+// Splits along k, from the weight shape alone: enough blocks for ~6 per SM, and at least 8
+// k-steps per warp in every range.
+int k_splits(int64_t tiles, int64_t n_steps) {
+  int splits = 1;
+  while (splits < kMaxSplits && tiles * splits < 6 * sm_count() &&
+         n_steps / (2 * splits) >= 8 * kWarps) {
+    splits *= 2;
+  }
+  return splits;
+}
+
+template <int kNTiles, typename TOut>
+void launch_tiles(const LinearShape& s, cudaStream_t stream) {
+  const int64_t tiles = (s.out_f + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int64_t n_steps = (s.in + kStepK - 1) / kStepK;
+  const int splits = k_splits(tiles, n_steps);
+  const int64_t steps_per_split = (n_steps + splits - 1) / splits;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), 1);
+  cfg.blockDim = dim3(kWarps * 32, 1, 1);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(
+      &cfg, linear_mma_kernel<kNTiles, TOut>, static_cast<const __nv_bfloat16*>(s.x), s.x_stride,
+      static_cast<const __nv_bfloat16*>(s.w), s.in, s.out_f, static_cast<TOut*>(s.out),
+      s.out_stride, static_cast<int>(s.n), steps_per_split));
 }
 
 template <typename TOut>
 void launch(const LinearShape& s, cudaStream_t stream) {
-  const unsigned grid = cuda::ceil_div(s.out_f, kRowsPerBlock);
-  const auto* x = static_cast<const __nv_bfloat16*>(s.x);
-  const auto* w = static_cast<const __nv_bfloat16*>(s.w);
-  auto* out = static_cast<TOut*>(s.out);
-  const int n = static_cast<int>(s.n);
-  if (s.n <= 8) {
-    linear_mma_kernel<1, TOut>
-        <<<grid, kWarps * 32, 0, stream>>>(x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, n);
-  } else {
-    linear_mma_kernel<2, TOut>
-        <<<grid, kWarps * 32, 0, stream>>>(x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, n);
-  }
-  cuda::check_launch("linear_mma_kernel");
+  if (s.n <= 8) return launch_tiles<1, TOut>(s, stream);
+  launch_tiles<2, TOut>(s, stream);
 }
 
 }  // namespace

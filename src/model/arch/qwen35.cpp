@@ -23,32 +23,43 @@ namespace k = kernels;
 // Activations for up to max_step_tokens rows, allocated once (no allocation during a step).
 struct ForwardScratch {
   Tensor residual, mixed, normed, hidden;  // [T, hidden]
-  Tensor qkv, conv_out;                    // [T, channels]
-  Tensor z, gdn_out, gdn_normed;           // [T, vd]
-  Tensor beta_raw, decay_raw;              // [T, n_heads_v]
-  Tensor q_gate, k, v, attn_out;           // [T, 2 Nq D], [T, Nkv D] x2, [T, Nq D]
-  Tensor gate, up;                         // [T, inter]
-  Tensor mtp_in;                           // [T, 2 hidden]
+  // Outputs of the stacked projections (qwen35_weights.h); the parts below are column views.
+  Tensor gdn_in;                       // [T, channels | vd | n_heads_v | n_heads_v]
+  Tensor attn_in;                      // [T, 2 Nq D | Nkv D | Nkv D]
+  Tensor gate_up;                      // [T, inter | inter]
+  Tensor qkv, z, beta_raw, decay_raw;  // views of gdn_in
+  Tensor q_gate, k, v;                 // views of attn_in
+  Tensor gate, up;                     // views of gate_up
+  Tensor conv_out;                     // [T, channels]
+  Tensor gdn_out, gdn_normed;          // [T, vd]
+  Tensor attn_out;                     // [T, Nq D]
+  Tensor mtp_in;                       // [T, 2 hidden]
 
   ForwardScratch(const ModelConfig& c, int64_t t, DType act, Device d) {
     auto z2 = [&](int64_t cols) { return Tensor::zeros({t, cols}, act, d); };
+    const int64_t ch = c.gdn_conv_channels(), vd = c.gdn_value_dim(), hv = c.gdn_heads_v;
+    const int64_t q2 = 2 * c.num_heads_q * c.head_dim, kv = c.num_heads_kv * c.head_dim;
+    const int64_t inter = c.intermediate_size;
     residual = z2(c.hidden_size);
     mixed = z2(c.hidden_size);
     normed = z2(c.hidden_size);
     hidden = z2(c.hidden_size);
-    qkv = z2(c.gdn_conv_channels());
-    conv_out = z2(c.gdn_conv_channels());
-    z = z2(c.gdn_value_dim());
-    gdn_out = z2(c.gdn_value_dim());
-    gdn_normed = z2(c.gdn_value_dim());
-    beta_raw = z2(c.gdn_heads_v);
-    decay_raw = z2(c.gdn_heads_v);
-    q_gate = z2(2 * c.num_heads_q * c.head_dim);
-    k = z2(c.num_heads_kv * c.head_dim);
-    v = z2(c.num_heads_kv * c.head_dim);
+    gdn_in = z2(ch + vd + 2 * hv);
+    qkv = gdn_in.slice(1, 0, ch);
+    z = gdn_in.slice(1, ch, ch + vd);
+    beta_raw = gdn_in.slice(1, ch + vd, ch + vd + hv);
+    decay_raw = gdn_in.slice(1, ch + vd + hv, ch + vd + 2 * hv);
+    attn_in = z2(q2 + 2 * kv);
+    q_gate = attn_in.slice(1, 0, q2);
+    k = attn_in.slice(1, q2, q2 + kv);
+    v = attn_in.slice(1, q2 + kv, q2 + 2 * kv);
+    gate_up = z2(2 * inter);
+    gate = gate_up.slice(1, 0, inter);
+    up = gate_up.slice(1, inter, 2 * inter);
+    conv_out = z2(ch);
+    gdn_out = z2(vd);
+    gdn_normed = z2(vd);
     attn_out = z2(c.num_heads_q * c.head_dim);
-    gate = z2(c.intermediate_size);
-    up = z2(c.intermediate_size);
     mtp_in = z2(2 * c.hidden_size);
   }
 };
@@ -152,10 +163,7 @@ void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, Sequenc
   ForwardScratch& s = *s_;
   const GdnWeights& g = w.gdn;
   const Tensor x = rows(s.normed, n);
-  k::linear({.x = x, .weight = g.in_proj_qkv, .out = rows(s.qkv, n)}, ctx_);
-  k::linear({.x = x, .weight = g.in_proj_z, .out = rows(s.z, n)}, ctx_);
-  k::linear({.x = x, .weight = g.in_proj_b, .out = rows(s.beta_raw, n)}, ctx_);
-  k::linear({.x = x, .weight = g.in_proj_a, .out = rows(s.decay_raw, n)}, ctx_);
+  k::linear({.x = x, .weight = g.in_proj, .out = rows(s.gdn_in, n)}, ctx_);  // qkv|z|b|a
   GdnLayerState& state = st.gdn[layer];
   const bool prefill = kind == StepKind::kPrefill;
   k::conv1d({.x = rows(s.qkv, n),
@@ -198,9 +206,7 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
   const AttentionWeights& a = w.attn;
   const Tensor x = rows(s.normed, n);
   const int64_t hq = cfg_.num_heads_q, hkv = cfg_.num_heads_kv, d = cfg_.head_dim;
-  k::linear({.x = x, .weight = a.q_proj, .out = rows(s.q_gate, n)}, ctx_);
-  k::linear({.x = x, .weight = a.k_proj, .out = rows(s.k, n)}, ctx_);
-  k::linear({.x = x, .weight = a.v_proj, .out = rows(s.v, n)}, ctx_);
+  k::linear({.x = x, .weight = a.qkv_proj, .out = rows(s.attn_in, n)}, ctx_);  // q|k|v
   // q_proj rows are per head [query | gate]: view [T, Nq, 2D] and split the last dim.
   const Tensor qg = rows(s.q_gate, n).split_heads(hq);  // [T, Nq, 2D]
   const Tensor q = qg.slice(2, 0, d), gate = qg.slice(2, d, 2 * d);
@@ -242,8 +248,7 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
 void Qwen35Model::mlp(const MlpWeights& w, int64_t layer, int64_t n) {
   ForwardScratch& s = *s_;
   const Tensor x = rows(s.normed, n);
-  k::linear({.x = x, .weight = w.gate_proj, .out = rows(s.gate, n)}, ctx_);
-  k::linear({.x = x, .weight = w.up_proj, .out = rows(s.up, n)}, ctx_);
+  k::linear({.x = x, .weight = w.gate_up_proj, .out = rows(s.gate_up, n)}, ctx_);  // gate|up
   k::swiglu({.gate = rows(s.gate, n), .up = rows(s.up, n), .out = rows(s.gate, n)}, ctx_);
   k::linear({.x = rows(s.gate, n), .weight = w.down_proj, .out = rows(s.mixed, n)}, ctx_);
 }

@@ -1,7 +1,10 @@
 // Name mapping and shape checks for Qwen3.5 dense checkpoints (both layouts) and mtp.* tensors.
 #include "model/arch/qwen35_weights.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tandem {
 
@@ -13,9 +16,37 @@ class Loader {
       : ck_(ck), device_(device), progress_(progress) {}
 
   Tensor operator()(const std::string& name, const Shape& shape) {
+    return on_device(host(name, shape));
+  }
+
+  // Matrices [rows_i, cols] stacked by rows into one [sum rows_i, cols] tensor, in the given order.
+  Tensor stacked(const std::vector<std::pair<std::string, Shape>>& parts) {
+    std::vector<Tensor> h;
+    int64_t rows = 0;
+    for (const auto& [name, shape] : parts) {
+      h.push_back(host(name, shape));
+      rows += shape[0];
+    }
+    const bool same =
+        std::all_of(h.begin(), h.end(), [&](const Tensor& t) { return t.dtype() == h[0].dtype(); });
+    Tensor all = Tensor::zeros({rows, h[0].dim(1)}, same ? h[0].dtype() : DType::kF32);
+    int64_t r = 0;
+    for (const Tensor& t : h) {
+      all.slice(0, r, r + t.dim(0)).copy_from(same ? t : t.to_f32());
+      r += t.dim(0);
+    }
+    return on_device(all);
+  }
+
+ private:
+  Tensor host(const std::string& name, const Shape& shape) {
     Tensor host = ck_.get(name, shape);
     done_ += static_cast<size_t>(host.nbytes());
     if (progress_) progress_(done_, ck_.total_bytes());
+    return host;
+  }
+
+  Tensor on_device(Tensor host) const {
     if (device_ == Device::kCpu) return host;
     // Matrices go to the GPU as bf16; small vectors (norms, A_log, dt_bias) keep their dtype.
     if (host.ndim() >= 2 && host.dtype() != DType::kBF16) {
@@ -27,7 +58,6 @@ class Loader {
     return host.to(device_);
   }
 
- private:
   const Checkpoint& ck_;
   Device device_;
   const LoadProgress& progress_;
@@ -43,26 +73,26 @@ DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::st
   w.post_attention_norm = load(p + "post_attention_layernorm.weight", {h});
   if (type == LayerType::kFullAttention) {
     const int64_t q = c.num_heads_q * c.head_dim, kv = c.num_heads_kv * c.head_dim;
-    w.attn.q_proj = load(p + "self_attn.q_proj.weight", {2 * q, h});
-    w.attn.k_proj = load(p + "self_attn.k_proj.weight", {kv, h});
-    w.attn.v_proj = load(p + "self_attn.v_proj.weight", {kv, h});
+    w.attn.qkv_proj = load.stacked({{p + "self_attn.q_proj.weight", {2 * q, h}},
+                                    {p + "self_attn.k_proj.weight", {kv, h}},
+                                    {p + "self_attn.v_proj.weight", {kv, h}}});
     w.attn.o_proj = load(p + "self_attn.o_proj.weight", {h, q});
     w.attn.q_norm = load(p + "self_attn.q_norm.weight", {c.head_dim});
     w.attn.k_norm = load(p + "self_attn.k_norm.weight", {c.head_dim});
   } else {
     const int64_t channels = c.gdn_conv_channels(), vd = c.gdn_value_dim(), hv = c.gdn_heads_v;
-    w.gdn.in_proj_qkv = load(p + "linear_attn.in_proj_qkv.weight", {channels, h});
-    w.gdn.in_proj_z = load(p + "linear_attn.in_proj_z.weight", {vd, h});
-    w.gdn.in_proj_b = load(p + "linear_attn.in_proj_b.weight", {hv, h});
-    w.gdn.in_proj_a = load(p + "linear_attn.in_proj_a.weight", {hv, h});
+    w.gdn.in_proj = load.stacked({{p + "linear_attn.in_proj_qkv.weight", {channels, h}},
+                                  {p + "linear_attn.in_proj_z.weight", {vd, h}},
+                                  {p + "linear_attn.in_proj_b.weight", {hv, h}},
+                                  {p + "linear_attn.in_proj_a.weight", {hv, h}}});
     w.gdn.conv1d = load(p + "linear_attn.conv1d.weight", {channels, 1, c.conv_kernel});
     w.gdn.a_log = load(p + "linear_attn.A_log", {hv});
     w.gdn.dt_bias = load(p + "linear_attn.dt_bias", {hv});
     w.gdn.norm = load(p + "linear_attn.norm.weight", {c.gdn_d_v});
     w.gdn.out_proj = load(p + "linear_attn.out_proj.weight", {h, vd});
   }
-  w.mlp.gate_proj = load(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
-  w.mlp.up_proj = load(p + "mlp.up_proj.weight", {c.intermediate_size, h});
+  w.mlp.gate_up_proj = load.stacked({{p + "mlp.gate_proj.weight", {c.intermediate_size, h}},
+                                     {p + "mlp.up_proj.weight", {c.intermediate_size, h}}});
   w.mlp.down_proj = load(p + "mlp.down_proj.weight", {h, c.intermediate_size});
   return w;
 }

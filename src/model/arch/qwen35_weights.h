@@ -1,6 +1,8 @@
 // The weight set of a Qwen3.5 dense model (and its MTP block), resolved from checkpoint names
 // with every shape checked at load (reference section 1.2). On the CPU the tensors are zero-copy
-// views of the mmap'd checkpoint; on CUDA, matrices are uploaded as bf16.
+// views of the mmap'd checkpoint; on CUDA, matrices are uploaded as bf16. Projections that read
+// the same input are stacked by rows at load (q|k|v, GDN qkv|z|b|a, gate|up), so that a step
+// reads them with one linear launch; every output row is the same dot product as before.
 #pragma once
 
 #include <functional>
@@ -14,25 +16,26 @@
 namespace tandem {
 
 struct AttentionWeights {
-  Tensor q_proj;          // [2 * n_heads_q * head_dim, hidden], rows per head: [query | gate]
-  Tensor k_proj, v_proj;  // [n_heads_kv * head_dim, hidden]
+  // [2 q + 2 kv, hidden], q = n_heads_q * head_dim, kv = n_heads_kv * head_dim: q_proj (rows per
+  // head [query | gate]), then k_proj, then v_proj.
+  Tensor qkv_proj;
   Tensor o_proj;          // [hidden, n_heads_q * head_dim]
   Tensor q_norm, k_norm;  // [head_dim], zero-centred
 };
 
 struct GdnWeights {
-  Tensor in_proj_qkv;           // [2 kd + vd, hidden], rows [q | k | v]
-  Tensor in_proj_z;             // [vd, hidden]
-  Tensor in_proj_b, in_proj_a;  // [n_heads_v, hidden]
-  Tensor conv1d;                // [2 kd + vd, 1, conv_kernel]
-  Tensor a_log, dt_bias;        // [n_heads_v]
-  Tensor norm;                  // [d_v], plain (not zero-centred)
-  Tensor out_proj;              // [hidden, vd]
+  // [(2 kd + vd) + vd + 2 n_heads_v, hidden]: in_proj_qkv (rows [q | k | v]), in_proj_z,
+  // in_proj_b, in_proj_a.
+  Tensor in_proj;
+  Tensor conv1d;          // [2 kd + vd, 1, conv_kernel]
+  Tensor a_log, dt_bias;  // [n_heads_v]
+  Tensor norm;            // [d_v], plain (not zero-centred)
+  Tensor out_proj;        // [hidden, vd]
 };
 
 struct MlpWeights {
-  Tensor gate_proj, up_proj;  // [inter, hidden]
-  Tensor down_proj;           // [hidden, inter]
+  Tensor gate_up_proj;  // [2 inter, hidden]: gate_proj, then up_proj
+  Tensor down_proj;     // [hidden, inter]
 };
 
 struct DecoderLayerWeights {
