@@ -188,6 +188,16 @@ TEST(CudaConformance, GatedDeltaRule) {
         run_gdr(s, n, 1 + rng.index(9), GdrMode::kChunked, start, rng, cs);
     }
   }
+  // Longer prompts through the chunked (WY) kernel: many full chunks after a chunk-aligned or
+  // unaligned start, and the real model's shape.
+  for (const GdrShape& s : {GdrShape{2, 6, 128, 128}, GdrShape{1, 3, 64, 96}}) {
+    for (int64_t start : {64, 100})
+      run_gdr(s, 300, 1 + rng.index(9), GdrMode::kChunked, start, rng, cs);
+  }
+  run_gdr(GdrShape{3, 3, 256, 64}, 300, 1 + rng.index(9), GdrMode::kChunked, 100, rng, cs);
+  run_gdr(GdrShape{1, 2, 16, 32}, 111, 1 + rng.index(9), GdrMode::kChunked, 37, rng, cs);
+  run_gdr(GdrShape{16, 48, 128, 128}, 1024, 1 + rng.index(9), GdrMode::kChunked, 0, rng, cs);
+  run_gdr(GdrShape{16, 48, 128, 128}, 300, 1 + rng.index(9), GdrMode::kChunked, 100, rng, cs);
 }
 
 }  // namespace

@@ -4,11 +4,11 @@
 // thread decays its rows, forms partial dot products in row order and combines the 4 parts with
 // a fixed butterfly. The arithmetic of a token never depends on how many tokens share the call,
 // so a verify's state columns equal a token-by-token run bit for bit (DESIGN.md inv. 2, 3).
-// kRecurrent writes the state after token t into column t; kChunked currently runs the same
-// recurrence over the whole prompt and writes the final state into column 0 (docs/cuda.md: the
-// chunked WY form is not written yet). n_acc is read on the device (graph-safe).
-#include "kernels/cuda_common.cuh"
+// kRecurrent writes the state after token t into column t. kChunked runs the WY form
+// (gated_delta_rule_chunked_cuda.cu) and falls back to this recurrence over the whole prompt, final
+// state into column 0, for what that does not cover. n_acc is read on the device (graph-safe).
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
+#include "kernels/gated_delta_rule/gated_delta_rule_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -18,18 +18,6 @@ constexpr int kParts = 4;  // threads per value column
 constexpr int kCols = 32;  // value columns per block
 constexpr int kThreads = kParts * kCols;
 constexpr int kWarps = kThreads / 32;
-
-struct GdrParams {
-  const __nv_bfloat16 *q, *k, *v, *a, *b;
-  int64_t q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, a_s0, a_s1, b_s0, b_s1;
-  cuda::AnyFloatPtr a_log, dt_bias;
-  float* state;  // [n_cols, n_heads_v, d_k, d_v]
-  const int32_t* n_acc;
-  __nv_bfloat16* out;
-  int64_t out_s0, out_s1;
-  int64_t n_tokens, n_cols, hv_n, hk_n, dv;
-  bool per_token_columns;  // kRecurrent: column t after token t; kChunked: final state in column 0
-};
 
 }  // namespace
 
@@ -186,8 +174,10 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   p.out = a.out.data<__nv_bfloat16>();
   p.out_s0 = a.out.stride(0), p.out_s1 = a.out.stride(1);
   p.per_token_columns = a.mode == GdrMode::kRecurrent;
-  const dim3 grid(cuda::ceil_div(p.dv, kCols), static_cast<unsigned>(p.hv_n));
+  p.start_position = a.start_position;
   const cudaStream_t s = cuda::stream_of(ctx);
+  if (a.mode == GdrMode::kChunked && gdr_chunked_launch(p, dk, a.chunk_size, s)) return;
+  const dim3 grid(cuda::ceil_div(p.dv, kCols), static_cast<unsigned>(p.hv_n));
   if (dk == 16) gdr_recurrent_kernel<16><<<grid, kThreads, 0, s>>>(p);
   if (dk == 32) gdr_recurrent_kernel<32><<<grid, kThreads, 0, s>>>(p);
   if (dk == 64) gdr_recurrent_kernel<64><<<grid, kThreads, 0, s>>>(p);
