@@ -1,7 +1,11 @@
 // CUDA RMSNorm (optionally fused with the residual add): one block per (row, head). The sum of
-// squares is a per-thread strided sum followed by block_sum's fixed tree, so a row's result does
-// not depend on how many rows share the launch. With a residual, the bf16-rounded sum is what is
-// stored and what is normalised, so the next layer reads exactly the value that was normed.
+// squares is a per-thread sum in a fixed order followed by block_sum's fixed tree, and the block
+// size is a function of dim alone, so a row's result does not depend on how many rows share the
+// launch. With a residual, the bf16-rounded sum is what is stored and what is normalised, so the
+// next layer reads exactly the value that was normed.
+// A decode step runs ~130 of these on single rows, so latency is what counts: the vector kernel
+// issues all of a thread's 16-byte loads before using any (one memory latency per row instead of
+// one per strided element); rows that are not 16-byte loadable take the scalar kernel.
 #include "kernels/cuda_common.cuh"
 #include "kernels/rms_norm/rms_norm.h"
 
@@ -47,6 +51,69 @@ __global__ void rms_norm_kernel(RowView x, RowView out, RowView res, bool fused,
   }
 }
 
+constexpr int kVecChunks = 4;  // 8-element chunks per thread: dims up to 32 * 1024 = 32768
+
+template <typename W>
+__device__ __forceinline__ float weight_at(W w, int64_t i, bool zero_centred) {
+  return zero_centred ? 1.f + w[i] : w[i];
+}
+
+__global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fused,
+                                    cuda::AnyFloatPtr w, int64_t n_heads, int64_t dim, float eps,
+                                    bool zero_centred) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const __nv_bfloat16* xs = x.at(r, h);
+  __nv_bfloat16* src = fused ? res.at(r, h) : const_cast<__nv_bfloat16*>(xs);
+  uint4 a[kVecChunks], b[kVecChunks];
+#pragma unroll
+  for (int c = 0; c < kVecChunks; ++c) {  // every load first
+    const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
+    if (i < dim) {
+      a[c] = *reinterpret_cast<const uint4*>(src + i);
+      if (fused) b[c] = *reinterpret_cast<const uint4*>(xs + i);
+    }
+  }
+  float v[kVecChunks][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < kVecChunks; ++c) {
+    const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
+    if (i >= dim) break;
+    const __nv_bfloat16* pa = reinterpret_cast<const __nv_bfloat16*>(&a[c]);
+    const __nv_bfloat16* pb = reinterpret_cast<const __nv_bfloat16*>(&b[c]);
+    __nv_bfloat16 sum[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      sum[j] =
+          fused ? __float2bfloat16_rn(__bfloat162float(pa[j]) + __bfloat162float(pb[j])) : pa[j];
+      v[c][j] = __bfloat162float(sum[j]);
+      ss += v[c][j] * v[c][j];
+    }
+    if (fused) *reinterpret_cast<uint4*>(src + i) = *reinterpret_cast<const uint4*>(sum);
+  }
+  ss = cuda::block_sum(ss, scratch);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(dim) + eps);
+  __nv_bfloat16* o = out.at(r, h);
+#pragma unroll
+  for (int c = 0; c < kVecChunks; ++c) {
+    const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
+    if (i >= dim) break;
+    __nv_bfloat16 y[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      y[j] = __float2bfloat16_rn((v[c][j] * inv) * weight_at(w, i + j, zero_centred));
+    }
+    *reinterpret_cast<uint4*>(o + i) = *reinterpret_cast<const uint4*>(y);
+  }
+}
+
+bool vec_ok(const Tensor& t) {
+  const bool aligned = reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
+  const bool strides = t.stride(0) % 8 == 0 && (t.ndim() < 3 || t.stride(1) % 8 == 0);
+  return aligned && strides;
+}
+
 }  // namespace
 
 void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
@@ -69,6 +136,18 @@ void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
   TANDEM_CHECK(a.weight.numel() == dim, "rms_norm_cuda: weight {} does not match dim {}",
                a.weight.describe(), dim);
   if (rows * heads == 0) return;
+  const bool vec = dim % 8 == 0 && dim <= 8 * kVecChunks * 1024 && vec_ok(a.x) && vec_ok(a.out) &&
+                   (!fused || vec_ok(a.residual));
+  if (vec) {
+    // A function of dim only (row invariance): enough warps for kVecChunks chunks per thread.
+    const int64_t per_pass = 8 * kVecChunks;
+    const int threads = static_cast<int>(32 * cuda::ceil_div((dim + per_pass - 1) / per_pass, 32));
+    rms_norm_vec_kernel<<<static_cast<unsigned>(rows * heads), threads, 0, cuda::stream_of(ctx)>>>(
+        row_view(a.x), row_view(a.out), fused ? row_view(a.residual) : row_view(a.x), fused, w,
+        heads, dim, a.eps, a.zero_centred);
+    cuda::check_launch("rms_norm_vec_kernel");
+    return;
+  }
   const int threads = dim >= 1024 ? 256 : 128;  // a function of dim only (row invariance)
   rms_norm_kernel<<<static_cast<unsigned>(rows * heads), threads, 0, cuda::stream_of(ctx)>>>(
       row_view(a.x), row_view(a.out), fused ? row_view(a.residual) : row_view(a.x), fused, w, heads,
