@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -229,6 +230,64 @@ void bench_gdr_chunked(cudaStream_t s) {
              ms * 48 * 8);
 }
 
+// Decode-linear variants (linear_skinny_set_variant) over the 27B shapes: TB/s at n = 1 and 4.
+void bench_linear_variants(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {34816, 5120}, {16480, 5120}, {14336, 5120}, {5120, 17408}, {5120, 6144}};
+  std::vector<std::vector<Tensor>> ws;
+  for (const auto& [out_f, in] : shapes) {
+    std::vector<Tensor> w;
+    for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 20 + i));
+    ws.push_back(w);
+  }
+  const Tensor x = random_bf16({16, 17408}, 3);
+  const Tensor out = Tensor::zeros({16, 34816}, DType::kBF16, Device::kCuda);
+  const int n_variants = linear_skinny_set_variant(0);
+  // Each variant's [4 x out_f] result, against variant 1's, as max |diff| / max |value|.
+  auto result = [&](size_t i) {
+    const auto [out_f, in] = shapes[i];
+    const Tensor o = Tensor::zeros({4, out_f}, DType::kBF16, Device::kCuda);
+    linear_cuda({x.slice(0, 0, 4).slice(1, 0, in), ws[i][0], o}, ctx);
+    check(cudaStreamSynchronize(s), "sync");
+    std::vector<float> r;
+    const Tensor hh = o.to(Device::kCpu);
+    for (int64_t e = 0; e < hh.numel(); ++e) r.push_back(bf16_to_f32(hh.data<bf16>()[e]));
+    return r;
+  };
+  std::vector<std::vector<float>> baseline;
+  linear_skinny_set_variant(1);
+  for (size_t i = 0; i < shapes.size(); ++i) baseline.push_back(result(i));
+  for (int v = 0; v < n_variants; ++v) {
+    linear_skinny_set_variant(v);
+    double err = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const std::vector<float> r = result(i);
+      double dmax = 0, vmax = 0;
+      for (size_t e = 0; e < r.size(); ++e) {
+        dmax = std::max(dmax, static_cast<double>(std::fabs(r[e] - baseline[i][e])));
+        vmax = std::max(vmax, static_cast<double>(std::fabs(baseline[i][e])));
+      }
+      err = std::max(err, dmax / vmax);
+    }
+    std::string line = fmt::format("linear variant {} (rel diff {:.1e}):", v, err);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto [out_f, in] = shapes[i];
+      for (int64_t n : {1, 4}) {
+        const double ms = median_ms(s, 30, [&](int it) {
+          linear_cuda({x.slice(0, 0, n).slice(1, 0, in), ws[i][it % 3],
+                       out.slice(0, 0, n).slice(1, 0, out_f)},
+                      ctx);
+        });
+        line +=
+            fmt::format(" {}x{} n{} {:.2f}", out_f, in, n, 2.0 * out_f * in / (ms * 1e-3) / 1e12);
+      }
+    }
+    fmt::print("{}\n", line);
+  }
+  linear_skinny_set_variant(0);
+}
+
 // KERNEL_BENCH_ONLY=copy,linear,attention,attention_prefill,gdr,gdr_chunked picks groups.
 bool wanted(const char* group) {
   const char* only = std::getenv("KERNEL_BENCH_ONLY");
@@ -254,6 +313,7 @@ int main(int argc, char** argv) {
         bench_linear(s, out_f, in);
       }
     }
+    if (wanted("linear_variants")) bench_linear_variants(s);
     if (wanted("attention")) {
       for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);
     }

@@ -17,6 +17,8 @@ struct LinearArgs {
 void linear_ref(const LinearArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA
 void linear_cuda(const LinearArgs& a, const ExecContext& ctx);
+// Benchmark-only: picks a decode-kernel variant (0 = production); returns the number of variants.
+int linear_skinny_set_variant(int v);
 #endif
 
 inline void linear(const LinearArgs& a, const ExecContext& ctx) {

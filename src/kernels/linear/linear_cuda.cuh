@@ -22,6 +22,9 @@ struct LinearShape {
 // Tensor-core decode/verify path (n <= kSkinnyMaxTokens, vec_ok): linear_mma_cuda.cu.
 void linear_skinny_mma_bf16(const LinearShape& s, cudaStream_t stream);
 void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream);
+// Bulk-copy (TMA engine) streaming variant of the same path: linear_stream_cuda.cu. `max_splits`
+// caps the k-split across a thread-block cluster (1, 2, 4 or 8).
+void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cudaStream_t stream);
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream);
 void linear_gemm_f32(const LinearShape& s, cudaStream_t stream);
 

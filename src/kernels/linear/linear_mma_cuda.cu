@@ -2,19 +2,22 @@
 // weights as the 16-row A operand and up to 16 tokens as one or two 8-column B tiles, so that the
 // FMA rate never limits the weight stream as n_tokens grows.
 //
-// Work split, fixed by the weight shape (out_f, in) and the GPU's SM count, never by n_tokens:
-//  - a block of 4 warps owns 16 weight rows and one of `splits` contiguous ranges of 32-wide
-//    k-steps; warp w takes steps w, w+4, ... of its range and the 4 warp partials are added as
-//    (w0 + w1) + (w2 + w3);
-//  - shapes with few 16-row tiles (down_proj, out_proj: 320 tiles for 132 SMs) are split along k
-//    into 2, 4 or 8 ranges so that every SM streams several blocks at once; the blocks of one tile
-//    form a thread-block cluster and rank 0 adds the range sums, read from the other blocks'
-//    shared memory, in increasing range order. No workspace, no atomics.
+// Which kernel runs is fixed by the weight shape and the GPU's SM count, never by n_tokens
+// (measured on the H200 with bench/kernel_bench, docs/cuda.md):
+//  - many 16-row tiles (>= 4 per SM: gate|up, GDN in_proj, q|k|v, lm_head): this file's kernel.
+//    A block of 4 warps owns 16 weight rows; warp w takes k-steps w, w+4, ... with 2 steps of
+//    weights in flight in registers (deeper prefetch measured slower) and the 4 warp partials are
+//    added as (w0 + w1) + (w2 + w3);
+//  - few tiles (down_proj, out_proj, o_proj: 320 tiles for 132 SMs): the bulk-copy kernel of
+//    linear_stream_cuda.cu with a k-split across a thread-block cluster.
 // Each token is its own B column, computed by the same instruction sequence whatever n_tokens is
 // (row invariance, tested bitwise). Within a 32-wide k-step lane (g, t) loads 8 consecutive k of
 // rows g, g+8 and of token g with one 16-byte load each; the mma's k index is a permutation of the
-// true k, identical for A and B. Each warp keeps kDepth k-steps of weights in flight.
+// true k, identical for A and B. The k-split cluster path here (splits > 1) is kept for the
+// benchmark's variants: rank 0 adds the range sums from the other blocks' shared memory in order.
 #include <cooperative_groups.h>
+
+#include <iterator>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear_cuda.cuh"
@@ -28,7 +31,6 @@ namespace cg = cooperative_groups;
 constexpr int kWarps = 4;
 constexpr int kRowsPerBlock = 16;
 constexpr int kStepK = 32;
-constexpr int kDepth = 4;      // k-steps of weights in flight per warp (4 KB)
 constexpr int kMaxSplits = 8;  // portable cluster size
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -40,14 +42,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint4 ldg16_stream(const __nv_bfloat16* p) {
-  uint4 v;  // weights are read once per step: do not keep them in L1
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ uint4 ldg16(const __nv_bfloat16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
@@ -57,7 +51,7 @@ struct BlockSums {
   float v[kNTiles][4][32];
 };
 
-template <int kNTiles, typename TOut>
+template <int kNTiles, int kDepth, typename TOut>
 __global__ void __launch_bounds__(kWarps * 32)
     linear_mma_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride,
                       const __nv_bfloat16* __restrict__ w, int64_t in, int64_t out_f,
@@ -79,26 +73,28 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < 4; ++i) c[j][i] = 0.f;
   }
   const int64_t n_steps = (in + kStepK - 1) / kStepK;
-  const int64_t begin = split * steps_per_split;
-  const int64_t end = min(n_steps, begin + steps_per_split);
+  const int64_t range_begin = split * steps_per_split;
+  const int64_t range_end = min(n_steps, range_begin + steps_per_split);
+  // This warp's k-steps: begin, begin + kWarps, ... below end.
+  const int64_t begin = range_begin + warp, end = range_end, stride = kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   auto fetch = [&](uint4& da, uint4& db, int64_t step) {
     const int64_t k = step * kStepK + 8 * t;
     const bool ok = step < end && k < in;
-    da = ok ? ldg16_stream(wa + k) : zero;
-    db = ok ? ldg16_stream(wb + k) : zero;
+    da = ok ? ldg16(wa + k) : zero;
+    db = ok ? ldg16(wb + k) : zero;
   };
-  // Ring of kDepth k-steps per warp: slot d holds step base + d * kWarps.
+  // Ring of kDepth k-steps per warp: slot d holds step base + d * stride.
   uint4 a_ring[kDepth], b_ring[kDepth];
 #pragma unroll
-  for (int d = 0; d < kDepth; ++d) fetch(a_ring[d], b_ring[d], begin + warp + d * kWarps);
-  for (int64_t base = begin + warp; base < end; base += kDepth * kWarps) {
+  for (int d = 0; d < kDepth; ++d) fetch(a_ring[d], b_ring[d], begin + d * stride);
+  for (int64_t base = begin; base < end; base += kDepth * stride) {
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      const int64_t step = base + d * kWarps;
+      const int64_t step = base + d * stride;
       if (step >= end) break;
       const uint4 pa = a_ring[d], pb = b_ring[d];
-      fetch(a_ring[d], b_ring[d], step + kDepth * kWarps);
+      fetch(a_ring[d], b_ring[d], step + kDepth * stride);
       const int64_t k = step * kStepK + 8 * t;
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
@@ -163,23 +159,44 @@ int sm_count() {
 
 // Splits along k, from the weight shape alone: enough blocks for ~6 per SM, and at least 8
 // k-steps per warp in every range.
-int k_splits(int64_t tiles, int64_t n_steps) {
+int k_splits(int64_t tiles, int64_t n_steps, int max_splits) {
   int splits = 1;
-  while (splits < kMaxSplits && tiles * splits < 6 * sm_count() &&
+  while (splits < max_splits && tiles * splits < 6 * sm_count() &&
          n_steps / (2 * splits) >= 8 * kWarps) {
     splits *= 2;
   }
   return splits;
 }
 
-template <int kNTiles, typename TOut>
-void launch_tiles(const LinearShape& s, cudaStream_t stream) {
+// Exploration knob for bench/kernel_bench (linear_skinny_set_variant): 0 is production; 1-5 pin
+// one kernel (mma prefetch depth and k-split cap, or the bulk-copy kernel and its k-split cap).
+struct Variant {
+  int depth;  // 0: bulk-copy kernel (linear_stream_cuda.cu)
+  int max_splits;
+};
+constexpr Variant kVariants[] = {{0, 0}, {2, 1}, {4, 1}, {2, 8}, {0, 1}, {0, 8}};
+int g_variant = 0;
+
+template <int kNTiles, int kDepth, typename TOut>
+void launch_cfg(const LinearShape& s, int max_splits, cudaStream_t stream) {
   const int64_t tiles = (s.out_f + kRowsPerBlock - 1) / kRowsPerBlock;
   const int64_t n_steps = (s.in + kStepK - 1) / kStepK;
-  const int splits = k_splits(tiles, n_steps);
+  const int splits = k_splits(tiles, n_steps, max_splits);
   const int64_t steps_per_split = (n_steps + splits - 1) / splits;
+  const auto kernel = linear_mma_kernel<kNTiles, kDepth, TOut>;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), 1);
+  const auto* x = static_cast<const __nv_bfloat16*>(s.x);
+  const auto* w = static_cast<const __nv_bfloat16*>(s.w);
+  auto* out = static_cast<TOut*>(s.out);
+  const int n = static_cast<int>(s.n);
+  if (splits == 1) {
+    kernel<<<grid, kWarps * 32, 0, stream>>>(x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, n,
+                                             steps_per_split);
+    cuda::check_launch("linear_mma_kernel");
+    return;
+  }
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), 1);
+  cfg.gridDim = grid;
   cfg.blockDim = dim3(kWarps * 32, 1, 1);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -189,10 +206,24 @@ void launch_tiles(const LinearShape& s, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(
-      &cfg, linear_mma_kernel<kNTiles, TOut>, static_cast<const __nv_bfloat16*>(s.x), s.x_stride,
-      static_cast<const __nv_bfloat16*>(s.w), s.in, s.out_f, static_cast<TOut*>(s.out),
-      s.out_stride, static_cast<int>(s.n), steps_per_split));
+  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, s.x_stride, w, s.in, s.out_f, out,
+                                       s.out_stride, n, steps_per_split));
+}
+
+template <int kNTiles, typename TOut>
+void launch_tiles(const LinearShape& s, cudaStream_t stream) {
+  const Variant v = kVariants[g_variant];
+  if (g_variant != 0) {
+    if (v.depth == 0) return linear_skinny_stream(s, sizeof(TOut) == 4, v.max_splits, stream);
+    if (v.depth == 4) return launch_cfg<kNTiles, 4, TOut>(s, v.max_splits, stream);
+    return launch_cfg<kNTiles, 2, TOut>(s, v.max_splits, stream);
+  }
+  // Production, from kernel_bench on the H200 (docs/cuda.md): shapes with many 16-row tiles stream
+  // best with register prefetch (2 k-steps per warp); few-tile shapes (down_proj, out_proj: fewer
+  // than 4 blocks per SM) with the bulk-copy kernel and a k-split cluster.
+  const int64_t tiles = (s.out_f + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (tiles < 4 * sm_count()) return linear_skinny_stream(s, sizeof(TOut) == 4, kMaxSplits, stream);
+  launch_cfg<kNTiles, 2, TOut>(s, 1, stream);
 }
 
 template <typename TOut>
@@ -207,5 +238,9 @@ void linear_skinny_mma_bf16(const LinearShape& s, cudaStream_t stream) {
   launch<__nv_bfloat16>(s, stream);
 }
 void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<float>(s, stream); }
+int linear_skinny_set_variant(int v) {
+  if (v >= 0 && v < static_cast<int>(std::size(kVariants))) g_variant = v;
+  return static_cast<int>(std::size(kVariants));
+}
 
 }  // namespace tandem::kernels
