@@ -87,8 +87,10 @@ TEST(CudaRowInvariance, Attention) {
   struct Case {
     int64_t hq, hkv, d, kv_len;
   };
-  for (const Case c :
-       {Case{24, 4, 256, 37}, Case{24, 4, 256, 1030}, Case{6, 2, 128, 5000}, Case{8, 1, 64, 520}}) {
+  // kv_len 4100: the verify and the later decodes take the ring kernel, the earlier decodes the
+  // tile kernel (switch above 4096 positions), so the two decode kernels are checked bitwise too.
+  for (const Case c : {Case{24, 4, 256, 37}, Case{24, 4, 256, 1030}, Case{24, 4, 256, 4100},
+                       Case{6, 2, 128, 5000}, Case{8, 1, 64, 520}}) {
     const int64_t n = 9, bs = 16, n_blocks = (c.kv_len + bs - 1) / bs + 1;
     std::vector<int32_t> table(n_blocks);
     std::iota(table.begin(), table.end(), 0);
@@ -113,6 +115,42 @@ TEST(CudaRowInvariance, Attention) {
                  fmt::format("n_tokens={},row={},heads_q={},heads_kv={},head_dim={},kv_len={}", n,
                              j, c.hq, c.hkv, c.d, c.kv_len),
                  same_bits<uint16_t>(row_copy(out, j), one));
+    }
+  }
+}
+
+// Prefill rows (n_tokens > kAttentionMaxDecodeTokens take their own kernel): the last 17 rows of a
+// 111-row call equal a 17-row call at the same kv_len, bit for bit, wherever their row blocks sit.
+TEST(CudaRowInvariance, AttentionPrefill) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(25);
+  struct Case {
+    int64_t hq, hkv, d, kv_len;
+  };
+  for (const Case c : {Case{24, 4, 256, 830}, Case{6, 2, 128, 111}, Case{8, 1, 64, 300}}) {
+    const int64_t n = 111, m = kAttentionMaxDecodeTokens + 1, bs = 16;
+    const int64_t n_blocks = (c.kv_len + bs - 1) / bs + 1;
+    std::vector<int32_t> table(n_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng.gen());
+    Mirror q = random_mirror({n, c.hq, c.d}, rng, DType::kBF16, 0.05f, 3.f);
+    Mirror g = random_mirror({n, c.hq, c.d}, rng);
+    Mirror kc = random_mirror({n_blocks, bs, c.hkv, c.d}, rng, DType::kBF16, 0.05f, 3.f);
+    Mirror vc = random_mirror({n_blocks, bs, c.hkv, c.d}, rng);
+    const Tensor tbl = device_i32(table), len = device_i32({static_cast<int32_t>(c.kv_len)});
+    Tensor out = poisoned({n, c.hq, c.d}, DType::kBF16),
+           tail = poisoned({m, c.hq, c.d}, DType::kBF16);
+    attention_cuda({q.dev, g.dev, kc.dev, vc.dev, tbl, len, out, 0.f, Tensor()}, cs.ctx());
+    attention_cuda({q.dev.slice(0, n - m, n), g.dev.slice(0, n - m, n), kc.dev, vc.dev, tbl, len,
+                    tail, 0.f, Tensor()},
+                   cs.ctx());
+    cs.sync();
+    for (int64_t j = 0; j < m; ++j) {
+      check_bits("attention.prefill_rows",
+                 fmt::format("n_tokens={},row={},heads_q={},heads_kv={},head_dim={},kv_len={}", m,
+                             j, c.hq, c.hkv, c.d, c.kv_len),
+                 same_bits<uint16_t>(row_copy(out, n - m + j), row_copy(tail, j)));
     }
   }
 }

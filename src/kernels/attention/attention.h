@@ -2,7 +2,9 @@
 //   query row i sits at position kv_len - n_tokens + i and attends to positions [0, that position];
 //   out = softmax(q k^T / sqrt(head_dim)) v, then out *= sigmoid(gate) when gate is given.
 // q head h reads kv head h / (n_heads_q / n_heads_kv). The same kernel serves prefill, decode and
-// verify (1..k+1 rows); there is no prefill fallback for n_tokens > 1 (DESIGN.md section 4).
+// verify (1..k+1 rows). On CUDA, calls of up to kAttentionMaxDecodeTokens tokens take the split-KV
+// decode kernel (all rows of a kv head in one CTA; no prefill fallback for verify, DESIGN.md
+// section 4); longer calls take a flash-style prefill kernel.
 // kv_len lives in device memory so that a captured graph can replay with new lengths.
 #pragma once
 
@@ -14,14 +16,19 @@ namespace tandem::kernels {
 // The CUDA kernel splits the KV sequence at fixed multiples of this many positions (counted from
 // position 0, whatever n_tokens or kv_len is) and merges the splits in order (DESIGN.md inv. 2).
 constexpr int64_t kAttentionSplitGranule = 512;
+// CUDA calls with more query rows than this use the prefill kernel, whose rows are row-invariant
+// among prefill calls but not bit-equal to decode rows. Fixed (like linear's kSkinnyMaxTokens), so
+// that verify steps with up to 15 drafts never cross it.
+constexpr int64_t kAttentionMaxDecodeTokens = 16;
 
 // f32 elements of CUDA scratch that attention needs for n_tokens query rows when the block table
-// covers max_kv_len positions (partial outputs plus max and sum per split). The reference needs
-// none.
+// covers max_kv_len positions (partial outputs plus max and sum per split, decode/verify only: the
+// prefill kernel needs none). The reference needs none.
 constexpr int64_t attention_workspace_floats(int64_t n_tokens, int64_t n_heads_q, int64_t head_dim,
                                              int64_t max_kv_len) {
   const int64_t splits = (max_kv_len + kAttentionSplitGranule - 1) / kAttentionSplitGranule;
-  return n_tokens * n_heads_q * splits * (head_dim + 2);
+  const int64_t rows = n_tokens < kAttentionMaxDecodeTokens ? n_tokens : kAttentionMaxDecodeTokens;
+  return rows * n_heads_q * splits * (head_dim + 2);
 }
 
 struct AttentionArgs {
