@@ -143,6 +143,17 @@ __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
+// Streaming multiprocessors of the current device (read once per process).
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
 inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace tandem::kernels::cuda

@@ -8,6 +8,18 @@
 
 namespace tandem::kernels {
 
+#ifdef __CUDACC__
+// D += A B for one m16n8k16 tile, bf16 in, fp32 accumulate (shared by both decode kernels).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+#endif
+
 // n_tokens <= kSkinnyMaxTokens runs the weight-streaming kernel (decode/verify shapes).
 constexpr int64_t kSkinnyMaxTokens = 16;
 

@@ -33,15 +33,6 @@ constexpr int kRowsPerBlock = 16;
 constexpr int kStepK = 32;
 constexpr int kMaxSplits = 8;  // portable cluster size
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint4 ldg16(const __nv_bfloat16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
@@ -147,21 +138,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (splits > 1) cg::this_cluster().sync();  // keep shared memory alive until rank 0 has read it
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
 // Splits along k, from the weight shape alone: enough blocks for ~6 per SM, and at least 8
 // k-steps per warp in every range.
 int k_splits(int64_t tiles, int64_t n_steps, int max_splits) {
   int splits = 1;
-  while (splits < max_splits && tiles * splits < 6 * sm_count() &&
+  while (splits < max_splits && tiles * splits < 6 * cuda::sm_count() &&
          n_steps / (2 * splits) >= 8 * kWarps) {
     splits *= 2;
   }
@@ -222,7 +203,8 @@ void launch_tiles(const LinearShape& s, cudaStream_t stream) {
   // best with register prefetch (2 k-steps per warp); few-tile shapes (down_proj, out_proj: fewer
   // than 4 blocks per SM) with the bulk-copy kernel and a k-split cluster.
   const int64_t tiles = (s.out_f + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (tiles < 4 * sm_count()) return linear_skinny_stream(s, sizeof(TOut) == 4, kMaxSplits, stream);
+  if (tiles < 4 * cuda::sm_count())
+    return linear_skinny_stream(s, sizeof(TOut) == 4, kMaxSplits, stream);
   launch_cfg<kNTiles, 2, TOut>(s, 1, stream);
 }
 

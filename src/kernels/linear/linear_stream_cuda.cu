@@ -60,15 +60,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 template <int kNTiles>
 struct Sums {
   float v[kNTiles][4][32];
@@ -212,23 +203,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (splits > 1) cg::this_cluster().sync();  // keep shared memory alive until rank 0 has read it
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
 template <int kNTiles, typename TOut>
 void launch(const LinearShape& s, int max_splits, cudaStream_t stream) {
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const int64_t n_chunks = (s.in + kChunkK - 1) / kChunkK;
   // From the weight shape alone: ~4 blocks per SM, at least 4 chunks per range.
   int splits = 1;
-  while (splits < min(max_splits, kMaxSplits) && tiles * splits < 4 * sm_count() &&
+  while (splits < min(max_splits, kMaxSplits) && tiles * splits < 4 * cuda::sm_count() &&
          n_chunks / (2 * splits) >= 4) {
     splits *= 2;
   }
