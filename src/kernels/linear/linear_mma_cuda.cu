@@ -13,10 +13,7 @@
 // Each token is its own B column, computed by the same instruction sequence whatever n_tokens is
 // (row invariance, tested bitwise). Within a 32-wide k-step lane (g, t) loads 8 consecutive k of
 // rows g, g+8 and of token g with one 16-byte load each; the mma's k index is a permutation of the
-// true k, identical for A and B. The k-split cluster path here (splits > 1) is kept for the
-// benchmark's variants: rank 0 adds the range sums from the other blocks' shared memory in order.
-#include <cooperative_groups.h>
-
+// true k, identical for A and B.
 #include <iterator>
 
 #include "kernels/cuda_common.cuh"
@@ -26,33 +23,23 @@ namespace tandem::kernels {
 
 namespace {
 
-namespace cg = cooperative_groups;
-
 constexpr int kWarps = 4;
 constexpr int kRowsPerBlock = 16;
 constexpr int kStepK = 32;
-constexpr int kMaxSplits = 8;  // portable cluster size
+constexpr int kStreamMaxSplits = 8;  // k-split cap handed to the bulk-copy kernel
 
 __device__ __forceinline__ uint4 ldg16(const __nv_bfloat16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-template <int kNTiles>
-struct BlockSums {
-  float v[kNTiles][4][32];
-};
-
 template <int kNTiles, int kDepth, typename TOut>
 __global__ void __launch_bounds__(kWarps * 32)
     linear_mma_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride,
                       const __nv_bfloat16* __restrict__ w, int64_t in, int64_t out_f,
-                      TOut* __restrict__ out, int64_t out_stride, int n_tokens,
-                      int64_t steps_per_split) {
+                      TOut* __restrict__ out, int64_t out_stride, int n_tokens) {
   __shared__ float part[kWarps][kNTiles][4][32];
-  __shared__ BlockSums<kNTiles> sums;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int splits = static_cast<int>(gridDim.y), split = static_cast<int>(blockIdx.y);
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
   const int64_t ra = min(row0 + g, out_f - 1), rb = min(row0 + g + 8, out_f - 1);  // clamped
   const __nv_bfloat16* wa = w + ra * in;
@@ -64,10 +51,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < 4; ++i) c[j][i] = 0.f;
   }
   const int64_t n_steps = (in + kStepK - 1) / kStepK;
-  const int64_t range_begin = split * steps_per_split;
-  const int64_t range_end = min(n_steps, range_begin + steps_per_split);
-  // This warp's k-steps: begin, begin + kWarps, ... below end.
-  const int64_t begin = range_begin + warp, end = range_end, stride = kWarps;
+  // This warp's k-steps: warp, warp + kWarps, ... below n_steps.
+  const int64_t begin = warp, end = n_steps, stride = kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   auto fetch = [&](uint4& da, uint4& db, int64_t step) {
     const int64_t k = step * kStepK + 8 * t;
@@ -102,93 +87,36 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < 4; ++i) part[warp][j][i][lane] = c[j][i];
   }
   __syncthreads();
-  if (warp == 0) {
+  if (warp != 0) return;
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
+  for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sums.v[j][i][lane] = (part[0][j][i][lane] + part[1][j][i][lane]) +
-                             (part[2][j][i][lane] + part[3][j][i][lane]);
-      }
+    for (int i = 0; i < 4; ++i) {
+      const float v =
+          (part[0][j][i][lane] + part[1][j][i][lane]) + (part[2][j][i][lane] + part[3][j][i][lane]);
+      const int64_t row = row0 + g + (i >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: row g + 8
+      const int tok = j * 8 + 2 * t + (i & 1);          // c0,c2: column 2t; c1,c3: 2t + 1
+      if (row < out_f && tok < n_tokens) out[tok * out_stride + row] = cuda::from_float<TOut>(v);
     }
   }
-  const BlockSums<kNTiles>* ranks[kMaxSplits];
-  if (splits > 1) {
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every range sum of this tile is in its block's shared memory
-    if (split == 0 && warp == 0) {
-      for (int r = 0; r < splits; ++r) ranks[r] = cluster.map_shared_rank(&sums, r);
-    }
-  } else if (warp == 0) {
-    ranks[0] = &sums;
-  }
-  if (split == 0 && warp == 0) {
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float v = ranks[0]->v[j][i][lane];
-        for (int r = 1; r < splits; ++r) v += ranks[r]->v[j][i][lane];
-        const int64_t row = row0 + g + (i >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: row g + 8
-        const int tok = j * 8 + 2 * t + (i & 1);          // c0,c2: column 2t; c1,c3: 2t + 1
-        if (row < out_f && tok < n_tokens) out[tok * out_stride + row] = cuda::from_float<TOut>(v);
-      }
-    }
-  }
-  if (splits > 1) cg::this_cluster().sync();  // keep shared memory alive until rank 0 has read it
 }
 
-// Splits along k, from the weight shape alone: enough blocks for ~6 per SM, and at least 8
-// k-steps per warp in every range.
-int k_splits(int64_t tiles, int64_t n_steps, int max_splits) {
-  int splits = 1;
-  while (splits < max_splits && tiles * splits < 6 * cuda::sm_count() &&
-         n_steps / (2 * splits) >= 8 * kWarps) {
-    splits *= 2;
-  }
-  return splits;
-}
-
-// Exploration knob for bench/kernel_bench (linear_skinny_set_variant): 0 is production; 1-5 pin
-// one kernel (mma prefetch depth and k-split cap, or the bulk-copy kernel and its k-split cap).
+// Exploration knob for bench/kernel_bench (linear_skinny_set_variant): 0 is production; 1-4 pin
+// one kernel (this one at a register prefetch depth, or the bulk-copy kernel at a k-split cap).
 struct Variant {
-  int depth;  // 0: bulk-copy kernel (linear_stream_cuda.cu)
-  int max_splits;
+  int depth;       // 0: bulk-copy kernel (linear_stream_cuda.cu)
+  int max_splits;  // bulk-copy kernel only
 };
-constexpr Variant kVariants[] = {{0, 0}, {2, 1}, {4, 1}, {2, 8}, {0, 1}, {0, 8}};
+constexpr Variant kVariants[] = {{0, 0}, {2, 1}, {4, 1}, {0, 1}, {0, 8}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
-void launch_cfg(const LinearShape& s, int max_splits, cudaStream_t stream) {
-  const int64_t tiles = (s.out_f + kRowsPerBlock - 1) / kRowsPerBlock;
-  const int64_t n_steps = (s.in + kStepK - 1) / kStepK;
-  const int splits = k_splits(tiles, n_steps, max_splits);
-  const int64_t steps_per_split = (n_steps + splits - 1) / splits;
-  const auto kernel = linear_mma_kernel<kNTiles, kDepth, TOut>;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), 1);
-  const auto* x = static_cast<const __nv_bfloat16*>(s.x);
-  const auto* w = static_cast<const __nv_bfloat16*>(s.w);
-  auto* out = static_cast<TOut*>(s.out);
-  const int n = static_cast<int>(s.n);
-  if (splits == 1) {
-    kernel<<<grid, kWarps * 32, 0, stream>>>(x, s.x_stride, w, s.in, s.out_f, out, s.out_stride, n,
-                                             steps_per_split);
-    cuda::check_launch("linear_mma_kernel");
-    return;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kWarps * 32, 1, 1);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, s.x_stride, w, s.in, s.out_f, out,
-                                       s.out_stride, n, steps_per_split));
+void launch_mma(const LinearShape& s, cudaStream_t stream) {
+  const unsigned grid = cuda::ceil_div(s.out_f, kRowsPerBlock);
+  linear_mma_kernel<kNTiles, kDepth, TOut><<<grid, kWarps * 32, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(s.x), s.x_stride, static_cast<const __nv_bfloat16*>(s.w),
+      s.in, s.out_f, static_cast<TOut*>(s.out), s.out_stride, static_cast<int>(s.n));
+  cuda::check_launch("linear_mma_kernel");
 }
 
 template <int kNTiles, typename TOut>
@@ -196,16 +124,17 @@ void launch_tiles(const LinearShape& s, cudaStream_t stream) {
   const Variant v = kVariants[g_variant];
   if (g_variant != 0) {
     if (v.depth == 0) return linear_skinny_stream(s, sizeof(TOut) == 4, v.max_splits, stream);
-    if (v.depth == 4) return launch_cfg<kNTiles, 4, TOut>(s, v.max_splits, stream);
-    return launch_cfg<kNTiles, 2, TOut>(s, v.max_splits, stream);
+    if (v.depth == 4) return launch_mma<kNTiles, 4, TOut>(s, stream);
+    return launch_mma<kNTiles, 2, TOut>(s, stream);
   }
   // Production, from kernel_bench on the H200 (docs/cuda.md): shapes with many 16-row tiles stream
   // best with register prefetch (2 k-steps per warp); few-tile shapes (down_proj, out_proj: fewer
   // than 4 blocks per SM) with the bulk-copy kernel and a k-split cluster.
   const int64_t tiles = (s.out_f + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (tiles < 4 * cuda::sm_count())
-    return linear_skinny_stream(s, sizeof(TOut) == 4, kMaxSplits, stream);
-  launch_cfg<kNTiles, 2, TOut>(s, 1, stream);
+  if (tiles < 4 * cuda::sm_count()) {
+    return linear_skinny_stream(s, sizeof(TOut) == 4, kStreamMaxSplits, stream);
+  }
+  launch_mma<kNTiles, 2, TOut>(s, stream);
 }
 
 template <typename TOut>
