@@ -117,24 +117,36 @@ fi
 
 # 7. End to end: a k=8 zero-accept oracle generation under memcheck, then `tandem bench` on the
 # Qwen3.5-27B and 0.8B shapes (synthetic weights) and on the shipped model (real MTP weights).
-if (( e2e )); then
+# E2E_ONLY=name,name (memcheck_gen, qwen35-27b, qwen35-0.8b, tandem-tiny, qwen35-27b-prefill)
+# runs only those parts; E2E_CONTEXT overrides the decode benches' context list.
+e2e_wanted() { [[ -z ${E2E_ONLY:-} || ,$E2E_ONLY, == *,$1,* ]]; }
+ctxs=${E2E_CONTEXT:-1024,8192,32768}
+if (( e2e )) && e2e_wanted memcheck_gen; then
   timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tandem" generate --device cuda \
     --model tests/fixtures/models/small --prompt-ids 1,2,3,4,5 --max-tokens 24 --ignore-eos \
     --speculative oracle --oracle-pattern none --num-speculative-tokens 8 > "$OUT/memcheck_generate.log" 2>&1
   rc=$?
   row memcheck_gen "$([[ $rc == 0 ]] && echo clean || echo FAIL)" \
     "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck_generate.log" | tail -1) rc=$rc ($(stamp))"
+fi
+if (( e2e )); then
   E=/tmp/e2e && mkdir -p $E
   bench_run() {  # name, timeout, args...
     local name=$1 limit=$2; shift 2
+    e2e_wanted "${name%-ab}" || return 0
     echo "== tandem bench $name: $*" >> "$OUT/bench_e2e.log"
     timeout "$limit" "$B/tandem" bench --device cuda --commit "${COMMIT:-unknown}" --json "$E/$name.json" "$@" \
       >> "$OUT/bench_e2e.log" 2>&1
     row "bench $name" "$([[ $? == 0 ]] && echo ok || echo FAIL)" "($(stamp))"
   }
-  bench_run qwen35-27b 240 --synthetic configs/qwen3.5-27b.json --context 1024,8192,32768 --num-speculative-tokens 3 --steps 24
-  bench_run qwen35-0.8b 120 --synthetic configs/qwen3.5-0.8b.json --context 1024,8192,32768 --num-speculative-tokens 3 --steps 24
-  bench_run tandem-tiny 120 --model models/tandem-tiny-qwen35 --context 1024,8192,32768 --num-speculative-tokens 3 --steps 24
+  bench_run qwen35-27b 240 --synthetic configs/qwen3.5-27b.json --context $ctxs --num-speculative-tokens 3 --steps 24
+  if [[ -n ${E2E_AB:-} ]]; then  # E2E_AB="VAR=value": the 27B bench again with that setting
+    export "${E2E_AB?}"
+    bench_run qwen35-27b-ab 240 --synthetic configs/qwen3.5-27b.json --context $ctxs --num-speculative-tokens 3 --steps 24
+    unset "${E2E_AB%%=*}"
+  fi
+  bench_run qwen35-0.8b 120 --synthetic configs/qwen3.5-0.8b.json --context $ctxs --num-speculative-tokens 3 --steps 24
+  bench_run tandem-tiny 120 --model models/tandem-tiny-qwen35 --context $ctxs --num-speculative-tokens 3 --steps 24
   bench_run qwen35-27b-prefill 150 --synthetic configs/qwen3.5-27b.json --context 1024 --num-speculative-tokens 1 \
     --steps 4 --speculative none --prefill-tokens 8192
   python3 -c "import json,glob,sys; json.dump({p.split('/')[-1][:-5]: json.load(open(p)) for p in sorted(glob.glob('$E/*.json'))}, open('$OUT/bench_e2e.json','w'), indent=1)"

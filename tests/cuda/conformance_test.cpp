@@ -122,7 +122,8 @@ TEST(CudaConformance, Linear) {
   };
   const std::vector<int64_t> ns = {1, 2, 3, 4, 8, 9, 16, 17, 19, 65, 111, 300};
   for (const Shape3 s :
-       {Shape3{64, 37}, Shape3{1003, 129}, Shape3{5120, 1000}, Shape3{2048, 2048}}) {
+       {Shape3{64, 37}, Shape3{1003, 129}, Shape3{5120, 1000}, Shape3{2048, 2048},
+        Shape3{4104, 100}}) {  // 4104 -> 100: a k-split of 8 uneven ranges (decode kernel)
     Mirror w = random_mirror({s.out, s.in}, rng, DType::kBF16, 0.01f, 0.1f);
     for (int64_t n : ns) {
       for (DType out_dt : {DType::kBF16, DType::kF32}) {

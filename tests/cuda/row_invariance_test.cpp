@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <utility>
 
 #include "cuda_test_util.h"
 #include "kernels/attention/attention.h"
@@ -38,8 +39,9 @@ TEST(CudaRowInvariance, Linear) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(21);
-  for (int64_t in : {1003, 5120}) {
-    const int64_t out_f = 1000;
+  // 4104 -> 100 runs the decode kernel with a k-split of 8 uneven ranges.
+  for (const auto& [in, out_f] :
+       {std::pair<int64_t, int64_t>{1003, 1000}, {5120, 1000}, {4104, 100}}) {
     Mirror w = random_mirror({out_f, in}, rng, DType::kBF16, 0.01f, 0.1f);
     for (int64_t n : {2, 9, 16}) {
       for (DType dt : {DType::kBF16, DType::kF32}) {

@@ -17,6 +17,7 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
 }
 
 __global__ void argmax_kernel(const float* logits, int64_t stride, int64_t vocab, int32_t* out) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   __shared__ float sv[kThreads / 32];
   __shared__ int si[kThreads / 32];
   const float* l = logits + blockIdx.x * stride;
@@ -65,8 +66,8 @@ void argmax_cuda(const ArgmaxArgs& a, const ExecContext& ctx) {
   TANDEM_CHECK(a.out.numel() >= n && vocab < INT_MAX, "argmax_cuda: out {} for logits {}",
                a.out.describe(), a.logits.describe());
   if (n == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(n), kThreads, 0, cuda::stream_of(ctx)>>>(
-      a.logits.data<const float>(), a.logits.stride(0), vocab, a.out.data<int32_t>());
+  cuda::launch_pdl(argmax_kernel, static_cast<unsigned>(n), kThreads, 0, cuda::stream_of(ctx),
+                   a.logits.data<const float>(), a.logits.stride(0), vocab, a.out.data<int32_t>());
   cuda::check_launch("argmax_kernel");
 }
 

@@ -25,6 +25,7 @@ constexpr int64_t kFallbackWorkspaceBytes = int64_t{256} << 20;
 // outputs of different splits are independent loads, so they stream instead of chaining.
 template <int kD>
 __global__ void __launch_bounds__(kD) attention_merge_kernel(AttnParams p) {
+  cuda::pdl_begin();                  // launched with launch_pdl: wait for the predecessor first
   extern __shared__ float merge_s[];  // [max_splits] maxima, [max_splits] sums, [1] 1/L
   const int64_t row = blockIdx.x, t = row / p.hq, h = row % p.hq;
   const int e = threadIdx.x;
@@ -68,7 +69,7 @@ void launch(const AttnParams& p, cudaStream_t s) {
   auto* merge = attention_merge_kernel<kD>;
   TANDEM_CHECK(merge_smem <= 48 * 1024, "attention_cuda: {} splits exceed the merge kernel's limit",
                p.max_splits);
-  merge<<<static_cast<unsigned>(p.nq * p.hq), kD, merge_smem, s>>>(p);
+  cuda::launch_pdl(merge, static_cast<unsigned>(p.nq * p.hq), kD, merge_smem, s, p);
   cuda::check_launch("attention_merge_kernel");
 }
 

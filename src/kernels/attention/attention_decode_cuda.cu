@@ -255,6 +255,7 @@ struct TileSmem {
 template <int kD, int kMT>
 __global__ void __cluster_dims__(kTiles, 1, 1) __launch_bounds__(kThreads)
     attention_tile_kernel(AttnParams p) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   using T = Tile<kD, kMT>;
   using L = TileSmem<kD, kMT>;
   constexpr int kRows = T::kRows, kNT = T::kNT;
@@ -368,6 +369,7 @@ struct RingSmem {
 template <int kD, int kMT>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     attention_ring_kernel(AttnParams p) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   using T = Tile<kD, kMT>;
   using L = RingSmem<kD, kMT>;
   constexpr int kRows = T::kRows, kNT = T::kNT, kS = L::kStages;
@@ -502,10 +504,10 @@ void launch(const AttnParams& p, cudaStream_t s) {
   cuda::check(ring_ok, "cudaFuncSetAttribute(attention_ring_kernel)");
   cuda::check(tile_ok, "cudaFuncSetAttribute(attention_tile_kernel)");
   // Both are launched; each returns at once unless kv_len (on the device) is in its range.
-  ring<<<dim3(p.max_splits * 2, p.hkv, row_blocks), kThreads, ring_smem, s>>>(p);
+  cuda::launch_pdl(ring, dim3(p.max_splits * 2, p.hkv, row_blocks), kThreads, ring_smem, s, p);
   cuda::check_launch("attention_ring_kernel");
   const int tile_splits = std::min(p.max_splits, kRingMinKv / kGranule);
-  tile<<<dim3(tile_splits * kTiles, p.hkv, row_blocks), kThreads, tile_smem, s>>>(p);
+  cuda::launch_pdl(tile, dim3(tile_splits * kTiles, p.hkv, row_blocks), kThreads, tile_smem, s, p);
   cuda::check_launch("attention_tile_kernel");
 }
 

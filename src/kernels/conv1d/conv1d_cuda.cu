@@ -39,6 +39,7 @@ __device__ __forceinline__ float seq_at(const ConvParams& p, int64_t c, int64_t 
 }
 
 __global__ void conv1d_out_kernel(ConvParams p) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= p.channels) return;
   const int64_t o = window_offset(p);
@@ -57,6 +58,7 @@ __global__ void conv1d_out_kernel(ConvParams p) {
 }
 
 __global__ void conv1d_history_kernel(ConvParams p, bool spec) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= p.channels) return;
   const int64_t o = window_offset(p), wlen = p.kernel - 1;
@@ -104,10 +106,10 @@ void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
   p.out_stride = a.out.stride(0);
   const cudaStream_t s = cuda::stream_of(ctx);
   const dim3 grid(cuda::ceil_div(p.channels, kThreads), cuda::ceil_div(p.n_tokens, kTokenChunk));
-  conv1d_out_kernel<<<grid, kThreads, 0, s>>>(p);
+  cuda::launch_pdl(conv1d_out_kernel, grid, kThreads, 0, s, p);
   cuda::check_launch("conv1d_out_kernel");
-  conv1d_history_kernel<<<cuda::ceil_div(p.channels, kThreads), kThreads, 0, s>>>(
-      p, a.mode == ConvHistoryMode::kSpec);
+  cuda::launch_pdl(conv1d_history_kernel, cuda::ceil_div(p.channels, kThreads), kThreads, 0, s, p,
+                   a.mode == ConvHistoryMode::kSpec);
   cuda::check_launch("conv1d_history_kernel");
 }
 

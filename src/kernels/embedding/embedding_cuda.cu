@@ -10,6 +10,7 @@ namespace {
 
 __global__ void embedding_kernel(const int32_t* ids, cuda::AnyFloatPtr table, int64_t vocab,
                                  int64_t hidden, __nv_bfloat16* out, int64_t out_stride) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   const bool valid = id >= 0 && id < vocab;
@@ -31,9 +32,9 @@ void embedding_cuda(const EmbeddingArgs& a, const ExecContext& ctx) {
                a.ids.describe(), a.table.describe());
   const cuda::AnyFloatPtr table = cuda::any_float(a.table, "embedding", "table");
   if (n == 0) return;
-  embedding_kernel<<<static_cast<unsigned>(n), 256, 0, cuda::stream_of(ctx)>>>(
-      a.ids.data<const int32_t>(), table, vocab, hidden, a.out.data<__nv_bfloat16>(),
-      a.out.stride(0));
+  cuda::launch_pdl(embedding_kernel, static_cast<unsigned>(n), 256, 0, cuda::stream_of(ctx),
+                   a.ids.data<const int32_t>(), table, vocab, hidden, a.out.data<__nv_bfloat16>(),
+                   a.out.stride(0));
   cuda::check_launch("embedding_kernel");
 }
 

@@ -29,6 +29,7 @@ namespace {
 
 template <int kDk>
 __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   constexpr int kRowsPerThread = kDk / kParts;
   __shared__ float qn[kDk], kn[kDk];
   __shared__ float partial[2][kWarps];
@@ -178,11 +179,11 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   const cudaStream_t s = cuda::stream_of(ctx);
   if (a.mode == GdrMode::kChunked && gdr_chunked_launch(p, dk, a.chunk_size, s)) return;
   const dim3 grid(cuda::ceil_div(p.dv, kCols), static_cast<unsigned>(p.hv_n));
-  if (dk == 16) gdr_recurrent_kernel<16><<<grid, kThreads, 0, s>>>(p);
-  if (dk == 32) gdr_recurrent_kernel<32><<<grid, kThreads, 0, s>>>(p);
-  if (dk == 64) gdr_recurrent_kernel<64><<<grid, kThreads, 0, s>>>(p);
-  if (dk == 128) gdr_recurrent_kernel<128><<<grid, kThreads, 0, s>>>(p);
-  if (dk == 256) gdr_recurrent_kernel<256><<<grid, kThreads, 0, s>>>(p);
+  if (dk == 16) cuda::launch_pdl(gdr_recurrent_kernel<16>, grid, kThreads, 0, s, p);
+  if (dk == 32) cuda::launch_pdl(gdr_recurrent_kernel<32>, grid, kThreads, 0, s, p);
+  if (dk == 64) cuda::launch_pdl(gdr_recurrent_kernel<64>, grid, kThreads, 0, s, p);
+  if (dk == 128) cuda::launch_pdl(gdr_recurrent_kernel<128>, grid, kThreads, 0, s, p);
+  if (dk == 256) cuda::launch_pdl(gdr_recurrent_kernel<256>, grid, kThreads, 0, s, p);
   cuda::check_launch("gdr_recurrent_kernel");
 }
 

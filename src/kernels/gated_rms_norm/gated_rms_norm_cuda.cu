@@ -13,6 +13,7 @@ __global__ void gated_rms_norm_kernel(const TO* o, int64_t o_s0, int64_t o_s1,
                                       const __nv_bfloat16* z, int64_t z_s0, int64_t z_s1,
                                       cuda::AnyFloatPtr w, __nv_bfloat16* out, int64_t out_s0,
                                       int64_t out_s1, int64_t heads, int64_t dv, float eps) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x / heads, h = blockIdx.x % heads;
   const TO* op = o + t * o_s0 + h * o_s1;
@@ -52,14 +53,15 @@ void gated_rms_norm_cuda(const GatedRmsNormArgs& a, const ExecContext& ctx) {
   const auto* z = a.z.data<const __nv_bfloat16>();
   auto* out = a.out.data<__nv_bfloat16>();
   if (a.o.dtype() == DType::kF32) {
-    gated_rms_norm_kernel<float><<<blocks, 128, 0, s>>>(
-        a.o.data<const float>(), a.o.stride(0), a.o.stride(1), z, a.z.stride(0), a.z.stride(1), w,
-        out, a.out.stride(0), a.out.stride(1), heads, dv, a.eps);
+    cuda::launch_pdl(gated_rms_norm_kernel<float>, blocks, 128, 0, s, a.o.data<const float>(),
+                     a.o.stride(0), a.o.stride(1), z, a.z.stride(0), a.z.stride(1), w, out,
+                     a.out.stride(0), a.out.stride(1), heads, dv, a.eps);
   } else {
     cuda::expect_cuda_dtype(a.o, DType::kBF16, "gated_rms_norm", "o");
-    gated_rms_norm_kernel<__nv_bfloat16><<<blocks, 128, 0, s>>>(
-        a.o.data<const __nv_bfloat16>(), a.o.stride(0), a.o.stride(1), z, a.z.stride(0),
-        a.z.stride(1), w, out, a.out.stride(0), a.out.stride(1), heads, dv, a.eps);
+    cuda::launch_pdl(gated_rms_norm_kernel<__nv_bfloat16>, blocks, 128, 0, s,
+                     a.o.data<const __nv_bfloat16>(), a.o.stride(0), a.o.stride(1), z,
+                     a.z.stride(0), a.z.stride(1), w, out, a.out.stride(0), a.out.stride(1), heads,
+                     dv, a.eps);
   }
   cuda::check_launch("gated_rms_norm_kernel");
 }

@@ -13,6 +13,7 @@ __global__ void kv_cache_write_kernel(const __nv_bfloat16* k, int64_t k_s0, int6
                                       const int32_t* positions, const int32_t* table,
                                       int64_t max_blocks, int64_t block_size, int64_t heads,
                                       int64_t d, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t t = blockIdx.x / heads, h = blockIdx.x % heads;
   const int64_t pos = positions[t];
   if (pos < 0 || pos / block_size >= max_blocks) return;
@@ -44,11 +45,12 @@ void kv_cache_write_cuda(const KvCacheWriteArgs& a, const ExecContext& ctx) {
                "kv_cache_write_cuda: k {} v {} k_cache {} v_cache {} do not agree", a.k.describe(),
                a.v.describe(), a.k_cache.describe(), a.v_cache.describe());
   if (n * heads == 0) return;
-  kv_cache_write_kernel<<<static_cast<unsigned>(n * heads), 128, 0, cuda::stream_of(ctx)>>>(
-      a.k.data<const __nv_bfloat16>(), a.k.stride(0), a.k.stride(1),
-      a.v.data<const __nv_bfloat16>(), a.v.stride(0), a.v.stride(1),
-      a.positions.data<const int32_t>(), a.block_table.data<const int32_t>(), a.block_table.dim(0),
-      a.k_cache.dim(1), heads, d, a.k_cache.data<__nv_bfloat16>(), a.v_cache.data<__nv_bfloat16>());
+  cuda::launch_pdl(kv_cache_write_kernel, static_cast<unsigned>(n * heads), 128, 0,
+                   cuda::stream_of(ctx), a.k.data<const __nv_bfloat16>(), a.k.stride(0),
+                   a.k.stride(1), a.v.data<const __nv_bfloat16>(), a.v.stride(0), a.v.stride(1),
+                   a.positions.data<const int32_t>(), a.block_table.data<const int32_t>(),
+                   a.block_table.dim(0), a.k_cache.dim(1), heads, d,
+                   a.k_cache.data<__nv_bfloat16>(), a.v_cache.data<__nv_bfloat16>());
   cuda::check_launch("kv_cache_write_kernel");
 }
 

@@ -107,7 +107,11 @@ struct Variant {
   int depth;       // 0: bulk-copy kernel (linear_stream_cuda.cu)
   int max_splits;  // bulk-copy kernel only
 };
-constexpr Variant kVariants[] = {{0, 0}, {2, 1}, {4, 1}, {0, 1}, {0, 8}};
+// 0 production (persistent), 1-2 this kernel, 3-4 the bulk-copy kernel, 5 the previous rule
+// (this kernel for many tiles, the bulk-copy kernel with k-split 8 for few).
+// 6-8 the persistent kernel's alternative configurations 1-3.
+constexpr Variant kVariants[] = {{0, 0},  {2, 1},  {4, 1},  {0, 1}, {0, 8},
+                                 {-1, 0}, {-2, 1}, {-2, 2}, {-2, 3}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -122,14 +126,16 @@ void launch_mma(const LinearShape& s, cudaStream_t stream) {
 template <int kNTiles, typename TOut>
 void launch_tiles(const LinearShape& s, cudaStream_t stream) {
   const Variant v = kVariants[g_variant];
-  if (g_variant != 0) {
+  if (g_variant == 0) return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
+  if (v.depth == -2) return linear_skinny_persistent(s, sizeof(TOut) == 4, v.max_splits, stream);
+  if (v.depth >= 0) {
     if (v.depth == 0) return linear_skinny_stream(s, sizeof(TOut) == 4, v.max_splits, stream);
     if (v.depth == 4) return launch_mma<kNTiles, 4, TOut>(s, stream);
     return launch_mma<kNTiles, 2, TOut>(s, stream);
   }
-  // Production, from kernel_bench on the H200 (docs/cuda.md): shapes with many 16-row tiles stream
-  // best with register prefetch (2 k-steps per warp); few-tile shapes (down_proj, out_proj: fewer
-  // than 4 blocks per SM) with the bulk-copy kernel and a k-split cluster.
+  // Variant 5, the previous production rule: shapes with many 16-row tiles with register prefetch
+  // (2 k-steps per warp); few-tile shapes (down_proj, out_proj) with the bulk-copy kernel and a
+  // k-split cluster.
   const int64_t tiles = (s.out_f + kRowsPerBlock - 1) / kRowsPerBlock;
   if (tiles < 4 * cuda::sm_count()) {
     return linear_skinny_stream(s, sizeof(TOut) == 4, kStreamMaxSplits, stream);

@@ -28,6 +28,7 @@ RowView row_view(const Tensor& t) {
 __global__ void rms_norm_kernel(RowView x, RowView out, RowView res, bool fused,
                                 cuda::AnyFloatPtr w, int64_t n_heads, int64_t dim, float eps,
                                 bool zero_centred) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const __nv_bfloat16* xs = x.at(r, h);
@@ -61,6 +62,7 @@ __device__ __forceinline__ float weight_at(W w, int64_t i, bool zero_centred) {
 __global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fused,
                                     cuda::AnyFloatPtr w, int64_t n_heads, int64_t dim, float eps,
                                     bool zero_centred) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const __nv_bfloat16* xs = x.at(r, h);
@@ -142,16 +144,18 @@ void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
     // A function of dim only (row invariance): enough warps for kVecChunks chunks per thread.
     const int64_t per_pass = 8 * kVecChunks;
     const int threads = static_cast<int>(32 * cuda::ceil_div((dim + per_pass - 1) / per_pass, 32));
-    rms_norm_vec_kernel<<<static_cast<unsigned>(rows * heads), threads, 0, cuda::stream_of(ctx)>>>(
-        row_view(a.x), row_view(a.out), fused ? row_view(a.residual) : row_view(a.x), fused, w,
-        heads, dim, a.eps, a.zero_centred);
+    cuda::launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(rows * heads), threads, 0,
+                     cuda::stream_of(ctx), row_view(a.x), row_view(a.out),
+                     fused ? row_view(a.residual) : row_view(a.x), fused, w, heads, dim, a.eps,
+                     a.zero_centred);
     cuda::check_launch("rms_norm_vec_kernel");
     return;
   }
   const int threads = dim >= 1024 ? 256 : 128;  // a function of dim only (row invariance)
-  rms_norm_kernel<<<static_cast<unsigned>(rows * heads), threads, 0, cuda::stream_of(ctx)>>>(
-      row_view(a.x), row_view(a.out), fused ? row_view(a.residual) : row_view(a.x), fused, w, heads,
-      dim, a.eps, a.zero_centred);
+  cuda::launch_pdl(rms_norm_kernel, static_cast<unsigned>(rows * heads), threads, 0,
+                   cuda::stream_of(ctx), row_view(a.x), row_view(a.out),
+                   fused ? row_view(a.residual) : row_view(a.x), fused, w, heads, dim, a.eps,
+                   a.zero_centred);
   cuda::check_launch("rms_norm_kernel");
 }
 

@@ -10,6 +10,7 @@ namespace {
 
 __global__ void rope_kernel(__nv_bfloat16* x, int64_t s0, int64_t s1, int64_t heads,
                             const int32_t* positions, int half, float theta) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t t = blockIdx.x / heads, h = blockIdx.x % heads;
   __nv_bfloat16* p = x + t * s0 + h * s1;
   const float pos = static_cast<float>(positions[t]);
@@ -36,9 +37,9 @@ void rope_cuda(const RopeArgs& a, const ExecContext& ctx) {
   TANDEM_CHECK(a.positions.numel() >= n, "rope_cuda: positions {} for {} tokens",
                a.positions.describe(), n);
   if (n * heads == 0 || a.rotary_dim == 0) return;
-  rope_kernel<<<static_cast<unsigned>(n * heads), 64, 0, cuda::stream_of(ctx)>>>(
-      a.x.data<__nv_bfloat16>(), a.x.stride(0), a.x.stride(1), heads,
-      a.positions.data<const int32_t>(), a.rotary_dim / 2, a.theta);
+  cuda::launch_pdl(rope_kernel, static_cast<unsigned>(n * heads), 64, 0, cuda::stream_of(ctx),
+                   a.x.data<__nv_bfloat16>(), a.x.stride(0), a.x.stride(1), heads,
+                   a.positions.data<const int32_t>(), a.rotary_dim / 2, a.theta);
   cuda::check_launch("rope_kernel");
 }
 

@@ -10,6 +10,7 @@ namespace {
 __global__ void swiglu_kernel(const __nv_bfloat16* gate, int64_t gate_stride,
                               const __nv_bfloat16* up, int64_t up_stride, __nv_bfloat16* out,
                               int64_t out_stride, int64_t inter) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t t = blockIdx.y;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= inter) return;
@@ -33,9 +34,10 @@ void swiglu_cuda(const SwigluArgs& a, const ExecContext& ctx) {
                a.out.describe());
   if (n == 0 || inter == 0) return;
   const dim3 grid(cuda::ceil_div(inter, 256), static_cast<unsigned>(n));
-  swiglu_kernel<<<grid, 256, 0, cuda::stream_of(ctx)>>>(
-      a.gate.data<const __nv_bfloat16>(), a.gate.stride(0), a.up.data<const __nv_bfloat16>(),
-      a.up.stride(0), a.out.data<__nv_bfloat16>(), a.out.stride(0), inter);
+  cuda::launch_pdl(swiglu_kernel, grid, 256, 0, cuda::stream_of(ctx),
+                   a.gate.data<const __nv_bfloat16>(), a.gate.stride(0),
+                   a.up.data<const __nv_bfloat16>(), a.up.stride(0), a.out.data<__nv_bfloat16>(),
+                   a.out.stride(0), inter);
   cuda::check_launch("swiglu_kernel");
 }
 

@@ -1,0 +1,381 @@
+// Decode/verify linear (n_tokens <= 16): one persistent launch per call that streams every weight
+// tile through a shared-memory ring filled by the bulk-copy engine, so that no SM idles in a wave
+// tail and no block pays a ramp of its own.
+//
+// Work split, fixed by the weight shape and the GPU (SM count, occupancy), never by n_tokens:
+//  - the weights are 16-row tiles; each tile's k range is cut into `splits` (1, 2, 4 or 8) ranges
+//    (multiples of 8 k), one per block of a thread-block cluster; one block per SM, so the plan
+//    balances blocks (plan_for), not waves;
+//  - cluster c takes tiles c, c + clusters, ...; each block streams its range of each of its
+//    tiles as 16-row chunks of kChunkK (1024 in production: one 2 KB bulk copy per row, and one
+//    per token, since the copy engine's per-copy cost, not DRAM, limited 512-byte copies);
+//  - a producer warp keeps the ring full (it runs ahead across tiles while the consumers reduce),
+//    and starts on the weights before the previous kernel has finished (programmatic dependent
+//    launch; the tokens only after); 8 consumer warps feed mma.sync m16n8k16 (bf16 -> fp32) with
+//    the weights as the A operand and up to 16 tokens as one or two 8-column B tiles;
+//  - in a chunk, warp w takes k-steps w, w + 8, ...; the 8 warp sums are added as
+//    ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)); the ranks' range sums go to rank 0's
+//    shared memory (DSMEM) and are added in rank order. No atomics, no workspace: a token's result
+//    depends only on its inputs and the shape.
+// Within a k-step, lane (g, t) reads 8 consecutive k of rows g and g + 8 and of token g; the mma's
+// k index is a permutation of the true k, identical for A and B.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <array>
+
+#include "kernels/bulk_copy.cuh"
+#include "kernels/cuda_common.cuh"
+#include "kernels/linear/linear_cuda.cuh"
+
+namespace tandem::kernels {
+
+namespace {
+
+namespace cg = cooperative_groups;
+using cuda::mbar_wait;
+
+constexpr int kConsumerWarps = 8;                    // one k-step of each chunk per warp
+constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
+constexpr int kRows = 16;
+constexpr int kMaxSplits = 8;  // portable cluster size
+
+// A kernel configuration: B tiles (8 tokens each), k per chunk, ring slots per block.
+template <int kNTiles_, int kChunkK_, int kStages_>
+struct Cfg {
+  static constexpr int kNTiles = kNTiles_, kChunkK = kChunkK_, kStages = kStages_;
+  static constexpr int kRowPitch = kChunkK + 32;  // 2K + 64 bytes = 64 mod 128: no bank conflicts
+  static constexpr int kStepsPerWarp = kChunkK / 32 / kConsumerWarps;  // warp w: steps w, w + 8..
+  static_assert(kStepsPerWarp >= 1 && kChunkK % (32 * kConsumerWarps) == 0);
+};
+
+// One tile's sums in the mma C layout: v[j][q][lane] is row g (+8 if q >= 2), token
+// 8j + 2t + (q & 1).
+template <int kNTiles>
+struct TileSums {
+  float v[kNTiles][4][32];
+};
+
+// One ring slot: a 16-row x kChunkK weight chunk and the same k of every token (copied with it,
+// so that the consumers never wait on global memory).
+template <class C>
+struct Slot {
+  __nv_bfloat16 w[kRows][C::kRowPitch];
+  __nv_bfloat16 x[8 * C::kNTiles][C::kRowPitch];
+};
+
+template <class C>
+struct Smem {
+  Slot<C> ring[C::kStages];
+  uint64_t full[C::kStages];   // chunk landed (bulk-copy bytes)
+  uint64_t empty[C::kStages];  // every consumer warp is done with the slot
+  uint64_t ready[2];           // rank 0: the other ranks' sums of a tile (by tile parity) are in
+  uint64_t freed[2];           // rank > 0: rank 0 has read this rank's inbox slot (by parity)
+  TileSums<C::kNTiles> part[2][kConsumerWarps];  // warp sums, by tile parity
+  TileSums<C::kNTiles> inbox[2][kMaxSplits];     // rank 0: range sums by rank, by tile parity
+};
+
+struct Params {
+  const __nv_bfloat16* x;
+  const __nv_bfloat16* w;
+  void* out;
+  int64_t x_stride, out_stride, in, out_f;
+  int64_t tiles, clusters, range_k;  // range_k: k per rank (a multiple of 8)
+  int splits, n_tokens;
+};
+
+template <class C, typename TOut>
+__global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Params p) {
+  constexpr int kNTiles = C::kNTiles, kChunkK = C::kChunkK;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto& sm = *reinterpret_cast<Smem<C>*>(smem_raw);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int splits = p.splits;
+  const int rank = static_cast<int>(blockIdx.x) % splits;
+  const int64_t cluster_id = blockIdx.x / splits;
+  // This rank's k range [k_begin, k_end), streamed as chunks of kChunkK (the last one shorter).
+  const int64_t k_begin = rank * p.range_k;
+  const int64_t k_end = min(p.in, k_begin + p.range_k);
+  const int64_t count = k_end > k_begin ? (k_end - k_begin + kChunkK - 1) / kChunkK : int64_t{0};
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      cuda::mbar_init(&sm.full[s], 1);
+      cuda::mbar_init(&sm.empty[s], kConsumerWarps);
+    }
+    for (int b = 0; b < 2; ++b) {
+      cuda::mbar_init(&sm.ready[b], 32 * (splits - 1));  // every lane of warp 0 of each rank > 0
+      cuda::mbar_init(&sm.freed[b], 32);                 // every lane of rank 0's warp 0
+    }
+    cuda::fence_mbar_init();
+  }
+  if (splits > 1) {
+    cg::this_cluster().sync();  // barriers initialised everywhere before any remote arrival
+  } else {
+    __syncthreads();
+  }
+
+  if (warp == kConsumerWarps) {
+    // Producer: fill slot after slot, waiting only for the consumers to free it. Lanes 0-15 copy
+    // the weight rows (past out_f: the last row again), lanes 16.. the tokens.
+    constexpr uint32_t kSlots = C::kStages;
+    const int tok = lane - kRows;
+    const uint32_t copies = kRows + static_cast<uint32_t>(min(p.n_tokens, 8 * kNTiles));
+    auto bytes_of = [&](int64_t i) {
+      return static_cast<uint32_t>(min(int64_t{kChunkK}, k_end - (k_begin + i * kChunkK)) * 2);
+    };
+    auto issue_w = [&](int64_t tile, int64_t i, uint32_t slot) {  // expects the tokens too
+      if (lane == 0) cuda::mbar_arrive_expect_tx(&sm.full[slot], bytes_of(i) * copies);
+      __syncwarp();
+      const int64_t row = min(tile * kRows + lane, p.out_f - 1);
+      if (lane < kRows) {
+        cuda::bulk_copy(&sm.ring[slot].w[lane][0], p.w + row * p.in + k_begin + i * kChunkK,
+                        bytes_of(i), &sm.full[slot]);
+      }
+    };
+    auto issue_x = [&](int64_t i, uint32_t slot) {
+      if (lane >= kRows && tok < p.n_tokens && tok < 8 * kNTiles) {
+        cuda::bulk_copy(&sm.ring[slot].x[tok][0], p.x + tok * p.x_stride + k_begin + i * kChunkK,
+                        bytes_of(i), &sm.full[slot]);
+      }
+    };
+    // The first tile's first slots of weights go out before the previous kernel has finished
+    // (programmatic dependent launch); the tokens, its output, only after.
+    const int64_t first = cluster_id;
+    const int64_t pre = first < p.tiles ? min(count, static_cast<int64_t>(kSlots)) : 0;
+    for (int64_t i = 0; i < pre; ++i) issue_w(first, i, static_cast<uint32_t>(i));
+    cuda::pdl_begin();
+    for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
+    uint32_t it = static_cast<uint32_t>(pre);
+    for (int64_t tile = first; tile < p.tiles; tile += p.clusters) {
+      for (int64_t i = tile == first ? pre : 0; i < count; ++i, ++it) {
+        const uint32_t slot = it % kSlots, round = it / kSlots;
+        if (round > 0) mbar_wait(&sm.empty[slot], (round - 1) & 1);
+        issue_w(tile, i, slot);
+        issue_x(i, slot);
+      }
+    }
+  } else {
+    cuda::pdl_begin();  // before writing `out`, which the previous kernel may still read
+    const int g = lane >> 2, t = lane & 3;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    uint32_t it = 0, use = 0;
+    for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
+      float c[kNTiles][4];
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) c[j][q] = 0.f;
+      }
+      for (int64_t i = 0; i < count; ++i, ++it) {
+        const uint32_t slot = it % C::kStages, round = it / C::kStages;
+        mbar_wait(&sm.full[slot], round & 1);
+        const Slot<C>& src = sm.ring[slot];
+#pragma unroll
+        for (int s = 0; s < C::kStepsPerWarp; ++s) {
+          const int kl = (s * kConsumerWarps + warp) * 32 + 8 * t;  // k within the chunk
+          const bool ok = k_begin + i * kChunkK + kl < k_end;       // past the range: stale data
+          const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[g][kl]) : zero;
+          const uint4 pb = ok ? *reinterpret_cast<const uint4*>(&src.w[g + 8][kl]) : zero;
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+            const int tok = j * 8 + g;  // tokens past n_tokens are never copied: stale, unused
+            const uint4 xv =
+                ok && tok < p.n_tokens ? *reinterpret_cast<const uint4*>(&src.x[tok][kl]) : zero;
+            mma_bf16(c[j], pa.x, pb.x, pa.y, pb.y, xv.x, xv.y);
+            mma_bf16(c[j], pa.z, pb.z, pa.w, pb.w, xv.z, xv.w);
+          }
+        }
+        __syncwarp();  // every lane's reads of the slot are done (consumed by the mma)
+        if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+      }
+
+      // This block's range sum: ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)), in warp 0.
+      const uint32_t b = use & 1;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) sm.part[b][warp].v[j][q][lane] = c[j][q];
+      }
+      cuda::named_barrier(1, kConsumerWarps * 32);
+      if (warp != 0) continue;  // part[b] is rewritten two tiles on, after the next barrier
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const auto& w = sm.part[b];
+          c[j][q] = ((w[0].v[j][q][lane] + w[1].v[j][q][lane]) +
+                     (w[2].v[j][q][lane] + w[3].v[j][q][lane])) +
+                    ((w[4].v[j][q][lane] + w[5].v[j][q][lane]) +
+                     (w[6].v[j][q][lane] + w[7].v[j][q][lane]));
+        }
+      }
+      if (rank > 0) {
+        // Wait until rank 0 has read this slot two tiles ago, then post the sums and arrive.
+        if (use >= 2) cuda::mbar_wait_cluster(&sm.freed[b], ((use >> 1) - 1) & 1);
+        TileSums<kNTiles>* dst = cg::this_cluster().map_shared_rank(&sm.inbox[b][rank], 0);
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) dst->v[j][q][lane] = c[j][q];
+        }
+        cuda::mbar_arrive_cluster(&sm.ready[b], 0);
+        continue;
+      }
+      if (splits > 1) {
+        cuda::mbar_wait_cluster(&sm.ready[b], (use >> 1) & 1);
+        for (int r = 1; r < splits; ++r) {
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) c[j][q] += sm.inbox[b][r].v[j][q][lane];
+          }
+        }
+        for (int r = 1; r < splits; ++r) cuda::mbar_arrive_cluster(&sm.freed[b], r);
+      }
+      auto* out = static_cast<TOut*>(p.out);
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: g + 8
+          const int tok = j * 8 + 2 * t + (q & 1);  // c0,c2: column 2t; c1,c3: 2t + 1
+          if (row < p.out_f && tok < p.n_tokens) {
+            out[tok * p.out_stride + row] = cuda::from_float<TOut>(c[j][q]);
+          }
+        }
+      }
+    }
+  }
+  // No block leaves while another may still arrive on its barriers or write its inbox.
+  if (splits > 1) cg::this_cluster().sync();
+}
+
+// How many clusters of each size (1, 2, 4, 8 blocks) fit on the GPU at once: a property of the
+// kernel and the GPU, measured once per instantiation.
+template <class C, typename TOut>
+const std::array<int64_t, 4>& resident_clusters() {
+  static const std::array<int64_t, 4> n = [] {
+    const auto kernel = linear_persistent_kernel<C, TOut>;
+    const int smem = static_cast<int>(sizeof(Smem<C>));
+    TANDEM_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    std::array<int64_t, 4> r{};
+    int per_sm = 0;
+    TANDEM_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    r[0] = static_cast<int64_t>(per_sm) * cuda::sm_count();
+    for (int e = 1; e < 4; ++e) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(1u << e, 1, 1);
+      cfg.blockDim = dim3(kThreads, 1, 1);
+      cfg.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 1u << e;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+      r[e] = clusters;
+    }
+    return r;
+  }();
+  return n;
+}
+
+// The k-split for a weight shape: the fewest splits whose predicted time (in chunk-times of one
+// SM) is within a hair of the best. Each SM streams its share of chunk ranges; a cluster's tiles
+// are serial. Depends on the shape and the GPU only.
+struct Plan {
+  int splits;
+  int64_t clusters, range_k;
+};
+Plan plan_for(int64_t tiles, int64_t in, int64_t chunk_k, const std::array<int64_t, 4>& resident) {
+  const double sms = cuda::sm_count();
+  Plan best{1, 1, in};
+  double best_cost = 1e300;
+  for (int e = 0; e < 4; ++e) {
+    const int splits = 1 << e;
+    const int64_t range_k = ((in + splits - 1) / splits + 7) / 8 * 8;
+    if (splits > 1 && 2 * range_k < chunk_k) break;  // ranges of at least half a chunk
+    if (resident[e] < 1) continue;
+    const double per = static_cast<double>(range_k) / chunk_k;  // chunk-times per range
+    const int64_t clusters = std::min(tiles, resident[e]);
+    const double blocks_per_sm = static_cast<double>(resident[e] * splits) / sms;
+    const double sm_cost = std::ceil(static_cast<double>(tiles * splits) / sms) * per;
+    // A block streams at its share of its SM's rate (conservative when it ends up alone).
+    const double block_cost =
+        static_cast<double>((tiles + clusters - 1) / clusters) * per * std::max(blocks_per_sm, 1.0);
+    const double cost = std::max(sm_cost, block_cost);
+    if (cost < best_cost * 0.995) {
+      best_cost = cost;
+      best = {splits, clusters, range_k};
+    }
+  }
+  return best;
+}
+
+template <class C, typename TOut>
+void launch_cfg(const LinearShape& s, cudaStream_t stream) {
+  static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
+  const auto& resident = resident_clusters<C, TOut>();
+  const int64_t tiles = (s.out_f + kRows - 1) / kRows;
+  const Plan plan = plan_for(tiles, s.in, C::kChunkK, resident);
+  const Params p{static_cast<const __nv_bfloat16*>(s.x),
+                 static_cast<const __nv_bfloat16*>(s.w),
+                 s.out,
+                 s.x_stride,
+                 s.out_stride,
+                 s.in,
+                 s.out_f,
+                 tiles,
+                 plan.clusters,
+                 plan.range_k,
+                 plan.splits,
+                 static_cast<int>(s.n)};
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(plan.clusters * plan.splits), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = sizeof(Smem<C>);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(plan.splits);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see pdl_wait()
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = cuda::pdl_enabled() ? 2 : 1;
+  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_persistent_kernel<C, TOut>, p));
+}
+
+// Configurations: k per chunk and ring depth (one or two B tiles share the choice).
+template <int kNTiles, typename TOut>
+void launch(const LinearShape& s, int config, cudaStream_t stream) {
+  switch (config) {
+    case 1:
+      return launch_cfg<Cfg<kNTiles, 256, 4>, TOut>(s, stream);
+    case 2:
+      return launch_cfg<Cfg<kNTiles, 512, 3>, TOut>(s, stream);
+    case 3:
+      return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, TOut>(s, stream);
+    default:
+      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 3 : 2>, TOut>(s, stream);
+  }
+}
+
+}  // namespace
+
+void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream) {
+  if (s.n <= 8) {
+    return f32_out ? launch<1, float>(s, config, stream)
+                   : launch<1, __nv_bfloat16>(s, config, stream);
+  }
+  f32_out ? launch<2, float>(s, config, stream) : launch<2, __nv_bfloat16>(s, config, stream);
+}
+
+}  // namespace tandem::kernels
