@@ -1,6 +1,6 @@
 // Linear layer y = x W^T with fp32 accumulation, W in the PyTorch [out, in] layout.
 // Row invariance (DESIGN.md inv. 2): every output element is one dot product computed by the same
-// code in the same order whatever n_tokens is; no n_tokens-dependent algorithm or split-K.
+// code in the same order whatever n_tokens is; any k-split is fixed by the weight shape alone.
 #pragma once
 
 #include "core/exec_context.h"

@@ -1,11 +1,13 @@
-// CUDA linear y = x W^T, bf16 x and W, fp32 accumulation, bf16 or f32 out. Two paths, chosen by
-// n_tokens alone (the boundary is kSkinnyMaxTokens = 16, docs/cuda.md):
-//  - n_tokens <= 16 (decode, verify): a weight-streaming kernel. Each warp owns kRows weight rows,
-//    reads every weight element once per step with 16-byte loads and applies it to all tokens.
-//    Lane l accumulates elements k = 256 i + 8 l + j in increasing (i, j) order with fmaf, then a
-//    fixed butterfly sums the lanes: a token's result never depends on how many tokens share it.
-//  - n_tokens > 16 (prefill): linear_gemm_cuda.cu, a tensor-core tiled GEMM without split-K (rows
-//    are invariant among themselves, but not bit-equal to the skinny path).
+// CUDA linear y = x W^T, bf16 x and W, fp32 accumulation, bf16 or f32 out. Three paths, chosen by
+// n_tokens and the operands' alignment, never by anything else (docs/cuda.md):
+//  - n_tokens <= 16 with 16-byte aligned rows (decode, verify): the persistent bulk-copy kernel
+//    (linear_persistent_cuda.cu, through the dispatcher in linear_mma_cuda.cu);
+//  - n_tokens <= 16 otherwise (odd `in`, tests): this file's weight-streaming kernel. Each warp
+//    owns kRows weight rows and applies every weight element to all tokens; lane l accumulates
+//    elements k = 256 i + 8 l + j in increasing (i, j) order with fmaf, then a fixed butterfly
+//    sums the lanes: a token's result never depends on how many tokens share it;
+//  - n_tokens > 16 (prefill): cuBLAS (linear_gemm_cuda.cu); rows are invariant among themselves,
+//    but not bit-equal to the decode path.
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear.h"
 #include "kernels/linear/linear_cuda.cuh"

@@ -1,19 +1,15 @@
-// Decode/verify linear (n_tokens <= 16) on tensor cores: mma.sync m16n8k16 bf16 -> fp32 with the
-// weights as the 16-row A operand and up to 16 tokens as one or two 8-column B tiles, so that the
-// FMA rate never limits the weight stream as n_tokens grows.
+// Decode/verify linear (n_tokens <= 16): the dispatcher and the register-prefetch mma kernel.
+// Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) for every shape; the
+// kernels here and in linear_stream_cuda.cu stay as measured alternatives that kernel_bench times
+// and cross-checks (linear_skinny_set_variant, docs/cuda.md), variant 1 being its baseline.
 //
-// Which kernel runs is fixed by the weight shape and the GPU's SM count, never by n_tokens
-// (measured on the H200 with bench/kernel_bench, docs/cuda.md):
-//  - many 16-row tiles (>= 4 per SM: gate|up, GDN in_proj, q|k|v, lm_head): this file's kernel.
-//    A block of 4 warps owns 16 weight rows; warp w takes k-steps w, w+4, ... with 2 steps of
-//    weights in flight in registers (deeper prefetch measured slower) and the 4 warp partials are
-//    added as (w0 + w1) + (w2 + w3);
-//  - few tiles (down_proj, out_proj, o_proj: 320 tiles for 132 SMs): the bulk-copy kernel of
-//    linear_stream_cuda.cu with a k-split across a thread-block cluster.
-// Each token is its own B column, computed by the same instruction sequence whatever n_tokens is
-// (row invariance, tested bitwise). Within a 32-wide k-step lane (g, t) loads 8 consecutive k of
-// rows g, g+8 and of token g with one 16-byte load each; the mma's k index is a permutation of the
-// true k, identical for A and B.
+// This file's kernel: mma.sync m16n8k16 bf16 -> fp32 with the weights as the 16-row A operand and
+// up to 16 tokens as one or two 8-column B tiles. A block of 4 warps owns 16 weight rows; warp w
+// takes k-steps w, w+4, ... with 2 (or 4) steps of weights in flight in registers, and the 4 warp
+// partials are added as (w0 + w1) + (w2 + w3). Each token is its own B column, computed by the
+// same instruction sequence whatever n_tokens is. Within a 32-wide k-step lane (g, t) loads 8
+// consecutive k of rows g, g+8 and of token g with one 16-byte load each; the mma's k index is a
+// permutation of the true k, identical for A and B.
 #include <iterator>
 
 #include "kernels/cuda_common.cuh"
