@@ -358,13 +358,13 @@ template <int kNTiles, typename TOut>
 void launch(const LinearShape& s, int config, cudaStream_t stream) {
   switch (config) {
     case 1:
-      return launch_cfg<Cfg<kNTiles, 256, 4>, TOut>(s, stream);
+      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 3 : 2>, TOut>(s, stream);
     case 2:
       return launch_cfg<Cfg<kNTiles, 512, 3>, TOut>(s, stream);
     case 3:
       return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, TOut>(s, stream);
     default:
-      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 3 : 2>, TOut>(s, stream);
+      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, TOut>(s, stream);
   }
 }
 
