@@ -2,7 +2,8 @@
 // memory bound (DESIGN.md section 6): achieved TB/s = bytes that must move / median time, its
 // fraction of 4.3 TB/s, and verify(n)/decode(1) time ratios. Timing: CUDA events around each
 // launch, warm-up first, median of many repetitions, inputs rotated so L2 does not hold them.
-// Usage: kernel_bench OUT.json.  Not a model benchmark: `tandem bench` is the end-to-end one.
+// Usage: [COMMIT=sha] [KERNEL_BENCH_ONLY=groups] kernel_bench OUT.json: the JSON holds the machine,
+// commit and command with the rows. Not a model benchmark: `tandem bench` is the end-to-end one.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -10,11 +11,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "core/tensor.h"
 #include "kernels/attention/attention.h"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
@@ -299,8 +303,11 @@ void bench_linear_variants(cudaStream_t s) {
                        out.slice(0, 0, n).slice(1, 0, out_f)},
                       ctx);
         });
-        line +=
-            fmt::format(" {}x{} n{} {:.2f}", out_f, in, n, 2.0 * out_f * in / (ms * 1e-3) / 1e12);
+        const double tbs = 2.0 * out_f * in / (ms * 1e-3) / 1e12;
+        line += fmt::format(" {}x{} n{} {:.2f}", out_f, in, n, tbs);
+        rows.push_back({fmt::format("linear variant {} [{}x{}] x [{},{}]^T (back to back)", v, n,
+                                    in, out_f, in),
+                        ms, 2.0 * out_f * in, tbs, tbs / kBoundTbs, 1.0});
       }
     }
     fmt::print("{}\n", line);
@@ -341,18 +348,26 @@ int main(int argc, char** argv) {
     if (wanted("gdr")) bench_gdr(s);
     if (wanted("gdr_chunked")) bench_gdr_chunked(s);
     if (argc > 1) {
-      FILE* f = std::fopen(argv[1], "w");
-      if (f == nullptr) fail("cannot write {}", argv[1]);
-      fmt::print(f, "[\n");
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const Row& r = rows[i];
-        fmt::print(f,
-                   "  {{\"what\": \"{}\", \"ms\": {:.5f}, \"bytes\": {:.0f}, \"tb_per_s\": {:.3f}, "
-                   "\"fraction_of_4.3\": {:.3f}, \"ratio_to_n1\": {:.3f}}}{}\n",
-                   r.what, r.ms, r.bytes, r.tbs, r.frac, r.ratio, i + 1 < rows.size() ? "," : "");
+      nlohmann::json out;
+      out["machine"] = device_description(Device::kCuda);
+      const char* commit = std::getenv("COMMIT");
+      const char* only = std::getenv("KERNEL_BENCH_ONLY");
+      out["commit"] = commit != nullptr ? commit : "unknown";
+      std::string command = only != nullptr ? fmt::format("KERNEL_BENCH_ONLY={} ", only) : "";
+      for (int i = 0; i < argc; ++i) command += fmt::format("{}{}", i ? " " : "", argv[i]);
+      out["command"] = command;
+      out["bound_tb_per_s"] = kBoundTbs;
+      for (const Row& r : rows) {
+        out["rows"].push_back({{"what", r.what},
+                               {"ms", r.ms},
+                               {"bytes", r.bytes},
+                               {"tb_per_s", r.tbs},
+                               {"fraction_of_bound", r.frac},
+                               {"ratio_to_n1", r.ratio}});
       }
-      fmt::print(f, "]\n");
-      std::fclose(f);
+      std::ofstream f(argv[1]);
+      if (!f) fail("cannot write {}", argv[1]);
+      f << out.dump(1) << "\n";
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_bench: %s\n", e.what());

@@ -14,6 +14,7 @@
 // mma's k index is a permutation of the true k, identical for A and B.
 #include <cooperative_groups.h>
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear_cuda.cuh"
 
@@ -29,36 +30,6 @@ constexpr int kChunkK = 256;    // k per chunk: 8 k-steps of 32, 2 per warp
 constexpr int kRowPitch = 288;  // smem row in elements: 576 B = 64 mod 128, no bank conflicts
 constexpr int kStages = 4;      // chunks in flight per block (32 KB)
 constexpr int kMaxSplits = 8;   // portable cluster size
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      " selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
-                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
 
 template <int kNTiles>
 struct Sums {
@@ -94,15 +65,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int slot = static_cast<int>(i % kStages);
     const int64_t k0 = (c_begin + i) * kChunkK;
     const uint32_t bytes = static_cast<uint32_t>(min(static_cast<int64_t>(kChunkK), in - k0) * 2);
-    mbar_expect_tx(&sm.full[slot], bytes * kRows);
+    cuda::mbar_arrive_expect_tx(&sm.full[slot], bytes * kRows);
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = min(row0 + r, out_f - 1);
-      bulk_copy(&sm.w[slot][r][0], w + row * in + k0, bytes, &sm.full[slot]);
+      cuda::bulk_copy(&sm.w[slot][r][0], w + row * in + k0, bytes, &sm.full[slot]);
     }
   };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) mbar_init(&sm.full[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int s = 0; s < kStages; ++s) cuda::mbar_init(&sm.full[s], 1);
+    cuda::fence_mbar_init();
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -136,8 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t i = 0; i < count; ++i) {
     const int slot = static_cast<int>(i % kStages);
     load_x(x_next, i + 1);
-    while (!mbar_try_wait(&sm.full[slot], static_cast<uint32_t>((i / kStages) & 1))) {
-    }
+    cuda::mbar_wait(&sm.full[slot], static_cast<uint32_t>((i / kStages) & 1));
     const int64_t k0 = (c_begin + i) * kChunkK;
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
