@@ -5,7 +5,7 @@
 // Work split, fixed by the weight shape and the GPU (SM count, occupancy), never by n_tokens:
 //  - the weights are 16-row tiles; each tile's k range is cut into `splits` (1, 2, 4 or 8) ranges
 //    (multiples of 8 k), one per block of a thread-block cluster; one block per SM, so the plan
-//    balances blocks (plan_for), not waves;
+//    balances blocks (plan_linear, linear_plan.h), not waves;
 //  - cluster c takes tiles c, c + clusters, ...; each block streams its range of each of its
 //    tiles as 16-row chunks of kChunkK (1024 in production: one 2 KB bulk copy per row, and one
 //    per token, since the copy engine's per-copy cost, not DRAM, limited 512-byte copies);
@@ -27,6 +27,7 @@
 #include "kernels/bulk_copy.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear_cuda.cuh"
+#include "kernels/linear/linear_plan.h"
 
 namespace tandem::kernels {
 
@@ -286,44 +287,12 @@ const std::array<int64_t, 4>& resident_clusters() {
   return n;
 }
 
-// The k-split for a weight shape: the fewest splits whose predicted time (in chunk-times of one
-// SM) is within a hair of the best. Each SM streams its share of chunk ranges; a cluster's tiles
-// are serial. Depends on the shape and the GPU only.
-struct Plan {
-  int splits;
-  int64_t clusters, range_k;
-};
-Plan plan_for(int64_t tiles, int64_t in, int64_t chunk_k, const std::array<int64_t, 4>& resident) {
-  const double sms = cuda::sm_count();
-  Plan best{1, 1, in};
-  double best_cost = 1e300;
-  for (int e = 0; e < 4; ++e) {
-    const int splits = 1 << e;
-    const int64_t range_k = ((in + splits - 1) / splits + 7) / 8 * 8;
-    if (splits > 1 && 2 * range_k < chunk_k) break;  // ranges of at least half a chunk
-    if (resident[e] < 1) continue;
-    const double per = static_cast<double>(range_k) / chunk_k;  // chunk-times per range
-    const int64_t clusters = std::min(tiles, resident[e]);
-    const double blocks_per_sm = static_cast<double>(resident[e] * splits) / sms;
-    const double sm_cost = std::ceil(static_cast<double>(tiles * splits) / sms) * per;
-    // A block streams at its share of its SM's rate (conservative when it ends up alone).
-    const double block_cost =
-        static_cast<double>((tiles + clusters - 1) / clusters) * per * std::max(blocks_per_sm, 1.0);
-    const double cost = std::max(sm_cost, block_cost);
-    if (cost < best_cost * 0.995) {
-      best_cost = cost;
-      best = {splits, clusters, range_k};
-    }
-  }
-  return best;
-}
-
 template <class C, typename TOut>
 void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
   const auto& resident = resident_clusters<C, TOut>();
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
-  const Plan plan = plan_for(tiles, s.in, C::kChunkK, resident);
+  const LinearPlan plan = plan_linear(tiles, s.in, C::kChunkK, resident, cuda::sm_count());
   const Params p{static_cast<const __nv_bfloat16*>(s.x),
                  static_cast<const __nv_bfloat16*>(s.w),
                  s.out,

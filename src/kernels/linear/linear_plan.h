@@ -1,0 +1,50 @@
+// The work split of the persistent decode linear (linear_persistent_cuda.cu): into how many k
+// ranges each 16-row weight tile is cut, how long they are, and how many thread-block clusters
+// share the tiles. A pure function of the weight shape and the GPU (SM count, how many clusters of
+// each size fit at once), never of n_tokens: the decode linear's row invariance rests on that.
+// Host code, tested on the CPU (tests/kernels/linear_plan_test.cpp).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+namespace tandem::kernels {
+
+struct LinearPlan {
+  int splits = 1;        // k ranges per tile = blocks per cluster: 1, 2, 4 or 8
+  int64_t clusters = 1;  // cluster c takes tiles c, c + clusters, ...
+  int64_t range_k = 0;   // a multiple of 8; rank r covers k in [r range_k, min(in, (r+1) range_k))
+};
+
+// tiles: 16-row weight tiles; in: k (a multiple of 8); chunk_k: k per ring slot; resident[e]:
+// clusters of 2^e blocks that fit on the GPU at once; sms: the SM count. Picks the fewest splits
+// whose predicted time (in chunk-times of one SM) is within a hair of the best: each SM streams
+// its share of the k ranges, a cluster's tiles are serial, and a block streams at its share of
+// its SM's rate. Every rank gets a non-empty range of at least half a chunk.
+inline LinearPlan plan_linear(int64_t tiles, int64_t in, int64_t chunk_k,
+                              const std::array<int64_t, 4>& resident, int sms) {
+  LinearPlan best{1, 1, (in + 7) / 8 * 8};
+  double best_cost = 1e300;
+  for (int e = 0; e < 4; ++e) {
+    const int splits = 1 << e;
+    const int64_t range_k = ((in + splits - 1) / splits + 7) / 8 * 8;
+    if (splits > 1 && (2 * range_k < chunk_k || (splits - 1) * range_k >= in)) break;
+    if (resident[e] < 1) continue;
+    const double per = static_cast<double>(range_k) / static_cast<double>(chunk_k);
+    const int64_t clusters = std::min(tiles, resident[e]);
+    const double blocks_per_sm = static_cast<double>(resident[e] * splits) / sms;
+    const double sm_cost = std::ceil(static_cast<double>(tiles * splits) / sms) * per;
+    const double block_cost =
+        static_cast<double>((tiles + clusters - 1) / clusters) * per * std::max(blocks_per_sm, 1.0);
+    const double cost = std::max(sm_cost, block_cost);
+    if (cost < best_cost * 0.995) {
+      best_cost = cost;
+      best = {splits, clusters, range_k};
+    }
+  }
+  return best;
+}
+
+}  // namespace tandem::kernels

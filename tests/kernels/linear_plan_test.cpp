@@ -1,0 +1,93 @@
+// The persistent decode linear's work split (src/kernels/linear/linear_plan.h), checked on the
+// CPU over many shapes and GPUs: every k is covered exactly once by non-empty ranges the kernel
+// can copy (multiples of 8 k), the clusters fit and have work, and on the Qwen3.5-27B shapes the
+// busiest SM streams close to its fair share.
+#include "kernels/linear/linear_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::kernels {
+namespace {
+
+struct Gpu {
+  const char* name;
+  int sms;
+  std::array<int64_t, 4> resident;  // clusters of 1, 2, 4, 8 blocks that fit at once
+};
+
+// One block per SM (the production configuration) on an H200-like and a smaller GPU, two per SM,
+// and a GPU where clusters of 8 do not fit at all.
+const Gpu kGpus[] = {{"132 SMs, 1 block/SM", 132, {132, 66, 32, 16}},
+                     {"78 SMs, 1 block/SM", 78, {78, 39, 18, 8}},
+                     {"132 SMs, 2 blocks/SM", 132, {264, 132, 66, 32}},
+                     {"132 SMs, no 8-clusters", 132, {132, 66, 32, 0}}};
+
+TEST(LinearPlan, RangesCoverEveryKOnceAndClustersFit) {
+  const std::vector<int64_t> tile_counts = {1, 2, 7, 20, 63, 128, 320, 896, 1030, 2176, 15520};
+  const std::vector<int64_t> ins = {8, 64, 520, 1000, 1024, 2048, 4104, 5120, 6144, 17408, 40000};
+  int checked = 0;
+  for (const Gpu& gpu : kGpus) {
+    for (const int64_t chunk_k : {256, 1024}) {
+      for (const int64_t tiles : tile_counts) {
+        for (const int64_t in : ins) {
+          const LinearPlan p = plan_linear(tiles, in, chunk_k, gpu.resident, gpu.sms);
+          const std::string what = std::string(gpu.name) + " tiles=" + std::to_string(tiles) +
+                                   " in=" + std::to_string(in) +
+                                   " chunk=" + std::to_string(chunk_k);
+          ASSERT_TRUE(p.splits == 1 || p.splits == 2 || p.splits == 4 || p.splits == 8) << what;
+          EXPECT_EQ(p.range_k % 8, 0) << what;
+          EXPECT_GE(p.splits * p.range_k, in) << what;        // every k has a rank
+          EXPECT_LT((p.splits - 1) * p.range_k, in) << what;  // and no rank is empty
+          if (p.splits > 1) {
+            EXPECT_GE(2 * p.range_k, chunk_k) << what;  // at least half a chunk per rank
+          }
+          EXPECT_GE(p.clusters, 1) << what;
+          EXPECT_LE(p.clusters, tiles) << what;  // every cluster has a tile
+          int e = 0;
+          while ((1 << e) < p.splits) ++e;
+          EXPECT_LE(p.clusters, gpu.resident[e]) << what;  // all clusters resident at once
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 2 * 11 * 11);
+}
+
+// The busiest block's share of the weight stream against a perfect split over the SMs, for the
+// Qwen3.5-27B decode projections and lm_head at 1024-k chunks on the H200-like GPU.
+TEST(LinearPlan, Qwen35_27bShapesAreBalanced) {
+  const Gpu& gpu = kGpus[0];
+  struct Shape {
+    const char* name;
+    int64_t out_f, in;
+  };
+  for (const Shape s : {Shape{"gate|up", 34816, 5120}, Shape{"in_proj", 16480, 5120},
+                        Shape{"q|k|v", 14336, 5120}, Shape{"down", 5120, 17408},
+                        Shape{"out/o_proj", 5120, 6144}, Shape{"lm_head", 248320, 5120}}) {
+    const int64_t tiles = (s.out_f + 15) / 16;
+    const LinearPlan p = plan_linear(tiles, s.in, 1024, gpu.resident, gpu.sms);
+    const double busiest =
+        static_cast<double>((tiles + p.clusters - 1) / p.clusters) * static_cast<double>(p.range_k);
+    const double fair = static_cast<double>(tiles) * static_cast<double>(s.in) / gpu.sms;
+    EXPECT_LE(busiest / fair, 1.06) << s.name << ": splits " << p.splits << ", clusters "
+                                    << p.clusters << ", range_k " << p.range_k;
+  }
+}
+
+// Few tiles get split, many do not: the plan answers the shape, not a fixed rule.
+TEST(LinearPlan, SplitsFollowTheShape) {
+  const Gpu& gpu = kGpus[0];
+  EXPECT_EQ(plan_linear(15520, 5120, 1024, gpu.resident, gpu.sms).splits, 1);  // lm_head
+  EXPECT_GT(plan_linear(320, 17408, 1024, gpu.resident, gpu.sms).splits, 1);   // down_proj
+  EXPECT_EQ(plan_linear(7, 4104, 1024, gpu.resident, gpu.sms).splits, 8);      // 7 tiles, long k
+  EXPECT_EQ(plan_linear(7, 1024, 1024, gpu.resident, gpu.sms).splits, 2);      // k of 2 halves
+}
+
+}  // namespace
+}  // namespace tandem::kernels
