@@ -31,6 +31,7 @@ Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, Gener
   state_ = std::make_unique<SequenceState>(model.config(), sc, model.context().device,
                                            model.act_dtype(), model.has_mtp());
   logits_ = Tensor::zeros({k + 1, model.config().vocab_size}, DType::kF32, model.context().device);
+  argmax_ids_ = Tensor::zeros({k + 1}, DType::kI32, model.context().device);
   // Not while an observer listens: it copies activations to the host, which a capture forbids.
   if (opt.cuda_graphs && model.context().device == Device::kCuda && !model.has_observer()) {
     // Captured before any prefill, so the first decode steps do not stall on capture. Capture
@@ -40,18 +41,31 @@ Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, Gener
       auto g = std::make_unique<CudaGraph>();
       g->begin_capture(stream);
       model.forward(*state_, n, StepKind::kVerify, 0, logits_.slice(0, 0, n), 0);
+      kernels::argmax({logits_.slice(0, 0, n), argmax_ids_.slice(0, 0, n)}, model.context());
       g->end_capture(stream);
       graphs_.push_back(std::move(g));
     }
   }
 }
 
-void Generator::verify_step(int64_t n, int64_t start) {
+void Generator::verify_step(int64_t n, int64_t start, bool greedy) {
   if (!graphs_.empty() && !model_.has_observer()) {
-    graphs_[n - 1]->launch(model_.context().cuda_stream);
+    graphs_[n - 1]->launch(model_.context().cuda_stream);  // forward and argmax
     return;
   }
   model_.forward(*state_, n, StepKind::kVerify, start, logits_.slice(0, 0, n), 0);
+  if (greedy)
+    kernels::argmax({logits_.slice(0, 0, n), argmax_ids_.slice(0, 0, n)}, model_.context());
+}
+
+std::vector<int32_t> Generator::read_argmax(int64_t n) const {
+  const Tensor ids = to_host(argmax_ids_.slice(0, 0, n));
+  return std::vector<int32_t>(ids.data<const int32_t>(), ids.data<const int32_t>() + n);
+}
+
+std::vector<int32_t> Generator::argmax_rows(int64_t n) {
+  kernels::argmax({logits_.slice(0, 0, n), argmax_ids_.slice(0, 0, n)}, model_.context());
+  return read_argmax(n);
 }
 
 Generator::~Generator() = default;
@@ -90,10 +104,14 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
     }
     st.set_n_acc(1);  // the prefill state sits in column 0 / conv offset 0
     if (last_chunk) {
-      Tensor row = all_logits ? all_logits->slice(0, n_prompt - 1, n_prompt)
-                              : to_host(logits_.slice(0, 0, 1));
-      first = p.greedy() ? kernels::ref::argmax_row(row.data<float>(), vocab)
-                         : draw(target_distribution(row.data<float>(), vocab, p), rng_);
+      if (p.greedy() && !all_logits) {
+        first = argmax_rows(1)[0];
+      } else {
+        Tensor row = all_logits ? all_logits->slice(0, n_prompt - 1, n_prompt)
+                                : to_host(logits_.slice(0, 0, 1));
+        first = p.greedy() ? kernels::ref::argmax_row(row.data<float>(), vocab)
+                           : draw(target_distribution(row.data<float>(), vocab, p), rng_);
+      }
     }
     if (drafter_) {
       std::vector<int32_t> next(prompt.begin() + s + 1, prompt.begin() + s + n);
@@ -160,8 +178,10 @@ GenerateResult Generator::generate(const GenerateRequest& req,
     const int64_t n = static_cast<int64_t>(step_tokens.size()), start = st.n_past;
     st.target.plan(step_tokens.data(), n, start, opt_.max_context);
     if (before_step) before_step(start);
-    verify_step(n, start);
-    const Verdict v = accept(to_host(logits_.slice(0, 0, n)), drafts, req.sampling, rng_);
+    const bool greedy = req.sampling.greedy();
+    verify_step(n, start, greedy);
+    const Verdict v = greedy ? accept_greedy(read_argmax(n), drafts)
+                             : accept(to_host(logits_.slice(0, 0, n)), drafts, req.sampling, rng_);
     st.set_n_acc(v.n_acc);  // the commit: one integer
     st.n_past += v.n_acc;
     if (after_commit) after_commit(stats.steps, st.n_past);

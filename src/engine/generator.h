@@ -77,9 +77,15 @@ class Generator {
   std::unique_ptr<SequenceState> state_;
   // Runs the verify forward of n tokens already planned in the state: a captured graph on CUDA
   // (invariant 5: the step reads only fixed buffers), eager otherwise or while an observer listens.
-  void verify_step(int64_t n, int64_t start);
+  // With `greedy` the argmax of every row lands in argmax_ids_ (the graphs always include it).
+  void verify_step(int64_t n, int64_t start, bool greedy);
+  // The argmax of the first n rows of logits_, computed on the model's device: only n ids cross
+  // to the host, not n rows of logits.
+  std::vector<int32_t> argmax_rows(int64_t n);
+  std::vector<int32_t> read_argmax(int64_t n) const;
 
-  Tensor logits_;  // f32 [max(k+1, 1), vocab] on the model's device
+  Tensor logits_;      // f32 [max(k+1, 1), vocab] on the model's device
+  Tensor argmax_ids_;  // i32 [max(k+1, 1)] on the model's device
   std::vector<std::unique_ptr<CudaGraph>> graphs_;  // [n - 1]: verify steps of n tokens
   std::mt19937_64 rng_;
 };

@@ -35,4 +35,19 @@ Verdict accept(const Tensor& logits, std::span<const int32_t> drafts, const Samp
   return v;
 }
 
+Verdict accept_greedy(std::span<const int32_t> target_argmax, std::span<const int32_t> drafts) {
+  const size_t k = drafts.size();
+  TANDEM_CHECK(target_argmax.size() == k + 1, "accept_greedy: {} target tokens for {} drafts",
+               target_argmax.size(), k);
+  Verdict v;
+  for (size_t j = 0; j <= k; ++j) {
+    const int32_t tok = target_argmax[j];
+    v.target_tokens.push_back(tok);
+    v.emitted.push_back(tok);  // an accepted draft equals the target's token
+    if (j == k || tok != drafts[j]) break;
+  }
+  v.n_acc = static_cast<int>(v.emitted.size());
+  return v;
+}
+
 }  // namespace tandem

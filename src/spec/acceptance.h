@@ -24,4 +24,8 @@ struct Verdict {
 Verdict accept(const Tensor& logits, std::span<const int32_t> drafts, const SamplingParams& p,
                std::mt19937_64& rng);
 
+// Greedy acceptance from the target's argmax of every row (n_drafts + 1 ids), e.g. computed on
+// the device so that only the ids cross to the host; equals accept() with greedy parameters.
+Verdict accept_greedy(std::span<const int32_t> target_argmax, std::span<const int32_t> drafts);
+
 }  // namespace tandem

@@ -17,11 +17,14 @@ MtpDrafter::MtpDrafter(Qwen35Model& model) : model_(model) {
   hidden_out_ = Tensor::zeros({model.max_step_tokens(), c.hidden_size}, model.act_dtype(), d);
   chain_hidden_ = Tensor::zeros({1, c.hidden_size}, model.act_dtype(), d);
   logits_ = Tensor::zeros({1, c.vocab_size}, DType::kF32, d);
+  argmax_id_ = Tensor::zeros({1}, DType::kI32, d);
 }
 
 int32_t MtpDrafter::argmax_last() {
-  const Tensor host = logits_.device() == Device::kCpu ? logits_ : logits_.to(Device::kCpu);
-  return kernels::ref::argmax_row(host.data<float>(), host.dim(1));
+  kernels::argmax({logits_, argmax_id_}, model_.context());
+  const Tensor host =
+      argmax_id_.device() == Device::kCpu ? argmax_id_ : argmax_id_.to(Device::kCpu);
+  return host.data<const int32_t>()[0];
 }
 
 void MtpDrafter::begin_sequence() {

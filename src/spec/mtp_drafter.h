@@ -38,6 +38,7 @@ class MtpDrafter : public Drafter {
   Tensor hidden_out_;    // act [max_step_tokens, hidden]: the MTP's post-norm output rows
   Tensor chain_hidden_;  // act [1, hidden]: input hidden of the next chained step
   Tensor logits_;        // f32 [1, vocab] on the model's device
+  Tensor argmax_id_;     // i32 [1] on the model's device: only the draft crosses to the host
   int32_t first_draft_ = -1;
   int64_t last_position_ = -1;  // position of the last first-pass row
   double flush_seconds_ = 0;    // first-pass time and rows since take_first_pass_cost()

@@ -3,7 +3,10 @@
 // sampling: chi-square goodness of fit, fixed seed, threshold = the 0.1% critical value.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "engine/generator.h"
+#include "kernels/argmax/argmax.h"
 #include "spec/acceptance.h"
 #include "spec/mtp_drafter.h"
 #include "test_support.h"
@@ -70,6 +73,40 @@ TEST(Sampling, SpeculativeAcceptanceEmitsTheTargetDistribution) {
         c.params.temperature, c.params.top_k, c.params.top_p, chi_first, chi_second, chi_plain,
         kChi2Critical[dof], dof);
   }
+}
+
+// Greedy acceptance from argmax ids (what the generator computes on the device) gives the same
+// verdict as greedy acceptance from the logits rows, over random rows with ties and every
+// accept/reject pattern of 0..4 drafts.
+TEST(Sampling, GreedyFromIdsEqualsGreedyFromLogits) {
+  constexpr int64_t kVocab = 6;
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> level(0, 3);  // few levels: ties are common
+  int checked = 0, partial = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int k = trial % 5;
+    Tensor logits = Tensor::zeros({k + 1, kVocab}, DType::kF32);
+    std::vector<int32_t> ids;
+    for (int j = 0; j <= k; ++j) {
+      for (int64_t v = 0; v < kVocab; ++v) logits.data<float>()[j * kVocab + v] = level(rng);
+      ids.push_back(kernels::ref::argmax_row(logits.data<float>() + j * kVocab, kVocab));
+    }
+    std::vector<int32_t> drafts;
+    for (int j = 0; j < k; ++j) {  // agree with the target for a while, then maybe not
+      drafts.push_back(j < trial % 4 ? ids[j] : static_cast<int32_t>(rng() % kVocab));
+    }
+    std::mt19937_64 unused(0);
+    const Verdict a = accept(logits, drafts, SamplingParams{}, unused);
+    const Verdict b = accept_greedy(ids, drafts);
+    EXPECT_EQ(a.n_acc, b.n_acc) << "trial " << trial;
+    EXPECT_EQ(a.emitted, b.emitted) << "trial " << trial;
+    EXPECT_EQ(a.target_tokens, b.target_tokens) << "trial " << trial;
+    partial += b.n_acc > 1 && b.n_acc <= k;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 400);
+  EXPECT_GT(partial, 20);  // the trials did exercise partial accepts
+  EXPECT_THROW(accept_greedy(std::vector<int32_t>{1, 2}, std::vector<int32_t>{1, 2}), Error);
 }
 
 TEST(Sampling, SeededRunsAreReproducible) {
