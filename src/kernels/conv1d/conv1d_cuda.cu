@@ -1,8 +1,10 @@
-// CUDA depthwise causal conv1d + SiLU with the speculative conv history (conv1d.h). Two launches:
-// conv1d_out_kernel computes outputs with one thread per (channel, chunk of tokens), reading the
-// window at offset n_acc - 1 of the old history; conv1d_history_kernel then rewrites the history
-// in place (kSpec or kCompact), one thread per channel, in ascending order (reads stay ahead of
-// writes). n_acc is read on the device (graph-safe). Every output is the same fixed-order sum.
+// CUDA depthwise causal conv1d + SiLU with the speculative conv history (conv1d.h). Outputs read
+// the window at offset n_acc - 1 of the old history; then the history is rewritten in place
+// (kSpec or kCompact), per channel in ascending order (reads stay ahead of writes). Up to 64
+// tokens (decode, verify) one launch does both, one thread per channel; longer calls (prefill)
+// compute outputs with one thread per (channel, chunk of 64 tokens) and rewrite the history in a
+// second launch. n_acc is read on the device (graph-safe). Every output is the same fixed-order
+// sum whichever launch computes it.
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/cuda_common.cuh"
 
@@ -38,16 +40,13 @@ __device__ __forceinline__ float seq_at(const ConvParams& p, int64_t c, int64_t 
                   : __bfloat162float(p.x[(j - wlen) * p.x_stride + c]);
 }
 
-__global__ void conv1d_out_kernel(ConvParams p) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= p.channels) return;
-  const int64_t o = window_offset(p);
+// Outputs of tokens [t_begin, t_end) for channel c.
+__device__ __forceinline__ void conv_outputs(const ConvParams& p, int64_t c, int64_t o,
+                                             int64_t t_begin, int64_t t_end) {
   float w[kMaxKernel];
 #pragma unroll
   for (int j = 0; j < kMaxKernel; ++j) w[j] = j < p.kernel ? p.w[c * p.kernel + j] : 0.f;
-  const int64_t t_end = min(p.n_tokens, static_cast<int64_t>(blockIdx.y + 1) * kTokenChunk);
-  for (int64_t t = static_cast<int64_t>(blockIdx.y) * kTokenChunk; t < t_end; ++t) {
+  for (int64_t t = t_begin; t < t_end; ++t) {
     float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < kMaxKernel; ++j) {
@@ -57,11 +56,10 @@ __global__ void conv1d_out_kernel(ConvParams p) {
   }
 }
 
-__global__ void conv1d_history_kernel(ConvParams p, bool spec) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= p.channels) return;
-  const int64_t o = window_offset(p), wlen = p.kernel - 1;
+// Rewrites channel c's history in place, in ascending order (reads stay ahead of writes).
+__device__ __forceinline__ void rewrite_history(const ConvParams& p, int64_t c, int64_t o,
+                                                bool spec) {
+  const int64_t wlen = p.kernel - 1;
   __nv_bfloat16* h = p.hist + c * p.hist_stride;
   if (spec) {  // history[0 : wlen - 1 + T] = seq[1 : wlen + T]
     for (int64_t j = 0; j + 1 < wlen + p.n_tokens; ++j)
@@ -69,6 +67,32 @@ __global__ void conv1d_history_kernel(ConvParams p, bool spec) {
   } else {  // history[0 : wlen] = seq[T : T + wlen]
     for (int64_t j = 0; j < wlen; ++j) h[j] = __float2bfloat16_rn(seq_at(p, c, o, p.n_tokens + j));
   }
+}
+
+__global__ void conv1d_out_kernel(ConvParams p) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= p.channels) return;
+  const int64_t t_begin = static_cast<int64_t>(blockIdx.y) * kTokenChunk;
+  conv_outputs(p, c, window_offset(p), t_begin, min(p.n_tokens, t_begin + kTokenChunk));
+}
+
+__global__ void conv1d_history_kernel(ConvParams p, bool spec) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= p.channels) return;
+  rewrite_history(p, c, window_offset(p), spec);
+}
+
+// Both in one launch when one token chunk covers the call (decode, verify): a channel's thread
+// computes all its outputs, then rewrites its own history; channels share nothing.
+__global__ void conv1d_step_kernel(ConvParams p, bool spec) {
+  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= p.channels) return;
+  const int64_t o = window_offset(p);
+  conv_outputs(p, c, o, 0, p.n_tokens);
+  rewrite_history(p, c, o, spec);
 }
 
 }  // namespace
@@ -105,11 +129,18 @@ void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
   p.out = a.out.data<__nv_bfloat16>();
   p.out_stride = a.out.stride(0);
   const cudaStream_t s = cuda::stream_of(ctx);
+  const bool spec = a.mode == ConvHistoryMode::kSpec;
+  if (p.n_tokens <= kTokenChunk) {
+    cuda::launch_pdl(conv1d_step_kernel, cuda::ceil_div(p.channels, kThreads), kThreads, 0, s, p,
+                     spec);
+    cuda::check_launch("conv1d_step_kernel");
+    return;
+  }
   const dim3 grid(cuda::ceil_div(p.channels, kThreads), cuda::ceil_div(p.n_tokens, kTokenChunk));
   cuda::launch_pdl(conv1d_out_kernel, grid, kThreads, 0, s, p);
   cuda::check_launch("conv1d_out_kernel");
   cuda::launch_pdl(conv1d_history_kernel, cuda::ceil_div(p.channels, kThreads), kThreads, 0, s, p,
-                   a.mode == ConvHistoryMode::kSpec);
+                   spec);
   cuda::check_launch("conv1d_history_kernel");
 }
 
