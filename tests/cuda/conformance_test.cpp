@@ -166,6 +166,35 @@ TEST(CudaConformance, Rope) {
   }
 }
 
+// q_norm / k_norm with the partial RoPE in the same call (rms_norm.h), on the query half of a
+// q|gate view, in place: fused in the vector kernel (rotary 64, 256) or as a second launch
+// (rotary 36, not a multiple of 8).
+TEST(CudaConformance, RmsNormRope) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(12);
+  for (int64_t n : kTokenCounts) {
+    for (int rotary : {64, 256, 36}) {
+      const int64_t heads = 5, d = 256;
+      Mirror qg = random_mirror({n, heads, 2 * d}, rng);
+      Mirror w = random_mirror({d}, rng, DType::kF32, 0.05f, 0.5f);
+      std::vector<int32_t> pos(n);
+      for (auto& p : pos) p = rng.index(40000);
+      Tensor ref_qg = qg.host.to(Device::kCpu);
+      const Tensor ref_q = ref_qg.slice(2, 0, d);
+      rms_norm_ref({ref_q, w.host, ref_q, Tensor(), 1e-6f, true, host_i32(pos), rotary, 1e7f},
+                   ref_ctx());
+      const Tensor q = qg.dev.slice(2, 0, d);
+      rms_norm_cuda({q, w.dev, q, Tensor(), 1e-6f, true, device_i32(pos), rotary, 1e7f}, cs.ctx());
+      cs.sync();
+      check_case("rms_norm.rope",
+                 fmt::format("n_tokens={},heads={},head_dim={},rotary_dim={},strided,in_place", n,
+                             heads, d, rotary),
+                 rel_l2(download(qg.dev), gather(ref_qg)), DType::kBF16);
+    }
+  }
+}
+
 TEST(CudaConformance, KvCacheWrite) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;

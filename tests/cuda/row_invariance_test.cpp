@@ -13,6 +13,7 @@
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
 #include "kernels/linear/linear.h"
 #include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rope/rope.h"
 
 namespace tandem::test {
 namespace {
@@ -78,6 +79,41 @@ TEST(CudaRowInvariance, RmsNorm) {
     cs.sync();
     check_bits("rms_norm.rows", fmt::format("n_tokens={},row={},dim={}", n, j, dim),
                same_bits<uint16_t>(row_copy(out, j), one));
+  }
+}
+
+// RMSNorm with RoPE in one launch equals RMSNorm then rope() (two launches) bit for bit, and a
+// row of a 9-row call equals the row alone.
+TEST(CudaRowInvariance, RmsNormRope) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(26);
+  const int64_t n = 9, heads = 4, d = 256;
+  for (int rotary : {64, 256}) {
+    Mirror x = random_mirror({n, heads, d}, rng);
+    Mirror w = random_mirror({d}, rng);
+    std::vector<int32_t> pos(n);
+    for (auto& p : pos) p = rng.index(40000);
+    const Tensor positions = device_i32(pos);
+    Tensor fused = poisoned({n, heads, d}, DType::kBF16);
+    rms_norm_cuda({x.dev, w.dev, fused, Tensor(), 1e-6f, true, positions, rotary, 1e7f}, cs.ctx());
+    Tensor twice = poisoned({n, heads, d}, DType::kBF16);
+    rms_norm_cuda({x.dev, w.dev, twice, Tensor(), 1e-6f, true}, cs.ctx());
+    rope_cuda({twice, positions, rotary, 1e7f}, cs.ctx());
+    cs.sync();
+    check_bits("rms_norm.rope_fused",
+               fmt::format("n_tokens={},heads={},rotary_dim={}", n, heads, rotary),
+               same_bits<uint16_t>(fused, twice));
+    for (int64_t j : {0, 4, 8}) {
+      Tensor one = poisoned({1, heads, d}, DType::kBF16);
+      rms_norm_cuda({row_copy(x.dev, j), w.dev, one, Tensor(), 1e-6f, true,
+                     device_i32({pos[static_cast<size_t>(j)]}), rotary, 1e7f},
+                    cs.ctx());
+      cs.sync();
+      check_bits("rms_norm.rope_rows",
+                 fmt::format("n_tokens={},row={},rotary_dim={}", n, j, rotary),
+                 same_bits<uint16_t>(row_copy(fused, j), one));
+    }
   }
 }
 

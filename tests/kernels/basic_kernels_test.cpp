@@ -147,6 +147,24 @@ TEST(RefKernels, PartialNeoxRope) {
   }
 }
 
+// RMSNorm with rope_dim > 0 is the norm followed by rope() on its output, bit for bit.
+TEST(RefKernels, RmsNormWithRopeIsNormThenRope) {
+  const int64_t n = 3, h = 2, d = 16;
+  const Tensor x = random_tensor({n, h, d}, 14), w = random_tensor({d}, 15, 0.3f);
+  const Tensor pos = i32_tensor({3, 70, 5000});
+  Tensor fused = Tensor::zeros({n, h, d}, DType::kF32),
+         twice = Tensor::zeros({n, h, d}, DType::kF32);
+  kernels::rms_norm(
+      {.x = x, .weight = w, .out = fused, .rope_positions = pos, .rope_dim = 8, .rope_theta = 1e7f},
+      kCtx);
+  kernels::rms_norm({.x = x, .weight = w, .out = twice}, kCtx);
+  kernels::rope({.x = twice, .positions = pos, .rotary_dim = 8, .theta = 1e7f}, kCtx);
+  EXPECT_EQ(std::memcmp(fused.data<float>(), twice.data<float>(), n * h * d * sizeof(float)), 0);
+  Tensor plain = Tensor::zeros({n, h, d}, DType::kF32);
+  kernels::rms_norm({.x = x, .weight = w, .out = plain}, kCtx);
+  EXPECT_NE(std::memcmp(fused.data<float>(), plain.data<float>(), n * h * d * sizeof(float)), 0);
+}
+
 TEST(RefKernels, SwigluAndArgmax) {
   const Tensor g = random_tensor({2, 11}, 11), u = random_tensor({2, 11}, 12);
   Tensor out = Tensor::zeros({2, 11}, DType::kF32);

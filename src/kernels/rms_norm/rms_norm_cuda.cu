@@ -5,9 +5,13 @@
 // next layer reads exactly the value that was normed.
 // A decode step runs ~130 of these on single rows, so latency is what counts: the vector kernel
 // issues all of a thread's 16-byte loads before using any (one memory latency per row instead of
-// one per strided element); rows that are not 16-byte loadable take the scalar kernel.
+// one per strided element); rows that are not 16-byte loadable take the scalar kernel. The vector
+// kernel also applies RoPE after the norm (q_norm/k_norm + rope in one launch); otherwise RoPE is
+// a second launch with the same rotation (rope_cuda.cuh), so the bits never depend on the path.
 #include "kernels/cuda_common.cuh"
 #include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/rope/rope_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -52,7 +56,14 @@ __global__ void rms_norm_kernel(RowView x, RowView out, RowView res, bool fused,
   }
 }
 
-constexpr int kVecChunks = 4;  // 8-element chunks per thread: dims up to 32 * 1024 = 32768
+constexpr int kVecChunks = 4;     // 8-element chunks per thread: dims up to 32 * 1024 = 32768
+constexpr int kRopeMaxDim = 512;  // rotary dims the vector kernel rotates itself
+
+struct RopeParams {  // RoPE after the norm (rms_norm.h); half == 0: none
+  const int32_t* positions;
+  int half;
+  float theta;
+};
 
 template <typename W>
 __device__ __forceinline__ float weight_at(W w, int64_t i, bool zero_centred) {
@@ -61,7 +72,7 @@ __device__ __forceinline__ float weight_at(W w, int64_t i, bool zero_centred) {
 
 __global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fused,
                                     cuda::AnyFloatPtr w, int64_t n_heads, int64_t dim, float eps,
-                                    bool zero_centred) {
+                                    bool zero_centred, RopeParams rope) {
   cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
@@ -97,6 +108,10 @@ __global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fu
   ss = cuda::block_sum(ss, scratch);
   const float inv = 1.f / sqrtf(ss / static_cast<float>(dim) + eps);
   __nv_bfloat16* o = out.at(r, h);
+  // With RoPE the first `rot` normed values go through shared memory: a pair's two elements
+  // belong to different threads. rot is a multiple of 8, so a chunk is all in or all out.
+  __shared__ __align__(16) __nv_bfloat16 rot_row[kRopeMaxDim];
+  const int64_t rot = 2 * static_cast<int64_t>(rope.half);
 #pragma unroll
   for (int c = 0; c < kVecChunks; ++c) {
     const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
@@ -106,7 +121,18 @@ __global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fu
     for (int j = 0; j < 8; ++j) {
       y[j] = __float2bfloat16_rn((v[c][j] * inv) * weight_at(w, i + j, zero_centred));
     }
-    *reinterpret_cast<uint4*>(o + i) = *reinterpret_cast<const uint4*>(y);
+    uint4* dst = reinterpret_cast<uint4*>(i < rot ? rot_row + i : o + i);
+    *dst = *reinterpret_cast<const uint4*>(y);
+  }
+  if (rot == 0) return;
+  __syncthreads();
+  const float pos = static_cast<float>(rope.positions[r]);
+  for (int i = threadIdx.x; i < rope.half; i += blockDim.x) {
+    float y1, y2;
+    cuda::rope_rotate(__bfloat162float(rot_row[i]), __bfloat162float(rot_row[i + rope.half]), pos,
+                      i, rope.half, rope.theta, y1, y2);
+    o[i] = __float2bfloat16_rn(y1);
+    o[i + rope.half] = __float2bfloat16_rn(y2);
   }
 }
 
@@ -137,6 +163,15 @@ void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
   const cuda::AnyFloatPtr w = cuda::any_float(a.weight, "rms_norm", "weight");
   TANDEM_CHECK(a.weight.numel() == dim, "rms_norm_cuda: weight {} does not match dim {}",
                a.weight.describe(), dim);
+  const bool rope = a.rope_dim > 0;
+  if (rope) {
+    cuda::expect_cuda_dtype(a.rope_positions, DType::kI32, "rms_norm", "rope_positions");
+    TANDEM_CHECK(a.x.ndim() == 3 && a.rope_dim % 2 == 0 && a.rope_dim <= dim &&
+                     a.rope_positions.numel() >= rows,
+                 "rms_norm_cuda: RoPE of {} dims on x {} with positions {} (3-D x, even "
+                 "rope_dim <= head_dim, a position per row)",
+                 a.rope_dim, a.x.describe(), a.rope_positions.describe());
+  }
   if (rows * heads == 0) return;
   const bool vec = dim % 8 == 0 && dim <= 8 * kVecChunks * 1024 && vec_ok(a.x) && vec_ok(a.out) &&
                    (!fused || vec_ok(a.residual));
@@ -144,11 +179,15 @@ void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
     // A function of dim only (row invariance): enough warps for kVecChunks chunks per thread.
     const int64_t per_pass = 8 * kVecChunks;
     const int threads = static_cast<int>(32 * cuda::ceil_div((dim + per_pass - 1) / per_pass, 32));
+    const bool fuse_rope = rope && a.rope_dim % 8 == 0 && a.rope_dim <= kRopeMaxDim;
+    const RopeParams rp{fuse_rope ? a.rope_positions.data<const int32_t>() : nullptr,
+                        fuse_rope ? a.rope_dim / 2 : 0, a.rope_theta};
     cuda::launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(rows * heads), threads, 0,
                      cuda::stream_of(ctx), row_view(a.x), row_view(a.out),
                      fused ? row_view(a.residual) : row_view(a.x), fused, w, heads, dim, a.eps,
-                     a.zero_centred);
+                     a.zero_centred, rp);
     cuda::check_launch("rms_norm_vec_kernel");
+    if (rope && !fuse_rope) rope_cuda({a.out, a.rope_positions, a.rope_dim, a.rope_theta}, ctx);
     return;
   }
   const int threads = dim >= 1024 ? 256 : 128;  // a function of dim only (row invariance)
@@ -157,6 +196,7 @@ void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
                    fused ? row_view(a.residual) : row_view(a.x), fused, w, heads, dim, a.eps,
                    a.zero_centred);
   cuda::check_launch("rms_norm_kernel");
+  if (rope) rope_cuda({a.out, a.rope_positions, a.rope_dim, a.rope_theta}, ctx);
 }
 
 }  // namespace tandem::kernels

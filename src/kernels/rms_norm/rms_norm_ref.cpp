@@ -1,6 +1,7 @@
 // CPU reference for (fused residual) RMSNorm, zero-centred or plain.
 #include "kernels/ref_common.h"
 #include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rope/rope.h"
 
 namespace tandem::kernels {
 
@@ -54,6 +55,7 @@ void rms_norm_ref(const RmsNormArgs& a, const ExecContext& ctx) {
       }
     }
   });
+  if (a.rope_dim > 0) rope_ref({a.out, a.rope_positions, a.rope_dim, a.rope_theta}, ctx);
 }
 
 }  // namespace tandem::kernels

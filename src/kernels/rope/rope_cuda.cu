@@ -1,8 +1,10 @@
 // CUDA partial NeoX RoPE, in place on a strided bf16 [n_tokens, n_heads, head_dim] view; one block
 // per (token, head), one thread per rotated pair. Positions are read on the device (graph-safe).
-// Frequencies follow the reference: inv_freq = 1 / theta^(2i/r) in fp32, precise sinf/cosf.
+// Frequencies follow the reference: inv_freq = 1 / theta^(2i/r) in fp32, precise sinf/cosf;
+// the rotation is rope_cuda.cuh's, shared with the RMSNorm kernel that fuses RoPE.
 #include "kernels/cuda_common.cuh"
 #include "kernels/rope/rope.h"
+#include "kernels/rope/rope_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -15,12 +17,11 @@ __global__ void rope_kernel(__nv_bfloat16* x, int64_t s0, int64_t s1, int64_t he
   __nv_bfloat16* p = x + t * s0 + h * s1;
   const float pos = static_cast<float>(positions[t]);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(2 * half);
-    const float angle = pos * (1.f / powf(theta, exponent));
-    const float c = cosf(angle), s = sinf(angle);
-    const float x1 = __bfloat162float(p[i]), x2 = __bfloat162float(p[i + half]);
-    p[i] = __float2bfloat16_rn(x1 * c - x2 * s);
-    p[i + half] = __float2bfloat16_rn(x2 * c + x1 * s);
+    float y1, y2;
+    cuda::rope_rotate(__bfloat162float(p[i]), __bfloat162float(p[i + half]), pos, i, half, theta,
+                      y1, y2);
+    p[i] = __float2bfloat16_rn(y1);
+    p[i + half] = __float2bfloat16_rn(y2);
   }
 }
 

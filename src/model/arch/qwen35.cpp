@@ -13,7 +13,6 @@
 #include "kernels/kv_cache/kv_cache.h"
 #include "kernels/linear/linear.h"
 #include "kernels/rms_norm/rms_norm.h"
-#include "kernels/rope/rope.h"
 #include "kernels/swiglu/swiglu.h"
 
 namespace tandem {
@@ -211,19 +210,18 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
   const Tensor qg = rows(s.q_gate, n).split_heads(hq);  // [T, Nq, 2D]
   const Tensor q = qg.slice(2, 0, d), gate = qg.slice(2, d, 2 * d);
   const Tensor key = rows(s.k, n).split_heads(hkv), value = rows(s.v, n).split_heads(hkv);
-  k::rms_norm({.x = q, .weight = a.q_norm, .out = q, .eps = cfg_.rms_norm_eps}, ctx_);
-  k::rms_norm({.x = key, .weight = a.k_norm, .out = key, .eps = cfg_.rms_norm_eps}, ctx_);
   const Tensor pos = meta.positions.slice(0, 0, n);
-  k::rope({.x = q,
-           .positions = pos,
-           .rotary_dim = static_cast<int>(cfg_.rotary_dim),
-           .theta = cfg_.rope_theta},
-          ctx_);
-  k::rope({.x = key,
-           .positions = pos,
-           .rotary_dim = static_cast<int>(cfg_.rotary_dim),
-           .theta = cfg_.rope_theta},
-          ctx_);
+  // q_norm / k_norm, then partial RoPE, in one call each (one launch on CUDA).
+  for (const auto& [t, norm] : {std::pair{q, a.q_norm}, std::pair{key, a.k_norm}}) {
+    k::rms_norm({.x = t,
+                 .weight = norm,
+                 .out = t,
+                 .eps = cfg_.rms_norm_eps,
+                 .rope_positions = pos,
+                 .rope_dim = static_cast<int>(cfg_.rotary_dim),
+                 .rope_theta = cfg_.rope_theta},
+                ctx_);
+  }
   k::kv_cache_write({.k = key,
                      .v = value,
                      .positions = pos,
