@@ -26,7 +26,7 @@ void add_bench_command(CLI::App& app) {
                                   speculative = "none,mtp", json, commit;
     int k = 3, steps = 32, threads = 0;
     int64_t prefill = 0, max_step = 1024;
-    bool no_graphs = false;
+    bool no_graphs = false, no_pdl = false;
   };
   auto o = std::make_shared<Opts>();
   auto* src = cmd->add_option_group("model source");
@@ -48,11 +48,15 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-graphs", o->no_graphs,
                 "launch steps eagerly instead of replaying CUDA graphs");
+  cmd->add_flag("--no-pdl", o->no_pdl,
+                "launch each kernel only after the previous one has finished (no programmatic "
+                "dependent launch)");
   cmd->add_option("--json", o->json, "write the results to this JSON file");
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");
   cmd->callback([o] {
     const Device device = parse_device(o->device);
     const int threads = resolve_threads(o->threads);
+    set_cuda_programmatic_launch(!o->no_pdl);
     const ExecContext ctx{.device = device, .n_threads = threads};
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
                  o->k);

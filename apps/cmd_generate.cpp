@@ -46,6 +46,7 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
                               const std::function<void(int32_t)>& on_token) {
   const std::string& spec = g.speculative;
   const int k = spec == "none" ? 0 : g.num_speculative_tokens;
+  set_cuda_programmatic_launch(!g.no_pdl);  // before the graphs are captured
   std::unique_ptr<Drafter> drafter;
   if (spec == "mtp") {
     drafter = std::make_unique<MtpDrafter>(model);
@@ -74,8 +75,9 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
                        .trace = trace,
                        .cuda_graphs = !g.no_cuda_graphs});
   if (model.context().device == Device::kCuda && !g.json)
-    std::fprintf(stderr, "decode/verify steps: %s\n",
-                 gen.uses_cuda_graphs() ? "CUDA graphs (one per 1..k+1 tokens)" : "eager launches");
+    std::fprintf(stderr, "decode/verify steps: %s, programmatic dependent launch %s\n",
+                 gen.uses_cuda_graphs() ? "CUDA graphs (one per 1..k+1 tokens)" : "eager launches",
+                 cuda_programmatic_launch() ? "on" : "off");
   return gen.generate(req, on_token);
 }
 

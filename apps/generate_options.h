@@ -28,6 +28,7 @@ struct GenerateOptions : CommonOptions {
   uint64_t seed = 0;
   bool ignore_eos = false;
   bool no_cuda_graphs = false;
+  bool no_pdl = false;  // cuda: no programmatic dependent launch (docs/cuda.md)
 };
 
 void add_generate_options(CLI::App* cmd, GenerateOptions& g);

@@ -140,23 +140,15 @@ if (( e2e )); then
     row "bench $name" "$([[ $? == 0 ]] && echo ok || echo FAIL)" "($(stamp))"
   }
   bench_run qwen35-27b 240 --synthetic configs/qwen3.5-27b.json --context $ctxs --num-speculative-tokens 3 --steps 24
-  if [[ -n ${E2E_AB:-} ]]; then  # E2E_AB="VAR=value": the 27B bench again with that setting
-    export "${E2E_AB?}"
-    bench_run qwen35-27b-ab 240 --synthetic configs/qwen3.5-27b.json --context $ctxs --num-speculative-tokens 3 --steps 24
-    unset "${E2E_AB%%=*}"
+  if [[ -n ${E2E_AB_ARGS:-} ]]; then  # e.g. E2E_AB_ARGS=--no-pdl: the 27B bench again with those flags
+    # shellcheck disable=SC2086
+    bench_run qwen35-27b-ab 240 --synthetic configs/qwen3.5-27b.json --context $ctxs --num-speculative-tokens 3 --steps 24 $E2E_AB_ARGS
   fi
   bench_run qwen35-0.8b 120 --synthetic configs/qwen3.5-0.8b.json --context $ctxs --num-speculative-tokens 3 --steps 24
   bench_run tandem-tiny 120 --model models/tandem-tiny-qwen35 --context $ctxs --num-speculative-tokens 3 --steps 24
   bench_run qwen35-27b-prefill 150 --synthetic configs/qwen3.5-27b.json --context 1024 --num-speculative-tokens 1 \
     --steps 4 --speculative none --prefill-tokens 8192
-  python3 - "$E" "$OUT/bench_e2e.json" "${E2E_AB:-}" <<'PY'
-import glob, json, sys
-runs = {p.split('/')[-1][:-5]: json.load(open(p)) for p in sorted(glob.glob(sys.argv[1] + '/*.json'))}
-for name, run in runs.items():
-    if name.endswith('-ab'):
-        run['environment'] = sys.argv[3]  # the A/B setting this run had
-json.dump(runs, open(sys.argv[2], 'w'), indent=1)
-PY
+  python3 -c "import json,glob,sys; json.dump({p.split('/')[-1][:-5]: json.load(open(p)) for p in sorted(glob.glob('$E/*.json'))}, open('$OUT/bench_e2e.json','w'), indent=1)"
   echo "== tandem bench"; grep -v '^model:\|^attention:\|^gdn:\|^tied' "$OUT/bench_e2e.log"
 fi
 

@@ -117,6 +117,8 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
   nlohmann::json out{{"device", device_description(model.context().device)},
                      {"weight_bytes_per_step", weights},
                      {"graphs", opt.graphs && model.context().device == Device::kCuda},
+                     {"programmatic_launch",
+                      cuda_programmatic_launch() && model.context().device == Device::kCuda},
                      {"num_speculative_tokens", k},
                      {"peak_bytes_per_second", opt.peak_bytes_per_s},
                      {"results", results}};

@@ -9,8 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -118,7 +116,7 @@ __device__ __forceinline__ Bf16x8 load_bf16x8(const __nv_bfloat16* p) {
 
 // ---- programmatic dependent launch (sm_90) ----
 // A kernel that calls pdl_trigger() lets the next kernel in the stream, if that one is launched
-// with pdl_launch_attribute(), start early (its blocks become resident and may run their prologue,
+// with launch_pdl(), start early (its blocks become resident and may run their prologue,
 // e.g. fetch weights). The early kernel calls pdl_wait() before it touches anything its
 // predecessor writes, or writes anything its predecessor reads: pdl_wait() returns once the
 // predecessor grid has completed and its memory is visible. Both are no-ops otherwise.
@@ -133,17 +131,9 @@ __device__ __forceinline__ void pdl_begin() {
   pdl_trigger();
 }
 
-// TANDEM_PDL=0 turns the early start off everywhere (A/B timing); read once.
-inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("TANDEM_PDL");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
-  return on;
-}
-
 // Launches `kernel` with programmatic dependent launch: it may become resident while the previous
 // kernel in the stream still runs, so its launch latency hides; it must start with pdl_begin().
+// Without cuda_programmatic_launch() (exec_context.h) it is an ordinary launch.
 template <typename... KArgs, typename... Args>
 void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args&&... args) {
@@ -154,7 +144,7 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = cuda_programmatic_launch() ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");

@@ -74,9 +74,10 @@ TEST(CliRun, DivergeReportsIdentical) {
 TEST(CliRun, HelpDocumentsEveryFlag) {
   auto [code, text] = run("generate --help");
   EXPECT_EQ(code, 0);
-  for (const char* flag : {"--model", "--prompt-ids", "--max-tokens", "--json", "--threads",
-                           "--device", "--speculative", "--num-speculative-tokens", "--temperature",
-                           "--top-k", "--top-p", "--seed", "--spec-trace"})
+  for (const char* flag :
+       {"--model", "--prompt-ids", "--max-tokens", "--json", "--threads", "--device",
+        "--speculative", "--num-speculative-tokens", "--temperature", "--top-k", "--top-p",
+        "--seed", "--spec-trace", "--no-cuda-graphs", "--no-pdl"})
     EXPECT_NE(text.find(flag), std::string::npos) << flag;
 }
 

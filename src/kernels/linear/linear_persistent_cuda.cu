@@ -318,7 +318,7 @@ void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see pdl_wait()
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = cuda::pdl_enabled() ? 2 : 1;
+  cfg.numAttrs = cuda_programmatic_launch() ? 2 : 1;
   TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_persistent_kernel<C, TOut>, p));
 }
 
