@@ -110,8 +110,10 @@ Tensor Tensor::to(Device device) const {
   return t;
 }
 
+Tensor Tensor::host() const { return device_ == Device::kCpu ? *this : to(Device::kCpu); }
+
 Tensor Tensor::to_f32() const {
-  Tensor host = device_ == Device::kCpu ? *this : to(Device::kCpu);
+  const Tensor host = this->host();
   TANDEM_CHECK(host.is_contiguous(), "to_f32(): tensor {} is not contiguous", describe());
   Tensor out = zeros(shape_, DType::kF32);
   float* o = out.data<float>();

@@ -55,6 +55,7 @@ class Tensor {
 
   // Copies.
   Tensor to(Device device) const;     // contiguous copy on `device`
+  Tensor host() const;                // this tensor if it is on the host, else a host copy
   Tensor to_f32() const;              // host f32 copy of any float tensor
   void copy_from(const Tensor& src);  // same shape and dtype, both contiguous
   void zero_();

@@ -22,7 +22,7 @@ class RowRecorder : public ActivationObserver {
   void observe(std::string_view name, int64_t layer, const Tensor& t) override {
     if (layer >= num_layers_ || name == "logits")
       return;  // MTP rows and logits are not target state
-    const Tensor host = t.device() == Device::kCpu ? t : t.to(Device::kCpu);
+    const Tensor host = t.host();
     const int64_t row_elems = t.numel() / t.dim(0);
     for (int64_t r = 0; r < t.dim(0); ++r) {
       std::vector<float> row(row_elems);

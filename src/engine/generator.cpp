@@ -15,7 +15,6 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-Tensor to_host(const Tensor& t) { return t.device() == Device::kCpu ? t : t.to(Device::kCpu); }
 }  // namespace
 
 Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, GeneratorOptions opt)
@@ -59,7 +58,7 @@ void Generator::verify_step(int64_t n, int64_t start, bool greedy) {
 }
 
 std::vector<int32_t> Generator::read_argmax(int64_t n) const {
-  const Tensor ids = to_host(argmax_ids_.slice(0, 0, n));
+  const Tensor ids = argmax_ids_.slice(0, 0, n).host();
   return std::vector<int32_t>(ids.data<const int32_t>(), ids.data<const int32_t>() + n);
 }
 
@@ -96,7 +95,7 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
     if (before_step) before_step(s);
     if (all_logits) {
       model_.forward(st, n, StepKind::kPrefill, s, chunk_logits.slice(0, 0, n), 0);
-      Tensor host = to_host(chunk_logits.slice(0, 0, n));
+      Tensor host = chunk_logits.slice(0, 0, n).host();
       all_logits->slice(0, s, s + n).copy_from(host);
     } else {
       model_.forward(st, n, StepKind::kPrefill, s, last_chunk ? logits_.slice(0, 0, 1) : Tensor(),
@@ -108,7 +107,7 @@ int32_t Generator::prefill(const std::vector<int32_t>& prompt, const SamplingPar
         first = argmax_rows(1)[0];
       } else {
         Tensor row = all_logits ? all_logits->slice(0, n_prompt - 1, n_prompt)
-                                : to_host(logits_.slice(0, 0, 1));
+                                : logits_.slice(0, 0, 1).host();
         first = p.greedy() ? kernels::ref::argmax_row(row.data<float>(), vocab)
                            : draw(target_distribution(row.data<float>(), vocab, p), rng_);
       }
@@ -181,7 +180,7 @@ GenerateResult Generator::generate(const GenerateRequest& req,
     const bool greedy = req.sampling.greedy();
     verify_step(n, start, greedy);
     const Verdict v = greedy ? accept_greedy(read_argmax(n), drafts)
-                             : accept(to_host(logits_.slice(0, 0, n)), drafts, req.sampling, rng_);
+                             : accept(logits_.slice(0, 0, n).host(), drafts, req.sampling, rng_);
     st.set_n_acc(v.n_acc);  // the commit: one integer
     st.n_past += v.n_acc;
     if (after_commit) after_commit(stats.steps, st.n_past);

@@ -22,9 +22,7 @@ MtpDrafter::MtpDrafter(Qwen35Model& model) : model_(model) {
 
 int32_t MtpDrafter::argmax_last() {
   kernels::argmax({logits_, argmax_id_}, model_.context());
-  const Tensor host =
-      argmax_id_.device() == Device::kCpu ? argmax_id_ : argmax_id_.to(Device::kCpu);
-  return host.data<const int32_t>()[0];
+  return argmax_id_.host().data<const int32_t>()[0];
 }
 
 void MtpDrafter::begin_sequence() {
