@@ -97,17 +97,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Exploration knob for bench/kernel_bench (linear_skinny_set_variant): 0 is production; 1-4 pin
-// one kernel (this one at a register prefetch depth, or the bulk-copy kernel at a k-split cap).
-struct Variant {
-  int depth;       // 0: bulk-copy kernel (linear_stream_cuda.cu)
-  int max_splits;  // bulk-copy kernel only
+// Exploration knob for bench/kernel_bench (linear_skinny_set_variant): variant 0 is production.
+enum class Kind {
+  kPersistent,    // linear_persistent_cuda.cu at configuration `param` (0 = production)
+  kMma,           // this file's kernel with `param` k-steps of register prefetch (2 or 4)
+  kStream,        // linear_stream_cuda.cu with a k-split cap of `param`
+  kPreviousRule,  // the rule before the persistent kernel: this kernel for many tiles, the
+                  // bulk-copy kernel with a k-split of 8 for few
 };
-// 0 production (persistent), 1-2 this kernel, 3-4 the bulk-copy kernel, 5 the previous rule
-// (this kernel for many tiles, the bulk-copy kernel with k-split 8 for few).
-// 6-8 the persistent kernel's alternative configurations 1-3.
-constexpr Variant kVariants[] = {{0, 0},  {2, 1},  {4, 1},  {0, 1}, {0, 8},
-                                 {-1, 0}, {-2, 1}, {-2, 2}, {-2, 3}};
+struct Variant {
+  Kind kind;
+  int param;
+};
+constexpr Variant kVariants[] = {
+    {Kind::kPersistent, 0}, {Kind::kMma, 2},        {Kind::kMma, 4},
+    {Kind::kStream, 1},     {Kind::kStream, 8},     {Kind::kPreviousRule, 0},
+    {Kind::kPersistent, 1}, {Kind::kPersistent, 2}, {Kind::kPersistent, 3}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -120,29 +125,32 @@ void launch_mma(const LinearShape& s, cudaStream_t stream) {
 }
 
 template <int kNTiles, typename TOut>
-void launch_tiles(const LinearShape& s, cudaStream_t stream) {
-  const Variant v = kVariants[g_variant];
-  if (g_variant == 0) return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
-  if (v.depth == -2) return linear_skinny_persistent(s, sizeof(TOut) == 4, v.max_splits, stream);
-  if (v.depth >= 0) {
-    if (v.depth == 0) return linear_skinny_stream(s, sizeof(TOut) == 4, v.max_splits, stream);
-    if (v.depth == 4) return launch_mma<kNTiles, 4, TOut>(s, stream);
-    return launch_mma<kNTiles, 2, TOut>(s, stream);
-  }
-  // Variant 5, the previous production rule: shapes with many 16-row tiles with register prefetch
-  // (2 k-steps per warp); few-tile shapes (down_proj, out_proj) with the bulk-copy kernel and a
-  // k-split cluster.
+void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream) {
+  constexpr bool f32 = sizeof(TOut) == 4;
   const int64_t tiles = (s.out_f + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (tiles < 4 * cuda::sm_count()) {
-    return linear_skinny_stream(s, sizeof(TOut) == 4, kStreamMaxSplits, stream);
+  switch (v.kind) {
+    case Kind::kPersistent:
+      return linear_skinny_persistent(s, f32, v.param, stream);
+    case Kind::kMma:
+      return v.param == 4 ? launch_mma<kNTiles, 4, TOut>(s, stream)
+                          : launch_mma<kNTiles, 2, TOut>(s, stream);
+    case Kind::kStream:
+      return linear_skinny_stream(s, f32, v.param, stream);
+    case Kind::kPreviousRule:
+      if (tiles < 4 * cuda::sm_count())
+        return linear_skinny_stream(s, f32, kStreamMaxSplits, stream);
+      return launch_mma<kNTiles, 2, TOut>(s, stream);
   }
-  launch_mma<kNTiles, 2, TOut>(s, stream);
 }
 
 template <typename TOut>
 void launch(const LinearShape& s, cudaStream_t stream) {
-  if (s.n <= 8) return launch_tiles<1, TOut>(s, stream);
-  launch_tiles<2, TOut>(s, stream);
+  const Variant& v = kVariants[g_variant];
+  if (v.kind == Kind::kPersistent) {  // production: the kernel picks its own B tiles
+    return linear_skinny_persistent(s, sizeof(TOut) == 4, v.param, stream);
+  }
+  if (s.n <= 8) return launch_variant<1, TOut>(v, s, stream);
+  launch_variant<2, TOut>(v, s, stream);
 }
 
 }  // namespace
