@@ -51,6 +51,19 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(valid ? 16 : 0));
 }
+// cp.async of one K and one V tile of kTileN positions into rows of kD + 8 elements, shared by
+// kThreads threads; slot -1 (a position outside the range) reads as zeros.
+template <int kD, int kThreads, int kTileN>
+__device__ __forceinline__ void load_kv_tile(__nv_bfloat16* k_dst, __nv_bfloat16* v_dst,
+                                             const AttnParams& p, int hk, const int32_t* slots) {
+  constexpr int kChunks = kD / 8;
+  for (int c = threadIdx.x; c < kTileN * kChunks; c += kThreads) {
+    const int j = c / kChunks, e = (c % kChunks) * 8, slot = slots[j];
+    const int64_t off = slot < 0 ? 0 : (static_cast<int64_t>(slot) * p.hkv + hk) * kD + e;
+    cp_async16(k_dst + j * (kD + 8) + e, p.k_cache + off, slot >= 0);
+    cp_async16(v_dst + j * (kD + 8) + e, p.v_cache + off, slot >= 0);
+  }
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

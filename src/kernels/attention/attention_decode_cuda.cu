@@ -206,19 +206,6 @@ __device__ __forceinline__ void load_q_and_slots(const AttnParams& p, __nv_bfloa
   }
 }
 
-// cp.async of one K and V tile (slot -1 reads as zeros).
-template <int kD>
-__device__ __forceinline__ void load_kv(__nv_bfloat16* k_s, __nv_bfloat16* v_s, const AttnParams& p,
-                                        int hk, const int32_t* slots) {
-  constexpr int kChunks = kD / 8;
-  for (int c = threadIdx.x; c < kTileN * kChunks; c += kThreads) {
-    const int j = c / kChunks, e = (c % kChunks) * 8, slot = slots[j];
-    const int64_t off = slot < 0 ? 0 : (static_cast<int64_t>(slot) * p.hkv + hk) * kD + e;
-    cp_async16(k_s + j * (kD + 8) + e, p.k_cache + off, slot >= 0);
-    cp_async16(v_s + j * (kD + 8) + e, p.v_cache + off, slot >= 0);
-  }
-}
-
 // Causal limits of the thread's rows relative to position `pos` (-1 for padding rows).
 template <int kMT>
 __device__ __forceinline__ void row_limits(const AttnParams& p, int64_t kv_len, int row0,
@@ -289,7 +276,7 @@ __global__ void __cluster_dims__(kTiles, 1, 1) __launch_bounds__(kThreads)
     row_limits<kMT>(p, kv_len, row0, n_rows, tile_pos, lim);
     load_q_and_slots<kD, kMT>(p, q_s, slot_s, hk, row0, n_rows, tile_pos, kTileN, end);
     __syncthreads();
-    load_kv<kD>(k_s, v_s, p, hk, slot_s);
+    load_kv_tile<kD, kThreads, kTileN>(k_s, v_s, p, hk, slot_s);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -403,7 +390,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
   auto issue = [&](int i) {  // tile i of this half into stage i % kS (q rides in group 0)
     if (i < n_my) {
       __nv_bfloat16* st = ring + (i % kS) * 2 * kTileElems;
-      load_kv<kD>(st, st + kTileElems, p, hk, slot_s + i * kTileN);
+      load_kv_tile<kD, kThreads, kTileN>(st, st + kTileElems, p, hk, slot_s + i * kTileN);
     }
     cp_async_commit();
   };

@@ -47,19 +47,6 @@ __device__ __forceinline__ void tile_slots(int32_t* dst, const AttnParams& p, in
   }
 }
 
-// cp.async loads of one K and V tile; slot -1 reads as zeros.
-template <int kD, int kThreads>
-__device__ __forceinline__ void load_kv(__nv_bfloat16* k_dst, __nv_bfloat16* v_dst,
-                                        const AttnParams& p, int hk, const int32_t* slots) {
-  constexpr int kChunks = kD / 8;
-  for (int c = threadIdx.x; c < kTileN * kChunks; c += kThreads) {
-    const int j = c / kChunks, e = (c % kChunks) * 8, slot = slots[j];
-    const int64_t off = slot < 0 ? 0 : (static_cast<int64_t>(slot) * p.hkv + hk) * kD + e;
-    cp_async16(k_dst + j * (kD + 8) + e, p.k_cache + off, slot >= 0);
-    cp_async16(v_dst + j * (kD + 8) + e, p.v_cache + off, slot >= 0);
-  }
-}
-
 template <int kD, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnParams p) {
   using L = PrefillSmem<kD, kWarps>;
@@ -95,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnP
   tile_slots(slot_s, p, 0, block_last);
   tile_slots(slot_s + kTileN, p, 1, block_last);
   __syncthreads();
-  if (n_tiles > 0) load_kv<kD, kThreads>(k_s, v_s, p, hk, slot_s);
+  if (n_tiles > 0) load_kv_tile<kD, kThreads, kTileN>(k_s, v_s, p, hk, slot_s);
   cp_async_commit();
 
   int lim[2];  // causal limits of rows g and g + 8 of this warp (-1: padding row)
@@ -113,8 +100,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnP
     cp_async_wait<0>();
     __syncthreads();  // tile t landed; every warp is done with tile t - 1 and its slots
     if (t + 1 < n_tiles) {
-      load_kv<kD, kThreads>(k_s + ((t + 1) & 1) * kTileN * kLd, v_s + ((t + 1) & 1) * kTileN * kLd,
-                            p, hk, slot_s + ((t + 1) & 1) * kTileN);
+      load_kv_tile<kD, kThreads, kTileN>(k_s + ((t + 1) & 1) * kTileN * kLd,
+                                         v_s + ((t + 1) & 1) * kTileN * kLd, p, hk,
+                                         slot_s + ((t + 1) & 1) * kTileN);
     }
     cp_async_commit();
     tile_slots(slot_s + (t & 1) * kTileN, p, t + 2, block_last);  // read after the next barrier
