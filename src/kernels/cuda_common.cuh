@@ -125,29 +125,42 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 // The first statement of every kernel launched with launch_pdl(): wait for the predecessor, then
-// let the successor be scheduled (so at most one kernel waits early at a time).
+// let the successor be scheduled (so at most one kernel waits early at a time). Since every kernel
+// waits before it triggers, a kernel that starts early finds every kernel two or more launches
+// back completed: what only those wrote (weights; a recurrent state that only its own op writes,
+// loaded through L2 with __ldcg) may be read before pdl_wait().
 __device__ __forceinline__ void pdl_begin() {
   pdl_wait();
   pdl_trigger();
 }
 
+// launch_pdl (below) in thread-block clusters of `cluster_x` blocks along x (1: no cluster).
+template <typename... KArgs, typename... Args>
+void launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, unsigned cluster_x,
+                        size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = cuda_programmatic_launch() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = cluster_x;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = cluster_x > 1 ? 2 : 1;
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
+}
 // Launches `kernel` with programmatic dependent launch: it may become resident while the previous
 // kernel in the stream still runs, so its launch latency hides; it must start with pdl_begin().
 // Without cuda_programmatic_launch() (exec_context.h) it is an ordinary launch.
 template <typename... KArgs, typename... Args>
 void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = cuda_programmatic_launch() ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
+  launch_pdl_cluster(kernel, grid, block, 1, smem, stream, std::forward<Args>(args)...);
 }
 
 // ---- fixed-order reductions ----

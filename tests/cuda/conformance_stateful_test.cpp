@@ -10,6 +10,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
+#include "kernels/gated_rms_norm/gated_rms_norm.h"
 
 namespace tandem::test {
 namespace {
@@ -198,6 +199,69 @@ TEST(CudaConformance, GatedDeltaRule) {
   run_gdr(GdrShape{1, 2, 16, 32}, 111, 1 + rng.index(9), GdrMode::kChunked, 37, rng, cs);
   run_gdr(GdrShape{16, 48, 128, 128}, 1024, 1 + rng.index(9), GdrMode::kChunked, 0, rng, cs);
   run_gdr(GdrShape{16, 48, 128, 128}, 300, 1 + rng.index(9), GdrMode::kChunked, 100, rng, cs);
+}
+
+// The output norm done by the same call (GdrOutputNorm): fused into the recurrent kernel for
+// d_v <= 128 (clusters of 1..4 blocks), the separate op otherwise. Against the reference, and
+// bitwise against the rule and the separate gated_rms_norm launched one after the other.
+void run_gdr_norm(const GdrShape& s, int64_t n, int32_t n_acc, GdrMode mode, Rng& rng,
+                  const CudaStream& cs) {
+  const int64_t n_cols = 9;
+  Mirror qk = random_mirror({n, s.hk, 2 * s.dk}, rng);
+  Mirror v = random_mirror({n, s.hv, s.dv}, rng);
+  Mirror z = random_mirror({n, s.hv, s.dv + 8}, rng, DType::kBF16, 0.05f, 3.f);  // strided
+  Mirror ab = random_mirror({n, 2 * s.hv}, rng, DType::kBF16, 0.05f, 2.f);
+  Mirror a_log = random_mirror({s.hv}, rng, DType::kF32, 0.05f, 2.f);
+  Mirror dt_bias = random_mirror({s.hv}, rng, DType::kBF16, 0.05f, 0.5f);
+  Mirror w = random_mirror({s.dv}, rng, DType::kBF16, 0.5f, 1.5f);
+  Mirror state = random_mirror({n_cols, s.hv, s.dk, s.dv}, rng, DType::kF32, 0.01f, 0.3f);
+  Mirror state2 = mirror(state.host, DType::kF32);
+  const auto q_of = [&](const Tensor& t) { return t.slice(2, 0, s.dk); };
+  const auto k_of = [&](const Tensor& t) { return t.slice(2, s.dk, 2 * s.dk); };
+  const auto z_of = [&](const Tensor& t) { return t.slice(2, 0, s.dv); };
+  const auto a_of = [&](const Tensor& t) { return t.slice(1, 0, s.hv); };
+  const auto b_of = [&](const Tensor& t) { return t.slice(1, s.hv, 2 * s.hv); };
+  Tensor ref_state = state.host.to(Device::kCpu);
+  Tensor ref_out = Tensor::zeros({n, s.hv, s.dv}, DType::kF32);
+  Tensor ref_norm = Tensor::zeros({n, s.hv, s.dv}, DType::kF32);
+  gated_delta_rule_ref({q_of(qk.host), k_of(qk.host), v.host, a_of(ab.host), b_of(ab.host),
+                        a_log.host, dt_bias.host, ref_state, host_i32({n_acc}), ref_out, mode, 0,
+                        64, GdrOutputNorm{z_of(z.host), w.host, ref_norm, 1e-6f}},
+                       ref_ctx());
+  Tensor out = poisoned({n, s.hv, s.dv}, DType::kBF16);
+  Tensor normed = poisoned({n, s.hv, s.dv}, DType::kBF16);
+  gated_delta_rule_cuda({q_of(qk.dev), k_of(qk.dev), v.dev, a_of(ab.dev), b_of(ab.dev), a_log.dev,
+                         dt_bias.dev, state.dev, device_i32({n_acc}), out, mode, 0, 64,
+                         GdrOutputNorm{z_of(z.dev), w.dev, normed, 1e-6f}},
+                        cs.ctx());
+  Tensor out2 = poisoned({n, s.hv, s.dv}, DType::kBF16);
+  Tensor normed2 = poisoned({n, s.hv, s.dv}, DType::kBF16);
+  gated_delta_rule_cuda({q_of(qk.dev), k_of(qk.dev), v.dev, a_of(ab.dev), b_of(ab.dev), a_log.dev,
+                         dt_bias.dev, state2.dev, device_i32({n_acc}), out2, mode, 0, 64},
+                        cs.ctx());
+  gated_rms_norm_cuda({out2, z_of(z.dev), w.dev, normed2, 1e-6f}, cs.ctx());
+  cs.sync();
+  const std::string p =
+      fmt::format("n_tokens={},heads_k={},heads_v={},d_k={},d_v={},n_acc={},mode={}", n, s.hk, s.hv,
+                  s.dk, s.dv, n_acc, mode == GdrMode::kRecurrent ? "recurrent" : "chunked");
+  check_case("gated_delta_rule.norm", p, rel_l2(download(normed), gather(ref_norm)), DType::kBF16);
+  check_bits("gated_delta_rule.norm_fused", p,
+             download(out) == download(out2) && download(normed) == download(normed2) &&
+                 download(state.dev) == download(state2.dev));
+}
+
+TEST(CudaConformance, GatedDeltaRuleOutputNorm) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(16);
+  // d_v 16 and 24: one block, part idle; 96: a cluster of 3; 128: the model; 256: not fused.
+  for (const GdrShape& s :
+       {GdrShape{2, 6, 128, 128}, GdrShape{1, 3, 64, 96}, GdrShape{1, 2, 16, 16},
+        GdrShape{2, 4, 32, 24}, GdrShape{1, 2, 64, 256}, GdrShape{16, 48, 128, 128}}) {
+    for (int64_t n : {1, 2, 4, 9})
+      run_gdr_norm(s, n, 1 + rng.index(9), GdrMode::kRecurrent, rng, cs);
+    run_gdr_norm(s, 19, 1 + rng.index(9), GdrMode::kChunked, rng, cs);
+  }
 }
 
 }  // namespace

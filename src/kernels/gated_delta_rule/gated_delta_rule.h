@@ -18,6 +18,17 @@ namespace tandem::kernels {
 
 enum class GdrMode { kRecurrent, kChunked };
 
+// The GDN output norm (gated_rms_norm.h) of `out`, optionally done by the same call: when `out` is
+// set, it receives gated_rms_norm(out, z, weight, eps), bit for bit what the separate op gives
+// from the rounded `out`. On CUDA the recurrent kernel fuses it for d_v <= 128 (one launch fewer
+// per GDN layer); elsewhere the call runs the separate op after the rule.
+struct GdrOutputNorm {
+  Tensor z;       // act [n_tokens, n_heads_v, d_v] (strided view allowed)
+  Tensor weight;  // bf16|f16|f32 [d_v], shared across heads
+  Tensor out;     // act [n_tokens, n_heads_v, d_v]; empty: no norm
+  float eps = 1e-6f;
+};
+
 struct GatedDeltaRuleArgs {
   Tensor q;        // act [n_tokens, n_heads_k, d_k] (post-conv, strided view allowed)
   Tensor k;        // act [n_tokens, n_heads_k, d_k]
@@ -32,6 +43,7 @@ struct GatedDeltaRuleArgs {
   GdrMode mode = GdrMode::kRecurrent;
   int64_t start_position = 0;  // position of token 0 (aligns chunk boundaries), kChunked only
   int chunk_size = 64;
+  GdrOutputNorm norm;  // optional
 };
 
 void gated_delta_rule_ref(const GatedDeltaRuleArgs& a, const ExecContext& ctx);

@@ -1,14 +1,21 @@
 // CUDA gated delta rule. One block per (value head, 32 value columns); in a block each column j
 // is held by 4 threads, each owning d_k/4 rows of S[:, j] in fp32 registers for the whole call.
-// Per token: q and k are L2-normalised in shared memory (fixed-order block sums), then every
-// thread decays its rows, forms partial dot products in row order and combines the 4 parts with
-// a fixed butterfly. The arithmetic of a token never depends on how many tokens share the call,
-// so a verify's state columns equal a token-by-token run bit for bit (DESIGN.md inv. 2, 3).
-// kRecurrent writes the state after token t into column t. kChunked runs the WY form
-// (gated_delta_rule_chunked_cuda.cu) and falls back to this recurrence over the whole prompt, final
-// state into column 0, for what that does not cover. n_acc is read on the device (graph-safe).
+// The state is loaded before the wait for the previous kernel; the inputs of up to 4 tokens are
+// loaded together after it, and q and k L2-normalised per token by one warp (fixed order). Then,
+// token after token, every thread decays its rows, forms partial dot products in row order and
+// combines the 4 parts with a fixed butterfly. The arithmetic of a token never depends on how many
+// tokens share the call, so a verify's state columns equal a token-by-token run bit for bit
+// (DESIGN.md inv. 2, 3). kRecurrent writes the state after token t into column t. kChunked runs
+// the WY form (gated_delta_rule_chunked_cuda.cu) and falls back to this recurrence over the whole
+// prompt, final state into column 0, for what that does not cover. n_acc is read on the device
+// (graph-safe). With an output norm (GdrOutputNorm) and d_v <= 128, a value head's blocks form a
+// cluster that also writes each token's gated RMSNorm, the sums of squares shared through DSMEM
+// once per batch: one launch fewer per GDN layer, bit for bit the separate op.
+#include <cooperative_groups.h>
+
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
 #include "kernels/gated_delta_rule/gated_delta_rule_cuda.cuh"
+#include "kernels/gated_rms_norm/gated_rms_norm.h"
 
 namespace tandem::kernels {
 
@@ -18,6 +25,13 @@ constexpr int kParts = 4;  // threads per value column
 constexpr int kCols = 32;  // value columns per block
 constexpr int kThreads = kParts * kCols;
 constexpr int kWarps = kThreads / 32;
+constexpr int kMaxNormBlocks = 4;  // the fused output norm takes d_v <= 4 * kCols
+// Tokens whose inputs are loaded together. Small, so that the block's shared memory (5.6 KB at
+// d_k 128) leaves room for the next decode linear's block (214 KB) on the same SM: it then starts
+// streaming its weights while this kernel runs (programmatic dependent launch).
+constexpr int kBatch = 4;
+
+namespace cg = cooperative_groups;
 
 }  // namespace
 
@@ -27,100 +41,179 @@ bool gated_delta_rule_cuda_supports(int64_t d_k) {
 
 namespace {
 
+// Token inputs of one batch of up to kBatch tokens, loaded together after the wait (one memory
+// round trip for the batch instead of one per token), and the batch's outputs for the norm.
 template <int kDk>
+struct BatchSmem {
+  float q[kBatch][kDk], k[kBatch][kDk];  // normalised in place
+  float v[kBatch][kCols], z[kBatch][kCols];
+  float decay[kBatch], beta[kBatch];
+  float o[kBatch][kCols];              // kNorm: the rounded outputs
+  float psum[kBatch][kMaxNormBlocks];  // kNorm: the cluster's sums of squares by block
+};
+
+// Loads tokens [t0, t0 + nb) of this block's head and columns and L2-normalises q and k: warp w
+// takes tokens w, w + 4, ...; lane l sums elements l, l + 32, ... in order, then a butterfly.
+template <int kDk, bool kNorm>
+__device__ __forceinline__ void load_batch(const GdrParams& p, BatchSmem<kDk>& b, int64_t t0,
+                                           int nb, int64_t h, int64_t hk, int64_t col_base,
+                                           float a_decay, float dt_bias) {
+  for (int idx = threadIdx.x; idx < nb * kDk; idx += kThreads) {
+    const int64_t t = t0 + idx / kDk, i = idx % kDk;
+    b.q[idx / kDk][i] = __bfloat162float(p.q[t * p.q_s0 + hk * p.q_s1 + i]);
+    b.k[idx / kDk][i] = __bfloat162float(p.k[t * p.k_s0 + hk * p.k_s1 + i]);
+  }
+  for (int idx = threadIdx.x; idx < nb * kCols; idx += kThreads) {
+    const int64_t t = t0 + idx / kCols, j = col_base + idx % kCols;
+    const bool ok = j < p.dv;
+    b.v[idx / kCols][idx % kCols] = ok ? __bfloat162float(p.v[t * p.v_s0 + h * p.v_s1 + j]) : 0.f;
+    if constexpr (kNorm) {
+      b.z[idx / kCols][idx % kCols] = ok ? __bfloat162float(p.z[t * p.z_s0 + h * p.z_s1 + j]) : 0.f;
+    }
+  }
+  if (threadIdx.x < nb) {
+    const int64_t t = t0 + threadIdx.x;
+    const float a_raw = __bfloat162float(p.a[t * p.a_s0 + h * p.a_s1]);
+    const float b_raw = __bfloat162float(p.b[t * p.b_s0 + h * p.b_s1]);
+    b.decay[threadIdx.x] = expf(-a_decay * cuda::softplus(a_raw + dt_bias));
+    b.beta[threadIdx.x] = cuda::sigmoid(b_raw);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float q_scale = 1.f / sqrtf(static_cast<float>(kDk));
+  for (int t = warp; t < nb; t += kWarps) {
+    float ssq = 0.f, ssk = 0.f;
+    for (int i = lane; i < kDk; i += 32) {
+      ssq += b.q[t][i] * b.q[t][i];
+      ssk += b.k[t][i] * b.k[t][i];
+    }
+    ssq = cuda::warp_sum(ssq);
+    ssk = cuda::warp_sum(ssk);
+    const float inv_q = 1.f / sqrtf(ssq + 1e-6f), inv_k = 1.f / sqrtf(ssk + 1e-6f);
+    for (int i = lane; i < kDk; i += 32) {
+      b.q[t][i] = (b.q[t][i] * inv_q) * q_scale;
+      b.k[t][i] = b.k[t][i] * inv_k;
+    }
+  }
+  __syncthreads();
+}
+
+// The fused output norm of the batch's tokens, as gated_rms_norm_kernel computes it with 128
+// threads: per token a warp butterfly over each 32 columns, then those sums added in column
+// order. Block r of the cluster holds columns 32r..32r+31 (b.o, 0 past d_v) and posts its sums
+// to every block; one cluster barrier per batch.
+template <int kDk>
+__device__ __forceinline__ void store_norm(const GdrParams& p, BatchSmem<kDk>& b, int64_t t0,
+                                           int nb, int64_t h, int64_t j, bool col_ok, int jl,
+                                           float norm_w) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank(), blocks = cluster.num_blocks();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // b.o complete
+  for (int t = warp; t < nb; t += kWarps) {
+    const float sq = cuda::warp_sum(b.o[t][lane] * b.o[t][lane]);
+    if (lane < static_cast<int>(blocks)) *cluster.map_shared_rank(&b.psum[t][rank], lane) = sq;
+  }
+  cluster.sync();  // every block's sums are in
+  if (col_ok && (threadIdx.x & (kParts - 1)) == 0) {
+    for (int t = 0; t < nb; ++t) {
+      float ss = 0.f;
+      for (unsigned r = 0; r < blocks; ++r) ss += b.psum[t][r];
+      const float inv = 1.f / sqrtf(ss / static_cast<float>(p.dv) + p.norm_eps);
+      p.norm_out[(t0 + t) * p.norm_out_s0 + h * p.norm_out_s1 + j] =
+          __float2bfloat16_rn(((b.o[t][jl] * inv) * norm_w) * cuda::silu(b.z[t][jl]));
+    }
+  }
+  cluster.sync();  // b.psum is free for the next batch
+}
+
+template <int kDk, bool kNorm>
 __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   constexpr int kRowsPerThread = kDk / kParts;
-  __shared__ float qn[kDk], kn[kDk];
-  __shared__ float partial[2][kWarps];
+  __shared__ BatchSmem<kDk> b;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane & (kParts - 1);
   const int64_t h = blockIdx.y, hk = h / (p.hv_n / p.hk_n);
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kCols + warp * (32 / kParts) + lane / kParts;
+  const int jl = warp * (32 / kParts) + lane / kParts;  // column within the block
+  const int64_t col_base = static_cast<int64_t>(blockIdx.x) * kCols, j = col_base + jl;
   const bool col_ok = j < p.dv;
   const int64_t jc = col_ok ? j : 0;  // inactive columns compute on column 0 and store nothing
   const int64_t head_elems = static_cast<int64_t>(kDk) * p.dv;
   const int64_t col_elems = p.hv_n * head_elems;
-  int32_t col0 = p.n_acc[0] - 1;
-  col0 = col0 < 0 ? 0 : (col0 >= p.n_cols ? static_cast<int32_t>(p.n_cols - 1) : col0);
 
+  // The state and the head's constants load before the wait for the predecessor: only this op
+  // writes them, two or more launches back (cuda_common.cuh, pdl_begin), so the state read
+  // overlaps the conv kernel's tail.
+  int32_t col0 = __ldcg(p.n_acc) - 1;
+  col0 = col0 < 0 ? 0 : (col0 >= p.n_cols ? static_cast<int32_t>(p.n_cols - 1) : col0);
   float s[kRowsPerThread];  // rows i = part * kRowsPerThread + r of S[:, j]
   {
     const float* src = p.state + col0 * col_elems + h * head_elems + jc;
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) s[r] = src[(part * kRowsPerThread + r) * p.dv];
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      s[r] = __ldcg(src + (part * kRowsPerThread + r) * p.dv);
+    }
   }
   const float a_decay = expf(p.a_log[h]), dt_bias = p.dt_bias[h];
-  const float q_scale = 1.f / sqrtf(static_cast<float>(kDk));
+  const float norm_w = kNorm ? p.norm_w[jc] : 0.f;
+  cuda::pdl_begin();
 
-  for (int64_t t = 0; t < p.n_tokens; ++t) {
-    // Loads this token needs, issued together so their latencies overlap.
-    const float a_raw = __bfloat162float(p.a[t * p.a_s0 + h * p.a_s1]);
-    const float b_raw = __bfloat162float(p.b[t * p.b_s0 + h * p.b_s1]);
-    const float v_j = __bfloat162float(p.v[t * p.v_s0 + h * p.v_s1 + jc]);
-    // 1. normalised q and k of this token's key head, in shared memory
-    float ssq = 0.f, ssk = 0.f;
-    for (int i = threadIdx.x; i < kDk; i += kThreads) {
-      const float qi = __bfloat162float(p.q[t * p.q_s0 + hk * p.q_s1 + i]);
-      const float ki = __bfloat162float(p.k[t * p.k_s0 + hk * p.k_s1 + i]);
-      qn[i] = qi;
-      kn[i] = ki;
-      ssq += qi * qi;
-      ssk += ki * ki;
-    }
-    ssq = cuda::warp_sum(ssq);
-    ssk = cuda::warp_sum(ssk);
-    if (lane == 0) {
-      partial[0][warp] = ssq;
-      partial[1][warp] = ssk;
-    }
-    __syncthreads();
-    ssq = 0.f;
-    ssk = 0.f;
+  for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kBatch) {
+    const int nb = static_cast<int>(min(static_cast<int64_t>(kBatch), p.n_tokens - t0));
+    load_batch<kDk, kNorm>(p, b, t0, nb, h, hk, col_base, a_decay, dt_bias);
+    for (int tb = 0; tb < nb; ++tb) {
+      const int64_t t = t0 + tb;
+      // Gate, delta update and output for column j.
+      const float* kn = b.k[tb] + part * kRowsPerThread;
+      const float* qn = b.q[tb] + part * kRowsPerThread;
+      float kv = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      ssq += partial[0][w];
-      ssk += partial[1][w];
-    }
-    const float inv_q = 1.f / sqrtf(ssq + 1e-6f), inv_k = 1.f / sqrtf(ssk + 1e-6f);
-    for (int i = threadIdx.x; i < kDk; i += kThreads) {
-      qn[i] = (qn[i] * inv_q) * q_scale;
-      kn[i] = kn[i] * inv_k;
-    }
-    __syncthreads();
-    // 2. gate, delta update and output for column j
-    const float decay = expf(-a_decay * cuda::softplus(a_raw + dt_bias));
-    const float beta = cuda::sigmoid(b_raw);
-    float kv = 0.f;
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        s[r] *= b.decay[tb];
+        kv = fmaf(s[r], kn[r], kv);
+      }
+      kv += __shfl_xor_sync(0xffffffffu, kv, 1);
+      kv += __shfl_xor_sync(0xffffffffu, kv, 2);
+      const float u = b.beta[tb] * (b.v[tb][jl] - kv);
+      float o = 0.f;
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      s[r] *= decay;
-      kv = fmaf(s[r], kn[part * kRowsPerThread + r], kv);
-    }
-    kv += __shfl_xor_sync(0xffffffffu, kv, 1);
-    kv += __shfl_xor_sync(0xffffffffu, kv, 2);
-    const float u = beta * (v_j - kv);
-    float o = 0.f;
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        s[r] = fmaf(kn[r], u, s[r]);
+        o = fmaf(s[r], qn[r], o);
+      }
+      o += __shfl_xor_sync(0xffffffffu, o, 1);
+      o += __shfl_xor_sync(0xffffffffu, o, 2);
+      const __nv_bfloat16 o_bf = __float2bfloat16_rn(o);
+      if (part == 0) {
+        if (col_ok) p.out[t * p.out_s0 + h * p.out_s1 + j] = o_bf;
+        if constexpr (kNorm) b.o[tb][jl] = col_ok ? __bfloat162float(o_bf) : 0.f;
+      }
+      if (col_ok && p.per_token_columns) {
+        float* dst = p.state + t * col_elems + h * head_elems + j;
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      s[r] = fmaf(kn[part * kRowsPerThread + r], u, s[r]);
-      o = fmaf(s[r], qn[part * kRowsPerThread + r], o);
+        for (int r = 0; r < kRowsPerThread; ++r) dst[(part * kRowsPerThread + r) * p.dv] = s[r];
+      }
     }
-    o += __shfl_xor_sync(0xffffffffu, o, 1);
-    o += __shfl_xor_sync(0xffffffffu, o, 2);
-    if (col_ok && part == 0) p.out[t * p.out_s0 + h * p.out_s1 + j] = __float2bfloat16_rn(o);
-    if (col_ok && p.per_token_columns) {
-      float* dst = p.state + t * col_elems + h * head_elems + j;
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) dst[(part * kRowsPerThread + r) * p.dv] = s[r];
-    }
-    __syncthreads();  // qn/kn are rewritten for the next token
+    if constexpr (kNorm) store_norm<kDk>(p, b, t0, nb, h, j, col_ok, jl, norm_w);
+    __syncthreads();  // the batch buffers are rewritten by the next batch
   }
   if (col_ok && !p.per_token_columns) {
     float* dst = p.state + h * head_elems + j;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) dst[(part * kRowsPerThread + r) * p.dv] = s[r];
   }
+}
+
+template <int kDk>
+void launch_recurrent(const GdrParams& p, cudaStream_t s) {
+  const unsigned col_blocks = static_cast<unsigned>(cuda::ceil_div(p.dv, kCols));
+  const dim3 grid(col_blocks, static_cast<unsigned>(p.hv_n));
+  if (p.norm_out != nullptr) {  // one cluster per value head: the norm spans its columns
+    cuda::launch_pdl_cluster(gdr_recurrent_kernel<kDk, true>, grid, kThreads, col_blocks, 0, s, p);
+  } else {
+    cuda::launch_pdl(gdr_recurrent_kernel<kDk, false>, grid, kThreads, 0, s, p);
+  }
+  cuda::check_launch("gdr_recurrent_kernel");
 }
 
 }  // namespace
@@ -176,15 +269,39 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   p.out_s0 = a.out.stride(0), p.out_s1 = a.out.stride(1);
   p.per_token_columns = a.mode == GdrMode::kRecurrent;
   p.start_position = a.start_position;
+  const GdrOutputNorm& norm = a.norm;
+  const bool has_norm = norm.out.raw() != nullptr;
+  const bool fuse_norm =
+      has_norm && a.mode == GdrMode::kRecurrent && p.dv <= kMaxNormBlocks * kCols;
+  if (fuse_norm) {
+    const char* nop = "gated_delta_rule.norm";
+    cuda::expect_cuda_dtype(norm.z, DType::kBF16, nop, "z");
+    cuda::expect_cuda_dtype(norm.out, DType::kBF16, nop, "out");
+    cuda::expect_last_contiguous(norm.z, nop, "z");
+    cuda::expect_last_contiguous(norm.out, nop, "out");
+    TANDEM_CHECK(norm.z.shape() == a.out.shape() && norm.out.shape() == a.out.shape() &&
+                     norm.weight.numel() == p.dv,
+                 "gated_delta_rule_cuda: norm z {} weight {} out {} do not match out {}",
+                 norm.z.describe(), norm.weight.describe(), norm.out.describe(), a.out.describe());
+    p.z = norm.z.data<const __nv_bfloat16>();
+    p.z_s0 = norm.z.stride(0), p.z_s1 = norm.z.stride(1);
+    p.norm_w = cuda::any_float(norm.weight, nop, "weight");
+    p.norm_out = norm.out.data<__nv_bfloat16>();
+    p.norm_out_s0 = norm.out.stride(0), p.norm_out_s1 = norm.out.stride(1);
+    p.norm_eps = norm.eps;
+  }
   const cudaStream_t s = cuda::stream_of(ctx);
-  if (a.mode == GdrMode::kChunked && gdr_chunked_launch(p, dk, a.chunk_size, s)) return;
-  const dim3 grid(cuda::ceil_div(p.dv, kCols), static_cast<unsigned>(p.hv_n));
-  if (dk == 16) cuda::launch_pdl(gdr_recurrent_kernel<16>, grid, kThreads, 0, s, p);
-  if (dk == 32) cuda::launch_pdl(gdr_recurrent_kernel<32>, grid, kThreads, 0, s, p);
-  if (dk == 64) cuda::launch_pdl(gdr_recurrent_kernel<64>, grid, kThreads, 0, s, p);
-  if (dk == 128) cuda::launch_pdl(gdr_recurrent_kernel<128>, grid, kThreads, 0, s, p);
-  if (dk == 256) cuda::launch_pdl(gdr_recurrent_kernel<256>, grid, kThreads, 0, s, p);
-  cuda::check_launch("gdr_recurrent_kernel");
+  if (!(a.mode == GdrMode::kChunked && gdr_chunked_launch(p, dk, a.chunk_size, s))) {
+    if (dk == 16) launch_recurrent<16>(p, s);
+    if (dk == 32) launch_recurrent<32>(p, s);
+    if (dk == 64) launch_recurrent<64>(p, s);
+    if (dk == 128) launch_recurrent<128>(p, s);
+    if (dk == 256) launch_recurrent<256>(p, s);
+  }
+  if (has_norm && !fuse_norm) {
+    gated_rms_norm_cuda(
+        {.o = a.out, .z = norm.z, .weight = norm.weight, .out = norm.out, .eps = norm.eps}, ctx);
+  }
 }
 
 }  // namespace tandem::kernels

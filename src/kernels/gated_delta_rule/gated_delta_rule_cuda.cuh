@@ -23,6 +23,13 @@ struct GdrParams {
   int64_t n_tokens, n_cols, hv_n, hk_n, dv;
   bool per_token_columns;  // kRecurrent: column t after token t; kChunked: final state in column 0
   int64_t start_position;  // kChunked: position of token 0 (chunk boundaries at multiples of 64)
+  // The fused output norm (GdrOutputNorm; recurrent kernel only): norm_out == nullptr: none.
+  const __nv_bfloat16* z;
+  int64_t z_s0, z_s1;
+  cuda::AnyFloatPtr norm_w;
+  __nv_bfloat16* norm_out;
+  int64_t norm_out_s0, norm_out_s1;
+  float norm_eps;
 };
 
 // Launches the chunked (WY) kernel and returns true, or returns false without launching anything

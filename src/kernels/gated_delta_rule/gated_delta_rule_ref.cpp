@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
+#include "kernels/gated_rms_norm/gated_rms_norm.h"
 #include "kernels/ref_common.h"
 
 namespace tandem::kernels {
@@ -166,6 +167,11 @@ void gated_delta_rule_ref(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {
       }
       std::memcpy(state + hv * head_elems, S.data(), head_elems * 4);
     }
+  }
+  if (a.norm.out.raw() != nullptr) {
+    gated_rms_norm_ref(
+        {.o = a.out, .z = a.norm.z, .weight = a.norm.weight, .out = a.norm.out, .eps = a.norm.eps},
+        ctx);
   }
 }
 
