@@ -5,7 +5,8 @@
 // next layer reads exactly the value that was normed.
 // A decode step runs ~130 of these on single rows, so latency is what counts: the vector kernel
 // issues all of a thread's 16-byte loads before using any (one memory latency per row instead of
-// one per strided element); rows that are not 16-byte loadable take the scalar kernel. The vector
+// one per strided element), and its weights before the wait for the previous kernel; rows that
+// are not 16-byte loadable take the scalar kernel. The vector
 // kernel also applies RoPE after the norm (q_norm/k_norm + rope in one launch); otherwise RoPE is
 // a second launch with the same rotation (rope_cuda.cuh), so the bits never depend on the path.
 #include "kernels/cuda_common.cuh"
@@ -73,7 +74,16 @@ __device__ __forceinline__ float weight_at(W w, int64_t i, bool zero_centred) {
 __global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fused,
                                     cuda::AnyFloatPtr w, int64_t n_heads, int64_t dim, float eps,
                                     bool zero_centred, RopeParams rope) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
+  // The weights load before the wait for the predecessor (a step never writes weights), so the
+  // only memory latencies after it are the row's load and the store.
+  float wv[kVecChunks][8];
+#pragma unroll
+  for (int c = 0; c < kVecChunks; ++c) {
+    const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) wv[c][j] = i < dim ? weight_at(w, i + j, zero_centred) : 0.f;
+  }
+  cuda::pdl_begin();
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const __nv_bfloat16* xs = x.at(r, h);
@@ -119,7 +129,7 @@ __global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fu
     __nv_bfloat16 y[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      y[j] = __float2bfloat16_rn((v[c][j] * inv) * weight_at(w, i + j, zero_centred));
+      y[j] = __float2bfloat16_rn((v[c][j] * inv) * wv[c][j]);
     }
     uint4* dst = reinterpret_cast<uint4*>(i < rot ? rot_row + i : o + i);
     *dst = *reinterpret_cast<const uint4*>(y);
