@@ -25,7 +25,9 @@ class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(TANDEM_BINARY)) GTEST_SKIP() << "no binary at " << TANDEM_BINARY;
-    dir_ = std::filesystem::temp_directory_path() / "tandem_tok_cli";
+    // One folder per test: ctest runs the tests of this file in parallel processes.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() / (std::string("tandem_tok_cli_") + info->name());
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
