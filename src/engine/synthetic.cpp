@@ -43,7 +43,7 @@ DecoderLayerWeights layer(Maker& m, const ModelConfig& c, LayerType type) {
     w.gdn.norm = m({c.gdn_d_v}, 0.9f, 1.1f);
     w.gdn.out_proj = m.matrix({h, vd});
   }
-  w.mlp.gate_up_proj = m.matrix({2 * c.intermediate_size, h});
+  w.mlp.gate_up_proj = m.matrix({2 * c.intermediate_size, h});  // random: any row order will do
   w.mlp.down_proj = m.matrix({h, c.intermediate_size});
   return w;
 }

@@ -64,6 +64,33 @@ TEST(CudaRowInvariance, Linear) {
   }
 }
 
+// The swiglu epilogue of the decode linear (LinearEpilogue::kSwiGluPairs) is elementwise on the
+// same sums, so its rows are as invariant as the plain linear's.
+TEST(CudaRowInvariance, LinearSwiglu) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(27);
+  const int64_t in = 5120, inter = 1000;
+  Mirror w = random_mirror({2 * inter, in}, rng, DType::kBF16, 0.01f, 0.1f);
+  for (int64_t n : {2, 9, 16}) {
+    Mirror x = random_mirror({n, in}, rng);
+    Tensor out = poisoned({n, inter}, DType::kBF16);
+    linear_cuda(
+        {x.dev, w.dev, out, LinearEpilogue::kSwiGluPairs, poisoned({n, 2 * inter}, DType::kBF16)},
+        cs.ctx());
+    for (int64_t j : {int64_t{0}, n / 2, n - 1}) {
+      Tensor one = poisoned({1, inter}, DType::kBF16);
+      linear_cuda({row_copy(x.dev, j), w.dev, one, LinearEpilogue::kSwiGluPairs,
+                   poisoned({1, 2 * inter}, DType::kBF16)},
+                  cs.ctx());
+      cs.sync();
+      check_bits("linear.swiglu_rows",
+                 fmt::format("n_tokens={},row={},in={},inter={}", n, j, in, inter),
+                 same_bits<uint16_t>(row_copy(out, j), one));
+    }
+  }
+}
+
 TEST(CudaRowInvariance, RmsNorm) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;

@@ -1,5 +1,5 @@
 // Reference kernels against straightforward double-precision formulas: embedding, RMSNorms,
-// linear, RoPE, SwiGLU, argmax; plus row invariance of linear (bitwise).
+// linear, RoPE, SwiGLU, argmax; plus row invariance of linear and its SwiGLU epilogue (bitwise).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -120,6 +120,68 @@ TEST(RefKernels, LinearMatchesDoubleAndIsRowInvariant) {
           << "row " << t;
     }
   }
+}
+
+// Rows of gate and up [inter, in] interleaved in groups of 8 (the pair layout of
+// LinearEpilogue::kSwiGluPairs), spelled out here independently of the loader and swiglu.h.
+Tensor interleave_pairs(const Tensor& gate, const Tensor& up) {
+  const int64_t inter = gate.dim(0), in = gate.dim(1);
+  Tensor w = Tensor::zeros({2 * inter, in}, gate.dtype());
+  const int64_t es = dtype_size(gate.dtype());
+  for (int64_t f = 0; f < inter; ++f) {
+    const int64_t row = 16 * (f / 8) + f % 8;
+    std::memcpy(static_cast<char*>(w.raw()) + row * in * es,
+                static_cast<const char*>(gate.raw()) + f * in * es, in * es);
+    std::memcpy(static_cast<char*>(w.raw()) + (row + 8) * in * es,
+                static_cast<const char*>(up.raw()) + f * in * es, in * es);
+  }
+  return w;
+}
+
+// The swiglu epilogue equals linear with gate_proj, linear with up_proj, then swiglu, bit for bit.
+TEST(RefKernels, LinearSwigluEpilogueIsLinearThenSwiglu) {
+  uint64_t seed = 100;
+  for (DType wt : {DType::kF32, DType::kBF16}) {
+    for (int64_t n : {1, 2, 5, 19}) {
+      for (int64_t in : {40, 64}) {
+        for (int64_t inter : {8, 24}) {
+          const Tensor x = random_tensor({n, in}, seed++);
+          Tensor gate = random_tensor({inter, in}, seed++, 0.2f);
+          Tensor up = random_tensor({inter, in}, seed++, 0.2f);
+          if (wt == DType::kBF16) {
+            gate = to_bf16(gate);
+            up = to_bf16(up);
+          }
+          const Tensor w = interleave_pairs(gate, up);
+          Tensor out = Tensor::zeros({n, inter}, DType::kF32);
+          Tensor scratch = Tensor::zeros({n, 2 * inter}, DType::kF32);
+          kernels::linear({.x = x,
+                           .weight = w,
+                           .out = out,
+                           .epilogue = kernels::LinearEpilogue::kSwiGluPairs,
+                           .scratch = scratch},
+                          kCtx);
+          Tensor yg = Tensor::zeros({n, inter}, DType::kF32);
+          Tensor yu = Tensor::zeros({n, inter}, DType::kF32);
+          Tensor expect = Tensor::zeros({n, inter}, DType::kF32);
+          kernels::linear({.x = x, .weight = gate, .out = yg}, kCtx);
+          kernels::linear({.x = x, .weight = up, .out = yu}, kCtx);
+          kernels::swiglu({.gate = yg, .up = yu, .out = expect}, kCtx);
+          EXPECT_EQ(std::memcmp(out.data<float>(), expect.data<float>(), n * inter * 4), 0)
+              << "weight=" << dtype_name(wt) << ",n_tokens=" << n << ",in=" << in
+              << ",inter=" << inter;
+        }
+      }
+    }
+  }
+  // Misuse names what was expected: no scratch; a row count that is not whole 16-row groups.
+  const Tensor x = random_tensor({2, 40}, 1), w = random_tensor({24, 40}, 2);
+  Tensor out = Tensor::zeros({2, 12}, DType::kF32), scratch = Tensor::zeros({2, 24}, DType::kF32);
+  const auto epi = kernels::LinearEpilogue::kSwiGluPairs;
+  EXPECT_THROW(kernels::linear({.x = x, .weight = w, .out = out, .epilogue = epi}, kCtx), Error);
+  EXPECT_THROW(
+      kernels::linear({.x = x, .weight = w, .out = out, .epilogue = epi, .scratch = scratch}, kCtx),
+      Error);
 }
 
 TEST(RefKernels, PartialNeoxRope) {

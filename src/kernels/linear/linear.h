@@ -1,4 +1,5 @@
-// Linear layer y = x W^T with fp32 accumulation, W in the PyTorch [out, in] layout.
+// Linear layer y = x W^T with fp32 accumulation, W in the PyTorch [out, in] layout, optionally
+// followed by an epilogue on y.
 // Row invariance (DESIGN.md inv. 2): every output element is one dot product computed by the same
 // code in the same order whatever n_tokens is; any k-split is fixed by the weight shape alone.
 #pragma once
@@ -8,16 +9,36 @@
 
 namespace tandem::kernels {
 
+enum class LinearEpilogue {
+  kNone,  // out = y
+  // The MLP's gate|up projection followed by SwiGLU, out_f = 2 inter, inter a multiple of 8. The
+  // weight rows come in 16-row groups, 8 gate rows then the up rows of the same 8 features (the
+  // pair layout of swiglu.h), and out [n_tokens, inter] holds
+  //   out[t, 8g + i] = silu(y_gate) * y_up,  y_gate = y[t, 16g + i], y_up = y[t, 16g + 8 + i],
+  // with y_gate and y_up first rounded to out's dtype (bf16 on CUDA, f32 on the CPU) and the rest
+  // computed in fp32 exactly as swiglu() does: the result is bit-identical to linear into a
+  // [n_tokens, 2 inter] tensor followed by swiglu() over its pairs. The decode kernel
+  // (n_tokens <= 16) fuses it, since a 16-row weight tile is one group; every other path writes y
+  // into `scratch` and then runs swiglu() on it.
+  kSwiGluPairs,
+};
+
 struct LinearArgs {
   Tensor x;       // act [n_tokens, in]   (row stride may exceed in; last dim contiguous)
   Tensor weight;  // bf16|f16|f32 [out, in], contiguous
-  Tensor out;     // act or f32 [n_tokens, out] (row stride may exceed out)
+  // act or f32 [n_tokens, out] (row stride may exceed out); kSwiGluPairs: act [n_tokens, out / 2]
+  Tensor out;
+  LinearEpilogue epilogue = LinearEpilogue::kNone;
+  // kSwiGluPairs only, required on every device: act [n_tokens, out] (last dim contiguous) for y
+  // on the paths that do not fuse the epilogue; its contents afterwards are unspecified.
+  Tensor scratch;
 };
 
 void linear_ref(const LinearArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA
 void linear_cuda(const LinearArgs& a, const ExecContext& ctx);
 // Benchmark-only: picks a decode-kernel variant (0 = production); returns the number of variants.
+// Only the persistent kernel's variants take LinearEpilogue::kSwiGluPairs.
 int linear_skinny_set_variant(int v);
 #endif
 

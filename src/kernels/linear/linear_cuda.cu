@@ -8,9 +8,12 @@
 //    sums the lanes: a token's result never depends on how many tokens share it;
 //  - n_tokens > 16 (prefill): cuBLAS (linear_gemm_cuda.cu); rows are invariant among themselves,
 //    but not bit-equal to the decode path.
+// LinearEpilogue::kSwiGluPairs is fused into the persistent kernel; the other two paths write y
+// into the caller's scratch and run swiglu_cuda over its pairs (the same bits, in two launches).
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear.h"
 #include "kernels/linear/linear_cuda.cuh"
+#include "kernels/swiglu/swiglu.h"
 
 namespace tandem::kernels {
 
@@ -173,13 +176,26 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
                "linear_cuda: out must be bf16 or f32, got {}", a.out.describe());
   TANDEM_CHECK(a.weight.is_contiguous(), "linear_cuda: weight {} must be contiguous",
                a.weight.describe());
+  const bool pairs = a.epilogue == LinearEpilogue::kSwiGluPairs;
   LinearShape s;
   s.n = a.x.dim(0);
   s.in = a.x.dim(1);
   s.out_f = a.weight.dim(0);
-  TANDEM_CHECK(a.weight.dim(1) == s.in && a.out.dim(0) == s.n && a.out.dim(1) == s.out_f,
+  TANDEM_CHECK(a.weight.dim(1) == s.in && a.out.dim(0) == s.n &&
+                   a.out.dim(1) == (pairs ? s.out_f / 2 : s.out_f),
                "linear_cuda: x {} weight {} out {} do not agree", a.x.describe(),
                a.weight.describe(), a.out.describe());
+  if (pairs) {
+    TANDEM_CHECK(s.out_f % (2 * kSwigluPairGroup) == 0 && a.out.dtype() == DType::kBF16,
+                 "linear_cuda (swiglu epilogue): weight {} must have a multiple of {} rows and out "
+                 "{} must be bf16",
+                 a.weight.describe(), 2 * kSwigluPairGroup, a.out.describe());
+    cuda::expect_cuda_dtype(a.scratch, DType::kBF16, "linear", "scratch (swiglu epilogue)");
+    cuda::expect_last_contiguous(a.scratch, "linear", "scratch");
+    TANDEM_CHECK(a.scratch.dim(0) == s.n && a.scratch.dim(1) == s.out_f,
+                 "linear_cuda (swiglu epilogue): scratch must be [n_tokens={}, out={}], got {}",
+                 s.n, s.out_f, a.scratch.describe());
+  }
   if (s.n == 0 || s.out_f == 0) return;
   s.x = a.x.raw();
   s.w = a.weight.raw();
@@ -190,13 +206,20 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   s.vec_ok = s.in % 8 == 0 && s.x_stride % 8 == 0 && aligned16(s.x) && aligned16(s.w);
   const bool f32_out = a.out.dtype() == DType::kF32;
   const cudaStream_t stream = cuda::stream_of(ctx);
-  if (s.n > kSkinnyMaxTokens && s.vec_ok) {
-    return f32_out ? linear_gemm_f32(s, stream) : linear_gemm_bf16(s, stream);
-  }
-  if (s.n <= kSkinnyMaxTokens && s.vec_ok) {
+  if (s.n <= kSkinnyMaxTokens && s.vec_ok) {  // decode/verify: the epilogue, if any, is fused
+    s.epilogue = a.epilogue;
     return f32_out ? linear_skinny_mma_f32(s, stream) : linear_skinny_mma_bf16(s, stream);
   }
-  f32_out ? launch_skinny<float>(s, stream) : launch_skinny<__nv_bfloat16>(s, stream);
+  if (pairs) {  // y into scratch, then swiglu over its pairs
+    s.out = a.scratch.raw();
+    s.out_stride = a.scratch.stride(0);
+  }
+  if (s.n > kSkinnyMaxTokens && s.vec_ok) {
+    f32_out ? linear_gemm_f32(s, stream) : linear_gemm_bf16(s, stream);
+  } else {
+    f32_out ? launch_skinny<float>(s, stream) : launch_skinny<__nv_bfloat16>(s, stream);
+  }
+  if (pairs) swiglu_cuda({.out = a.out, .gate_up = a.scratch}, ctx);
 }
 
 }  // namespace tandem::kernels

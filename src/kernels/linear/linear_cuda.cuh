@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/linear/linear.h"
+
 namespace tandem::kernels {
 
 #ifdef __CUDACC__
@@ -26,9 +28,12 @@ constexpr int64_t kSkinnyMaxTokens = 16;
 struct LinearShape {
   const void* x = nullptr;  // bf16 [n, in], row stride x_stride
   const void* w = nullptr;  // bf16 [out_f, in], contiguous
-  void* out = nullptr;      // bf16|f32 [n, out_f], row stride out_stride
+  void* out = nullptr;      // bf16|f32 [n, out_f] (kSwiGluPairs: bf16 [n, out_f / 2]), out_stride
   int64_t n = 0, in = 0, out_f = 0, x_stride = 0, out_stride = 0;
   bool vec_ok = false;  // 16-byte loads are legal (in, x_stride multiples of 8; aligned bases)
+  // kSwiGluPairs: only the persistent kernel fuses it (out_f a multiple of 16, bf16 out); the
+  // other paths are given kNone and y's tensor by linear_cuda.
+  LinearEpilogue epilogue = LinearEpilogue::kNone;
 };
 
 // Tensor-core decode/verify path (n <= kSkinnyMaxTokens, vec_ok): linear_mma_cuda.cu.

@@ -1,7 +1,8 @@
 // Decode/verify linear (n_tokens <= 16): the dispatcher and the register-prefetch mma kernel.
 // Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) for every shape; the
 // kernels here and in linear_stream_cuda.cu stay as measured alternatives that kernel_bench times
-// and cross-checks (linear_skinny_set_variant, docs/cuda.md), variant 1 being its baseline.
+// and cross-checks (linear_skinny_set_variant, docs/cuda.md), variant 1 being its baseline; they
+// take LinearEpilogue::kNone only (the bench times nothing else).
 //
 // This file's kernel: mma.sync m16n8k16 bf16 -> fp32 with the weights as the 16-row A operand and
 // up to 16 tokens as one or two 8-column B tiles. A block of 4 warps owns 16 weight rows; warp w
@@ -149,6 +150,8 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   if (v.kind == Kind::kPersistent) {  // production: the kernel picks its own B tiles
     return linear_skinny_persistent(s, sizeof(TOut) == 4, v.param, stream);
   }
+  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone,
+               "linear: decode variant {} (bench only) has no swiglu epilogue", g_variant);
   if (s.n <= 8) return launch_variant<1, TOut>(v, s, stream);
   launch_variant<2, TOut>(v, s, stream);
 }

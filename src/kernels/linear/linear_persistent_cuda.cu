@@ -19,6 +19,8 @@
 //    depends only on its inputs and the shape.
 // Within a k-step, lane (g, t) reads 8 consecutive k of rows g and g + 8 and of token g; the mma's
 // k index is a permutation of the true k, identical for A and B.
+// Epilogues are store policies (StoreY, StoreSwiGluPairs) of one kernel body: LinearEpilogue::
+// kSwiGluPairs costs the plain linear nothing, and its sums are the plain linear's, bit for bit.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -28,6 +30,8 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear_cuda.cuh"
 #include "kernels/linear/linear_plan.h"
+#include "kernels/swiglu/swiglu.h"
+#include "kernels/swiglu/swiglu_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -85,7 +89,54 @@ struct Params {
   int splits, n_tokens;
 };
 
-template <class C, typename TOut>
+// Store policies: how warp 0 of rank 0 writes a tile's finished sums. In the mma C layout lane
+// (g, t) holds c[j][0..1] = rows g and c[j][2..3] = rows g + 8 of the tile, for tokens
+// 8j + 2t + (0, 1).
+template <typename TOut>
+struct StoreY {  // LinearEpilogue::kNone: out = y
+  template <int kNTiles>
+  __device__ static void store(const Params& p, int64_t tile, int g, int t,
+                               const float (&c)[kNTiles][4]) {
+    auto* out = static_cast<TOut*>(p.out);
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: g + 8
+        const int tok = j * 8 + 2 * t + (q & 1);                  // c0,c2: column 2t; c1,c3: 2t + 1
+        if (row < p.out_f && tok < p.n_tokens) {
+          out[tok * p.out_stride + row] = cuda::from_float<TOut>(c[j][q]);
+        }
+      }
+    }
+  }
+};
+
+// LinearEpilogue::kSwiGluPairs (bf16 out, out_f a multiple of 16): a tile is one gate|up group of
+// the pair layout, so rows g and g + 8 are the gate and the up of output column 8 tile + g. Each is
+// rounded to bf16 as StoreY would store it, then combined by swiglu_cuda's own formula.
+struct StoreSwiGluPairs {
+  static_assert(2 * kSwigluPairGroup == kRows, "a 16-row tile is one gate|up group");
+  template <int kNTiles>
+  __device__ static void store(const Params& p, int64_t tile, int g, int t,
+                               const float (&c)[kNTiles][4]) {
+    auto* out = static_cast<__nv_bfloat16*>(p.out);
+    const int64_t col = tile * kSwigluPairGroup + g;
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int tok = j * 8 + 2 * t + q;
+        if (tok < p.n_tokens) {
+          out[tok * p.out_stride + col] =
+              cuda::swiglu_bf16(__float2bfloat16_rn(c[j][q]), __float2bfloat16_rn(c[j][q + 2]));
+        }
+      }
+    }
+  }
+};
+
+template <class C, class Store>
 __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Params p) {
   constexpr int kNTiles = C::kNTiles, kChunkK = C::kChunkK;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -234,18 +285,7 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
         }
         for (int r = 1; r < splits; ++r) cuda::mbar_arrive_cluster(&sm.freed[b], r);
       }
-      auto* out = static_cast<TOut*>(p.out);
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: g + 8
-          const int tok = j * 8 + 2 * t + (q & 1);  // c0,c2: column 2t; c1,c3: 2t + 1
-          if (row < p.out_f && tok < p.n_tokens) {
-            out[tok * p.out_stride + row] = cuda::from_float<TOut>(c[j][q]);
-          }
-        }
-      }
+      Store::store(p, tile, g, t, c);
     }
   }
   // No block leaves while another may still arrive on its barriers or write its inbox.
@@ -254,10 +294,10 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
 
 // How many clusters of each size (1, 2, 4, 8 blocks) fit on the GPU at once: a property of the
 // kernel and the GPU, measured once per instantiation.
-template <class C, typename TOut>
+template <class C, class Store>
 const std::array<int64_t, 4>& resident_clusters() {
   static const std::array<int64_t, 4> n = [] {
-    const auto kernel = linear_persistent_kernel<C, TOut>;
+    const auto kernel = linear_persistent_kernel<C, Store>;
     const int smem = static_cast<int>(sizeof(Smem<C>));
     TANDEM_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -287,10 +327,10 @@ const std::array<int64_t, 4>& resident_clusters() {
   return n;
 }
 
-template <class C, typename TOut>
+template <class C, class Store>
 void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
-  const auto& resident = resident_clusters<C, TOut>();
+  const auto& resident = resident_clusters<C, Store>();
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan = plan_linear(tiles, s.in, C::kChunkK, resident, cuda::sm_count());
   const Params p{static_cast<const __nv_bfloat16*>(s.x),
@@ -319,32 +359,42 @@ void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = cuda_programmatic_launch() ? 2 : 1;
-  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_persistent_kernel<C, TOut>, p));
+  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_persistent_kernel<C, Store>, p));
 }
 
 // Configurations: k per chunk and ring depth (one or two B tiles share the choice).
-template <int kNTiles, typename TOut>
+template <int kNTiles, class Store>
 void launch(const LinearShape& s, int config, cudaStream_t stream) {
   switch (config) {
     case 1:
-      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 3 : 2>, TOut>(s, stream);
+      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 3 : 2>, Store>(s, stream);
     case 2:
-      return launch_cfg<Cfg<kNTiles, 512, 3>, TOut>(s, stream);
+      return launch_cfg<Cfg<kNTiles, 512, 3>, Store>(s, stream);
     case 3:
-      return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, TOut>(s, stream);
+      return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, Store>(s, stream);
     default:
-      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, TOut>(s, stream);
+      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, Store>(s, stream);
   }
+}
+
+template <int kNTiles>
+void launch_store(const LinearShape& s, bool f32_out, int config, cudaStream_t stream) {
+  if (s.epilogue == LinearEpilogue::kSwiGluPairs) {
+    return launch<kNTiles, StoreSwiGluPairs>(s, config, stream);
+  }
+  f32_out ? launch<kNTiles, StoreY<float>>(s, config, stream)
+          : launch<kNTiles, StoreY<__nv_bfloat16>>(s, config, stream);
 }
 
 }  // namespace
 
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream) {
-  if (s.n <= 8) {
-    return f32_out ? launch<1, float>(s, config, stream)
-                   : launch<1, __nv_bfloat16>(s, config, stream);
-  }
-  f32_out ? launch<2, float>(s, config, stream) : launch<2, __nv_bfloat16>(s, config, stream);
+  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone || (!f32_out && s.out_f % kRows == 0),
+               "linear_skinny_persistent: the swiglu epilogue needs bf16 out and a multiple of {} "
+               "rows, got out_f {}",
+               kRows, s.out_f);
+  s.n <= 8 ? launch_store<1>(s, f32_out, config, stream)
+           : launch_store<2>(s, f32_out, config, stream);
 }
 
 }  // namespace tandem::kernels

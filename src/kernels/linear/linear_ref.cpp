@@ -2,8 +2,10 @@
 // a fixed order — whatever the number of rows (row-invariant). Threads split output features.
 // Up to 4 rows share each weight load (AVX2 when available); the lanes, the tail and the final
 // reduction are exactly dot()'s, so results are bit-identical to it (tests/kernels checks this).
+// LinearEpilogue::kSwiGluPairs is y into `scratch`, then swiglu_ref over its pairs.
 #include "kernels/linear/linear.h"
 #include "kernels/ref_common.h"
+#include "kernels/swiglu/swiglu.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -54,6 +56,20 @@ void dot_rows(const float* const* x, const W* w, int64_t n, float* const* out) {
 }  // namespace
 
 void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
+  if (a.epilogue == LinearEpilogue::kSwiGluPairs) {
+    const int64_t n_tokens = a.x.dim(0), out_f = a.weight.dim(0);
+    TANDEM_CHECK(
+        a.scratch.raw() != nullptr && a.scratch.dim(0) == n_tokens && a.scratch.dim(1) == out_f,
+        "linear (swiglu epilogue): scratch must be [n_tokens={}, out={}], got {}", n_tokens, out_f,
+        a.scratch.describe());
+    TANDEM_CHECK(out_f % (2 * kSwigluPairGroup) == 0,
+                 "linear (swiglu epilogue): weight {} must have a multiple of {} rows (gate|up "
+                 "pairs)",
+                 a.weight.describe(), 2 * kSwigluPairGroup);
+    linear_ref({.x = a.x, .weight = a.weight, .out = a.scratch}, ctx);
+    swiglu_ref({.out = a.out, .gate_up = a.scratch}, ctx);
+    return;
+  }
   ref::expect_f32_act(a.x, "linear.x");
   ref::expect_f32_act(a.out, "linear.out");
   TANDEM_CHECK(a.weight.is_contiguous(), "linear: weight {} must be contiguous",

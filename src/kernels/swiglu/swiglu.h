@@ -1,15 +1,30 @@
-// SwiGLU activation: out = silu(gate) * up, elementwise (fp32 math).
+// SwiGLU activation: out = silu(gate) * up, elementwise (fp32 math). gate and up come either as two
+// tensors or as one gate|up tensor in the pair layout below, which is how the MLP's fused gate|up
+// projection lays out its rows (qwen35_weights.h) so that a 16-row mma tile of the decode linear
+// holds a gate and its up (linear.h, LinearEpilogue::kSwiGluPairs).
 #pragma once
+
+#include <cstdint>
 
 #include "core/exec_context.h"
 #include "core/tensor.h"
 
 namespace tandem::kernels {
 
+// The pair layout of a gate|up tensor [.., 2 inter] (inter a multiple of kSwigluPairGroup): column
+// groups of 2 kSwigluPairGroup, each kSwigluPairGroup gate columns followed by the up columns of
+// the same features. Feature i's gate is at swiglu_gate_col(i), its up kSwigluPairGroup further.
+constexpr int64_t kSwigluPairGroup = 8;
+constexpr int64_t swiglu_gate_col(int64_t i) {
+  return i / kSwigluPairGroup * (2 * kSwigluPairGroup) + i % kSwigluPairGroup;
+}
+
 struct SwigluArgs {
-  Tensor gate;  // act [n_tokens, inter] (strided rows allowed)
-  Tensor up;    // act [n_tokens, inter]
+  Tensor gate;  // act [n_tokens, inter] (strided rows allowed); empty when gate_up is given
+  Tensor up;    // act [n_tokens, inter]; empty when gate_up is given
   Tensor out;   // act [n_tokens, inter]
+  // Instead of gate and up: act [n_tokens, 2 inter] in the pair layout (strided rows allowed).
+  Tensor gate_up;
 };
 
 void swiglu_ref(const SwigluArgs& a, const ExecContext& ctx);

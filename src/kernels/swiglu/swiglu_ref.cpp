@@ -1,19 +1,37 @@
-// CPU reference SwiGLU.
+// CPU reference SwiGLU, over two tensors or one gate|up tensor in the pair layout (swiglu.h).
 #include "kernels/ref_common.h"
 #include "kernels/swiglu/swiglu.h"
 
 namespace tandem::kernels {
 
 void swiglu_ref(const SwigluArgs& a, const ExecContext& ctx) {
-  ref::expect_f32_act(a.gate, "swiglu.gate");
-  ref::expect_f32_act(a.up, "swiglu.up");
   ref::expect_f32_act(a.out, "swiglu.out");
-  const int64_t n = a.gate.dim(0), m = a.gate.dim(1);
+  const int64_t n = a.out.dim(0), m = a.out.dim(1);
+  const bool pairs = a.gate_up.raw() != nullptr;
+  const Tensor& gate = pairs ? a.gate_up : a.gate;
+  const Tensor& up = pairs ? a.gate_up : a.up;
+  ref::expect_f32_act(gate, pairs ? "swiglu.gate_up" : "swiglu.gate");
+  ref::expect_f32_act(up, pairs ? "swiglu.gate_up" : "swiglu.up");
+  if (pairs) {
+    TANDEM_CHECK(m % kSwigluPairGroup == 0 && a.gate_up.dim(0) == n && a.gate_up.dim(1) == 2 * m,
+                 "swiglu: gate_up {} must be [n_tokens, 2 inter] for out {} (inter a multiple of "
+                 "{})",
+                 a.gate_up.describe(), a.out.describe(), kSwigluPairGroup);
+  } else {
+    TANDEM_CHECK(a.gate.shape() == a.out.shape() && a.up.shape() == a.out.shape(),
+                 "swiglu: gate {} up {} out {} differ", a.gate.describe(), a.up.describe(),
+                 a.out.describe());
+  }
+  // Pairs: feature i's gate is at column swiglu_gate_col(i), its up kSwigluPairGroup further.
+  const int64_t up_offset = pairs ? kSwigluPairGroup : 0;
   for (int64_t t = 0; t < n; ++t) {
-    const float* g = a.gate.data<const float>() + t * a.gate.stride(0);
-    const float* u = a.up.data<const float>() + t * a.up.stride(0);
+    const float* g = gate.data<const float>() + t * gate.stride(0);
+    const float* u = up.data<const float>() + t * up.stride(0) + up_offset;
     float* o = a.out.data<float>() + t * a.out.stride(0);
-    for (int64_t i = 0; i < m; ++i) o[i] = ref::silu(g[i]) * u[i];
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t c = pairs ? swiglu_gate_col(i) : i;
+      o[i] = ref::silu(g[c]) * u[c];
+    }
   }
 }
 

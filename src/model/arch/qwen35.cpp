@@ -9,11 +9,10 @@
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
-#include "kernels/gated_rms_norm/gated_rms_norm.h"
 #include "kernels/kv_cache/kv_cache.h"
 #include "kernels/linear/linear.h"
 #include "kernels/rms_norm/rms_norm.h"
-#include "kernels/swiglu/swiglu.h"
+#include "kernels/swiglu/swiglu.h"  // kSwigluPairGroup: the gate|up layout
 
 namespace tandem {
 
@@ -25,10 +24,10 @@ struct ForwardScratch {
   // Outputs of the stacked projections (qwen35_weights.h); the parts below are column views.
   Tensor gdn_in;                       // [T, channels | vd | n_heads_v | n_heads_v]
   Tensor attn_in;                      // [T, 2 Nq D | Nkv D | Nkv D]
-  Tensor gate_up;                      // [T, inter | inter]
+  Tensor gate_up;                      // [T, 2 inter] pair layout (swiglu.h), if not fused
+  Tensor mlp_act;                      // [T, inter] = silu(gate) * up
   Tensor qkv, z, beta_raw, decay_raw;  // views of gdn_in
   Tensor q_gate, k, v;                 // views of attn_in
-  Tensor gate, up;                     // views of gate_up
   Tensor conv_out;                     // [T, channels]
   Tensor gdn_out, gdn_normed;          // [T, vd]
   Tensor attn_out;                     // [T, Nq D]
@@ -53,8 +52,7 @@ struct ForwardScratch {
     k = attn_in.slice(1, q2, q2 + kv);
     v = attn_in.slice(1, q2 + kv, q2 + 2 * kv);
     gate_up = z2(2 * inter);
-    gate = gate_up.slice(1, 0, inter);
-    up = gate_up.slice(1, inter, 2 * inter);
+    mlp_act = z2(inter);
     conv_out = z2(ch);
     gdn_out = z2(vd);
     gdn_normed = z2(vd);
@@ -74,8 +72,13 @@ Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecConte
       ctx_(ctx),
       act_(ctx.device == Device::kCpu ? DType::kF32 : DType::kBF16),
       s_(std::make_unique<ForwardScratch>(cfg_, max_step_tokens, act_, ctx.device)) {
-#ifdef TANDEM_CUDA
   // Unsupported (op, dtype, device, shape) is an error at load time (DESIGN.md invariant 6).
+  // The loader checks this too, naming the tensor; synthetic weights are only checked here.
+  TANDEM_CHECK(cfg_.intermediate_size % k::kSwigluPairGroup == 0,
+               "op linear.swiglu (mlp gate|up), device {}: intermediate_size {} is not a multiple "
+               "of {}",
+               device_name(ctx_.device), cfg_.intermediate_size, k::kSwigluPairGroup);
+#ifdef TANDEM_CUDA
   if (ctx_.device == Device::kCuda) {
     TANDEM_CHECK(
         k::attention_cuda_supports(cfg_.head_dim),
@@ -186,15 +189,13 @@ void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, Sequenc
                        .n_acc = st.n_acc,
                        .out = rows(s.gdn_out, n).split_heads(cfg_.gdn_heads_v),
                        .mode = prefill ? k::GdrMode::kChunked : k::GdrMode::kRecurrent,
-                       .start_position = start},
+                       .start_position = start,
+                       .norm = {.z = rows(s.z, n).split_heads(cfg_.gdn_heads_v),
+                                .weight = g.norm,
+                                .out = rows(s.gdn_normed, n).split_heads(cfg_.gdn_heads_v),
+                                .eps = cfg_.rms_norm_eps}},
                       ctx_);
   observe("gdn_out", layer, rows(s.gdn_out, n));
-  k::gated_rms_norm({.o = rows(s.gdn_out, n).split_heads(cfg_.gdn_heads_v),
-                     .z = rows(s.z, n).split_heads(cfg_.gdn_heads_v),
-                     .weight = g.norm,
-                     .out = rows(s.gdn_normed, n).split_heads(cfg_.gdn_heads_v),
-                     .eps = cfg_.rms_norm_eps},
-                    ctx_);
   k::linear({.x = rows(s.gdn_normed, n), .weight = g.out_proj, .out = rows(s.mixed, n)}, ctx_);
 }
 
@@ -245,10 +246,14 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
 
 void Qwen35Model::mlp(const MlpWeights& w, int64_t layer, int64_t n) {
   ForwardScratch& s = *s_;
-  const Tensor x = rows(s.normed, n);
-  k::linear({.x = x, .weight = w.gate_up_proj, .out = rows(s.gate_up, n)}, ctx_);  // gate|up
-  k::swiglu({.gate = rows(s.gate, n), .up = rows(s.up, n), .out = rows(s.gate, n)}, ctx_);
-  k::linear({.x = rows(s.gate, n), .weight = w.down_proj, .out = rows(s.mixed, n)}, ctx_);
+  // gate|up projection and SwiGLU in one call (one launch on the decode path).
+  k::linear({.x = rows(s.normed, n),
+             .weight = w.gate_up_proj,
+             .out = rows(s.mlp_act, n),
+             .epilogue = k::LinearEpilogue::kSwiGluPairs,
+             .scratch = rows(s.gate_up, n)},
+            ctx_);
+  k::linear({.x = rows(s.mlp_act, n), .weight = w.down_proj, .out = rows(s.mixed, n)}, ctx_);
 }
 
 void Qwen35Model::mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden_in,

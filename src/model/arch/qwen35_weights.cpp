@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/swiglu/swiglu.h"
+
 namespace tandem {
 
 namespace {
@@ -34,6 +36,26 @@ class Loader {
     for (const Tensor& t : h) {
       all.slice(0, r, r + t.dim(0)).copy_from(same ? t : t.to_f32());
       r += t.dim(0);
+    }
+    return on_device(all);
+  }
+
+  // Two matrices a, b [rows, cols] interleaved by row groups of `group`: rows [2 group i, 2 group i
+  // + group) of the result are a's rows [group i, group (i + 1)), the next `group` rows b's. rows
+  // must be a multiple of group.
+  Tensor interleaved(const std::string& a_name, const std::string& b_name, const Shape& shape,
+                     int64_t group) {
+    const Tensor a = host(a_name, shape), b = host(b_name, shape);
+    TANDEM_CHECK(shape[0] % group == 0,
+                 "tensor '{}' (and '{}') has {} rows, which is not a multiple of {}: the fused "
+                 "gate|up projection interleaves them in groups of {} rows",
+                 a_name, b_name, shape[0], group, group);
+    const bool same = a.dtype() == b.dtype();
+    const Tensor a2 = same ? a : a.to_f32(), b2 = same ? b : b.to_f32();
+    Tensor all = Tensor::zeros({2 * shape[0], shape[1]}, a2.dtype());
+    for (int64_t r = 0; r < shape[0]; r += group) {
+      all.slice(0, 2 * r, 2 * r + group).copy_from(a2.slice(0, r, r + group));
+      all.slice(0, 2 * r + group, 2 * r + 2 * group).copy_from(b2.slice(0, r, r + group));
     }
     return on_device(all);
   }
@@ -91,8 +113,8 @@ DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::st
     w.gdn.norm = load(p + "linear_attn.norm.weight", {c.gdn_d_v});
     w.gdn.out_proj = load(p + "linear_attn.out_proj.weight", {h, vd});
   }
-  w.mlp.gate_up_proj = load.stacked({{p + "mlp.gate_proj.weight", {c.intermediate_size, h}},
-                                     {p + "mlp.up_proj.weight", {c.intermediate_size, h}}});
+  w.mlp.gate_up_proj = load.interleaved(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
+                                        {c.intermediate_size, h}, kernels::kSwigluPairGroup);
   w.mlp.down_proj = load(p + "mlp.down_proj.weight", {h, c.intermediate_size});
   return w;
 }

@@ -2,7 +2,8 @@
 // with every shape checked at load (reference section 1.2). On the CPU the tensors are zero-copy
 // views of the mmap'd checkpoint; on CUDA, matrices are uploaded as bf16. Projections that read
 // the same input are stacked by rows at load (q|k|v, GDN qkv|z|b|a, gate|up), so that a step
-// reads them with one linear launch; every output row is the same dot product as before.
+// reads them with one linear launch; every output row is the same dot product as before. gate|up
+// is interleaved in groups of 8 rows, so that one linear also applies the SwiGLU.
 #pragma once
 
 #include <functional>
@@ -34,8 +35,11 @@ struct GdnWeights {
 };
 
 struct MlpWeights {
-  Tensor gate_up_proj;  // [2 inter, hidden]: gate_proj, then up_proj
-  Tensor down_proj;     // [hidden, inter]
+  // [2 inter, hidden] in the pair layout of swiglu.h (inter a multiple of 8): rows 16g..16g+7 are
+  // gate_proj rows 8g..8g+7, rows 16g+8..16g+15 up_proj rows 8g..8g+7; read by linear with
+  // LinearEpilogue::kSwiGluPairs.
+  Tensor gate_up_proj;
+  Tensor down_proj;  // [hidden, inter]
 };
 
 struct DecoderLayerWeights {
