@@ -34,5 +34,5 @@ fi
 # The committed sources the CUDA suite needs, for run_all.sh to fall back on when work in progress
 # elsewhere in the working tree does not compile (the device copy has no .git).
 mkdir -p .devdeps/head
-git archive HEAD CMakeLists.txt src apps bench tests/CMakeLists.txt tests/cuda | tar -x -C .devdeps/head
+git archive HEAD CMakeLists.txt src apps bench tests/CMakeLists.txt tests/test_support.h tests/cuda | tar -x -C .devdeps/head
 du -sh .devdeps
