@@ -161,7 +161,7 @@ GenerateResult Generator::generate(const GenerateRequest& req,
   };
   bool done = emit(last);
   SpeculationControl control(k, opt_.control);
-  if (drafter_) drafter_->take_first_pass_cost();  // the prompt's first pass is not a step cost
+  if (drafter_) drafter_->catch_up(st);  // the prompt's first pass is not a step's cost
   while (!done) {
     const double step_t0 = now_seconds();
     const int64_t room = opt_.max_context - st.n_past - 1;  // positions left after `last`
@@ -205,9 +205,7 @@ GenerateResult Generator::generate(const GenerateRequest& req,
       next.push_back(v.emitted.back());
       drafter_->after_target_step(st, next, start);
     }
-    const auto [first_pass_s, first_pass_rows] =
-        drafter_ ? drafter_->take_first_pass_cost() : std::pair<double, int64_t>{0.0, 0};
-    control.record(k_eff, v.n_acc, now_seconds() - step_t0, first_pass_s, first_pass_rows);
+    control.record(k_eff, v.n_acc, now_seconds() - step_t0);
     for (int32_t tok : v.emitted) {
       if ((done = emit(tok))) break;
     }

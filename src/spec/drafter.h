@@ -22,9 +22,9 @@ class Drafter {
   // Only the n valid rows are passed (rejected draft rows are not).
   virtual void after_target_step(SequenceState& st, std::span<const int32_t> next_tokens,
                                  int64_t start) = 0;
-  // Seconds spent in deferred first-pass work since the last call, and the rows it covered (for
-  // speculation control, which charges each step for its own rows only).
-  virtual std::pair<double, int64_t> take_first_pass_cost() { return {0.0, 0}; }
+  // Runs any work deferred for the rows passed so far (the MTP first pass) now. The generator
+  // calls it after the prompt, so that the first decode step does not pay for the prompt.
+  virtual void catch_up(SequenceState& /*st*/) {}
   // Up to k drafts following the last emitted token; `emitted` is everything generated so far.
   virtual std::vector<int32_t> propose(SequenceState& st, int k,
                                        std::span<const int32_t> emitted) = 0;

@@ -1,8 +1,6 @@
 // MTP drafter: queued (lazy) first pass after target steps, then chained single-row MTP steps.
 #include "spec/mtp_drafter.h"
 
-#include <chrono>
-
 #include "kernels/argmax/argmax.h"
 
 namespace tandem {
@@ -47,7 +45,6 @@ void MtpDrafter::after_target_step(SequenceState& st, std::span<const int32_t> n
 void MtpDrafter::flush(SequenceState& st) {
   const int64_t n = static_cast<int64_t>(queued_tokens_.size());
   if (n == 0) return;
-  const auto t0 = std::chrono::steady_clock::now();
   st.mtp.plan(queued_tokens_.data(), n, queued_start_, st.config().max_context);
   model_.mtp_forward(st, n, queued_hidden_.slice(0, 0, n), hidden_out_.slice(0, 0, n), logits_,
                      n - 1);
@@ -55,15 +52,6 @@ void MtpDrafter::flush(SequenceState& st) {
   last_position_ = queued_start_ + n - 1;
   chain_hidden_.copy_from(hidden_out_.slice(0, n - 1, n));
   queued_tokens_.clear();
-  flush_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  flushed_rows_ += n;
-}
-
-std::pair<double, int64_t> MtpDrafter::take_first_pass_cost() {
-  const std::pair<double, int64_t> c{flush_seconds_, flushed_rows_};
-  flush_seconds_ = 0;
-  flushed_rows_ = 0;
-  return c;
 }
 
 std::vector<int32_t> MtpDrafter::propose(SequenceState& st, int k, std::span<const int32_t>) {

@@ -24,7 +24,7 @@ class MtpDrafter : public Drafter {
   void after_target_step(SequenceState& st, std::span<const int32_t> next_tokens,
                          int64_t start) override;
   std::vector<int32_t> propose(SequenceState& st, int k, std::span<const int32_t> emitted) override;
-  std::pair<double, int64_t> take_first_pass_cost() override;
+  void catch_up(SequenceState& st) override { flush(st); }
 
  private:
   void flush(SequenceState& st);  // runs the first pass over the queued rows
@@ -41,8 +41,6 @@ class MtpDrafter : public Drafter {
   Tensor argmax_id_;     // i32 [1] on the model's device: only the draft crosses to the host
   int32_t first_draft_ = -1;
   int64_t last_position_ = -1;  // position of the last first-pass row
-  double flush_seconds_ = 0;    // first-pass time and rows since take_first_pass_cost()
-  int64_t flushed_rows_ = 0;
 };
 
 }  // namespace tandem

@@ -50,15 +50,8 @@ int SpeculationControl::choose() {
   return best;
 }
 
-void SpeculationControl::record(int k, int n_acc, double seconds, double first_pass_seconds,
-                                int64_t first_pass_rows) {
+void SpeculationControl::record(int k, int n_acc, double seconds) {
   constexpr double kAlpha = 0.25;
-  if (first_pass_rows > 0) {
-    const double per_row = first_pass_seconds / static_cast<double>(first_pass_rows);
-    first_pass_per_row_ =
-        first_pass_per_row_ == 0 ? per_row : (1 - kAlpha) * first_pass_per_row_ + kAlpha * per_row;
-  }
-  seconds += first_pass_per_row_ * n_acc - first_pass_seconds;
   cost_[k] = cost_[k] < 0 ? seconds : (1 - kAlpha) * cost_[k] + kAlpha * seconds;
   last_seen_[k] = step_++;
   ++steps_[k];

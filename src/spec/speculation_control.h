@@ -4,7 +4,10 @@
 // holds for every k), so control only changes speed.
 //   expected tokens of a step with k drafts: E_k = 1 + a_1 + a_1 a_2 + ... + a_1..a_k, where a_i is
 //   the observed rate of accepting draft i given drafts 1..i-1 were accepted (Laplace-smoothed);
-//   cost c_k: an exponential moving average of the measured seconds of steps with k drafts.
+//   cost c_k: an exponential moving average of the measured wall seconds of steps with k drafts.
+// A step's cost is its whole wall time, including the drafter's first pass over the rows of earlier
+// k = 0 steps when it catches up on them: a k = 0 step is charged what it costs, no more, so the
+// catch-up weighs on speculation, never on plain decoding (the safe side of "never slower").
 // Every k is measured once first, then the best E_k / c_k is used, and the least recently
 // measured k is probed again every `probe_interval` steps so that costs follow the context depth.
 #pragma once
@@ -23,12 +26,9 @@ class SpeculationControl {
   SpeculationControl(int k_max, ControlMode mode, int probe_interval = 32);
 
   int choose();  // drafts for the next step
-  // One finished step: k drafts proposed, n_acc in 1..k+1, its wall time (draft + verify + commit),
-  // of which first_pass_seconds went to the drafter's deferred first pass over first_pass_rows rows
-  // (possibly rows of earlier steps). The step is charged for its own n_acc rows at the average
-  // per-row first-pass cost instead, so catching up after k = 0 steps is not blamed on k > 0.
-  void record(int k, int n_acc, double seconds, double first_pass_seconds = 0,
-              int64_t first_pass_rows = 0);
+  // One finished step: k drafts proposed, n_acc in 1..k+1, its wall time (draft, including any
+  // first-pass catch-up, + verify + commit).
+  void record(int k, int n_acc, double seconds);
 
   double expected_tokens(int k) const;
   const std::vector<int64_t>& steps_per_k() const { return steps_; }
@@ -42,7 +42,6 @@ class SpeculationControl {
   std::vector<int64_t> last_seen_;  // step index of the last measurement of each k
   std::vector<int64_t> steps_;      // steps taken with each k
   std::vector<int64_t> reached_, accepted_;  // per draft position i (1-based, index i-1)
-  double first_pass_per_row_ = 0;            // EMA seconds per first-pass row
 };
 
 }  // namespace tandem
