@@ -1,6 +1,8 @@
 // Cost/acceptance-driven choice of k per step.
 #include "spec/speculation_control.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tandem {
@@ -30,22 +32,31 @@ double SpeculationControl::expected_tokens(int k) const {
   return e;
 }
 
-int SpeculationControl::choose() {
-  if (mode_ == ControlMode::kFixed || k_max_ == 0) return k_max_;
-  // Measure every k once, largest first (it also observes acceptance at every position).
-  for (int k = k_max_; k >= 0; --k)
-    if (cost_[k] < 0) return k;
-  if (probe_interval_ > 0 && step_ % probe_interval_ == probe_interval_ - 1) {
-    int oldest = 0;
-    for (int k = 1; k <= k_max_; ++k)
-      if (last_seen_[k] < last_seen_[oldest]) oldest = k;
-    return oldest;
-  }
+int SpeculationControl::best_measured() const {
   int best = 0;
   double best_rate = 0.0;
   for (int k = 0; k <= k_max_; ++k) {
+    if (cost_[k] < 0) continue;
     const double rate = expected_tokens(k) / cost_[k];
     if (rate > best_rate) best_rate = rate, best = k;
+  }
+  return best;
+}
+
+int SpeculationControl::choose() {
+  if (mode_ == ControlMode::kFixed || k_max_ == 0) return k_max_;
+  // Climb: measure k = 0, then k + 1 only while the largest k measured so far is the best, so
+  // that an expensive large k is never tried where a smaller one already lost.
+  int top = -1;
+  while (top < k_max_ && cost_[top + 1] >= 0) ++top;
+  const int best = best_measured();
+  if (top < 1 || (best == top && top < k_max_)) return top + 1;
+  if (probe_interval_ > 0 && step_ % probe_interval_ == probe_interval_ - 1) {
+    // Probe the less recently measured neighbour of the best k (costs follow the context depth).
+    const int lo = std::max(best - 1, 0), hi = std::min(best + 1, k_max_);
+    if (lo == best) return hi;
+    if (hi == best) return lo;
+    return last_seen_[lo] <= last_seen_[hi] ? lo : hi;
   }
   return best;
 }

@@ -8,8 +8,11 @@
 // A step's cost is its whole wall time, including the drafter's first pass over the rows of earlier
 // k = 0 steps when it catches up on them: a k = 0 step is charged what it costs, no more, so the
 // catch-up weighs on speculation, never on plain decoding (the safe side of "never slower").
-// Every k is measured once first, then the best E_k / c_k is used, and the least recently
-// measured k is probed again every `probe_interval` steps so that costs follow the context depth.
+// Exploration climbs: k = 0 and 1 are measured first, then k + 1 only while the largest k measured
+// is the best so far (a large k, the most expensive step, is never tried once a smaller k has
+// lost: short generations cannot afford it). Then the best E_k / c_k is used, and every
+// `probe_interval` steps the less recently measured neighbour of the best k is measured again, so
+// that costs follow the context depth.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,7 @@ class SpeculationControl {
   void record(int k, int n_acc, double seconds);
 
   double expected_tokens(int k) const;
+  int best_measured() const;  // the measured k with the largest E_k / c_k
   const std::vector<int64_t>& steps_per_k() const { return steps_; }
 
  private:

@@ -15,9 +15,11 @@
 namespace tandem {
 namespace {
 
-// Runs the controller against a model of the world: a step with k drafts costs 1 + 0.15 k, and each
-// draft is accepted with probability p. Returns steps per k; *rate gets tokens per unit cost.
-std::vector<int64_t> simulate(double p, int k_max, int steps, double* rate = nullptr) {
+// Runs the controller against a model of the world: a step with k drafts costs 1 + per_draft k,
+// and each draft is accepted with probability p. Returns steps per k; *rate gets tokens per unit
+// cost.
+std::vector<int64_t> simulate(double p, int k_max, int steps, double* rate = nullptr,
+                              double per_draft = 0.15) {
   SpeculationControl c(k_max, ControlMode::kAdaptive);
   std::mt19937_64 rng(3);
   std::bernoulli_distribution accept(p);
@@ -26,9 +28,9 @@ std::vector<int64_t> simulate(double p, int k_max, int steps, double* rate = nul
     const int k = c.choose();
     int n_acc = 1;
     while (n_acc <= k && accept(rng)) ++n_acc;
-    c.record(k, n_acc, 1.0 + 0.15 * k);
+    c.record(k, n_acc, 1.0 + per_draft * k);
     tokens += n_acc;
-    cost += 1.0 + 0.15 * k;
+    cost += 1.0 + per_draft * k;
   }
   if (rate) *rate = tokens / cost;
   return c.steps_per_k();
@@ -37,6 +39,14 @@ std::vector<int64_t> simulate(double p, int k_max, int steps, double* rate = nul
 TEST(SpeculationControl, TurnsSpeculationOffWhenDraftsFail) {
   const auto steps = simulate(0.0, 3, 400);
   EXPECT_GT(steps[0], 350) << "k=0 steps";
+}
+
+TEST(SpeculationControl, NeverTriesALargerKOnceASmallerOneLost) {
+  // Exploration climbs from k = 0: when k = 1 is worse than plain decoding (drafts cost 0.6 of a
+  // step and are never accepted), the costlier k = 2 and k = 3 steps are never taken.
+  const auto steps = simulate(0.0, 3, 400, nullptr, 0.6);
+  EXPECT_EQ(steps[2], 0) << "k=2 steps";
+  EXPECT_EQ(steps[3], 0) << "k=3 steps";
 }
 
 TEST(SpeculationControl, UsesAllDraftsWhenTheyAreAccepted) {
