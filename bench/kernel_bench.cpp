@@ -189,17 +189,26 @@ void bench_gdr(cudaStream_t s) {
   one.data<int32_t>()[0] = 1;
   const Tensor n_acc = one.to(Device::kCuda);
   const Tensor out = Tensor::zeros({9, hv, dv}, DType::kBF16, Device::kCuda);
-  double base = 0;
-  for (int64_t n : {1, 2, 4, 9}) {
-    const double ms = median_ms(s, 50, [&](int i) {
-      gated_delta_rule_cuda(
-          {q.slice(0, 0, n), k.slice(0, 0, n), v.slice(0, 0, n), a.slice(0, 0, n), b.slice(0, 0, n),
-           a_log, dt, states[i % 8], n_acc, out.slice(0, 0, n), GdrMode::kRecurrent, 0, 64},
-          ctx);
-    });
-    if (n == 1) base = ms;
-    report(fmt::format("gdr recurrent n={} (48 v-heads, 128x128)", n), ms,
-           4.0 * hv * dk * dv * (1 + n), base);
+  // With the model's output norm fused in (GdrOutputNorm): z, its weight and the normed rows.
+  const Tensor z = random_bf16({9, hv, dv}, 8), norm_w = random_bf16({dv}, 9);
+  const Tensor normed = Tensor::zeros({9, hv, dv}, DType::kBF16, Device::kCuda);
+  for (const bool fused_norm : {false, true}) {
+    double base = 0;
+    for (int64_t n : {1, 2, 4, 9}) {
+      const GdrOutputNorm norm =
+          fused_norm ? GdrOutputNorm{z.slice(0, 0, n), norm_w, normed.slice(0, 0, n), 1e-6f}
+                     : GdrOutputNorm{};
+      const double ms = median_ms(s, 50, [&](int i) {
+        gated_delta_rule_cuda({q.slice(0, 0, n), k.slice(0, 0, n), v.slice(0, 0, n),
+                               a.slice(0, 0, n), b.slice(0, 0, n), a_log, dt, states[i % 8], n_acc,
+                               out.slice(0, 0, n), GdrMode::kRecurrent, 0, 64, norm},
+                              ctx);
+      });
+      if (n == 1) base = ms;
+      report(
+          fmt::format("gdr recurrent{} n={} (48 v-heads, 128x128)", fused_norm ? "+norm" : "", n),
+          ms, 4.0 * hv * dk * dv * (1 + n), base);
+    }
   }
 }
 
