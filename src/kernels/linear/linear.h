@@ -6,6 +6,7 @@
 
 #include "core/exec_context.h"
 #include "core/tensor.h"
+#include "kernels/swiglu/swiglu.h"
 
 namespace tandem::kernels {
 
@@ -33,6 +34,19 @@ struct LinearArgs {
   // on the paths that do not fuse the epilogue; its contents afterwards are unspecified.
   Tensor scratch;
 };
+
+// kSwiGluPairs' shape rules, on every device: whole gate|up groups of rows, scratch [n_tokens,
+// out].
+inline void linear_expect_swiglu_pairs(const LinearArgs& a, const char* op) {
+  const int64_t n_tokens = a.x.dim(0), out_f = a.weight.dim(0);
+  TANDEM_CHECK(out_f % (2 * kSwigluPairGroup) == 0,
+               "{} (swiglu epilogue): weight {} must have a multiple of {} rows (gate|up pairs)",
+               op, a.weight.describe(), 2 * kSwigluPairGroup);
+  TANDEM_CHECK(
+      a.scratch.raw() != nullptr && a.scratch.dim(0) == n_tokens && a.scratch.dim(1) == out_f,
+      "{} (swiglu epilogue): scratch must be [n_tokens={}, out={}], got {}", op, n_tokens, out_f,
+      a.scratch.describe());
+}
 
 void linear_ref(const LinearArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA

@@ -186,15 +186,10 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
                "linear_cuda: x {} weight {} out {} do not agree", a.x.describe(),
                a.weight.describe(), a.out.describe());
   if (pairs) {
-    TANDEM_CHECK(s.out_f % (2 * kSwigluPairGroup) == 0 && a.out.dtype() == DType::kBF16,
-                 "linear_cuda (swiglu epilogue): weight {} must have a multiple of {} rows and out "
-                 "{} must be bf16",
-                 a.weight.describe(), 2 * kSwigluPairGroup, a.out.describe());
+    linear_expect_swiglu_pairs(a, "linear_cuda");
+    cuda::expect_cuda_dtype(a.out, DType::kBF16, "linear", "out (swiglu epilogue)");
     cuda::expect_cuda_dtype(a.scratch, DType::kBF16, "linear", "scratch (swiglu epilogue)");
     cuda::expect_last_contiguous(a.scratch, "linear", "scratch");
-    TANDEM_CHECK(a.scratch.dim(0) == s.n && a.scratch.dim(1) == s.out_f,
-                 "linear_cuda (swiglu epilogue): scratch must be [n_tokens={}, out={}], got {}",
-                 s.n, s.out_f, a.scratch.describe());
   }
   if (s.n == 0 || s.out_f == 0) return;
   s.x = a.x.raw();

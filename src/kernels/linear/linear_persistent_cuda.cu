@@ -345,21 +345,9 @@ void launch_cfg(const LinearShape& s, cudaStream_t stream) {
                  plan.range_k,
                  plan.splits,
                  static_cast<int>(s.n)};
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(plan.clusters * plan.splits), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = sizeof(Smem<C>);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(plan.splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see pdl_wait()
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = cuda_programmatic_launch() ? 2 : 1;
-  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_persistent_kernel<C, Store>, p));
+  cuda::launch_pdl_cluster(linear_persistent_kernel<C, Store>,
+                           static_cast<unsigned>(plan.clusters * plan.splits), kThreads,
+                           static_cast<unsigned>(plan.splits), sizeof(Smem<C>), stream, p);
 }
 
 // Configurations: k per chunk and ring depth (one or two B tiles share the choice).

@@ -57,15 +57,7 @@ void dot_rows(const float* const* x, const W* w, int64_t n, float* const* out) {
 
 void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   if (a.epilogue == LinearEpilogue::kSwiGluPairs) {
-    const int64_t n_tokens = a.x.dim(0), out_f = a.weight.dim(0);
-    TANDEM_CHECK(
-        a.scratch.raw() != nullptr && a.scratch.dim(0) == n_tokens && a.scratch.dim(1) == out_f,
-        "linear (swiglu epilogue): scratch must be [n_tokens={}, out={}], got {}", n_tokens, out_f,
-        a.scratch.describe());
-    TANDEM_CHECK(out_f % (2 * kSwigluPairGroup) == 0,
-                 "linear (swiglu epilogue): weight {} must have a multiple of {} rows (gate|up "
-                 "pairs)",
-                 a.weight.describe(), 2 * kSwigluPairGroup);
+    linear_expect_swiglu_pairs(a, "linear");
     linear_ref({.x = a.x, .weight = a.weight, .out = a.scratch}, ctx);
     swiglu_ref({.out = a.out, .gate_up = a.scratch}, ctx);
     return;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/error.h"
 #include "core/exec_context.h"
 #include "core/tensor.h"
 
@@ -26,6 +27,22 @@ struct SwigluArgs {
   // Instead of gate and up: act [n_tokens, 2 inter] in the pair layout (strided rows allowed).
   Tensor gate_up;
 };
+
+// The shapes both implementations accept: gate and up like out, or gate_up [n_tokens, 2 inter] in
+// the pair layout; `op` names the implementation in the message.
+inline void swiglu_expect_shapes(const SwigluArgs& a, const char* op) {
+  const int64_t n = a.out.dim(0), inter = a.out.dim(1);
+  if (a.gate_up.raw() != nullptr) {
+    TANDEM_CHECK(
+        inter % kSwigluPairGroup == 0 && a.gate_up.dim(0) == n && a.gate_up.dim(1) == 2 * inter,
+        "{}: gate_up {} must be [n_tokens, 2 inter] for out {} (inter a multiple of {})", op,
+        a.gate_up.describe(), a.out.describe(), kSwigluPairGroup);
+  } else {
+    TANDEM_CHECK(a.gate.shape() == a.out.shape() && a.up.shape() == a.out.shape(),
+                 "{}: gate {} up {} out {} differ", op, a.gate.describe(), a.up.describe(),
+                 a.out.describe());
+  }
+}
 
 void swiglu_ref(const SwigluArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA

@@ -38,17 +38,7 @@ void swiglu_cuda(const SwigluArgs& a, const ExecContext& ctx) {
   cuda::expect_last_contiguous(up, "swiglu", up_name);
   cuda::expect_last_contiguous(a.out, "swiglu", "out");
   const int64_t n = a.out.dim(0), inter = a.out.dim(1);
-  if (pairs) {
-    TANDEM_CHECK(
-        inter % kSwigluPairGroup == 0 && a.gate_up.dim(0) == n && a.gate_up.dim(1) == 2 * inter,
-        "swiglu_cuda: gate_up {} must be [n_tokens, 2 inter] for out {} (inter a multiple "
-        "of {})",
-        a.gate_up.describe(), a.out.describe(), kSwigluPairGroup);
-  } else {
-    TANDEM_CHECK(a.gate.shape() == a.out.shape() && a.up.shape() == a.out.shape(),
-                 "swiglu_cuda: gate {} up {} out {} differ", a.gate.describe(), a.up.describe(),
-                 a.out.describe());
-  }
+  swiglu_expect_shapes(a, "swiglu_cuda");
   if (n == 0 || inter == 0) return;
   const dim3 grid(cuda::ceil_div(inter, 256), static_cast<unsigned>(n));
   const auto* g = gate.data<const __nv_bfloat16>();

@@ -12,16 +12,7 @@ void swiglu_ref(const SwigluArgs& a, const ExecContext& ctx) {
   const Tensor& up = pairs ? a.gate_up : a.up;
   ref::expect_f32_act(gate, pairs ? "swiglu.gate_up" : "swiglu.gate");
   ref::expect_f32_act(up, pairs ? "swiglu.gate_up" : "swiglu.up");
-  if (pairs) {
-    TANDEM_CHECK(m % kSwigluPairGroup == 0 && a.gate_up.dim(0) == n && a.gate_up.dim(1) == 2 * m,
-                 "swiglu: gate_up {} must be [n_tokens, 2 inter] for out {} (inter a multiple of "
-                 "{})",
-                 a.gate_up.describe(), a.out.describe(), kSwigluPairGroup);
-  } else {
-    TANDEM_CHECK(a.gate.shape() == a.out.shape() && a.up.shape() == a.out.shape(),
-                 "swiglu: gate {} up {} out {} differ", a.gate.describe(), a.up.describe(),
-                 a.out.describe());
-  }
+  swiglu_expect_shapes(a, "swiglu");
   // Pairs: feature i's gate is at column swiglu_gate_col(i), its up kSwigluPairGroup further.
   const int64_t up_offset = pairs ? kSwigluPairGroup : 0;
   for (int64_t t = 0; t < n; ++t) {
