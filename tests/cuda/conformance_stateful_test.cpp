@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "cuda_test_util.h"
 #include "kernels/attention/attention.h"
 #include "kernels/conv1d/conv1d.h"
@@ -30,9 +28,7 @@ struct AttnCase {
 
 void run_attention(const AttnCase& c, Rng& rng, const CudaStream& cs) {
   const int64_t n_blocks = (c.kv_len + c.block_size - 1) / c.block_size + 2;
-  std::vector<int32_t> table(n_blocks);
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng.gen());
+  const std::vector<int32_t> table = shuffled_block_table(n_blocks, rng);
   Mirror qg = random_mirror({c.n, c.hq, 2 * c.d}, rng, DType::kBF16, 0.05f, 3.f);  // q | gate
   Mirror kc = random_mirror({n_blocks, c.block_size, c.hkv, c.d}, rng, DType::kBF16, 0.05f, 3.f);
   Mirror vc = random_mirror({n_blocks, c.block_size, c.hkv, c.d}, rng);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -113,6 +114,15 @@ inline Tensor host_i32(const std::vector<int32_t>& v) {
   return t;
 }
 inline Tensor device_i32(const std::vector<int32_t>& v) { return host_i32(v).to(Device::kCuda); }
+
+// A paged cache's block table: blocks 0..n_blocks-1 in random order, so that no kernel can rely on
+// consecutive positions sitting in consecutive blocks.
+inline std::vector<int32_t> shuffled_block_table(int64_t n_blocks, Rng& rng) {
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng.gen());
+  return table;
+}
 
 // A cuda tensor whose bytes are all 0xff (NaN for float types), so unwritten outputs show.
 inline Tensor poisoned(const Shape& shape, DType dtype) {

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <utility>
 
 #include "cuda_test_util.h"
@@ -144,6 +143,23 @@ TEST(CudaRowInvariance, RmsNormRope) {
   }
 }
 
+// Random paged-attention inputs for n query rows: q and K over a wider range (so that softmax is
+// not flat), gate, V, and n_blocks cache blocks of bs positions behind a shuffled table.
+struct PagedInputs {
+  Mirror q, g, kc, vc;
+  Tensor table;
+};
+PagedInputs random_paged_inputs(int64_t n, int64_t hq, int64_t hkv, int64_t d, int64_t n_blocks,
+                                int64_t bs, Rng& rng) {
+  PagedInputs in;
+  in.table = device_i32(shuffled_block_table(n_blocks, rng));
+  in.q = random_mirror({n, hq, d}, rng, DType::kBF16, 0.05f, 3.f);
+  in.g = random_mirror({n, hq, d}, rng);
+  in.kc = random_mirror({n_blocks, bs, hkv, d}, rng, DType::kBF16, 0.05f, 3.f);
+  in.vc = random_mirror({n_blocks, bs, hkv, d}, rng);
+  return in;
+}
+
 // Verify rows j of a 9-row step at kv_len L equal decode steps at kv_len L - 8 + j.
 TEST(CudaRowInvariance, Attention) {
   SKIP_WITHOUT_CUDA();
@@ -157,14 +173,9 @@ TEST(CudaRowInvariance, Attention) {
   for (const Case c : {Case{24, 4, 256, 37}, Case{24, 4, 256, 1030}, Case{24, 4, 256, 4100},
                        Case{6, 2, 128, 5000}, Case{8, 1, 64, 520}}) {
     const int64_t n = 9, bs = 16, n_blocks = (c.kv_len + bs - 1) / bs + 1;
-    std::vector<int32_t> table(n_blocks);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), rng.gen());
-    Mirror q = random_mirror({n, c.hq, c.d}, rng, DType::kBF16, 0.05f, 3.f);
-    Mirror g = random_mirror({n, c.hq, c.d}, rng);
-    Mirror kc = random_mirror({n_blocks, bs, c.hkv, c.d}, rng, DType::kBF16, 0.05f, 3.f);
-    Mirror vc = random_mirror({n_blocks, bs, c.hkv, c.d}, rng);
-    const Tensor tbl = device_i32(table);
+    const PagedInputs in = random_paged_inputs(n, c.hq, c.hkv, c.d, n_blocks, bs, rng);
+    const Mirror &q = in.q, &g = in.g, &kc = in.kc, &vc = in.vc;
+    const Tensor& tbl = in.table;
     Tensor out = poisoned({n, c.hq, c.d}, DType::kBF16);
     attention_cuda({q.dev, g.dev, kc.dev, vc.dev, tbl, device_i32({static_cast<int32_t>(c.kv_len)}),
                     out, 0.f, Tensor()},
@@ -196,14 +207,10 @@ TEST(CudaRowInvariance, AttentionPrefill) {
   for (const Case c : {Case{24, 4, 256, 830}, Case{6, 2, 128, 111}, Case{8, 1, 64, 300}}) {
     const int64_t n = 111, m = kAttentionMaxDecodeTokens + 1, bs = 16;
     const int64_t n_blocks = (c.kv_len + bs - 1) / bs + 1;
-    std::vector<int32_t> table(n_blocks);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), rng.gen());
-    Mirror q = random_mirror({n, c.hq, c.d}, rng, DType::kBF16, 0.05f, 3.f);
-    Mirror g = random_mirror({n, c.hq, c.d}, rng);
-    Mirror kc = random_mirror({n_blocks, bs, c.hkv, c.d}, rng, DType::kBF16, 0.05f, 3.f);
-    Mirror vc = random_mirror({n_blocks, bs, c.hkv, c.d}, rng);
-    const Tensor tbl = device_i32(table), len = device_i32({static_cast<int32_t>(c.kv_len)});
+    const PagedInputs in = random_paged_inputs(n, c.hq, c.hkv, c.d, n_blocks, bs, rng);
+    const Mirror &q = in.q, &g = in.g, &kc = in.kc, &vc = in.vc;
+    const Tensor& tbl = in.table;
+    const Tensor len = device_i32({static_cast<int32_t>(c.kv_len)});
     Tensor out = poisoned({n, c.hq, c.d}, DType::kBF16),
            tail = poisoned({m, c.hq, c.d}, DType::kBF16);
     attention_cuda({q.dev, g.dev, kc.dev, vc.dev, tbl, len, out, 0.f, Tensor()}, cs.ctx());
