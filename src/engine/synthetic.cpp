@@ -64,6 +64,9 @@ Qwen35Weights synthetic_qwen35_weights(const ModelConfig& c, Device device, uint
   Maker m(device, seed);
   const int64_t h = c.hidden_size;
   Qwen35Weights w;
+  // Random projections stand for folded ones as well as for plain ones: the CUDA forward takes
+  // the folded path it takes with a real checkpoint (qwen35_weights.h).
+  w.norms_folded = device == Device::kCuda;
   w.embed_tokens = m({c.vocab_size, h}, -0.1f, 0.1f);
   for (int64_t i = 0; i < c.num_layers; ++i) w.layers.push_back(layer(m, c, c.layer_types[i]));
   w.final_norm = m({h}, -0.1f, 0.1f);

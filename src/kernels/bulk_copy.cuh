@@ -75,9 +75,14 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
-// Named barrier over the first `threads` threads of the block (id 0 is __syncthreads).
+// Named barrier `id` (id 0 is __syncthreads) completing when `threads` threads (whole warps)
+// have reached it; named_barrier waits, named_barrier_arrive only signals (a producer warp's side:
+// its earlier shared-memory writes are visible to the threads that wait).
 __device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace tandem::kernels::cuda

@@ -204,6 +204,88 @@ TEST(CudaConformance, LinearSwiglu) {
   }
 }
 
+// An RMSNorm folded into the weights (LinearArgs::input_rms) and the residual-stream write
+// (LinearEpilogue::kAddToOut), the two halves of the CUDA forward's fused norms: against the CPU
+// reference (linear.input_rms, linear.input_rms_swiglu, linear.add), and kAddToOut bitwise against
+// the unfused GPU linear then rms_norm's residual add (linear.add_fused). n_tokens <= 16 with
+// in % 8 == 0 is fused in the decode kernel; 19 takes the GEMM, in = 1003 the CUDA-core kernel.
+TEST(CudaConformance, LinearInputRmsAndAdd) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(17);
+  constexpr float kEps = 1e-6f;
+  for (const auto& [in, out_f] : {std::pair<int64_t, int64_t>{64, 37},
+                                  {1003, 129},
+                                  {5120, 1000},
+                                  {4104, 100},
+                                  {5120, 2176}}) {
+    Mirror w = random_mirror({out_f, in}, rng, DType::kBF16, 0.01f, 0.1f);
+    const Tensor unit = Tensor::zeros({out_f}, DType::kF32, Device::kCuda);  // 1 + 0, zero-centred
+    for (int64_t n : {1, 2, 3, 8, 9, 16, 19}) {
+      const char* path = in % 8 != 0 ? "skinny" : n > 16 ? "gemm" : "fused";
+      const std::string p = fmt::format("n_tokens={},in={},out={},path={}", n, in, out_f, path);
+      Mirror xs = random_mirror({n, in + 8}, rng, DType::kBF16, -2.f, 2.f);  // x rows strided
+      const Tensor xh = cols(xs.host, in), xd = cols(xs.dev, in);
+      // input_rms
+      Tensor ref = Tensor::zeros({n, out_f}, DType::kF32);
+      linear_ref({.x = xh, .weight = w.host, .out = ref, .input_rms = true, .input_rms_eps = kEps},
+                 ref_ctx());
+      Tensor out = poisoned({n, out_f}, DType::kBF16);
+      linear_cuda({.x = xd, .weight = w.dev, .out = out, .input_rms = true, .input_rms_eps = kEps},
+                  cs.ctx());
+      // kAddToOut onto a residual, fused and unfused
+      Mirror res = random_mirror({n, out_f}, rng, DType::kBF16, -4.f, 4.f);
+      Tensor ref_sum = res.host.to(Device::kCpu);
+      linear_ref({.x = xh,
+                  .weight = w.host,
+                  .out = ref_sum,
+                  .epilogue = LinearEpilogue::kAddToOut,
+                  .scratch = Tensor::zeros({n, out_f}, DType::kF32)},
+                 ref_ctx());
+      Tensor sum = res.dev.to(Device::kCuda), unfused = res.dev.to(Device::kCuda);
+      linear_cuda({.x = xd,
+                   .weight = w.dev,
+                   .out = sum,
+                   .epilogue = LinearEpilogue::kAddToOut,
+                   .scratch = poisoned({n, out_f}, DType::kBF16)},
+                  cs.ctx());
+      Tensor y = poisoned({n, out_f}, DType::kBF16);
+      linear_cuda({.x = xd, .weight = w.dev, .out = y}, cs.ctx());
+      rms_norm_cuda(
+          {.x = y, .weight = unit, .out = poisoned({n, out_f}, DType::kBF16), .residual = unfused},
+          cs.ctx());
+      cs.sync();
+      check_case("linear.input_rms", p, rel_l2(download(out), gather(ref)), DType::kBF16);
+      check_case("linear.add", p, rel_l2(download(sum), gather(ref_sum)), DType::kBF16);
+      check_bits("linear.add_fused", p,
+                 download_bits<uint16_t>(sum) == download_bits<uint16_t>(unfused));
+      if (out_f % 16 != 0) continue;
+      // input_rms with the swiglu epilogue (the MLP's gate|up reading the residual)
+      Tensor ref_act = Tensor::zeros({n, out_f / 2}, DType::kF32);
+      linear_ref({.x = xh,
+                  .weight = w.host,
+                  .out = ref_act,
+                  .epilogue = LinearEpilogue::kSwiGluPairs,
+                  .scratch = Tensor::zeros({n, out_f}, DType::kF32),
+                  .input_rms = true,
+                  .input_rms_eps = kEps},
+                 ref_ctx());
+      Tensor act = poisoned({n, out_f / 2}, DType::kBF16);
+      linear_cuda({.x = xd,
+                   .weight = w.dev,
+                   .out = act,
+                   .epilogue = LinearEpilogue::kSwiGluPairs,
+                   .scratch = poisoned({n, out_f}, DType::kBF16),
+                   .input_rms = true,
+                   .input_rms_eps = kEps},
+                  cs.ctx());
+      cs.sync();
+      check_case("linear.input_rms_swiglu", p, rel_l2(download(act), gather(ref_act)),
+                 DType::kBF16);
+    }
+  }
+}
+
 TEST(CudaConformance, Rope) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;

@@ -90,6 +90,44 @@ TEST(CudaRowInvariance, LinearSwiglu) {
   }
 }
 
+// input_rms scales a token's sums by that token's own inverse RMS, and kAddToOut adds into that
+// token's own row, so both keep the decode linear's rows invariant.
+TEST(CudaRowInvariance, LinearInputRmsAndAdd) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(29);
+  for (const auto& [in, out_f] : {std::pair<int64_t, int64_t>{5120, 1000}, {4104, 100}}) {
+    Mirror w = random_mirror({out_f, in}, rng, DType::kBF16, 0.01f, 0.1f);
+    const auto scaled = [&](const Tensor& x, const Tensor& out) {
+      linear_cuda({.x = x, .weight = w.dev, .out = out, .input_rms = true}, cs.ctx());
+    };
+    const auto added = [&](const Tensor& x, const Tensor& out) {
+      linear_cuda({.x = x,
+                   .weight = w.dev,
+                   .out = out,
+                   .epilogue = LinearEpilogue::kAddToOut,
+                   .scratch = poisoned({x.dim(0), out_f}, DType::kBF16)},
+                  cs.ctx());
+    };
+    for (int64_t n : {2, 9, 16}) {
+      Mirror x = random_mirror({n, in}, rng, DType::kBF16, -2.f, 2.f);
+      Mirror res = random_mirror({n, out_f}, rng, DType::kBF16, -4.f, 4.f);
+      Tensor out = poisoned({n, out_f}, DType::kBF16), sum = res.dev.to(Device::kCuda);
+      scaled(x.dev, out);
+      added(x.dev, sum);
+      for (int64_t j : {int64_t{0}, n / 2, n - 1}) {
+        Tensor one = poisoned({1, out_f}, DType::kBF16), one_sum = row_copy(res.dev, j);
+        scaled(row_copy(x.dev, j), one);
+        added(row_copy(x.dev, j), one_sum);
+        cs.sync();
+        const std::string p = fmt::format("n_tokens={},row={},in={},out={}", n, j, in, out_f);
+        check_bits("linear.input_rms_rows", p, same_bits<uint16_t>(row_copy(out, j), one));
+        check_bits("linear.add_rows", p, same_bits<uint16_t>(row_copy(sum, j), one_sum));
+      }
+    }
+  }
+}
+
 TEST(CudaRowInvariance, RmsNorm) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;

@@ -22,6 +22,10 @@ enum class LinearEpilogue {
   // (n_tokens <= 16) fuses it, since a 16-row weight tile is one group; every other path writes y
   // into `scratch` and then runs swiglu() on it.
   kSwiGluPairs,
+  // A residual-stream write: out += y, i.e. out = round(out + round(y)) with out's dtype (act,
+  // [n_tokens, out]), bit-identical to linear into a tensor followed by rms_norm's residual add.
+  // The decode kernel fuses it; every other path writes y into `scratch` first.
+  kAddToOut,
 };
 
 struct LinearArgs {
@@ -30,22 +34,40 @@ struct LinearArgs {
   // act or f32 [n_tokens, out] (row stride may exceed out); kSwiGluPairs: act [n_tokens, out / 2]
   Tensor out;
   LinearEpilogue epilogue = LinearEpilogue::kNone;
-  // kSwiGluPairs only, required on every device: act [n_tokens, out] (last dim contiguous) for y
-  // on the paths that do not fuse the epilogue; its contents afterwards are unspecified.
+  // kSwiGluPairs and kAddToOut, required on every device: act [n_tokens, out] (last dim
+  // contiguous) for y on the paths that do not fuse the epilogue; its contents afterwards are
+  // unspecified.
   Tensor scratch;
+  // Input RMS scale, for an RMSNorm folded into the weights (W'[o, i] = W[o, i] g_i, see
+  // fold_rms_norm): y[t, :] is multiplied by inv_t = 1 / sqrt(sum_i x[t, i]^2 / in + eps), the sum
+  // in fp32 over x's own values, before the epilogue. The decode kernel scales y before its one
+  // rounding; the other paths scale y after rounding it (prefill numerics, not decode's bits).
+  bool input_rms = false;
+  float input_rms_eps = 1e-6f;
 };
+
+// The scratch rule of the epilogues: [n_tokens, out].
+inline void linear_expect_scratch(const LinearArgs& a, const char* op) {
+  const int64_t n_tokens = a.x.dim(0), out_f = a.weight.dim(0);
+  TANDEM_CHECK(
+      a.scratch.raw() != nullptr && a.scratch.dim(0) == n_tokens && a.scratch.dim(1) == out_f,
+      "{} (epilogue): scratch must be [n_tokens={}, out={}], got {}", op, n_tokens, out_f,
+      a.scratch.describe());
+}
+
+// Folds an RMSNorm's weight into the matrix that reads its output: w[o, i] *= g_i (1 + g_i when
+// zero_centred), in fp32, rounded once to w's dtype. With LinearArgs::input_rms the linear then
+// reads the un-normed rows. weight: host tensor [out, in] (bf16|f32), norm: [in].
+void fold_rms_norm(Tensor& weight, const Tensor& norm, bool zero_centred);
 
 // kSwiGluPairs' shape rules, on every device: whole gate|up groups of rows, scratch [n_tokens,
 // out].
 inline void linear_expect_swiglu_pairs(const LinearArgs& a, const char* op) {
-  const int64_t n_tokens = a.x.dim(0), out_f = a.weight.dim(0);
+  const int64_t out_f = a.weight.dim(0);
   TANDEM_CHECK(out_f % (2 * kSwigluPairGroup) == 0,
                "{} (swiglu epilogue): weight {} must have a multiple of {} rows (gate|up pairs)",
                op, a.weight.describe(), 2 * kSwigluPairGroup);
-  TANDEM_CHECK(
-      a.scratch.raw() != nullptr && a.scratch.dim(0) == n_tokens && a.scratch.dim(1) == out_f,
-      "{} (swiglu epilogue): scratch must be [n_tokens={}, out={}], got {}", op, n_tokens, out_f,
-      a.scratch.describe());
+  linear_expect_scratch(a, op);
 }
 
 void linear_ref(const LinearArgs& a, const ExecContext& ctx);

@@ -8,8 +8,10 @@
 //    sums the lanes: a token's result never depends on how many tokens share it;
 //  - n_tokens > 16 (prefill): cuBLAS (linear_gemm_cuda.cu); rows are invariant among themselves,
 //    but not bit-equal to the decode path.
-// LinearEpilogue::kSwiGluPairs is fused into the persistent kernel; the other two paths write y
-// into the caller's scratch and run swiglu_cuda over its pairs (the same bits, in two launches).
+// The epilogues and input_rms are fused into the persistent kernel; the other two paths write y
+// into the caller's scratch (or out), scale its rows by the input's inverse RMS, and then run
+// swiglu_cuda over its pairs or add it to out (rows_epilogue_kernel): without input_rms the same
+// bits as the persistent kernel, in two or three launches.
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear.h"
 #include "kernels/linear/linear_cuda.cuh"
@@ -164,6 +166,40 @@ void launch_skinny(const LinearShape& s, cudaStream_t stream) {
   launch_skinny_nt<16, TOut>(s, stream);  // n > 16 only when the GEMM path cannot take it
 }
 
+// The unfused epilogue, one block per token row t: v = y[t, j], times the inverse RMS of x[t, :]
+// and rounded when `rms`, then stored to out[t, j] (in place when y is out) or added to it.
+template <typename T>
+__global__ void rows_epilogue_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride,
+                                     int64_t in, bool rms, float eps, const T* y, int64_t y_stride,
+                                     T* out, int64_t out_stride, int64_t cols, bool add) {
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x;
+  float inv = 1.f;
+  if (rms) {
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < in; i += blockDim.x) {
+      const float v = __bfloat162float(x[t * x_stride + i]);
+      ss += v * v;
+    }
+    inv = 1.f / sqrtf(cuda::block_sum(ss, scratch) / static_cast<float>(in) + eps);
+  }
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    float v = cuda::to_float(y[t * y_stride + j]);
+    if (rms) v = cuda::to_float(cuda::from_float<T>(v * inv));
+    T& o = out[t * out_stride + j];
+    o = cuda::from_float<T>(add ? cuda::to_float(o) + v : v);
+  }
+}
+
+template <typename T>
+void rows_epilogue(const LinearArgs& a, const Tensor& y, const Tensor& out, bool add,
+                   cudaStream_t stream) {
+  rows_epilogue_kernel<T><<<static_cast<unsigned>(y.dim(0)), 256, 0, stream>>>(
+      a.x.data<const __nv_bfloat16>(), a.x.stride(0), a.x.dim(1), a.input_rms, a.input_rms_eps,
+      y.data<const T>(), y.stride(0), out.data<T>(), out.stride(0), y.dim(1), add);
+  cuda::check_launch("rows_epilogue_kernel");
+}
+
 }  // namespace
 
 void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
@@ -177,6 +213,7 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   TANDEM_CHECK(a.weight.is_contiguous(), "linear_cuda: weight {} must be contiguous",
                a.weight.describe());
   const bool pairs = a.epilogue == LinearEpilogue::kSwiGluPairs;
+  const bool add = a.epilogue == LinearEpilogue::kAddToOut;
   LinearShape s;
   s.n = a.x.dim(0);
   s.in = a.x.dim(1);
@@ -185,10 +222,10 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
                    a.out.dim(1) == (pairs ? s.out_f / 2 : s.out_f),
                "linear_cuda: x {} weight {} out {} do not agree", a.x.describe(),
                a.weight.describe(), a.out.describe());
-  if (pairs) {
-    linear_expect_swiglu_pairs(a, "linear_cuda");
-    cuda::expect_cuda_dtype(a.out, DType::kBF16, "linear", "out (swiglu epilogue)");
-    cuda::expect_cuda_dtype(a.scratch, DType::kBF16, "linear", "scratch (swiglu epilogue)");
+  if (pairs || add) {
+    pairs ? linear_expect_swiglu_pairs(a, "linear_cuda") : linear_expect_scratch(a, "linear_cuda");
+    cuda::expect_cuda_dtype(a.out, DType::kBF16, "linear", "out (epilogue)");
+    cuda::expect_cuda_dtype(a.scratch, DType::kBF16, "linear", "scratch (epilogue)");
     cuda::expect_last_contiguous(a.scratch, "linear", "scratch");
   }
   if (s.n == 0 || s.out_f == 0) return;
@@ -201,18 +238,24 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   s.vec_ok = s.in % 8 == 0 && s.x_stride % 8 == 0 && aligned16(s.x) && aligned16(s.w);
   const bool f32_out = a.out.dtype() == DType::kF32;
   const cudaStream_t stream = cuda::stream_of(ctx);
-  if (s.n <= kSkinnyMaxTokens && s.vec_ok) {  // decode/verify: the epilogue, if any, is fused
+  if (s.n <= kSkinnyMaxTokens && s.vec_ok) {  // decode/verify: epilogue and scale are fused
     s.epilogue = a.epilogue;
+    s.input_rms = a.input_rms;
+    s.input_rms_eps = a.input_rms_eps;
     return f32_out ? linear_skinny_mma_f32(s, stream) : linear_skinny_mma_bf16(s, stream);
   }
-  if (pairs) {  // y into scratch, then swiglu over its pairs
-    s.out = a.scratch.raw();
-    s.out_stride = a.scratch.stride(0);
-  }
+  const Tensor& y = pairs || add ? a.scratch : a.out;  // y, then the scale and the epilogue
+  s.out = y.raw();
+  s.out_stride = y.stride(0);
   if (s.n > kSkinnyMaxTokens && s.vec_ok) {
     f32_out ? linear_gemm_f32(s, stream) : linear_gemm_bf16(s, stream);
   } else {
     f32_out ? launch_skinny<float>(s, stream) : launch_skinny<__nv_bfloat16>(s, stream);
+  }
+  if (a.input_rms || add) {
+    const Tensor& dst = add ? a.out : y;
+    f32_out ? rows_epilogue<float>(a, y, dst, add, stream)
+            : rows_epilogue<__nv_bfloat16>(a, y, dst, add, stream);
   }
   if (pairs) swiglu_cuda({.out = a.out, .gate_up = a.scratch}, ctx);
 }

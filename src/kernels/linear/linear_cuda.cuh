@@ -31,9 +31,13 @@ struct LinearShape {
   void* out = nullptr;      // bf16|f32 [n, out_f] (kSwiGluPairs: bf16 [n, out_f / 2]), out_stride
   int64_t n = 0, in = 0, out_f = 0, x_stride = 0, out_stride = 0;
   bool vec_ok = false;  // 16-byte loads are legal (in, x_stride multiples of 8; aligned bases)
-  // kSwiGluPairs: only the persistent kernel fuses it (out_f a multiple of 16, bf16 out); the
-  // other paths are given kNone and y's tensor by linear_cuda.
+  // kSwiGluPairs (out_f a multiple of 16, bf16 out) and kAddToOut (bf16 out): only the persistent
+  // kernel fuses them; the other paths are given kNone and y's tensor by linear_cuda.
   LinearEpilogue epilogue = LinearEpilogue::kNone;
+  // LinearArgs::input_rms: only the persistent kernel takes it (the others are given false and
+  // linear_cuda scales their y).
+  bool input_rms = false;
+  float input_rms_eps = 0.f;
 };
 
 // Tensor-core decode/verify path (n <= kSkinnyMaxTokens, vec_ok): linear_mma_cuda.cu.

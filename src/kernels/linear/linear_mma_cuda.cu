@@ -150,8 +150,9 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   if (v.kind == Kind::kPersistent) {  // production: the kernel picks its own B tiles
     return linear_skinny_persistent(s, sizeof(TOut) == 4, v.param, stream);
   }
-  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone,
-               "linear: decode variant {} (bench only) has no swiglu epilogue", g_variant);
+  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms,
+               "linear: decode variant {} (bench only) has no epilogue and no input_rms",
+               g_variant);
   if (s.n <= 8) return launch_variant<1, TOut>(v, s, stream);
   launch_variant<2, TOut>(v, s, stream);
 }

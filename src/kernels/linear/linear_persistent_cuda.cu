@@ -19,8 +19,14 @@
 //    depends only on its inputs and the shape.
 // Within a k-step, lane (g, t) reads 8 consecutive k of rows g and g + 8 and of token g; the mma's
 // k index is a permutation of the true k, identical for A and B.
-// Epilogues are store policies (StoreY, StoreSwiGluPairs) of one kernel body: LinearEpilogue::
-// kSwiGluPairs costs the plain linear nothing, and its sums are the plain linear's, bit for bit.
+// Epilogues are store policies (StoreY, StoreSwiGluPairs, StoreAddY) of one kernel body: an
+// epilogue costs the plain linear nothing, and its sums are the plain linear's, bit for bit.
+// LinearArgs::input_rms (an RMSNorm folded into the weights): in rank 0 of each cluster, the one
+// that stores, a tenth warp sums each token's squares (lane l: 8-element groups l, l + 32, ... in
+// order, then the lanes' butterfly) while the consumers stream, so that the norm costs no launch
+// of its own, no pass over the weights and no consumer time; warp 0 scales its sums by the inverse
+// RMS before the store's rounding. kAddToOut's old out values are loaded when a tile starts, so
+// that the read-modify-write adds no memory latency to the store.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -40,8 +46,11 @@ namespace {
 namespace cg = cooperative_groups;
 using cuda::mbar_wait;
 
-constexpr int kConsumerWarps = 8;                    // one k-step of each chunk per warp
-constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
+constexpr int kConsumerWarps = 8;  // one k-step of each chunk per warp
+constexpr int kProducerWarp = kConsumerWarps;
+constexpr int kRmsWarp = kConsumerWarps + 1;         // input_rms: the sums of squares
+constexpr int kThreads = (kConsumerWarps + 2) * 32;  // + the producer and the rms warp
+constexpr uint32_t kRmsBarrier = 2;                  // rms warp -> warp 0 (64 threads)
 constexpr int kRows = 16;
 constexpr int kMaxSplits = 8;  // portable cluster size
 
@@ -78,6 +87,7 @@ struct Smem {
   uint64_t freed[2];           // rank > 0: rank 0 has read this rank's inbox slot (by parity)
   TileSums<C::kNTiles> part[2][kConsumerWarps];  // warp sums, by tile parity
   TileSums<C::kNTiles> inbox[2][kMaxSplits];     // rank 0: range sums by rank, by tile parity
+  float sumsq[8 * C::kNTiles];                   // rank 0, input_rms: each token's sum of squares
 };
 
 struct Params {
@@ -87,6 +97,8 @@ struct Params {
   int64_t x_stride, out_stride, in, out_f;
   int64_t tiles, clusters, range_k;  // range_k: k per rank (a multiple of 8)
   int splits, n_tokens;
+  bool input_rms;
+  float input_rms_eps;
 };
 
 // Store policies: how warp 0 of rank 0 writes a tile's finished sums. In the mma C layout lane
@@ -94,9 +106,10 @@ struct Params {
 // 8j + 2t + (0, 1).
 template <typename TOut>
 struct StoreY {  // LinearEpilogue::kNone: out = y
+  static constexpr bool kReadsOut = false;
   template <int kNTiles>
   __device__ static void store(const Params& p, int64_t tile, int g, int t,
-                               const float (&c)[kNTiles][4]) {
+                               const float (&c)[kNTiles][4], const float (&)[kNTiles][4]) {
     auto* out = static_cast<TOut*>(p.out);
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
@@ -117,9 +130,10 @@ struct StoreY {  // LinearEpilogue::kNone: out = y
 // rounded to bf16 as StoreY would store it, then combined by swiglu_cuda's own formula.
 struct StoreSwiGluPairs {
   static_assert(2 * kSwigluPairGroup == kRows, "a 16-row tile is one gate|up group");
+  static constexpr bool kReadsOut = false;
   template <int kNTiles>
   __device__ static void store(const Params& p, int64_t tile, int g, int t,
-                               const float (&c)[kNTiles][4]) {
+                               const float (&c)[kNTiles][4], const float (&)[kNTiles][4]) {
     auto* out = static_cast<__nv_bfloat16*>(p.out);
     const int64_t col = tile * kSwigluPairGroup + g;
 #pragma unroll
@@ -135,6 +149,74 @@ struct StoreSwiGluPairs {
     }
   }
 };
+
+// LinearEpilogue::kAddToOut (bf16 out): out = round(out + round(y)), the residual add of rms_norm;
+// `prev` holds the tile's out values, loaded by load_prev when the tile started.
+struct StoreAddY {
+  static constexpr bool kReadsOut = true;
+  template <int kNTiles>
+  __device__ static void load_prev(const Params& p, int64_t tile, int g, int t,
+                                   float (&prev)[kNTiles][4]) {
+    const auto* out = static_cast<const __nv_bfloat16*>(p.out);
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);
+        const int tok = j * 8 + 2 * t + (q & 1);
+        prev[j][q] = row < p.out_f && tok < p.n_tokens
+                         ? __bfloat162float(__ldcg(out + tok * p.out_stride + row))
+                         : 0.f;
+      }
+    }
+  }
+  template <int kNTiles>
+  __device__ static void store(const Params& p, int64_t tile, int g, int t,
+                               const float (&c)[kNTiles][4], const float (&prev)[kNTiles][4]) {
+    auto* out = static_cast<__nv_bfloat16*>(p.out);
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);
+        const int tok = j * 8 + 2 * t + (q & 1);
+        if (row < p.out_f && tok < p.n_tokens) {
+          out[tok * p.out_stride + row] =
+              __float2bfloat16_rn(prev[j][q] + __bfloat162float(__float2bfloat16_rn(c[j][q])));
+        }
+      }
+    }
+  }
+};
+
+// input_rms, in the rms warp of a storing block: each token's sum of squares of x, lane l taking
+// the 8-element groups l, l + 32, ... in order (kBatch 16-byte loads in flight), then the lanes'
+// butterfly. A function of the token's row alone.
+__device__ __forceinline__ void sum_squares(const Params& p, int lane, float* sumsq) {
+  constexpr int kBatch = 8;
+  constexpr int64_t kStride = 32 * 8;
+  for (int tok = 0; tok < p.n_tokens; ++tok) {
+    const __nv_bfloat16* row = p.x + tok * p.x_stride;
+    float s = 0.f;
+    for (int64_t i0 = static_cast<int64_t>(lane) * 8; i0 < p.in; i0 += kBatch * kStride) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {  // every load first
+        const int64_t i = i0 + b * kStride;
+        if (i < p.in) v[b] = __ldcg(reinterpret_cast<const uint4*>(row + i));
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (i0 + b * kStride >= p.in) break;
+        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v[b]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s += __bfloat162float(e[k]) * __bfloat162float(e[k]);
+      }
+    }
+    s = cuda::warp_sum(s);
+    if (lane == 0) sumsq[tok] = s;
+  }
+}
 
 template <class C, class Store>
 __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Params p) {
@@ -167,7 +249,15 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
     __syncthreads();
   }
 
-  if (warp == kConsumerWarps) {
+  // input_rms is needed by the block that stores: rank 0, when its cluster has a tile.
+  const bool stores = rank == 0 && cluster_id < p.tiles;
+  if (warp == kRmsWarp) {
+    if (p.input_rms && stores) {
+      cuda::pdl_begin();  // x is the previous kernel's output
+      sum_squares(p, lane, sm.sumsq);
+      cuda::named_barrier_arrive(kRmsBarrier, 64);  // warp 0 waits before its first store
+    }
+  } else if (warp == kProducerWarp) {
     // Producer: fill slot after slot, waiting only for the consumers to free it. Lanes 0-15 copy
     // the weight rows (past out_f: the last row again), lanes 16.. the tokens.
     constexpr uint32_t kSlots = C::kStages;
@@ -210,14 +300,18 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
   } else {
     cuda::pdl_begin();  // before writing `out`, which the previous kernel may still read
     const int g = lane >> 2, t = lane & 3;
+    float scale[kNTiles][2] = {};  // input_rms: warp 0's tokens' inverse RMS
     const uint4 zero = make_uint4(0, 0, 0, 0);
     uint32_t it = 0, use = 0;
     for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
-      float c[kNTiles][4];
+      float c[kNTiles][4], prev[kNTiles][4];
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) c[j][q] = 0.f;
+        for (int q = 0; q < 4; ++q) c[j][q] = prev[j][q] = 0.f;
+      }
+      if constexpr (Store::kReadsOut) {
+        if (warp == 0 && stores) Store::load_prev(p, tile, g, t, prev);  // lands while streaming
       }
       for (int64_t i = 0; i < count; ++i, ++it) {
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
@@ -285,7 +379,25 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
         }
         for (int r = 1; r < splits; ++r) cuda::mbar_arrive_cluster(&sm.freed[b], r);
       }
-      Store::store(p, tile, g, t, c);
+      if (p.input_rms) {
+        if (use == 0) {
+          cuda::named_barrier(kRmsBarrier, 64);  // the rms warp's sums are in
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const float ss = sm.sumsq[min(j * 8 + 2 * t + q, p.n_tokens - 1)];
+              scale[j][q] = 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
+            }
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) c[j][q] *= scale[j][q & 1];
+        }
+      }
+      Store::store(p, tile, g, t, c, prev);
     }
   }
   // No block leaves while another may still arrive on its barriers or write its inbox.
@@ -344,7 +456,9 @@ void launch_cfg(const LinearShape& s, cudaStream_t stream) {
                  plan.clusters,
                  plan.range_k,
                  plan.splits,
-                 static_cast<int>(s.n)};
+                 static_cast<int>(s.n),
+                 s.input_rms,
+                 s.input_rms_eps};
   cuda::launch_pdl_cluster(linear_persistent_kernel<C, Store>,
                            static_cast<unsigned>(plan.clusters * plan.splits), kThreads,
                            static_cast<unsigned>(plan.splits), sizeof(Smem<C>), stream, p);
@@ -370,6 +484,7 @@ void launch_store(const LinearShape& s, bool f32_out, int config, cudaStream_t s
   if (s.epilogue == LinearEpilogue::kSwiGluPairs) {
     return launch<kNTiles, StoreSwiGluPairs>(s, config, stream);
   }
+  if (s.epilogue == LinearEpilogue::kAddToOut) return launch<kNTiles, StoreAddY>(s, config, stream);
   f32_out ? launch<kNTiles, StoreY<float>>(s, config, stream)
           : launch<kNTiles, StoreY<__nv_bfloat16>>(s, config, stream);
 }
@@ -377,8 +492,9 @@ void launch_store(const LinearShape& s, bool f32_out, int config, cudaStream_t s
 }  // namespace
 
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream) {
-  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone || (!f32_out && s.out_f % kRows == 0),
-               "linear_skinny_persistent: the swiglu epilogue needs bf16 out and a multiple of {} "
+  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone ||
+                   (!f32_out && (s.epilogue == LinearEpilogue::kAddToOut || s.out_f % kRows == 0)),
+               "linear_skinny_persistent: the epilogues need bf16 out, and swiglu a multiple of {} "
                "rows, got out_f {}",
                kRows, s.out_f);
   s.n <= 8 ? launch_store<1>(s, f32_out, config, stream)

@@ -2,7 +2,12 @@
 // a fixed order — whatever the number of rows (row-invariant). Threads split output features.
 // Up to 4 rows share each weight load (AVX2 when available); the lanes, the tail and the final
 // reduction are exactly dot()'s, so results are bit-identical to it (tests/kernels checks this).
-// LinearEpilogue::kSwiGluPairs is y into `scratch`, then swiglu_ref over its pairs.
+// The epilogues are y into `scratch`, then swiglu_ref over its pairs (kSwiGluPairs) or out += y
+// (kAddToOut); with input_rms each row of y is scaled by its x row's inverse RMS first.
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
 #include "kernels/linear/linear.h"
 #include "kernels/ref_common.h"
 #include "kernels/swiglu/swiglu.h"
@@ -55,11 +60,56 @@ void dot_rows(const float* const* x, const W* w, int64_t n, float* const* out) {
 
 }  // namespace
 
+void fold_rms_norm(Tensor& weight, const Tensor& norm, bool zero_centred) {
+  TANDEM_CHECK(weight.device() == Device::kCpu && weight.is_contiguous() && weight.ndim() == 2 &&
+                   norm.numel() == weight.dim(1),
+               "fold_rms_norm: weight {} (host, contiguous [out, in]) and norm {} ([in]) disagree",
+               weight.describe(), norm.describe());
+  const Tensor g = norm.to_f32();
+  const int64_t out_f = weight.dim(0), in = weight.dim(1);
+  std::vector<float> scale(static_cast<size_t>(in));
+  for (int64_t i = 0; i < in; ++i) scale[i] = (zero_centred ? 1.f : 0.f) + g.data<const float>()[i];
+  auto fold = [&](auto* w) {
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < out_f; ++o) {
+      for (int64_t i = 0; i < in; ++i) {
+        auto& e = w[o * in + i];
+        if constexpr (std::is_same_v<std::remove_reference_t<decltype(e)>, bf16>) {
+          e = f32_to_bf16(bf16_to_f32(e) * scale[i]);
+        } else {
+          e = e * scale[i];
+        }
+      }
+    }
+  };
+  if (weight.dtype() == DType::kBF16) return fold(weight.data<bf16>());
+  TANDEM_CHECK(weight.dtype() == DType::kF32, "fold_rms_norm: weight {} must be bf16 or f32",
+               weight.describe());
+  fold(weight.data<float>());
+}
+
 void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
-  if (a.epilogue == LinearEpilogue::kSwiGluPairs) {
-    linear_expect_swiglu_pairs(a, "linear");
-    linear_ref({.x = a.x, .weight = a.weight, .out = a.scratch}, ctx);
-    swiglu_ref({.out = a.out, .gate_up = a.scratch}, ctx);
+  if (a.epilogue != LinearEpilogue::kNone) {
+    a.epilogue == LinearEpilogue::kSwiGluPairs ? linear_expect_swiglu_pairs(a, "linear")
+                                               : linear_expect_scratch(a, "linear");
+    linear_ref({.x = a.x,
+                .weight = a.weight,
+                .out = a.scratch,
+                .input_rms = a.input_rms,
+                .input_rms_eps = a.input_rms_eps},
+               ctx);
+    if (a.epilogue == LinearEpilogue::kSwiGluPairs) {
+      swiglu_ref({.out = a.out, .gate_up = a.scratch}, ctx);
+      return;
+    }
+    ref::expect_f32_act(a.out, "linear.out");
+    TANDEM_CHECK(a.out.shape() == a.scratch.shape(), "linear (add epilogue): out {} vs y {}",
+                 a.out.describe(), a.scratch.describe());
+    for (int64_t t = 0; t < a.out.dim(0); ++t) {
+      float* o = a.out.data<float>() + t * a.out.stride(0);
+      const float* y = a.scratch.data<const float>() + t * a.scratch.stride(0);
+      for (int64_t f = 0; f < a.out.dim(1); ++f) o[f] += y[f];
+    }
     return;
   }
   ref::expect_f32_act(a.x, "linear.x");
@@ -98,6 +148,13 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
       }
     }
   });
+  if (!a.input_rms) return;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xr = x + t * xs;
+    const float inv =
+        1.f / std::sqrt(ref::dot(xr, xr, in) / static_cast<float>(in) + a.input_rms_eps);
+    for (int64_t f = 0; f < out_f; ++f) y[t * ys + f] *= inv;
+  }
 }
 
 }  // namespace tandem::kernels

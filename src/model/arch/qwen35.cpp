@@ -1,6 +1,11 @@
-// Qwen3.5 dense forward (reference section 1): pre-norm decoder blocks with the residual add fused
-// into the next norm, GDN and gated-attention mixers, SwiGLU MLP, final norm, lm_head; and the
-// MTP block (section 2). Only kernel interfaces are called, so this file is device-neutral.
+// Qwen3.5 dense forward (reference section 1): pre-norm decoder blocks, GDN and gated-attention
+// mixers, SwiGLU MLP, final norm, lm_head; and the MTP block (section 2). Only kernel interfaces
+// are called, so this file is device-neutral. Two ways of carrying the residual stream:
+//  - plain (CPU): each norm also adds the pending mixer/MLP output (s.mixed) into s.residual and
+//    writes s.normed, which the next projection reads;
+//  - norms folded into the weights (CUDA, qwen35_weights.h): the output projections add into
+//    s.residual themselves (LinearEpilogue::kAddToOut) and the input projections read s.residual,
+//    scaled by its inverse RMS (LinearArgs::input_rms); only the final norms remain.
 #include "model/arch/qwen35.h"
 
 #include "core/cuda_graph.h"
@@ -63,7 +68,46 @@ struct ForwardScratch {
 
 namespace {
 Tensor rows(const Tensor& t, int64_t n) { return t.slice(0, 0, n); }
+
+// A projection of a block's norm(residual) into `out`.
+k::LinearArgs from_norm(const ForwardScratch& s, bool folded, float eps, const Tensor& weight,
+                        const Tensor& out, int64_t n) {
+  if (folded) {
+    return {.x = rows(s.residual, n),
+            .weight = weight,
+            .out = out,
+            .input_rms = true,
+            .input_rms_eps = eps};
+  }
+  return {.x = rows(s.normed, n), .weight = weight, .out = out};
+}
+
+// A mixer's or the MLP's output projection, whose output joins the residual stream.
+k::LinearArgs to_residual(const ForwardScratch& s, bool folded, const Tensor& x,
+                          const Tensor& weight, int64_t n) {
+  if (folded) {
+    return {.x = x,
+            .weight = weight,
+            .out = rows(s.residual, n),
+            .epilogue = k::LinearEpilogue::kAddToOut,
+            .scratch = rows(s.mixed, n)};
+  }
+  return {.x = x, .weight = weight, .out = rows(s.mixed, n)};
+}
 }  // namespace
+
+// The last norm of a stack of blocks (final_norm, mtp.norm) into out: the pending residual add
+// happens here on the plain path.
+void Qwen35Model::final_norm(const Tensor& weight, const Tensor& out, int64_t n) {
+  ForwardScratch& s = *s_;
+  const bool folded = w_.norms_folded;
+  k::rms_norm({.x = rows(folded ? s.residual : s.mixed, n),
+               .weight = weight,
+               .out = out,
+               .residual = folded ? Tensor() : rows(s.residual, n),
+               .eps = cfg_.rms_norm_eps},
+              ctx_);
+}
 
 Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecContext& ctx,
                          int64_t max_step_tokens)
@@ -118,12 +162,7 @@ void Qwen35Model::forward(SequenceState& st, int64_t n, StepKind kind, int64_t s
     const KvLayerCache* kv = cfg_.layer_types[l] == LayerType::kFullAttention ? &st.kv[l] : nullptr;
     decoder_layer(w_.layers[l], l, st, kv, st.target, n, kind, start, l > 0);
   }
-  k::rms_norm({.x = rows(s.mixed, n),
-               .weight = w_.final_norm,
-               .out = rows(s.hidden, n),
-               .residual = rows(s.residual, n),
-               .eps = cfg_.rms_norm_eps},
-              ctx_);
+  final_norm(w_.final_norm, rows(s.hidden, n), n);
   observe("hidden", -1, rows(s.hidden, n));
   if (logits.raw() != nullptr && logits_from < n) {
     k::linear({.x = s.hidden.slice(0, logits_from, n), .weight = w_.lm_head, .out = logits}, ctx_);
@@ -135,37 +174,43 @@ void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, Seq
                                 const KvLayerCache* kv, const StepMeta& meta, int64_t n,
                                 StepKind kind, int64_t start, bool pending_add) {
   ForwardScratch& s = *s_;
-  // residual += pending mixer/MLP output of the previous block; normed = norm(residual).
-  k::rms_norm({.x = rows(pending_add ? s.mixed : s.residual, n),
-               .weight = w.input_norm,
-               .out = rows(s.normed, n),
-               .residual = pending_add ? rows(s.residual, n) : Tensor(),
-               .eps = cfg_.rms_norm_eps},
-              ctx_);
-  observe("attn_norm", layer, rows(s.normed, n));
+  const bool folded = w_.norms_folded;  // the norms are in the projections: no launches here
+  if (!folded) {
+    // residual += pending mixer/MLP output of the previous block; normed = norm(residual).
+    k::rms_norm({.x = rows(pending_add ? s.mixed : s.residual, n),
+                 .weight = w.input_norm,
+                 .out = rows(s.normed, n),
+                 .residual = pending_add ? rows(s.residual, n) : Tensor(),
+                 .eps = cfg_.rms_norm_eps},
+                ctx_);
+    observe("attn_norm", layer, rows(s.normed, n));
+  }
   if (w.type == LayerType::kFullAttention) {
     attention_mixer(w, layer, *kv, st, meta, n);
   } else {
     gdn_mixer(w, layer, st, n, kind, start);
   }
-  observe("mixer_out", layer, rows(s.mixed, n));
-  k::rms_norm({.x = rows(s.mixed, n),
-               .weight = w.post_attention_norm,
-               .out = rows(s.normed, n),
-               .residual = rows(s.residual, n),
-               .eps = cfg_.rms_norm_eps},
-              ctx_);
-  observe("ffn_norm", layer, rows(s.normed, n));
+  if (!folded) {
+    observe("mixer_out", layer, rows(s.mixed, n));
+    k::rms_norm({.x = rows(s.mixed, n),
+                 .weight = w.post_attention_norm,
+                 .out = rows(s.normed, n),
+                 .residual = rows(s.residual, n),
+                 .eps = cfg_.rms_norm_eps},
+                ctx_);
+    observe("ffn_norm", layer, rows(s.normed, n));
+  }
   mlp(w.mlp, layer, n);
-  observe("ffn_out", layer, rows(s.mixed, n));
+  observe(folded ? "residual" : "ffn_out", layer, rows(folded ? s.residual : s.mixed, n));
 }
 
 void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, SequenceState& st,
                             int64_t n, StepKind kind, int64_t start) {
   ForwardScratch& s = *s_;
   const GdnWeights& g = w.gdn;
-  const Tensor x = rows(s.normed, n);
-  k::linear({.x = x, .weight = g.in_proj, .out = rows(s.gdn_in, n)}, ctx_);  // qkv|z|b|a
+  const bool folded = w_.norms_folded;
+  k::linear(from_norm(s, folded, cfg_.rms_norm_eps, g.in_proj, rows(s.gdn_in, n), n),
+            ctx_);  // qkv|z|b|a
   GdnLayerState& state = st.gdn[layer];
   const bool prefill = kind == StepKind::kPrefill;
   k::conv1d({.x = rows(s.qkv, n),
@@ -196,7 +241,7 @@ void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, Sequenc
                                 .eps = cfg_.rms_norm_eps}},
                       ctx_);
   observe("gdn_out", layer, rows(s.gdn_out, n));
-  k::linear({.x = rows(s.gdn_normed, n), .weight = g.out_proj, .out = rows(s.mixed, n)}, ctx_);
+  k::linear(to_residual(s, folded, rows(s.gdn_normed, n), g.out_proj, n), ctx_);
 }
 
 void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
@@ -204,9 +249,10 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
                                   int64_t n) {
   ForwardScratch& s = *s_;
   const AttentionWeights& a = w.attn;
-  const Tensor x = rows(s.normed, n);
+  const bool folded = w_.norms_folded;
   const int64_t hq = cfg_.num_heads_q, hkv = cfg_.num_heads_kv, d = cfg_.head_dim;
-  k::linear({.x = x, .weight = a.qkv_proj, .out = rows(s.attn_in, n)}, ctx_);  // q|k|v
+  k::linear(from_norm(s, folded, cfg_.rms_norm_eps, a.qkv_proj, rows(s.attn_in, n), n),
+            ctx_);  // q|k|v
   // q_proj rows are per head [query | gate]: view [T, Nq, 2D] and split the last dim.
   const Tensor qg = rows(s.q_gate, n).split_heads(hq);  // [T, Nq, 2D]
   const Tensor q = qg.slice(2, 0, d), gate = qg.slice(2, d, 2 * d);
@@ -241,19 +287,19 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
                 .workspace = st.attn_workspace},
                ctx_);
   observe("attn_out", layer, rows(s.attn_out, n));
-  k::linear({.x = rows(s.attn_out, n), .weight = a.o_proj, .out = rows(s.mixed, n)}, ctx_);
+  k::linear(to_residual(s, folded, rows(s.attn_out, n), a.o_proj, n), ctx_);
 }
 
 void Qwen35Model::mlp(const MlpWeights& w, int64_t layer, int64_t n) {
   ForwardScratch& s = *s_;
+  const bool folded = w_.norms_folded;
   // gate|up projection and SwiGLU in one call (one launch on the decode path).
-  k::linear({.x = rows(s.normed, n),
-             .weight = w.gate_up_proj,
-             .out = rows(s.mlp_act, n),
-             .epilogue = k::LinearEpilogue::kSwiGluPairs,
-             .scratch = rows(s.gate_up, n)},
-            ctx_);
-  k::linear({.x = rows(s.mlp_act, n), .weight = w.down_proj, .out = rows(s.mixed, n)}, ctx_);
+  k::LinearArgs gate_up =
+      from_norm(s, folded, cfg_.rms_norm_eps, w.gate_up_proj, rows(s.mlp_act, n), n);
+  gate_up.epilogue = k::LinearEpilogue::kSwiGluPairs;
+  gate_up.scratch = rows(s.gate_up, n);
+  k::linear(gate_up, ctx_);
+  k::linear(to_residual(s, folded, rows(s.mlp_act, n), w.down_proj, n), ctx_);
 }
 
 void Qwen35Model::mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden_in,
@@ -280,12 +326,7 @@ void Qwen35Model::mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden
   k::linear({.x = in, .weight = m.fc, .out = rows(s.residual, n)}, ctx_);
   observe("mtp_fc", layer, rows(s.residual, n));
   decoder_layer(m.layer, layer, st, &st.mtp_kv, st.mtp, n, StepKind::kVerify, 0, false);
-  k::rms_norm({.x = rows(s.mixed, n),
-               .weight = m.norm,
-               .out = hidden_out,
-               .residual = rows(s.residual, n),
-               .eps = cfg_.rms_norm_eps},
-              ctx_);
+  final_norm(m.norm, hidden_out, n);
   observe("mtp_hidden", layer, hidden_out);
   k::linear({.x = hidden_out.slice(0, logits_from, n), .weight = w_.lm_head, .out = logits}, ctx_);
 }

@@ -58,6 +58,7 @@ class Qwen35Model {
   void attention_mixer(const DecoderLayerWeights& w, int64_t layer, const KvLayerCache& kv,
                        SequenceState& st, const StepMeta& meta, int64_t n);
   void mlp(const MlpWeights& w, int64_t layer, int64_t n);
+  void final_norm(const Tensor& weight, const Tensor& out, int64_t n);
   void observe(std::string_view name, int64_t layer, const Tensor& t) {
     if (obs_) obs_->observe(name, layer, t);
   }

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/linear/linear.h"  // fold_rms_norm
 #include "kernels/swiglu/swiglu.h"
 
 namespace tandem {
@@ -17,12 +18,15 @@ class Loader {
   Loader(const Checkpoint& ck, Device device, const LoadProgress& progress)
       : ck_(ck), device_(device), progress_(progress) {}
 
+  bool folds_norms() const { return device_ == Device::kCuda; }
+
   Tensor operator()(const std::string& name, const Shape& shape) {
     return on_device(host(name, shape));
   }
 
-  // Matrices [rows_i, cols] stacked by rows into one [sum rows_i, cols] tensor, in the given order.
-  Tensor stacked(const std::vector<std::pair<std::string, Shape>>& parts) {
+  // Matrices [rows_i, cols] stacked by rows into one [sum rows_i, cols] tensor, in the given order;
+  // with folds_norms(), the zero-centred RMSNorm `norm` [cols] is folded in.
+  Tensor stacked(const std::vector<std::pair<std::string, Shape>>& parts, const std::string& norm) {
     std::vector<Tensor> h;
     int64_t rows = 0;
     for (const auto& [name, shape] : parts) {
@@ -37,14 +41,14 @@ class Loader {
       all.slice(0, r, r + t.dim(0)).copy_from(same ? t : t.to_f32());
       r += t.dim(0);
     }
-    return on_device(all);
+    return on_device(folded(all, norm));
   }
 
   // Two matrices a, b [rows, cols] interleaved by row groups of `group`: rows [2 group i, 2 group i
   // + group) of the result are a's rows [group i, group (i + 1)), the next `group` rows b's. rows
   // must be a multiple of group.
   Tensor interleaved(const std::string& a_name, const std::string& b_name, const Shape& shape,
-                     int64_t group) {
+                     int64_t group, const std::string& norm) {
     const Tensor a = host(a_name, shape), b = host(b_name, shape);
     TANDEM_CHECK(shape[0] % group == 0,
                  "tensor '{}' (and '{}') has {} rows, which is not a multiple of {}: the fused "
@@ -57,10 +61,19 @@ class Loader {
       all.slice(0, 2 * r, 2 * r + group).copy_from(a2.slice(0, r, r + group));
       all.slice(0, 2 * r + group, 2 * r + 2 * group).copy_from(b2.slice(0, r, r + group));
     }
-    return on_device(all);
+    return on_device(folded(all, norm));
   }
 
  private:
+  Tensor folded(Tensor host_matrix, const std::string& norm) const {
+    if (folds_norms()) {
+      if (host_matrix.dtype() != DType::kBF16) host_matrix = host_matrix.to_f32();
+      kernels::fold_rms_norm(host_matrix, ck_.get(norm, {host_matrix.dim(1)}),
+                             /*zero_centred=*/true);
+    }
+    return host_matrix;
+  }
+
   Tensor host(const std::string& name, const Shape& shape) {
     Tensor host = ck_.get(name, shape);
     done_ += static_cast<size_t>(host.nbytes());
@@ -97,7 +110,8 @@ DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::st
     const int64_t q = c.num_heads_q * c.head_dim, kv = c.num_heads_kv * c.head_dim;
     w.attn.qkv_proj = load.stacked({{p + "self_attn.q_proj.weight", {2 * q, h}},
                                     {p + "self_attn.k_proj.weight", {kv, h}},
-                                    {p + "self_attn.v_proj.weight", {kv, h}}});
+                                    {p + "self_attn.v_proj.weight", {kv, h}}},
+                                   p + "input_layernorm.weight");
     w.attn.o_proj = load(p + "self_attn.o_proj.weight", {h, q});
     w.attn.q_norm = load(p + "self_attn.q_norm.weight", {c.head_dim});
     w.attn.k_norm = load(p + "self_attn.k_norm.weight", {c.head_dim});
@@ -106,7 +120,8 @@ DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::st
     w.gdn.in_proj = load.stacked({{p + "linear_attn.in_proj_qkv.weight", {channels, h}},
                                   {p + "linear_attn.in_proj_z.weight", {vd, h}},
                                   {p + "linear_attn.in_proj_b.weight", {hv, h}},
-                                  {p + "linear_attn.in_proj_a.weight", {hv, h}}});
+                                  {p + "linear_attn.in_proj_a.weight", {hv, h}}},
+                                 p + "input_layernorm.weight");
     w.gdn.conv1d = load(p + "linear_attn.conv1d.weight", {channels, 1, c.conv_kernel});
     w.gdn.a_log = load(p + "linear_attn.A_log", {hv});
     w.gdn.dt_bias = load(p + "linear_attn.dt_bias", {hv});
@@ -114,7 +129,8 @@ DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::st
     w.gdn.out_proj = load(p + "linear_attn.out_proj.weight", {h, vd});
   }
   w.mlp.gate_up_proj = load.interleaved(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
-                                        {c.intermediate_size, h}, kernels::kSwigluPairGroup);
+                                        {c.intermediate_size, h}, kernels::kSwigluPairGroup,
+                                        p + "post_attention_layernorm.weight");
   w.mlp.down_proj = load(p + "mlp.down_proj.weight", {h, c.intermediate_size});
   return w;
 }
@@ -127,6 +143,7 @@ Qwen35Weights load_qwen35_weights(const Checkpoint& ck, const ModelConfig& c, De
   const std::string& p = c.weight_prefix;
   const int64_t h = c.hidden_size;
   Qwen35Weights w;
+  w.norms_folded = load.folds_norms();
   w.embed_tokens = load(p + "embed_tokens.weight", {c.vocab_size, h});
   for (int64_t i = 0; i < c.num_layers; ++i)
     w.layers.push_back(

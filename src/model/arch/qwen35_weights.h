@@ -4,6 +4,10 @@
 // the same input are stacked by rows at load (q|k|v, GDN qkv|z|b|a, gate|up), so that a step
 // reads them with one linear launch; every output row is the same dot product as before. gate|up
 // is interleaved in groups of 8 rows, so that one linear also applies the SwiGLU.
+// On CUDA the pre-norms of each block (input_layernorm, post_attention_layernorm) are folded into
+// the projections that read them (kernels::fold_rms_norm: in_proj or qkv_proj, and gate|up), so
+// that a step has no norm launches of its own: the linear scales by the residual's inverse RMS
+// (LinearArgs::input_rms). The norm tensors stay loaded, unused by the folded forward.
 #pragma once
 
 #include <functional>
@@ -62,6 +66,7 @@ struct Qwen35Weights {
   Tensor lm_head;       // [vocab, hidden] (= embed_tokens when tied)
   std::vector<DecoderLayerWeights> layers;
   std::optional<MtpWeights> mtp;  // present when the checkpoint has mtp.* tensors
+  bool norms_folded = false;      // input_norm and post_attention_norm are in the projections
 };
 
 using LoadProgress = std::function<void(size_t bytes_done, size_t bytes_total)>;
