@@ -48,8 +48,11 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
   const int k = spec == "none" ? 0 : g.num_speculative_tokens;
   set_cuda_programmatic_launch(!g.no_pdl);  // before the graphs are captured
   std::unique_ptr<Drafter> drafter;
+  MtpDrafter* mtp = nullptr;  // for the start-up line saying how its forwards launch
   if (spec == "mtp") {
-    drafter = std::make_unique<MtpDrafter>(model);
+    auto d = std::make_unique<MtpDrafter>(model);
+    mtp = d.get();
+    drafter = std::move(d);
   } else if (spec == "oracle") {
     // The oracle proposes from the target's own plain continuation.
     Generator plain(model, nullptr, GeneratorOptions{.max_context = g.max_context});
@@ -74,10 +77,16 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
                        .max_context = g.max_context,
                        .trace = trace,
                        .cuda_graphs = !g.no_cuda_graphs});
-  if (model.context().device == Device::kCuda && !g.json)
+  if (model.context().device == Device::kCuda && !g.json) {
     std::fprintf(stderr, "decode/verify steps: %s, programmatic dependent launch %s\n",
                  gen.uses_cuda_graphs() ? "CUDA graphs (one per 1..k+1 tokens)" : "eager launches",
                  cuda_programmatic_launch() ? "on" : "off");
+    if (mtp)
+      std::fprintf(stderr, "MTP drafts: %s\n",
+                   mtp->uses_cuda_graphs()
+                       ? "CUDA graphs (first pass of 1..k+1 rows, chained step; more rows eager)"
+                       : "eager launches");
+  }
   return gen.generate(req, on_token);
 }
 

@@ -33,7 +33,7 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
   cmd->add_option("--seed", g.seed, "sampling seed")->capture_default_str();
   cmd->add_flag("--ignore-eos", g.ignore_eos, "do not stop at the model's end-of-sequence tokens");
   cmd->add_flag("--no-cuda-graphs", g.no_cuda_graphs,
-                "on cuda, launch decode/verify steps eagerly");
+                "on cuda, launch decode/verify steps and MTP drafts eagerly");
   cmd->add_flag("--no-pdl", g.no_pdl,
                 "on cuda, launch each kernel only after the previous one has finished (no "
                 "programmatic dependent launch)");

@@ -78,6 +78,8 @@ void CudaGraph::end_capture(void* stream) {
   cudaGraphExec_t e;
   check(cudaGraphInstantiate(&e, g, 0), "cudaGraphInstantiate");
   exec_ = e;
+  // Uploaded now, so that the first launch (during decoding) does not pay for it.
+  check(cudaGraphUpload(e, static_cast<cudaStream_t>(stream)), "cudaGraphUpload");
 }
 
 void CudaGraph::launch(void* stream) const {

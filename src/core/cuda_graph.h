@@ -25,7 +25,7 @@ class CudaGraph {
   CudaGraph& operator=(const CudaGraph&) = delete;
   ~CudaGraph();
   void begin_capture(void* stream);
-  void end_capture(void* stream);  // instantiates
+  void end_capture(void* stream);  // instantiates and uploads the graph on `stream`
   void launch(void* stream) const;
   bool ready() const { return exec_ != nullptr; }
 

@@ -96,6 +96,7 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
     r["verify"] = verify;
     if (mtp) {
       MtpDrafter drafter(model);
+      drafter.prepare(st, k, opt.graphs);  // its forwards from CUDA graphs, like the verify steps
       const int32_t next = 1;
       st.target.plan(&next, 1, ctx_len, sc.max_context);
       model.forward(st, 1, StepKind::kVerify, ctx_len, logits.slice(0, 0, 1), 0);

@@ -16,7 +16,7 @@ struct BenchOptions {
   int num_speculative_tokens = 3;  // verify steps are timed for 1..k drafts
   bool mtp = true;                 // also time the MTP drafter (needs mtp weights)
   int steps = 32;                  // timed steps per measurement
-  bool graphs = true;              // CUDA graphs for decode/verify steps
+  bool graphs = true;              // CUDA graphs for decode/verify steps and MTP drafts
   int64_t prefill_tokens = 0;      // 0: skip the prefill measurement
   double peak_bytes_per_s = 4.3e12;
   double peak_flops = 790e12;

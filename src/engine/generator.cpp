@@ -45,6 +45,8 @@ Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, Gener
       graphs_.push_back(std::move(g));
     }
   }
+  // The drafter may capture its own forwards over this state's buffers (MtpDrafter on CUDA).
+  if (drafter_) drafter_->prepare(*state_, k, opt.cuda_graphs);
 }
 
 void Generator::verify_step(int64_t n, int64_t start, bool greedy) {
@@ -162,6 +164,7 @@ GenerateResult Generator::generate(const GenerateRequest& req,
   bool done = emit(last);
   SpeculationControl control(k, opt_.control);
   if (drafter_) drafter_->catch_up(st);  // the prompt's first pass is not a step's cost
+  int prev_k = -1;
   while (!done) {
     const double step_t0 = now_seconds();
     const int64_t room = opt_.max_context - st.n_past - 1;  // positions left after `last`
@@ -171,7 +174,16 @@ GenerateResult Generator::generate(const GenerateRequest& req,
     }
     const int k_eff = static_cast<int>(std::min<int64_t>(control.choose(), room));
     std::vector<int32_t> drafts;
-    if (k_eff > 0) drafts = drafter_->propose(st, k_eff, res.tokens);
+    double catch_up_seconds = 0.0;  // the first pass over rows of earlier k = 0 steps
+    if (k_eff > 0) {
+      if (prev_k == 0) {
+        const double c0 = now_seconds();
+        drafter_->catch_up(st, /*keep_rows=*/1);  // the last step's row: this step's own pass
+        catch_up_seconds = now_seconds() - c0;
+      }
+      drafts = drafter_->propose(st, k_eff, res.tokens);
+    }
+    prev_k = k_eff;
     std::vector<int32_t> step_tokens{last};
     step_tokens.insert(step_tokens.end(), drafts.begin(), drafts.end());
     const int64_t n = static_cast<int64_t>(step_tokens.size()), start = st.n_past;
@@ -184,15 +196,6 @@ GenerateResult Generator::generate(const GenerateRequest& req,
     st.set_n_acc(v.n_acc);  // the commit: one integer
     st.n_past += v.n_acc;
     if (after_commit) after_commit(stats.steps, st.n_past);
-    if (opt_.trace) {
-      *opt_.trace << nlohmann::json{{"step", stats.steps},
-                                    {"position", start - 1},
-                                    {"drafts", drafts},
-                                    {"target", v.target_tokens},
-                                    {"n_acc", v.n_acc}}
-                         .dump()
-                  << "\n";
-    }
     ++stats.steps;
     if (!drafts.empty()) {
       ++stats.drafting_steps;
@@ -205,7 +208,15 @@ GenerateResult Generator::generate(const GenerateRequest& req,
       next.push_back(v.emitted.back());
       drafter_->after_target_step(st, next, start);
     }
-    control.record(k_eff, v.n_acc, now_seconds() - step_t0);
+    const double step_seconds = now_seconds() - step_t0;
+    control.record(k_eff, v.n_acc, step_seconds, catch_up_seconds);
+    if (opt_.trace) {
+      *opt_.trace << nlohmann::json{{"step", stats.steps - 1}, {"position", start - 1},
+                                    {"drafts", drafts},        {"target", v.target_tokens},
+                                    {"n_acc", v.n_acc},        {"seconds", step_seconds}}
+                         .dump()
+                  << "\n";
+    }
     for (int32_t tok : v.emitted) {
       if ((done = emit(tok))) break;
     }

@@ -20,6 +20,7 @@ SpeculationControl::SpeculationControl(int k_max, ControlMode mode, int probe_in
       cost_(k_max + 1, -1.0),
       last_seen_(k_max + 1, -1),
       steps_(k_max + 1, 0),
+      samples_(k_max + 1, 0),
       reached_(k_max, 0),
       accepted_(k_max, 0) {}
 
@@ -48,10 +49,12 @@ int SpeculationControl::choose() {
   // Climb: measure k = 0, then k + 1 only while the largest k measured so far is the best, so
   // that an expensive large k is never tried where a smaller one already lost.
   int top = -1;
-  while (top < k_max_ && cost_[top + 1] >= 0) ++top;
+  while (top < k_max_ && samples_[top + 1] >= kSamplesToClimb) ++top;
   const int best = best_measured();
   if (top < 1 || (best == top && top < k_max_)) return top + 1;
-  if (probe_interval_ > 0 && step_ % probe_interval_ == probe_interval_ - 1) {
+  if (probe_interval_ > 0 && step_ >= next_probe_) {
+    next_probe_ = step_ + probe_gap_;
+    probe_gap_ = std::min<int64_t>(2 * probe_gap_, probe_interval_);
     // Probe the less recently measured neighbour of the best k (costs follow the context depth).
     const int lo = std::max(best - 1, 0), hi = std::min(best + 1, k_max_);
     if (lo == best) return hi;
@@ -61,15 +64,20 @@ int SpeculationControl::choose() {
   return best;
 }
 
-void SpeculationControl::record(int k, int n_acc, double seconds) {
+void SpeculationControl::record(int k, int n_acc, double seconds, double catch_up_seconds) {
   constexpr double kAlpha = 0.25;
-  cost_[k] = cost_[k] < 0 ? seconds : (1 - kAlpha) * cost_[k] + kAlpha * seconds;
+  const int best_before = best_measured();
+  if (step_ >= kWarmupSteps) {
+    const double c = seconds - catch_up_seconds;
+    cost_[k] = ++samples_[k] <= 2 ? c : (1 - kAlpha) * cost_[k] + kAlpha * c;
+  }
   last_seen_[k] = step_++;
   ++steps_[k];
   for (int i = 0; i < k && i < n_acc; ++i) {  // draft i+1 was examined when i drafts were accepted
     ++reached_[i];
     if (i < n_acc - 1) ++accepted_[i];
   }
+  if (best_measured() != best_before) probe_gap_ = kFirstProbeGap;  // probe again soon
 }
 
 }  // namespace tandem

@@ -1,7 +1,10 @@
 // End to end on the GPU: greedy CUDA output equals CUDA output with MTP for k = 1..8 and with the
 // oracle drafter's patterns, bit for bit (invariant 1); and it equals the CPU reference's greedy
-// output up to the first near-tie of the CPU logits (reported). Skipped without a GPU.
+// output up to the first near-tie of the CPU logits (reported); and the MTP drafts replayed from
+// CUDA graphs equal the eager ones, step by step. Skipped without a GPU.
 #include <gtest/gtest.h>
+
+#include <sstream>
 
 #include "engine/generator.h"
 #include "spec/mtp_drafter.h"
@@ -87,6 +90,40 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
   // and reported for the random fixtures (GPU vs CPU logits: see docs/cuda.md).
   if (name == testing::kTrainedModel) {
     EXPECT_GE(agree, near_tie) << name;
+  }
+}
+
+// The MTP drafter's forwards replayed from CUDA graphs (captured over the generator's state)
+// propose the same drafts as eager launches, step by step: the trace holds each step's drafts, the
+// target's tokens and n_acc.
+TEST_P(EngineCuda, MtpDraftsFromGraphsEqualEagerDrafts) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string name = GetParam();
+  std::unique_ptr<Qwen35Model> gpu;
+  try {
+    gpu = load_on(name, Device::kCuda);
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const auto prompts = testing::goldens(name)["prompts"];
+  const std::vector<int32_t> prompt = prompts[std::min<size_t>(2, prompts.size() - 1)]["ids"];
+  for (int k : {1, 3, 8}) {
+    std::string trace[2];  // [eager, graphs]
+    for (bool graphs : {false, true}) {
+      auto mtp = std::make_unique<MtpDrafter>(*gpu);
+      const MtpDrafter& drafter = *mtp;
+      std::ostringstream out;
+      Generator gen(*gpu, std::move(mtp),
+                    GeneratorOptions{.num_speculative_tokens = k,
+                                     .max_context = 512,
+                                     .trace = &out,
+                                     .cuda_graphs = graphs});
+      EXPECT_EQ(drafter.uses_cuda_graphs(), graphs) << name << " k=" << k;
+      gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = 64});
+      trace[graphs] = out.str();
+    }
+    EXPECT_FALSE(trace[1].empty());
+    EXPECT_EQ(trace[0], trace[1]) << name << " k=" << k;
   }
 }
 
