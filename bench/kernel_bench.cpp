@@ -132,6 +132,29 @@ void bench_linear(cudaStream_t s, int64_t out_f, int64_t in) {
     report(fmt::format("linear skinny [{}x{}] x [{},{}]^T", n, in, out_f, in), ms,
            2.0 * (out_f * in + n * in + n * out_f), base);
   }
+  // The folded-norm forms (LinearArgs::input_rms, LinearEpilogue::kAddToOut), ratio to the plain
+  // linear of the same n measured next to them.
+  const Tensor scratch = Tensor::zeros({16, out_f}, DType::kBF16, Device::kCuda);
+  for (int64_t n : {1, 4}) {
+    const Tensor xn = x.slice(0, 0, n), on = out.slice(0, 0, n);
+    const double plain = median_ms(s, 50, [&](int i) { linear_cuda({xn, w[i % 3], on}, ctx); });
+    const double rms = median_ms(s, 50, [&](int i) {
+      linear_cuda({.x = xn, .weight = w[i % 3], .out = on, .input_rms = true}, ctx);
+    });
+    const double add = median_ms(s, 50, [&](int i) {
+      linear_cuda({.x = xn,
+                   .weight = w[i % 3],
+                   .out = on,
+                   .epilogue = LinearEpilogue::kAddToOut,
+                   .scratch = scratch.slice(0, 0, n)},
+                  ctx);
+    });
+    const double bytes = 2.0 * (out_f * in + n * in + n * out_f);
+    report(fmt::format("linear +input_rms [{}x{}] x [{},{}]^T", n, in, out_f, in), rms, bytes,
+           plain);
+    report(fmt::format("linear +add_to_out [{}x{}] x [{},{}]^T", n, in, out_f, in), add, bytes,
+           plain);
+  }
   const int64_t n = 8192;
   const double ms = median_ms(s, 5, [&](int i) { linear_cuda({x, w[i % 3], out}, ctx); });
   fmt::print("{:<44} {:>9.4f} ms {:>8.1f} TFLOP/s ({:.1f}% of 790)\n",
