@@ -88,7 +88,6 @@ struct Smem {
   TileSums<C::kNTiles> part[2][kConsumerWarps];  // warp sums, by tile parity
   TileSums<C::kNTiles> inbox[2][kMaxSplits];     // rank 0: range sums by rank, by tile parity
   float sumsq[8 * C::kNTiles];                   // rank 0, input_rms: each token's sum of squares
-  float lane_sums[8 * C::kNTiles][32];           // the rms warp's per-lane sums
 };
 
 struct Params {
@@ -190,41 +189,32 @@ struct StoreAddY {
   }
 };
 
-// input_rms, in the rms warp of a storing block: each token's sum of squares of x. Lane l takes
-// the 8-element groups l, l + 32, ... of every token in order, accumulating in lane_sums[tok][l],
-// then the lanes' butterfly: a function of the token's row alone. The loads of all tokens are
-// interleaved, kBatch 16-byte loads in flight per lane, so that n tokens cost about one token's
-// latency, not n.
-template <int kMaxTokens>
-__device__ __forceinline__ void sum_squares(const Params& p, int lane,
-                                            float (&lane_sums)[kMaxTokens][32], float* sumsq) {
+// input_rms, in the rms warp of a storing block: each token's sum of squares of x, lane l taking
+// the 8-element groups l, l + 32, ... in order (kBatch 16-byte loads in flight), then the lanes'
+// butterfly. A function of the token's row alone.
+__device__ __forceinline__ void sum_squares(const Params& p, int lane, float* sumsq) {
   constexpr int kBatch = 8;
-  const int64_t groups = (p.in / 8 + 31) / 32 * 32;  // per token, a multiple of 32: lane-aligned
-  const int64_t items = p.n_tokens * groups;
-  for (int tok = 0; tok < p.n_tokens; ++tok) lane_sums[tok][lane] = 0.f;
-  for (int64_t base = lane; base < items; base += 32 * kBatch) {
-    uint4 v[kBatch];
+  constexpr int64_t kStride = 32 * 8;
+  for (int tok = 0; tok < p.n_tokens; ++tok) {
+    const __nv_bfloat16* row = p.x + tok * p.x_stride;
+    float s = 0.f;
+    for (int64_t i0 = static_cast<int64_t>(lane) * 8; i0 < p.in; i0 += kBatch * kStride) {
+      uint4 v[kBatch];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {  // every load first
-      const int64_t item = base + 32 * b, tok = item / groups, i = item % groups * 8;
-      if (item < items && i < p.in) {
-        v[b] = __ldcg(reinterpret_cast<const uint4*>(p.x + tok * p.x_stride + i));
+      for (int b = 0; b < kBatch; ++b) {  // every load first
+        const int64_t i = i0 + b * kStride;
+        if (i < p.in) v[b] = __ldcg(reinterpret_cast<const uint4*>(row + i));
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (i0 + b * kStride >= p.in) break;
+        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v[b]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s += __bfloat162float(e[k]) * __bfloat162float(e[k]);
       }
     }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int64_t item = base + 32 * b, tok = item / groups, i = item % groups * 8;
-      if (item >= items || i >= p.in) continue;
-      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v[b]);
-      float acc = lane_sums[tok][lane];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc += __bfloat162float(e[k]) * __bfloat162float(e[k]);
-      lane_sums[tok][lane] = acc;
-    }
-  }
-  for (int tok = 0; tok < p.n_tokens; ++tok) {
-    const float total = cuda::warp_sum(lane_sums[tok][lane]);
-    if (lane == 0) sumsq[tok] = total;
+    s = cuda::warp_sum(s);
+    if (lane == 0) sumsq[tok] = s;
   }
 }
 
@@ -264,7 +254,7 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
   if (warp == kRmsWarp) {
     if (p.input_rms && stores) {
       cuda::pdl_begin();  // x is the previous kernel's output
-      sum_squares(p, lane, sm.lane_sums, sm.sumsq);
+      sum_squares(p, lane, sm.sumsq);
       cuda::named_barrier_arrive(kRmsBarrier, 64);  // warp 0 waits before its first store
     }
   } else if (warp == kProducerWarp) {
