@@ -135,11 +135,17 @@ void bench_linear(cudaStream_t s, int64_t out_f, int64_t in) {
   // The folded-norm forms (LinearArgs::input_rms, LinearEpilogue::kAddToOut), ratio to the plain
   // linear of the same n measured next to them.
   const Tensor scratch = Tensor::zeros({16, out_f}, DType::kBF16, Device::kCuda);
+  const Tensor x_scratch = Tensor::zeros({16, in}, DType::kBF16, Device::kCuda);
   for (int64_t n : {1, 4}) {
     const Tensor xn = x.slice(0, 0, n), on = out.slice(0, 0, n);
     const double plain = median_ms(s, 50, [&](int i) { linear_cuda({xn, w[i % 3], on}, ctx); });
     const double rms = median_ms(s, 50, [&](int i) {
-      linear_cuda({.x = xn, .weight = w[i % 3], .out = on, .input_rms = true}, ctx);
+      linear_cuda({.x = xn,
+                   .weight = w[i % 3],
+                   .out = on,
+                   .input_rms = true,
+                   .input_scratch = x_scratch.slice(0, 0, n)},
+                  ctx);
     });
     const double add = median_ms(s, 50, [&](int i) {
       linear_cuda({.x = xn,

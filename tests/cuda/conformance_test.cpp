@@ -231,7 +231,12 @@ TEST(CudaConformance, LinearInputRmsAndAdd) {
       linear_ref({.x = xh, .weight = w.host, .out = ref, .input_rms = true, .input_rms_eps = kEps},
                  ref_ctx());
       Tensor out = poisoned({n, out_f}, DType::kBF16);
-      linear_cuda({.x = xd, .weight = w.dev, .out = out, .input_rms = true, .input_rms_eps = kEps},
+      linear_cuda({.x = xd,
+                   .weight = w.dev,
+                   .out = out,
+                   .input_rms = true,
+                   .input_rms_eps = kEps,
+                   .input_scratch = poisoned({n, in}, DType::kBF16)},
                   cs.ctx());
       // kAddToOut onto a residual, fused and unfused
       Mirror res = random_mirror({n, out_f}, rng, DType::kBF16, -4.f, 4.f);
@@ -277,7 +282,8 @@ TEST(CudaConformance, LinearInputRmsAndAdd) {
                    .epilogue = LinearEpilogue::kSwiGluPairs,
                    .scratch = poisoned({n, out_f}, DType::kBF16),
                    .input_rms = true,
-                   .input_rms_eps = kEps},
+                   .input_rms_eps = kEps,
+                   .input_scratch = poisoned({n, in}, DType::kBF16)},
                   cs.ctx());
       cs.sync();
       check_case("linear.input_rms_swiglu", p, rel_l2(download(act), gather(ref_act)),

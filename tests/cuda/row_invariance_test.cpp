@@ -99,7 +99,12 @@ TEST(CudaRowInvariance, LinearInputRmsAndAdd) {
   for (const auto& [in, out_f] : {std::pair<int64_t, int64_t>{5120, 1000}, {4104, 100}}) {
     Mirror w = random_mirror({out_f, in}, rng, DType::kBF16, 0.01f, 0.1f);
     const auto scaled = [&](const Tensor& x, const Tensor& out) {
-      linear_cuda({.x = x, .weight = w.dev, .out = out, .input_rms = true}, cs.ctx());
+      linear_cuda({.x = x,
+                   .weight = w.dev,
+                   .out = out,
+                   .input_rms = true,
+                   .input_scratch = poisoned(x.shape(), DType::kBF16)},
+                  cs.ctx());
     };
     const auto added = [&](const Tensor& x, const Tensor& out) {
       linear_cuda({.x = x,

@@ -41,9 +41,11 @@ struct LinearArgs {
   // Input RMS scale, for an RMSNorm folded into the weights (W'[o, i] = W[o, i] g_i, see
   // fold_rms_norm): y[t, :] is multiplied by inv_t = 1 / sqrt(sum_i x[t, i]^2 / in + eps), the sum
   // in fp32 over x's own values, before the epilogue. The decode kernel scales y before its one
-  // rounding; the other paths scale y after rounding it (prefill numerics, not decode's bits).
+  // rounding; the other paths read x[t, :] inv_t rounded to act, written into input_scratch
+  // (prefill numerics, not decode's bits).
   bool input_rms = false;
   float input_rms_eps = 1e-6f;
+  Tensor input_scratch;  // input_rms on CUDA: act [n_tokens, in], last dim contiguous
 };
 
 // The scratch rule of the epilogues: [n_tokens, out].

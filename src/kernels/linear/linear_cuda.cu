@@ -8,10 +8,11 @@
 //    sums the lanes: a token's result never depends on how many tokens share it;
 //  - n_tokens > 16 (prefill): cuBLAS (linear_gemm_cuda.cu); rows are invariant among themselves,
 //    but not bit-equal to the decode path.
-// The epilogues and input_rms are fused into the persistent kernel; the other two paths write y
-// into the caller's scratch (or out), scale its rows by the input's inverse RMS, and then run
-// swiglu_cuda over its pairs or add it to out (rows_epilogue_kernel): without input_rms the same
-// bits as the persistent kernel, in two or three launches.
+// The epilogues and input_rms are fused into the persistent kernel. The other two paths first
+// write x's normed rows (x times its inverse RMS, rounded) into input_scratch and read those, and
+// write y into the caller's scratch, then run swiglu_cuda over its pairs or add it to out
+// (rows_kernel): without input_rms the same bits as the persistent kernel, in two or three
+// launches.
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear.h"
 #include "kernels/linear/linear_cuda.cuh"
@@ -166,12 +167,12 @@ void launch_skinny(const LinearShape& s, cudaStream_t stream) {
   launch_skinny_nt<16, TOut>(s, stream);  // n > 16 only when the GEMM path cannot take it
 }
 
-// The unfused epilogue, one block per token row t: v = y[t, j], times the inverse RMS of x[t, :]
-// and rounded when `rms`, then stored to out[t, j] (in place when y is out) or added to it.
+// The unfused steps, one block per token row t: v = y[t, j], times the inverse RMS of x[t, :] and
+// rounded when `rms`, then stored to out[t, j] or added to it. With y = x and rms: the normed x.
 template <typename T>
-__global__ void rows_epilogue_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride,
-                                     int64_t in, bool rms, float eps, const T* y, int64_t y_stride,
-                                     T* out, int64_t out_stride, int64_t cols, bool add) {
+__global__ void rows_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride, int64_t in,
+                            bool rms, float eps, const T* y, int64_t y_stride, T* out,
+                            int64_t out_stride, int64_t cols, bool add) {
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   float inv = 1.f;
@@ -191,13 +192,14 @@ __global__ void rows_epilogue_kernel(const __nv_bfloat16* __restrict__ x, int64_
   }
 }
 
+// rows_kernel with the inverse RMS of x's rows when `rms`.
 template <typename T>
-void rows_epilogue(const LinearArgs& a, const Tensor& y, const Tensor& out, bool add,
-                   cudaStream_t stream) {
-  rows_epilogue_kernel<T><<<static_cast<unsigned>(y.dim(0)), 256, 0, stream>>>(
-      a.x.data<const __nv_bfloat16>(), a.x.stride(0), a.x.dim(1), a.input_rms, a.input_rms_eps,
-      y.data<const T>(), y.stride(0), out.data<T>(), out.stride(0), y.dim(1), add);
-  cuda::check_launch("rows_epilogue_kernel");
+void rows(const Tensor& x, bool rms, float eps, const Tensor& y, const Tensor& out, bool add,
+          cudaStream_t stream) {
+  rows_kernel<T><<<static_cast<unsigned>(y.dim(0)), 256, 0, stream>>>(
+      x.data<const __nv_bfloat16>(), x.stride(0), x.dim(1), rms, eps, y.data<const T>(),
+      y.stride(0), out.data<T>(), out.stride(0), y.dim(1), add);
+  cuda::check_launch("rows_kernel");
 }
 
 }  // namespace
@@ -228,6 +230,13 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
     cuda::expect_cuda_dtype(a.scratch, DType::kBF16, "linear", "scratch (epilogue)");
     cuda::expect_last_contiguous(a.scratch, "linear", "scratch");
   }
+  if (a.input_rms) {
+    TANDEM_CHECK(a.input_scratch.shape() == a.x.shape(),
+                 "linear_cuda (input_rms): input_scratch must be [n_tokens, in] like x {}, got {}",
+                 a.x.describe(), a.input_scratch.describe());
+    cuda::expect_cuda_dtype(a.input_scratch, DType::kBF16, "linear", "input_scratch");
+    cuda::expect_last_contiguous(a.input_scratch, "linear", "input_scratch");
+  }
   if (s.n == 0 || s.out_f == 0) return;
   s.x = a.x.raw();
   s.w = a.weight.raw();
@@ -244,7 +253,13 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
     s.input_rms_eps = a.input_rms_eps;
     return f32_out ? linear_skinny_mma_f32(s, stream) : linear_skinny_mma_bf16(s, stream);
   }
-  const Tensor& y = pairs || add ? a.scratch : a.out;  // y, then the scale and the epilogue
+  if (a.input_rms) {  // the normed rows, which the linear then reads
+    rows<__nv_bfloat16>(a.x, true, a.input_rms_eps, a.x, a.input_scratch, false, stream);
+    s.x = a.input_scratch.raw();
+    s.x_stride = a.input_scratch.stride(0);
+    s.vec_ok = s.in % 8 == 0 && s.x_stride % 8 == 0 && aligned16(s.x) && aligned16(s.w);
+  }
+  const Tensor& y = pairs || add ? a.scratch : a.out;  // y, then the epilogue
   s.out = y.raw();
   s.out_stride = y.stride(0);
   if (s.n > kSkinnyMaxTokens && s.vec_ok) {
@@ -252,11 +267,7 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   } else {
     f32_out ? launch_skinny<float>(s, stream) : launch_skinny<__nv_bfloat16>(s, stream);
   }
-  if (a.input_rms || add) {
-    const Tensor& dst = add ? a.out : y;
-    f32_out ? rows_epilogue<float>(a, y, dst, add, stream)
-            : rows_epilogue<__nv_bfloat16>(a, y, dst, add, stream);
-  }
+  if (add) rows<__nv_bfloat16>(a.x, false, 0.f, y, a.out, true, stream);
   if (pairs) swiglu_cuda({.out = a.out, .gate_up = a.scratch}, ctx);
 }
 

@@ -77,7 +77,8 @@ k::LinearArgs from_norm(const ForwardScratch& s, bool folded, float eps, const T
             .weight = weight,
             .out = out,
             .input_rms = true,
-            .input_rms_eps = eps};
+            .input_rms_eps = eps,
+            .input_scratch = rows(s.normed, n)};
   }
   return {.x = rows(s.normed, n), .weight = weight, .out = out};
 }
