@@ -7,6 +7,7 @@
 #include "apps/commands.h"
 #include "engine/bench.h"
 #include "engine/synthetic.h"
+#include "kernels/linear/linear.h"
 
 namespace tandem::app {
 
@@ -24,7 +25,7 @@ void add_bench_command(CLI::App& app) {
   struct Opts {
     std::string model, synthetic, device = "cpu", contexts = "1024,8192,32768",
                                   speculative = "none,mtp", json, commit;
-    int k = 3, steps = 32, threads = 0;
+    int k = 3, steps = 32, threads = 0, linear_variant = 0;
     int64_t prefill = 0, max_step = 1024;
     bool no_graphs = false, no_pdl = false;
   };
@@ -51,12 +52,25 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--no-pdl", o->no_pdl,
                 "launch each kernel only after the previous one has finished (no programmatic "
                 "dependent launch)");
+  cmd->add_option("--linear-variant", o->linear_variant,
+                  "cuda: decode-linear variant, numbered as in kernel_bench (0 = production; "
+                  "the persistent kernel's configurations 6, 7, 8 also take the fused epilogues)")
+      ->capture_default_str();
   cmd->add_option("--json", o->json, "write the results to this JSON file");
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");
   cmd->callback([o] {
     const Device device = parse_device(o->device);
     const int threads = resolve_threads(o->threads);
     set_cuda_programmatic_launch(!o->no_pdl);
+    if (o->linear_variant != 0) {
+      TANDEM_CHECK(device == Device::kCuda, "--linear-variant needs --device cuda");
+#ifdef TANDEM_CUDA
+      const int n = kernels::linear_skinny_set_variant(0);
+      TANDEM_CHECK(o->linear_variant > 0 && o->linear_variant < n,
+                   "--linear-variant must be in [0, {}), got {}", n, o->linear_variant);
+      kernels::linear_skinny_set_variant(o->linear_variant);
+#endif
+    }
     const ExecContext ctx{.device = device, .n_threads = threads};
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
                  o->k);
@@ -83,6 +97,7 @@ void add_bench_command(CLI::App& app) {
     out["command"] = command_line();
     out["model"] = o->synthetic.empty() ? o->model : "synthetic:" + o->synthetic;
     out["commit"] = o->commit;
+    out["linear_variant"] = o->linear_variant;
     out["config"] = model->config().summary();
     if (!o->json.empty()) {
       std::ofstream f(o->json);
