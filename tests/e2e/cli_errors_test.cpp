@@ -165,5 +165,12 @@ TEST(CliErrors, BadPromptIdsAndLimits) {
   EXPECT_NE(run_tandem("generate --prompt-ids 1").exit_code, 0);  // --model is required
 }
 
+TEST(CliErrors, BenchOptions) {
+  const std::string model = "bench --model " + testing::fixture_dir("tiny-text");
+  expect_error(run_tandem(model + " --linear-variant 3"), "--linear-variant needs --device cuda");
+  expect_error(run_tandem(model + " --num-speculative-tokens 0"),
+               "--num-speculative-tokens must be in [1, 8]");
+}
+
 }  // namespace
 }  // namespace tandem
