@@ -54,7 +54,7 @@ void add_bench_command(CLI::App& app) {
                 "dependent launch)");
   cmd->add_option("--linear-variant", o->linear_variant,
                   "cuda: decode-linear variant, numbered as in kernel_bench (0 = production; "
-                  "the persistent kernel's configurations 6, 7, 8 also take the fused epilogues)")
+                  "the persistent kernel's configurations 6-9 also take the fused epilogues)")
       ->capture_default_str();
   cmd->add_option("--json", o->json, "write the results to this JSON file");
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");

@@ -47,7 +47,7 @@ void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream);
 // caps the k-split across a thread-block cluster (1, 2, 4 or 8).
 void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cudaStream_t stream);
 // Persistent bulk-copy variant: one launch walks every tile and k-range with a producer warp
-// (linear_persistent_cuda.cu); `config` 0 is production, 1-3 bench-only alternatives.
+// (linear_persistent_cuda.cu); `config` 0 is production, 1-4 bench-only alternatives.
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream);
 void linear_gemm_f32(const LinearShape& s, cudaStream_t stream);

@@ -110,10 +110,11 @@ struct Variant {
   Kind kind;
   int param;
 };
-constexpr Variant kVariants[] = {
-    {Kind::kPersistent, 0}, {Kind::kMma, 2},        {Kind::kMma, 4},
-    {Kind::kStream, 1},     {Kind::kStream, 8},     {Kind::kPreviousRule, 0},
-    {Kind::kPersistent, 1}, {Kind::kPersistent, 2}, {Kind::kPersistent, 3}};
+constexpr Variant kVariants[] = {{Kind::kPersistent, 0}, {Kind::kMma, 2},
+                                 {Kind::kMma, 4},        {Kind::kStream, 1},
+                                 {Kind::kStream, 8},     {Kind::kPreviousRule, 0},
+                                 {Kind::kPersistent, 1}, {Kind::kPersistent, 2},
+                                 {Kind::kPersistent, 3}, {Kind::kPersistent, 4}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>

@@ -439,10 +439,16 @@ const std::array<int64_t, 4>& resident_clusters() {
   return n;
 }
 
-template <class C, class Store>
+// kOnePerSm: plan for one block per SM even when two fit, so that the next linear's blocks fit
+// beside this one's and start streaming their weights before it finishes (bench variant).
+template <class C, class Store, bool kOnePerSm = false>
 void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
-  const auto& resident = resident_clusters<C, Store>();
+  std::array<int64_t, 4> resident = resident_clusters<C, Store>();
+  if constexpr (kOnePerSm) {
+    const int64_t per_sm = std::max<int64_t>(1, resident[0] / cuda::sm_count());
+    for (int64_t& r : resident) r /= per_sm;
+  }
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan = plan_linear(tiles, s.in, C::kChunkK, resident, cuda::sm_count());
   const Params p{static_cast<const __nv_bfloat16*>(s.x),
@@ -474,6 +480,8 @@ void launch(const LinearShape& s, int config, cudaStream_t stream) {
       return launch_cfg<Cfg<kNTiles, 512, 3>, Store>(s, stream);
     case 3:
       return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, Store>(s, stream);
+    case 4:  // ~95 KB per block (kNTiles 1): two linears' blocks share an SM
+      return launch_cfg<Cfg<kNTiles, 512, 3>, Store, true>(s, stream);
     default:
       return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, Store>(s, stream);
   }
