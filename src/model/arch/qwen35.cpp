@@ -69,24 +69,24 @@ struct ForwardScratch {
 namespace {
 Tensor rows(const Tensor& t, int64_t n) { return t.slice(0, 0, n); }
 
-// A projection of a block's norm(residual) into `out`.
-k::LinearArgs from_norm(const ForwardScratch& s, bool folded, float eps, const Tensor& weight,
-                        const Tensor& out, int64_t n) {
-  if (folded) {
+}  // namespace
+
+k::LinearArgs Qwen35Model::from_norm(const Tensor& weight, const Tensor& out, int64_t n) const {
+  const ForwardScratch& s = *s_;
+  if (w_.norms_folded) {
     return {.x = rows(s.residual, n),
             .weight = weight,
             .out = out,
             .input_rms = true,
-            .input_rms_eps = eps,
+            .input_rms_eps = cfg_.rms_norm_eps,
             .input_scratch = rows(s.normed, n)};
   }
   return {.x = rows(s.normed, n), .weight = weight, .out = out};
 }
 
-// A mixer's or the MLP's output projection, whose output joins the residual stream.
-k::LinearArgs to_residual(const ForwardScratch& s, bool folded, const Tensor& x,
-                          const Tensor& weight, int64_t n) {
-  if (folded) {
+k::LinearArgs Qwen35Model::to_residual(const Tensor& x, const Tensor& weight, int64_t n) const {
+  const ForwardScratch& s = *s_;
+  if (w_.norms_folded) {
     return {.x = x,
             .weight = weight,
             .out = rows(s.residual, n),
@@ -95,7 +95,6 @@ k::LinearArgs to_residual(const ForwardScratch& s, bool folded, const Tensor& x,
   }
   return {.x = x, .weight = weight, .out = rows(s.mixed, n)};
 }
-}  // namespace
 
 // The last norm of a stack of blocks (final_norm, mtp.norm) into out: the pending residual add
 // happens here on the plain path.
@@ -209,9 +208,7 @@ void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, Sequenc
                             int64_t n, StepKind kind, int64_t start) {
   ForwardScratch& s = *s_;
   const GdnWeights& g = w.gdn;
-  const bool folded = w_.norms_folded;
-  k::linear(from_norm(s, folded, cfg_.rms_norm_eps, g.in_proj, rows(s.gdn_in, n), n),
-            ctx_);  // qkv|z|b|a
+  k::linear(from_norm(g.in_proj, rows(s.gdn_in, n), n), ctx_);  // qkv|z|b|a
   GdnLayerState& state = st.gdn[layer];
   const bool prefill = kind == StepKind::kPrefill;
   k::conv1d({.x = rows(s.qkv, n),
@@ -242,7 +239,7 @@ void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, Sequenc
                                 .eps = cfg_.rms_norm_eps}},
                       ctx_);
   observe("gdn_out", layer, rows(s.gdn_out, n));
-  k::linear(to_residual(s, folded, rows(s.gdn_normed, n), g.out_proj, n), ctx_);
+  k::linear(to_residual(rows(s.gdn_normed, n), g.out_proj, n), ctx_);
 }
 
 void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
@@ -250,10 +247,8 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
                                   int64_t n) {
   ForwardScratch& s = *s_;
   const AttentionWeights& a = w.attn;
-  const bool folded = w_.norms_folded;
   const int64_t hq = cfg_.num_heads_q, hkv = cfg_.num_heads_kv, d = cfg_.head_dim;
-  k::linear(from_norm(s, folded, cfg_.rms_norm_eps, a.qkv_proj, rows(s.attn_in, n), n),
-            ctx_);  // q|k|v
+  k::linear(from_norm(a.qkv_proj, rows(s.attn_in, n), n), ctx_);  // q|k|v
   // q_proj rows are per head [query | gate]: view [T, Nq, 2D] and split the last dim.
   const Tensor qg = rows(s.q_gate, n).split_heads(hq);  // [T, Nq, 2D]
   const Tensor q = qg.slice(2, 0, d), gate = qg.slice(2, d, 2 * d);
@@ -288,19 +283,17 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
                 .workspace = st.attn_workspace},
                ctx_);
   observe("attn_out", layer, rows(s.attn_out, n));
-  k::linear(to_residual(s, folded, rows(s.attn_out, n), a.o_proj, n), ctx_);
+  k::linear(to_residual(rows(s.attn_out, n), a.o_proj, n), ctx_);
 }
 
 void Qwen35Model::mlp(const MlpWeights& w, int64_t layer, int64_t n) {
   ForwardScratch& s = *s_;
-  const bool folded = w_.norms_folded;
   // gate|up projection and SwiGLU in one call (one launch on the decode path).
-  k::LinearArgs gate_up =
-      from_norm(s, folded, cfg_.rms_norm_eps, w.gate_up_proj, rows(s.mlp_act, n), n);
+  k::LinearArgs gate_up = from_norm(w.gate_up_proj, rows(s.mlp_act, n), n);
   gate_up.epilogue = k::LinearEpilogue::kSwiGluPairs;
   gate_up.scratch = rows(s.gate_up, n);
   k::linear(gate_up, ctx_);
-  k::linear(to_residual(s, folded, rows(s.mlp_act, n), w.down_proj, n), ctx_);
+  k::linear(to_residual(rows(s.mlp_act, n), w.down_proj, n), ctx_);
 }
 
 void Qwen35Model::mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden_in,

@@ -19,6 +19,9 @@ enum class StepKind {
 };
 
 struct ForwardScratch;
+namespace kernels {
+struct LinearArgs;
+}
 
 class Qwen35Model {
  public:
@@ -58,7 +61,14 @@ class Qwen35Model {
   void attention_mixer(const DecoderLayerWeights& w, int64_t layer, const KvLayerCache& kv,
                        SequenceState& st, const StepMeta& meta, int64_t n);
   void mlp(const MlpWeights& w, int64_t layer, int64_t n);
+  // The last norm of a stack of blocks (final_norm, mtp.norm) into out.
   void final_norm(const Tensor& weight, const Tensor& out, int64_t n);
+  // A projection of a block's norm(residual) into out: the residual scaled by the linear itself
+  // when the norms are folded into the weights, else the rows the separate norm wrote.
+  kernels::LinearArgs from_norm(const Tensor& weight, const Tensor& out, int64_t n) const;
+  // A mixer's or the MLP's output projection, whose output joins the residual stream: added by
+  // the linear when the norms are folded, else left in the scratch for the next norm to add.
+  kernels::LinearArgs to_residual(const Tensor& x, const Tensor& weight, int64_t n) const;
   void observe(std::string_view name, int64_t layer, const Tensor& t) {
     if (obs_) obs_->observe(name, layer, t);
   }
