@@ -169,10 +169,9 @@ void launch_skinny(const LinearShape& s, cudaStream_t stream) {
 
 // The unfused steps, one block per token row t: v = y[t, j], times the inverse RMS of x[t, :] and
 // rounded when `rms`, then stored to out[t, j] or added to it. With y = x and rms: the normed x.
-template <typename T>
 __global__ void rows_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride, int64_t in,
-                            bool rms, float eps, const T* y, int64_t y_stride, T* out,
-                            int64_t out_stride, int64_t cols, bool add) {
+                            bool rms, float eps, const __nv_bfloat16* y, int64_t y_stride,
+                            __nv_bfloat16* out, int64_t out_stride, int64_t cols, bool add) {
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   float inv = 1.f;
@@ -185,20 +184,19 @@ __global__ void rows_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_strid
     inv = 1.f / sqrtf(cuda::block_sum(ss, scratch) / static_cast<float>(in) + eps);
   }
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    float v = cuda::to_float(y[t * y_stride + j]);
-    if (rms) v = cuda::to_float(cuda::from_float<T>(v * inv));
-    T& o = out[t * out_stride + j];
-    o = cuda::from_float<T>(add ? cuda::to_float(o) + v : v);
+    float v = __bfloat162float(y[t * y_stride + j]);
+    if (rms) v = __bfloat162float(__float2bfloat16_rn(v * inv));
+    __nv_bfloat16& o = out[t * out_stride + j];
+    o = __float2bfloat16_rn(add ? __bfloat162float(o) + v : v);
   }
 }
 
-// rows_kernel with the inverse RMS of x's rows when `rms`.
-template <typename T>
+// rows_kernel over bf16 tensors, with the inverse RMS of x's rows when `rms`.
 void rows(const Tensor& x, bool rms, float eps, const Tensor& y, const Tensor& out, bool add,
           cudaStream_t stream) {
-  rows_kernel<T><<<static_cast<unsigned>(y.dim(0)), 256, 0, stream>>>(
-      x.data<const __nv_bfloat16>(), x.stride(0), x.dim(1), rms, eps, y.data<const T>(),
-      y.stride(0), out.data<T>(), out.stride(0), y.dim(1), add);
+  rows_kernel<<<static_cast<unsigned>(y.dim(0)), 256, 0, stream>>>(
+      x.data<const __nv_bfloat16>(), x.stride(0), x.dim(1), rms, eps, y.data<const __nv_bfloat16>(),
+      y.stride(0), out.data<__nv_bfloat16>(), out.stride(0), y.dim(1), add);
   cuda::check_launch("rows_kernel");
 }
 
@@ -254,7 +252,7 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
     return f32_out ? linear_skinny_mma_f32(s, stream) : linear_skinny_mma_bf16(s, stream);
   }
   if (a.input_rms) {  // the normed rows, which the linear then reads
-    rows<__nv_bfloat16>(a.x, true, a.input_rms_eps, a.x, a.input_scratch, false, stream);
+    rows(a.x, true, a.input_rms_eps, a.x, a.input_scratch, false, stream);
     s.x = a.input_scratch.raw();
     s.x_stride = a.input_scratch.stride(0);
     s.vec_ok = s.in % 8 == 0 && s.x_stride % 8 == 0 && aligned16(s.x) && aligned16(s.w);
@@ -267,7 +265,7 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   } else {
     f32_out ? launch_skinny<float>(s, stream) : launch_skinny<__nv_bfloat16>(s, stream);
   }
-  if (add) rows<__nv_bfloat16>(a.x, false, 0.f, y, a.out, true, stream);
+  if (add) rows(a.x, false, 0.f, y, a.out, true, stream);
   if (pairs) swiglu_cuda({.out = a.out, .gate_up = a.scratch}, ctx);
 }
 

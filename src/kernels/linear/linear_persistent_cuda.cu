@@ -103,7 +103,20 @@ struct Params {
 
 // Store policies: how warp 0 of rank 0 writes a tile's finished sums. In the mma C layout lane
 // (g, t) holds c[j][0..1] = rows g and c[j][2..3] = rows g + 8 of the tile, for tokens
-// 8j + 2t + (0, 1).
+// 8j + 2t + (0, 1). for_each_out calls fn(j, q, offset in out) for those inside out_f x n_tokens.
+template <int kNTiles, class Fn>
+__device__ __forceinline__ void for_each_out(const Params& p, int64_t tile, int g, int t, Fn&& fn) {
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: g + 8
+      const int tok = j * 8 + 2 * t + (q & 1);                  // c0,c2: column 2t; c1,c3: 2t + 1
+      if (row < p.out_f && tok < p.n_tokens) fn(j, q, tok * p.out_stride + row);
+    }
+  }
+}
+
 template <typename TOut>
 struct StoreY {  // LinearEpilogue::kNone: out = y
   static constexpr bool kReadsOut = false;
@@ -111,17 +124,9 @@ struct StoreY {  // LinearEpilogue::kNone: out = y
   __device__ static void store(const Params& p, int64_t tile, int g, int t,
                                const float (&c)[kNTiles][4], const float (&)[kNTiles][4]) {
     auto* out = static_cast<TOut*>(p.out);
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: g + 8
-        const int tok = j * 8 + 2 * t + (q & 1);                  // c0,c2: column 2t; c1,c3: 2t + 1
-        if (row < p.out_f && tok < p.n_tokens) {
-          out[tok * p.out_stride + row] = cuda::from_float<TOut>(c[j][q]);
-        }
-      }
-    }
+    for_each_out<kNTiles>(p, tile, g, t, [&](int j, int q, int64_t at) {
+      out[at] = cuda::from_float<TOut>(c[j][q]);
+    });
   }
 };
 
@@ -158,34 +163,17 @@ struct StoreAddY {
   __device__ static void load_prev(const Params& p, int64_t tile, int g, int t,
                                    float (&prev)[kNTiles][4]) {
     const auto* out = static_cast<const __nv_bfloat16*>(p.out);
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);
-        const int tok = j * 8 + 2 * t + (q & 1);
-        prev[j][q] = row < p.out_f && tok < p.n_tokens
-                         ? __bfloat162float(__ldcg(out + tok * p.out_stride + row))
-                         : 0.f;
-      }
-    }
+    for_each_out<kNTiles>(p, tile, g, t, [&](int j, int q, int64_t at) {
+      prev[j][q] = __bfloat162float(__ldcg(out + at));
+    });
   }
   template <int kNTiles>
   __device__ static void store(const Params& p, int64_t tile, int g, int t,
                                const float (&c)[kNTiles][4], const float (&prev)[kNTiles][4]) {
     auto* out = static_cast<__nv_bfloat16*>(p.out);
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);
-        const int tok = j * 8 + 2 * t + (q & 1);
-        if (row < p.out_f && tok < p.n_tokens) {
-          out[tok * p.out_stride + row] =
-              __float2bfloat16_rn(prev[j][q] + __bfloat162float(__float2bfloat16_rn(c[j][q])));
-        }
-      }
-    }
+    for_each_out<kNTiles>(p, tile, g, t, [&](int j, int q, int64_t at) {
+      out[at] = __float2bfloat16_rn(prev[j][q] + __bfloat162float(__float2bfloat16_rn(c[j][q])));
+    });
   }
 };
 
