@@ -29,19 +29,28 @@ std::vector<int32_t> run(Qwen35Model& m, std::unique_ptr<Drafter> d, int k,
   return gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = n}).tokens;
 }
 
-class EngineCuda : public ::testing::TestWithParam<std::string> {};
+// The fixture model on CUDA and its third golden prompt; skipped without a GPU or when the model's
+// shapes are not built for CUDA (named at load time).
+class EngineCuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    try {
+      gpu_ = load_on(GetParam(), Device::kCuda);
+    } catch (const Error& e) {
+      GTEST_SKIP() << e.what();
+    }
+    const auto prompts = testing::goldens(GetParam())["prompts"];
+    prompt_ = prompts[std::min<size_t>(2, prompts.size() - 1)]["ids"].get<std::vector<int32_t>>();
+  }
+  std::unique_ptr<Qwen35Model> gpu_;
+  std::vector<int32_t> prompt_;
+};
 
 TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const std::string name = GetParam();
-  std::unique_ptr<Qwen35Model> gpu;
-  try {
-    gpu = load_on(name, Device::kCuda);
-  } catch (const Error& e) {  // a shape the CUDA kernels are not built for: named at load time
-    GTEST_SKIP() << e.what();
-  }
-  const auto prompts = testing::goldens(name)["prompts"];
-  const std::vector<int32_t> prompt = prompts[std::min<size_t>(2, prompts.size() - 1)]["ids"];
+  Qwen35Model* gpu = gpu_.get();
+  const std::vector<int32_t>& prompt = prompt_;
   constexpr int kTokens = 64;
   const auto plain = run(*gpu, nullptr, 0, prompt, kTokens);
   ASSERT_EQ(plain.size(), static_cast<size_t>(kTokens));
@@ -98,16 +107,9 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
 // propose the same drafts as eager launches, step by step: the trace holds each step's drafts, the
 // target's tokens and n_acc (and its wall time, which is dropped before comparing).
 TEST_P(EngineCuda, MtpDraftsFromGraphsEqualEagerDrafts) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const std::string name = GetParam();
-  std::unique_ptr<Qwen35Model> gpu;
-  try {
-    gpu = load_on(name, Device::kCuda);
-  } catch (const Error& e) {
-    GTEST_SKIP() << e.what();
-  }
-  const auto prompts = testing::goldens(name)["prompts"];
-  const std::vector<int32_t> prompt = prompts[std::min<size_t>(2, prompts.size() - 1)]["ids"];
+  Qwen35Model* gpu = gpu_.get();
+  const std::vector<int32_t>& prompt = prompt_;
   for (int k : {1, 3, 8}) {
     std::string trace[2];  // [eager, graphs]
     for (bool graphs : {false, true}) {
