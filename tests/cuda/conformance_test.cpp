@@ -6,6 +6,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/argmax/argmax.h"
+#include "kernels/attention_inputs/attention_inputs.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gated_rms_norm/gated_rms_norm.h"
 #include "kernels/kv_cache/kv_cache.h"
@@ -369,6 +370,70 @@ TEST(CudaConformance, KvCacheWrite) {
         fmt::format("n_tokens={},heads_kv={},head_dim={},start={}", n, heads, d, start);
     check_case("kv_cache_write", p, rel_l2(download(kc.dev), gather(ref_k)), DType::kBF16);
     check_case("kv_cache_write", p + ",v", rel_l2(download(vc.dev), gather(ref_v)), DType::kBF16);
+  }
+}
+
+// q_norm and k_norm with RoPE, then the KV write, in one call (attention_inputs.h): against the
+// CPU reference, and bit for bit against the three separate CUDA ops. q is the query half of a
+// q|gate view, k and v are views of one k|v buffer; rotary 36 (not a multiple of 8) takes the
+// separate ops inside the call.
+TEST(CudaConformance, AttentionInputs) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(13);
+  for (int64_t n : kTokenCounts) {
+    for (int rotary : {64, 36}) {
+      const int64_t hq = 5, hkv = 3, d = 256, block_size = 16, n_blocks = 20;
+      const std::vector<int32_t> table = shuffled_block_table(n_blocks, rng);
+      const int32_t start = rng.index(static_cast<int32_t>(n_blocks * block_size - n));
+      std::vector<int32_t> pos(n);
+      for (int64_t t = 0; t < n; ++t) pos[t] = start + static_cast<int32_t>(t);
+      Mirror qg = random_mirror({n, hq, 2 * d}, rng);
+      Mirror kv = random_mirror({n, 2, hkv, d}, rng);
+      Mirror qw = random_mirror({d}, rng, DType::kF32, 0.05f, 0.5f);
+      Mirror kw = random_mirror({d}, rng, DType::kBF16, 0.05f, 0.5f);
+      Mirror kc = random_mirror({n_blocks, block_size, hkv, d}, rng);
+      Mirror vc = random_mirror({n_blocks, block_size, hkv, d}, rng);
+      Tensor ref_qg = qg.host.to(Device::kCpu), ref_kv = kv.host.to(Device::kCpu);
+      Tensor ref_kc = kc.host.to(Device::kCpu), ref_vc = vc.host.to(Device::kCpu);
+      attention_inputs_ref(
+          {ref_qg.slice(2, 0, d), ref_kv.select(1, 0), ref_kv.select(1, 1), qw.host, kw.host, 1e-6f,
+           host_i32(pos), rotary, 1e7f, host_i32(table), ref_kc, ref_vc},
+          ref_ctx());
+      // The separate ops, on copies of the same device inputs.
+      Tensor sep_qg = qg.dev.to(Device::kCuda), sep_kv = kv.dev.to(Device::kCuda);
+      Tensor sep_kc = kc.dev.to(Device::kCuda), sep_vc = vc.dev.to(Device::kCuda);
+      const Tensor positions = device_i32(pos), dev_table = device_i32(table);
+      attention_inputs_cuda(
+          {qg.dev.slice(2, 0, d), kv.dev.select(1, 0), kv.dev.select(1, 1), qw.dev, kw.dev, 1e-6f,
+           positions, rotary, 1e7f, dev_table, kc.dev, vc.dev},
+          cs.ctx());
+      const Tensor sep_q = sep_qg.slice(2, 0, d), sep_k = sep_kv.select(1, 0);
+      rms_norm_cuda({sep_q, qw.dev, sep_q, Tensor(), 1e-6f, true, positions, rotary, 1e7f},
+                    cs.ctx());
+      rms_norm_cuda({sep_k, kw.dev, sep_k, Tensor(), 1e-6f, true, positions, rotary, 1e7f},
+                    cs.ctx());
+      kv_cache_write_cuda({sep_k, sep_kv.select(1, 1), positions, dev_table, sep_kc, sep_vc},
+                          cs.ctx());
+      cs.sync();
+      const std::string p =
+          fmt::format("n_tokens={},heads_q={},heads_kv={},head_dim={},rotary_dim={},start={}", n,
+                      hq, hkv, d, rotary, start);
+      check_case("attention_inputs", p + ",q", rel_l2(download(qg.dev), gather(ref_qg)),
+                 DType::kBF16);
+      check_case("attention_inputs", p + ",k", rel_l2(download(kv.dev), gather(ref_kv)),
+                 DType::kBF16);
+      check_case("attention_inputs", p + ",k_cache", rel_l2(download(kc.dev), gather(ref_kc)),
+                 DType::kBF16);
+      check_case("attention_inputs", p + ",v_cache", rel_l2(download(vc.dev), gather(ref_vc)),
+                 DType::kBF16);
+      const auto same = [](const Tensor& a, const Tensor& b) {
+        return download_bits<uint16_t>(a) == download_bits<uint16_t>(b);
+      };
+      check_bits("attention_inputs.fused", p,
+                 same(qg.dev, sep_qg) && same(kv.dev, sep_kv) && same(kc.dev, sep_kc) &&
+                     same(vc.dev, sep_vc));
+    }
   }
 }
 

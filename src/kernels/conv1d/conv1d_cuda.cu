@@ -29,7 +29,7 @@ struct ConvParams {
 };
 
 __device__ __forceinline__ int64_t window_offset(const ConvParams& p) {
-  const int64_t o = static_cast<int64_t>(p.n_acc[0]) - 1;  // clamped to stay in bounds
+  const int64_t o = static_cast<int64_t>(__ldcg(p.n_acc)) - 1;  // clamped to stay in bounds
   return o < 0 ? 0 : (o > p.hist_len - (p.kernel - 1) ? p.hist_len - (p.kernel - 1) : o);
 }
 
@@ -40,32 +40,38 @@ __device__ __forceinline__ float seq_at(const ConvParams& p, int64_t c, int64_t 
                   : __bfloat162float(p.x[(j - wlen) * p.x_stride + c]);
 }
 
-// Outputs of tokens [t_begin, t_end) for channel c.
-__device__ __forceinline__ void conv_outputs(const ConvParams& p, int64_t c, int64_t o,
-                                             int64_t t_begin, int64_t t_end) {
-  float w[kMaxKernel];
+// The kernel's weights of channel c.
+__device__ __forceinline__ void load_weights(const ConvParams& p, int64_t c,
+                                             float (&w)[kMaxKernel]) {
 #pragma unroll
   for (int j = 0; j < kMaxKernel; ++j) w[j] = j < p.kernel ? p.w[c * p.kernel + j] : 0.f;
+}
+
+// Outputs of tokens [t_begin, t_end) for channel c; seq(j) is seq_at(p, c, o, j) or its value.
+template <class Seq>
+__device__ __forceinline__ void conv_outputs(const ConvParams& p, int64_t c,
+                                             const float (&w)[kMaxKernel], int64_t t_begin,
+                                             int64_t t_end, Seq&& seq) {
   for (int64_t t = t_begin; t < t_end; ++t) {
     float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < kMaxKernel; ++j) {
-      if (j < p.kernel) acc = fmaf(w[j], seq_at(p, c, o, t + j), acc);
+      if (j < p.kernel) acc = fmaf(w[j], seq(t + j), acc);
     }
     p.out[t * p.out_stride + c] = __float2bfloat16_rn(cuda::silu(acc));
   }
 }
 
 // Rewrites channel c's history in place, in ascending order (reads stay ahead of writes).
-__device__ __forceinline__ void rewrite_history(const ConvParams& p, int64_t c, int64_t o,
-                                                bool spec) {
+template <class Seq>
+__device__ __forceinline__ void rewrite_history(const ConvParams& p, int64_t c, bool spec,
+                                                Seq&& seq) {
   const int64_t wlen = p.kernel - 1;
   __nv_bfloat16* h = p.hist + c * p.hist_stride;
   if (spec) {  // history[0 : wlen - 1 + T] = seq[1 : wlen + T]
-    for (int64_t j = 0; j + 1 < wlen + p.n_tokens; ++j)
-      h[j] = __float2bfloat16_rn(seq_at(p, c, o, j + 1));
+    for (int64_t j = 0; j + 1 < wlen + p.n_tokens; ++j) h[j] = __float2bfloat16_rn(seq(j + 1));
   } else {  // history[0 : wlen] = seq[T : T + wlen]
-    for (int64_t j = 0; j < wlen; ++j) h[j] = __float2bfloat16_rn(seq_at(p, c, o, p.n_tokens + j));
+    for (int64_t j = 0; j < wlen; ++j) h[j] = __float2bfloat16_rn(seq(p.n_tokens + j));
   }
 }
 
@@ -73,26 +79,42 @@ __global__ void conv1d_out_kernel(ConvParams p) {
   cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= p.channels) return;
-  const int64_t t_begin = static_cast<int64_t>(blockIdx.y) * kTokenChunk;
-  conv_outputs(p, c, window_offset(p), t_begin, min(p.n_tokens, t_begin + kTokenChunk));
+  const int64_t t_begin = static_cast<int64_t>(blockIdx.y) * kTokenChunk, o = window_offset(p);
+  float w[kMaxKernel];
+  load_weights(p, c, w);
+  conv_outputs(p, c, w, t_begin, min(p.n_tokens, t_begin + kTokenChunk),
+               [&](int64_t j) { return seq_at(p, c, o, j); });
 }
 
 __global__ void conv1d_history_kernel(ConvParams p, bool spec) {
   cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= p.channels) return;
-  rewrite_history(p, c, window_offset(p), spec);
+  const int64_t o = window_offset(p);
+  rewrite_history(p, c, spec, [&](int64_t j) { return seq_at(p, c, o, j); });
 }
 
 // Both in one launch when one token chunk covers the call (decode, verify): a channel's thread
-// computes all its outputs, then rewrites its own history; channels share nothing.
+// computes all its outputs, then rewrites its own history; channels share nothing. The window
+// (this op's own output, a step back), n_acc (set before the step) and the weights load before
+// the wait for the previous kernel, whose output x is then the only load on the critical path.
 __global__ void conv1d_step_kernel(ConvParams p, bool spec) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t cl = c < p.channels ? c : p.channels - 1;  // past the end: loads only
+  const int64_t o = window_offset(p), wlen = p.kernel - 1;
+  float w[kMaxKernel], win[kMaxKernel - 1];
+  load_weights(p, cl, w);
+#pragma unroll
+  for (int j = 0; j < kMaxKernel - 1; ++j) {
+    win[j] = j < wlen ? __bfloat162float(__ldcg(p.hist + cl * p.hist_stride + o + j)) : 0.f;
+  }
+  cuda::pdl_begin();
   if (c >= p.channels) return;
-  const int64_t o = window_offset(p);
-  conv_outputs(p, c, o, 0, p.n_tokens);
-  rewrite_history(p, c, o, spec);
+  const auto seq = [&](int64_t j) {
+    return j < wlen ? win[j] : __bfloat162float(p.x[(j - wlen) * p.x_stride + c]);
+  };
+  conv_outputs(p, c, w, 0, p.n_tokens, seq);
+  rewrite_history(p, c, spec, seq);
 }
 
 }  // namespace

@@ -101,7 +101,8 @@ __device__ __forceinline__ void load_batch(const GdrParams& p, BatchSmem<kDk>& b
 // The fused output norm of the batch's tokens, as gated_rms_norm_kernel computes it with 128
 // threads: per token a warp butterfly over each 32 columns, then those sums added in column
 // order. Block r of the cluster holds columns 32r..32r+31 (b.o, 0 past d_v) and posts its sums
-// to every block; one cluster barrier per batch.
+// to every block; a cluster barrier once they are posted, and one more before another batch
+// reuses the buffer.
 template <int kDk>
 __device__ __forceinline__ void store_norm(const GdrParams& p, BatchSmem<kDk>& b, int64_t t0,
                                            int nb, int64_t h, int64_t j, bool col_ok, int jl,
@@ -124,7 +125,9 @@ __device__ __forceinline__ void store_norm(const GdrParams& p, BatchSmem<kDk>& b
           __float2bfloat16_rn(((b.o[t][jl] * inv) * norm_w) * cuda::silu(b.z[t][jl]));
     }
   }
-  cluster.sync();  // b.psum is free for the next batch
+  // b.psum is free for the next batch. After the last batch no block writes another's shared
+  // memory any more (the sync above saw every post), so a block may exit without waiting.
+  if (t0 + kBatch < p.n_tokens) cluster.sync();
 }
 
 template <int kDk, bool kNorm>

@@ -3,28 +3,22 @@
 // size is a function of dim alone, so a row's result does not depend on how many rows share the
 // launch. With a residual, the bf16-rounded sum is what is stored and what is normalised, so the
 // next layer reads exactly the value that was normed.
-// A decode step runs ~130 of these on single rows, so latency is what counts: the vector kernel
-// issues all of a thread's 16-byte loads before using any (one memory latency per row instead of
-// one per strided element), and its weights before the wait for the previous kernel; rows that
-// are not 16-byte loadable take the scalar kernel. The vector
-// kernel also applies RoPE after the norm (q_norm/k_norm + rope in one launch); otherwise RoPE is
-// a second launch with the same rotation (rope_cuda.cuh), so the bits never depend on the path.
+// Decode runs these on single rows, so latency is what counts: the vector kernel
+// (rms_norm_cuda.cuh's row) issues all of a thread's 16-byte loads before using any (one memory
+// latency per row instead of one per strided element), and its weights before the wait for the
+// previous kernel; rows that are not 16-byte loadable take the scalar kernel. The vector kernel
+// also applies RoPE after the norm (q_norm/k_norm + rope in one launch); otherwise RoPE is a
+// second launch with the same rotation (rope_cuda.cuh), so the bits never depend on the path.
 #include "kernels/cuda_common.cuh"
 #include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rms_norm/rms_norm_cuda.cuh"
 #include "kernels/rope/rope.h"
-#include "kernels/rope/rope_cuda.cuh"
 
 namespace tandem::kernels {
 
 namespace {
 
-struct RowView {  // [rows, heads, dim] bf16 with the last dim contiguous
-  __nv_bfloat16* base;
-  int64_t row_stride, head_stride;
-  __device__ __nv_bfloat16* at(int64_t r, int64_t h) const {
-    return base + r * row_stride + h * head_stride;
-  }
-};
+using cuda::RowView;
 
 RowView row_view(const Tensor& t) {
   return RowView{t.data<__nv_bfloat16>(), t.stride(0), t.ndim() == 3 ? t.stride(1) : 0};
@@ -57,93 +51,18 @@ __global__ void rms_norm_kernel(RowView x, RowView out, RowView res, bool fused,
   }
 }
 
-constexpr int kVecChunks = 4;     // 8-element chunks per thread: dims up to 32 * 1024 = 32768
-constexpr int kRopeMaxDim = 512;  // rotary dims the vector kernel rotates itself
-
-struct RopeParams {  // RoPE after the norm (rms_norm.h); half == 0: none
-  const int32_t* positions;
-  int half;
-  float theta;
-};
-
-template <typename W>
-__device__ __forceinline__ float weight_at(W w, int64_t i, bool zero_centred) {
-  return zero_centred ? 1.f + w[i] : w[i];
-}
-
 __global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fused,
                                     cuda::AnyFloatPtr w, int64_t n_heads, int64_t dim, float eps,
-                                    bool zero_centred, RopeParams rope) {
+                                    bool zero_centred, cuda::RopeParams rope) {
   // The weights load before the wait for the predecessor (a step never writes weights), so the
   // only memory latencies after it are the row's load and the store.
-  float wv[kVecChunks][8];
-#pragma unroll
-  for (int c = 0; c < kVecChunks; ++c) {
-    const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) wv[c][j] = i < dim ? weight_at(w, i + j, zero_centred) : 0.f;
-  }
+  const cuda::VecNormWeights wv = cuda::vec_norm_weights(w, dim, zero_centred);
   cuda::pdl_begin();
-  __shared__ float scratch[32];
   const int64_t r = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const __nv_bfloat16* xs = x.at(r, h);
   __nv_bfloat16* src = fused ? res.at(r, h) : const_cast<__nv_bfloat16*>(xs);
-  uint4 a[kVecChunks], b[kVecChunks];
-#pragma unroll
-  for (int c = 0; c < kVecChunks; ++c) {  // every load first
-    const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
-    if (i < dim) {
-      a[c] = *reinterpret_cast<const uint4*>(src + i);
-      if (fused) b[c] = *reinterpret_cast<const uint4*>(xs + i);
-    }
-  }
-  float v[kVecChunks][8];
-  float ss = 0.f;
-#pragma unroll
-  for (int c = 0; c < kVecChunks; ++c) {
-    const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
-    if (i >= dim) break;
-    const __nv_bfloat16* pa = reinterpret_cast<const __nv_bfloat16*>(&a[c]);
-    const __nv_bfloat16* pb = reinterpret_cast<const __nv_bfloat16*>(&b[c]);
-    __nv_bfloat16 sum[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      sum[j] =
-          fused ? __float2bfloat16_rn(__bfloat162float(pa[j]) + __bfloat162float(pb[j])) : pa[j];
-      v[c][j] = __bfloat162float(sum[j]);
-      ss += v[c][j] * v[c][j];
-    }
-    if (fused) *reinterpret_cast<uint4*>(src + i) = *reinterpret_cast<const uint4*>(sum);
-  }
-  ss = cuda::block_sum(ss, scratch);
-  const float inv = 1.f / sqrtf(ss / static_cast<float>(dim) + eps);
-  __nv_bfloat16* o = out.at(r, h);
-  // With RoPE the first `rot` normed values go through shared memory: a pair's two elements
-  // belong to different threads. rot is a multiple of 8, so a chunk is all in or all out.
-  __shared__ __align__(16) __nv_bfloat16 rot_row[kRopeMaxDim];
-  const int64_t rot = 2 * static_cast<int64_t>(rope.half);
-#pragma unroll
-  for (int c = 0; c < kVecChunks; ++c) {
-    const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
-    if (i >= dim) break;
-    __nv_bfloat16 y[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      y[j] = __float2bfloat16_rn((v[c][j] * inv) * wv[c][j]);
-    }
-    uint4* dst = reinterpret_cast<uint4*>(i < rot ? rot_row + i : o + i);
-    *dst = *reinterpret_cast<const uint4*>(y);
-  }
-  if (rot == 0) return;
-  __syncthreads();
-  const float pos = static_cast<float>(rope.positions[r]);
-  for (int i = threadIdx.x; i < rope.half; i += blockDim.x) {
-    float y1, y2;
-    cuda::rope_rotate(__bfloat162float(rot_row[i]), __bfloat162float(rot_row[i + rope.half]), pos,
-                      i, rope.half, rope.theta, y1, y2);
-    o[i] = __float2bfloat16_rn(y1);
-    o[i + rope.half] = __float2bfloat16_rn(y2);
-  }
+  const float pos = rope.half > 0 ? static_cast<float>(rope.positions[r]) : 0.f;
+  cuda::vec_norm_row(xs, src, out.at(r, h), fused, wv, dim, eps, rope, pos);
 }
 
 bool vec_ok(const Tensor& t) {
@@ -183,15 +102,13 @@ void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
                  a.rope_dim, a.x.describe(), a.rope_positions.describe());
   }
   if (rows * heads == 0) return;
-  const bool vec = dim % 8 == 0 && dim <= 8 * kVecChunks * 1024 && vec_ok(a.x) && vec_ok(a.out) &&
-                   (!fused || vec_ok(a.residual));
+  const bool vec = dim % 8 == 0 && dim <= 8 * cuda::kVecChunks * 1024 && vec_ok(a.x) &&
+                   vec_ok(a.out) && (!fused || vec_ok(a.residual));
   if (vec) {
-    // A function of dim only (row invariance): enough warps for kVecChunks chunks per thread.
-    const int64_t per_pass = 8 * kVecChunks;
-    const int threads = static_cast<int>(32 * cuda::ceil_div((dim + per_pass - 1) / per_pass, 32));
-    const bool fuse_rope = rope && a.rope_dim % 8 == 0 && a.rope_dim <= kRopeMaxDim;
-    const RopeParams rp{fuse_rope ? a.rope_positions.data<const int32_t>() : nullptr,
-                        fuse_rope ? a.rope_dim / 2 : 0, a.rope_theta};
+    const int threads = cuda::vec_norm_threads(dim);
+    const bool fuse_rope = rope && a.rope_dim % 8 == 0 && a.rope_dim <= cuda::kRopeMaxDim;
+    const cuda::RopeParams rp{fuse_rope ? a.rope_positions.data<const int32_t>() : nullptr,
+                              fuse_rope ? a.rope_dim / 2 : 0, a.rope_theta};
     cuda::launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(rows * heads), threads, 0,
                      cuda::stream_of(ctx), row_view(a.x), row_view(a.out),
                      fused ? row_view(a.residual) : row_view(a.x), fused, w, heads, dim, a.eps,

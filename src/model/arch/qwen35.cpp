@@ -11,10 +11,10 @@
 #include "core/cuda_graph.h"
 #include "kernels/argmax/argmax.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention_inputs/attention_inputs.h"
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
-#include "kernels/kv_cache/kv_cache.h"
 #include "kernels/linear/linear.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/swiglu/swiglu.h"  // kSwigluPairGroup: the gate|up layout
@@ -254,24 +254,20 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
   const Tensor q = qg.slice(2, 0, d), gate = qg.slice(2, d, 2 * d);
   const Tensor key = rows(s.k, n).split_heads(hkv), value = rows(s.v, n).split_heads(hkv);
   const Tensor pos = meta.positions.slice(0, 0, n);
-  // q_norm / k_norm, then partial RoPE, in one call each (one launch on CUDA).
-  for (const auto& [t, norm] : {std::pair{q, a.q_norm}, std::pair{key, a.k_norm}}) {
-    k::rms_norm({.x = t,
-                 .weight = norm,
-                 .out = t,
-                 .eps = cfg_.rms_norm_eps,
-                 .rope_positions = pos,
-                 .rope_dim = static_cast<int>(cfg_.rotary_dim),
-                 .rope_theta = cfg_.rope_theta},
-                ctx_);
-  }
-  k::kv_cache_write({.k = key,
-                     .v = value,
-                     .positions = pos,
-                     .block_table = st.block_table,
-                     .k_cache = kv.k,
-                     .v_cache = kv.v},
-                    ctx_);
+  // q_norm / k_norm with the partial RoPE, then the KV write (one launch on CUDA).
+  k::attention_inputs({.q = q,
+                       .k = key,
+                       .v = value,
+                       .q_norm = a.q_norm,
+                       .k_norm = a.k_norm,
+                       .eps = cfg_.rms_norm_eps,
+                       .positions = pos,
+                       .rope_dim = static_cast<int>(cfg_.rotary_dim),
+                       .rope_theta = cfg_.rope_theta,
+                       .block_table = st.block_table,
+                       .k_cache = kv.k,
+                       .v_cache = kv.v},
+                      ctx_);
   const Tensor out = rows(s.attn_out, n).split_heads(hq);
   k::attention({.q = q,
                 .gate = gate,

@@ -1,0 +1,132 @@
+// CUDA attention inputs: one launch of (q rows + k rows) blocks. A q block norms and rotates one
+// (token, q head) row in place; a k block does the same for one (token, kv head) row with the
+// k_norm weights and then, after a block barrier, copies that row and the matching v row to the
+// cache slot, as kv_cache_write_kernel does. The row arithmetic is rms_norm_cuda.cuh's, so q and k
+// are bit for bit the separate rms_norm launches (tested). Anything the vector row cannot take
+// runs the three separate ops.
+#include "kernels/attention_inputs/attention_inputs.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/kv_cache/kv_cache.h"
+#include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rms_norm/rms_norm_cuda.cuh"
+
+namespace tandem::kernels {
+
+namespace {
+
+struct InputsParams {
+  cuda::RowView q, k, v;
+  cuda::AnyFloatPtr q_w, k_w;
+  int64_t n_heads_q, n_heads_kv, dim;
+  float eps;
+  cuda::RopeParams rope;
+  const int32_t* table;
+  int64_t max_blocks, block_size;
+  __nv_bfloat16 *k_cache, *v_cache;
+};
+
+__global__ void attention_inputs_kernel(InputsParams p, int64_t q_rows) {
+  const bool is_q = blockIdx.x < q_rows;
+  const int64_t idx = is_q ? blockIdx.x : blockIdx.x - q_rows;
+  const int64_t heads = is_q ? p.n_heads_q : p.n_heads_kv;
+  const int64_t r = idx / heads, h = idx % heads;
+  const cuda::VecNormWeights wv = cuda::vec_norm_weights(is_q ? p.q_w : p.k_w, p.dim, true);
+  cuda::pdl_begin();
+  // The position and the k row's cache slot load first: their latency overlaps the row's.
+  const int64_t pos = p.rope.positions[r];
+  const bool in_table = pos >= 0 && pos / p.block_size < p.max_blocks;
+  const int64_t block = !is_q && in_table ? p.table[pos / p.block_size] : 0;
+  __nv_bfloat16* row = (is_q ? p.q : p.k).at(r, h);
+  cuda::vec_norm_row(row, row, row, false, wv, p.dim, p.eps, p.rope, static_cast<float>(pos));
+  if (is_q || !in_table) return;
+  __syncthreads();  // the block's stores of the rotated k row are visible to all its threads
+  const int64_t slot = (block * p.block_size + pos % p.block_size) * p.n_heads_kv + h;
+  const __nv_bfloat16* vs = p.v.at(r, h);
+  for (int64_t i = threadIdx.x * 8; i < p.dim; i += blockDim.x * 8) {
+    *reinterpret_cast<uint4*>(p.k_cache + slot * p.dim + i) =
+        *reinterpret_cast<const uint4*>(row + i);
+    *reinterpret_cast<uint4*>(p.v_cache + slot * p.dim + i) =
+        *reinterpret_cast<const uint4*>(vs + i);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool rows_ok(const Tensor& t) {  // bf16 [rows, heads, dim], 16-byte loadable rows
+  return t.dtype() == DType::kBF16 && t.ndim() == 3 && t.stride(-1) == 1 && aligned16(t.raw()) &&
+         t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0;
+}
+
+// Whether one launch can do it; otherwise (or for shapes the ops reject) the separate ops run and
+// report what is wrong with their own messages.
+bool fusable(const AttentionInputsArgs& a) {
+  const int64_t d = a.q.ndim() == 3 ? a.q.dim(2) : 0;
+  return rows_ok(a.q) && rows_ok(a.k) && rows_ok(a.v) && d % 8 == 0 &&
+         d <= 8 * cuda::kVecChunks * 1024 && a.k.dim(2) == d && a.v.shape() == a.k.shape() &&
+         a.q.dim(0) == a.k.dim(0) && a.rope_dim > 0 && a.rope_dim % 8 == 0 &&
+         a.rope_dim <= std::min<int64_t>(d, cuda::kRopeMaxDim) &&
+         a.positions.dtype() == DType::kI32 && a.positions.numel() >= a.q.dim(0) &&
+         a.block_table.dtype() == DType::kI32 && a.k_cache.dtype() == DType::kBF16 &&
+         a.v_cache.dtype() == DType::kBF16 && a.k_cache.is_contiguous() &&
+         a.v_cache.is_contiguous() && a.k_cache.ndim() == 4 &&
+         a.k_cache.shape() == a.v_cache.shape() && a.k_cache.dim(2) == a.k.dim(1) &&
+         a.k_cache.dim(3) == d && aligned16(a.k_cache.raw()) && aligned16(a.v_cache.raw()) &&
+         a.q_norm.numel() == d && a.k_norm.numel() == d;
+}
+
+}  // namespace
+
+void attention_inputs_cuda(const AttentionInputsArgs& a, const ExecContext& ctx) {
+  if (!fusable(a)) {
+    for (const auto& [t, norm] : {std::pair{a.q, a.q_norm}, std::pair{a.k, a.k_norm}}) {
+      rms_norm_cuda({.x = t,
+                     .weight = norm,
+                     .out = t,
+                     .eps = a.eps,
+                     .rope_positions = a.positions,
+                     .rope_dim = a.rope_dim,
+                     .rope_theta = a.rope_theta},
+                    ctx);
+    }
+    kv_cache_write_cuda({.k = a.k,
+                         .v = a.v,
+                         .positions = a.positions,
+                         .block_table = a.block_table,
+                         .k_cache = a.k_cache,
+                         .v_cache = a.v_cache},
+                        ctx);
+    return;
+  }
+  const char* op = "attention_inputs";
+  for (const auto& [t, name] :
+       {std::pair{&a.q, "q"}, std::pair{&a.k, "k"}, std::pair{&a.v, "v"},
+        std::pair{&a.k_cache, "k_cache"}, std::pair{&a.v_cache, "v_cache"},
+        std::pair{&a.positions, "positions"}, std::pair{&a.block_table, "block_table"}}) {
+    cuda::expect_cuda(*t, op, name);
+  }
+  const auto view = [](const Tensor& t) {
+    return cuda::RowView{t.data<__nv_bfloat16>(), t.stride(0), t.stride(1)};
+  };
+  const int64_t n = a.q.dim(0), hq = a.q.dim(1), hkv = a.k.dim(1), d = a.q.dim(2);
+  if (n == 0) return;
+  const InputsParams p{view(a.q),
+                       view(a.k),
+                       view(a.v),
+                       cuda::any_float(a.q_norm, op, "q_norm"),
+                       cuda::any_float(a.k_norm, op, "k_norm"),
+                       hq,
+                       hkv,
+                       d,
+                       a.eps,
+                       {a.positions.data<const int32_t>(), a.rope_dim / 2, a.rope_theta},
+                       a.block_table.data<const int32_t>(),
+                       a.block_table.dim(0),
+                       a.k_cache.dim(1),
+                       a.k_cache.data<__nv_bfloat16>(),
+                       a.v_cache.data<__nv_bfloat16>()};
+  cuda::launch_pdl(attention_inputs_kernel, static_cast<unsigned>(n * (hq + hkv)),
+                   cuda::vec_norm_threads(d), 0, cuda::stream_of(ctx), p, n * hq);
+  cuda::check_launch("attention_inputs_kernel");
+}
+
+}  // namespace tandem::kernels
