@@ -387,9 +387,16 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
       }
       Store::store(p, tile, g, t, c, prev);
     }
+    // No block leaves while another may still access its shared memory. Rank 0's (inbox, ready)
+    // is written only before its own last wait on `ready`, so it exits at once; a rank > 0 waits
+    // until rank 0 has arrived on its `freed` for its last two tiles (tile u: slot u & 1, phase
+    // (u >> 1) & 1), instead of every block waiting for rank 0's last store at a cluster barrier.
+    if (warp == 0 && rank > 0) {
+      for (uint32_t u = use >= 2 ? use - 2 : 0; u < use; ++u) {
+        cuda::mbar_wait_cluster(&sm.freed[u & 1], (u >> 1) & 1);
+      }
+    }
   }
-  // No block leaves while another may still arrive on its barriers or write its inbox.
-  if (splits > 1) cg::this_cluster().sync();
 }
 
 // How many clusters of each size (1, 2, 4, 8 blocks) fit on the GPU at once: a property of the
