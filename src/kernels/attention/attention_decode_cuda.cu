@@ -41,6 +41,14 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPLd = kTileN + 8;  // bf16 probability row stride (conflict-free ldmatrix)
 static_assert(kTiles == 8 && kWarps * 8 == kTileN, "8 tiles of 64; warp w owns 8 positions");
 
+// A block with nothing to do leaves before the PDL wait (it reads only kv_len, set before the
+// step). The next kernel waits only for this grid, so this grid must still finish after its
+// predecessor, and must trigger the next launch only after that predecessor's wait: block
+// (0, 0, 0) always waits (pdl_begin) before it leaves.
+__device__ __forceinline__ void leave_early() {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) cuda::pdl_begin();
+}
+
 // One fold step: M' = max(M, mk); scales a = 2^(M - M') for the old state, b = 2^(mk - M') for
 // the new part. Shared by every fold so that all paths round identically.
 __device__ __forceinline__ void fold_scales(float& m, float mk, float& a, float& b) {
@@ -242,7 +250,6 @@ struct TileSmem {
 template <int kD, int kMT>
 __global__ void __cluster_dims__(kTiles, 1, 1) __launch_bounds__(kThreads)
     attention_tile_kernel(AttnParams p) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   using T = Tile<kD, kMT>;
   using L = TileSmem<kD, kMT>;
   constexpr int kRows = T::kRows, kNT = T::kNT;
@@ -256,8 +263,8 @@ __global__ void __cluster_dims__(kTiles, 1, 1) __launch_bounds__(kThreads)
   auto* l_s = reinterpret_cast<float*>(scratch + T::kL);
   auto* slot_s = reinterpret_cast<int32_t*>(smem_raw + L::kSlot);
 
-  const int64_t kv_len = device_kv_len(p);
-  if (kv_len > kRingMinKv) return;  // the ring kernel's call (the whole grid)
+  const int64_t kv_len = device_kv_len(p);        // set before the step: readable before the wait
+  if (kv_len > kRingMinKv) return leave_early();  // the ring kernel's call (the whole grid)
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int split = blockIdx.x / kTiles, hk = blockIdx.y;
@@ -265,7 +272,9 @@ __global__ void __cluster_dims__(kTiles, 1, 1) __launch_bounds__(kThreads)
   const int n_rows = min(kRows, static_cast<int>(p.nq) * p.group - row0);
   const int64_t pos0 = static_cast<int64_t>(split) * kGranule;
   const int64_t block_last = last_pos(p, kv_len, (row0 + n_rows - 1) / p.group);
-  if (pos0 > block_last) return;  // the whole cluster: no row of this block sees this split
+  // The whole cluster: no row of this block sees this split.
+  if (pos0 > block_last) return leave_early();
+  cuda::pdl_begin();  // q and the new K/V rows are the previous kernels' outputs
   const int end = static_cast<int>(min(kv_len, min(pos0 + kGranule, block_last + 1)));
   const int tile_pos = static_cast<int>(pos0) + rank * kTileN;
   const bool active = tile_pos < end;
@@ -356,7 +365,6 @@ struct RingSmem {
 template <int kD, int kMT>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     attention_ring_kernel(AttnParams p) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
   using T = Tile<kD, kMT>;
   using L = RingSmem<kD, kMT>;
   constexpr int kRows = T::kRows, kNT = T::kNT, kS = L::kStages;
@@ -370,8 +378,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
   auto* slot_s = reinterpret_cast<int32_t*>(smem_raw + L::kSlot);
   constexpr size_t kTileElems = T::kTileBytes / 2;
 
-  const int64_t kv_len = device_kv_len(p);
-  if (kv_len <= kRingMinKv) return;  // the tile kernel's call (the whole grid)
+  const int64_t kv_len = device_kv_len(p);         // set before the step: readable before the wait
+  if (kv_len <= kRingMinKv) return leave_early();  // the tile kernel's call (the whole grid)
   cg::cluster_group cluster = cg::this_cluster();
   const int half = static_cast<int>(cluster.block_rank());
   const int split = blockIdx.x / 2, hk = blockIdx.y;
@@ -379,7 +387,9 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
   const int n_rows = min(kRows, static_cast<int>(p.nq) * p.group - row0);
   const int64_t pos0 = static_cast<int64_t>(split) * kGranule;
   const int64_t block_last = last_pos(p, kv_len, (row0 + n_rows - 1) / p.group);
-  if (pos0 > block_last) return;  // the whole cluster: no row of this block sees this split
+  // The whole cluster: no row of this block sees this split.
+  if (pos0 > block_last) return leave_early();
+  cuda::pdl_begin();  // q and the new K/V rows are the previous kernels' outputs
   const int end = static_cast<int>(min(kv_len, min(pos0 + kGranule, block_last + 1)));
   const int half_pos = static_cast<int>(pos0) + half * kHalf * kTileN;
   const int n_my = max(0, min(kHalf, (end - half_pos + kTileN - 1) / kTileN));

@@ -54,10 +54,13 @@ constexpr uint32_t kRmsBarrier = 2;                  // rms warp -> warp 0 (64 t
 constexpr int kRows = 16;
 constexpr int kMaxSplits = 8;  // portable cluster size
 
-// A kernel configuration: B tiles (8 tokens each), k per chunk, ring slots per block.
-template <int kNTiles_, int kChunkK_, int kStages_>
+// A kernel configuration: B tiles (8 tokens each), k per chunk, ring slots per block, and token
+// rows per slot (at most 8 per B tile; fewer leave room for more slots, for calls of that many
+// tokens only).
+template <int kNTiles_, int kChunkK_, int kStages_, int kXRows_ = 8 * kNTiles_>
 struct Cfg {
   static constexpr int kNTiles = kNTiles_, kChunkK = kChunkK_, kStages = kStages_;
+  static constexpr int kXRows = kXRows_;
   static constexpr int kRowPitch = kChunkK + 32;  // 2K + 64 bytes = 64 mod 128: no bank conflicts
   static constexpr int kStepsPerWarp = kChunkK / 32 / kConsumerWarps;  // warp w: steps w, w + 8..
   static_assert(kStepsPerWarp >= 1 && kChunkK % (32 * kConsumerWarps) == 0);
@@ -75,7 +78,7 @@ struct TileSums {
 template <class C>
 struct Slot {
   __nv_bfloat16 w[kRows][C::kRowPitch];
-  __nv_bfloat16 x[8 * C::kNTiles][C::kRowPitch];
+  __nv_bfloat16 x[C::kXRows][C::kRowPitch];
 };
 
 template <class C>
@@ -231,15 +234,20 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
     }
     cuda::fence_mbar_init();
   }
-  if (splits > 1) {
-    cg::this_cluster().sync();  // barriers initialised everywhere before any remote arrival
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();  // this block's barriers are initialised
+  // Before any remote arrival or inbox write the other ranks' barriers must be initialised too:
+  // every thread arrives at the cluster barrier now and waits for it only where it must (warp 0
+  // before its first tile, the others before they start), so the producer's first weight copies,
+  // which only use this block's barriers, go out before that wait.
+  if (splits > 1) cg::this_cluster().barrier_arrive();
+  const auto cluster_wait = [&] {
+    if (splits > 1) cg::this_cluster().barrier_wait();
+  };
 
   // input_rms is needed by the block that stores: rank 0, when its cluster has a tile.
   const bool stores = rank == 0 && cluster_id < p.tiles;
   if (warp == kRmsWarp) {
+    cluster_wait();
     if (p.input_rms && stores) {
       cuda::pdl_begin();  // x is the previous kernel's output
       sum_squares(p, lane, sm.sumsq);
@@ -250,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
     // the weight rows (past out_f: the last row again), lanes 16.. the tokens.
     constexpr uint32_t kSlots = C::kStages;
     const int tok = lane - kRows;
-    const uint32_t copies = kRows + static_cast<uint32_t>(min(p.n_tokens, 8 * kNTiles));
+    const uint32_t copies = kRows + static_cast<uint32_t>(min(p.n_tokens, C::kXRows));
     auto bytes_of = [&](int64_t i) {
       return static_cast<uint32_t>(min(int64_t{kChunkK}, k_end - (k_begin + i * kChunkK)) * 2);
     };
@@ -264,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
       }
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
-      if (lane >= kRows && tok < p.n_tokens && tok < 8 * kNTiles) {
+      if (lane >= kRows && tok < p.n_tokens && tok < C::kXRows) {
         cuda::bulk_copy(&sm.ring[slot].x[tok][0], p.x + tok * p.x_stride + k_begin + i * kChunkK,
                         bytes_of(i), &sm.full[slot]);
       }
@@ -274,6 +282,7 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
     const int64_t first = cluster_id;
     const int64_t pre = first < p.tiles ? min(count, static_cast<int64_t>(kSlots)) : 0;
     for (int64_t i = 0; i < pre; ++i) issue_w(first, i, static_cast<uint32_t>(i));
+    cluster_wait();
     cuda::pdl_begin();
     for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
     uint32_t it = static_cast<uint32_t>(pre);
@@ -286,6 +295,7 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
       }
     }
   } else {
+    cluster_wait();
     cuda::pdl_begin();  // before writing `out`, which the previous kernel may still read
     const int g = lane >> 2, t = lane & 3;
     float scale[kNTiles][2] = {};  // input_rms: warp 0's tokens' inverse RMS
@@ -314,8 +324,9 @@ __global__ void __launch_bounds__(kThreads) linear_persistent_kernel(const Param
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j) {
             const int tok = j * 8 + g;  // tokens past n_tokens are never copied: stale, unused
-            const uint4 xv =
-                ok && tok < p.n_tokens ? *reinterpret_cast<const uint4*>(&src.x[tok][kl]) : zero;
+            const uint4 xv = ok && tok < p.n_tokens && tok < C::kXRows
+                                 ? *reinterpret_cast<const uint4*>(&src.x[tok][kl])
+                                 : zero;
             mma_bf16(c[j], pa.x, pb.x, pa.y, pb.y, xv.x, xv.y);
             mma_bf16(c[j], pa.z, pb.z, pa.w, pb.w, xv.z, xv.w);
           }
@@ -434,16 +445,12 @@ const std::array<int64_t, 4>& resident_clusters() {
   return n;
 }
 
-// kOnePerSm: plan for one block per SM even when two fit, so that the next linear's blocks fit
-// beside this one's and start streaming their weights before it finishes (bench variant).
-template <class C, class Store, bool kOnePerSm = false>
+template <class C, class Store>
 void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
-  std::array<int64_t, 4> resident = resident_clusters<C, Store>();
-  if constexpr (kOnePerSm) {
-    const int64_t per_sm = std::max<int64_t>(1, resident[0] / cuda::sm_count());
-    for (int64_t& r : resident) r /= per_sm;
-  }
+  TANDEM_CHECK(s.n <= C::kXRows, "linear_skinny_persistent: {} tokens for {} token rows", s.n,
+               C::kXRows);
+  const std::array<int64_t, 4>& resident = resident_clusters<C, Store>();
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan = plan_linear(tiles, s.in, C::kChunkK, resident, cuda::sm_count());
   const Params p{static_cast<const __nv_bfloat16*>(s.x),
@@ -475,8 +482,9 @@ void launch(const LinearShape& s, int config, cudaStream_t stream) {
       return launch_cfg<Cfg<kNTiles, 512, 3>, Store>(s, stream);
     case 3:
       return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, Store>(s, stream);
-    case 4:  // ~95 KB per block (kNTiles 1): two linears' blocks share an SM
-      return launch_cfg<Cfg<kNTiles, 512, 3>, Store, true>(s, stream);
+    case 4:  // up to 2 tokens: 2 token rows per slot instead of 8 make room for a fifth slot
+      if (s.n <= 2) return launch_cfg<Cfg<1, 1024, 5, 2>, Store>(s, stream);
+      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, Store>(s, stream);
     default:
       return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, Store>(s, stream);
   }
