@@ -39,11 +39,12 @@ TEST(CudaRowInvariance, Linear) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(21);
-  // 4104 -> 100 runs the decode kernel with a k-split of 8 uneven ranges.
+  // 4104 -> 100 runs the decode kernel with a k-split of 8 uneven ranges. A single row runs the
+  // 5-slot ring of calls up to 4 tokens, n = 6 the 4-slot one, n = 9 and 16 two B tiles.
   for (const auto& [in, out_f] :
        {std::pair<int64_t, int64_t>{1003, 1000}, {5120, 1000}, {4104, 100}}) {
     Mirror w = random_mirror({out_f, in}, rng, DType::kBF16, 0.01f, 0.1f);
-    for (int64_t n : {2, 9, 16}) {
+    for (int64_t n : {2, 6, 9, 16}) {
       for (DType dt : {DType::kBF16, DType::kF32}) {
         Mirror x = random_mirror({n, in}, rng);
         Tensor out = poisoned({n, out_f}, dt);

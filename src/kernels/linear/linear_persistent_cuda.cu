@@ -9,6 +9,9 @@
 //  - cluster c takes tiles c, c + clusters, ...; each block streams its range of each of its
 //    tiles as 16-row chunks of kChunkK (1024 in production: one 2 KB bulk copy per row, and one
 //    per token, since the copy engine's per-copy cost, not DRAM, limited 512-byte copies);
+//  - the ring has 5 slots for up to 4 tokens (each slot: the 16 weight rows and 4 token rows of
+//    the chunk), 4 slots of 8 token rows up to 8 tokens, 2 of 16 beyond; more slots are more
+//    weight bytes in flight per SM, which is what the decode step's bandwidth follows;
 //  - a producer warp keeps the ring full (it runs ahead across tiles while the consumers reduce),
 //    and starts on the weights before the previous kernel has finished (programmatic dependent
 //    launch; the tokens only after); 8 consumer warps feed mma.sync m16n8k16 (bf16 -> fp32) with
@@ -482,10 +485,12 @@ void launch(const LinearShape& s, int config, cudaStream_t stream) {
       return launch_cfg<Cfg<kNTiles, 512, 3>, Store>(s, stream);
     case 3:
       return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, Store>(s, stream);
-    case 4:  // up to 2 tokens: 2 token rows per slot instead of 8 make room for a fifth slot
-      if (s.n <= 2) return launch_cfg<Cfg<1, 1024, 5, 2>, Store>(s, stream);
+    case 4:  // the production ring before 8aa4595: 4 slots of 8 token rows at every n <= 8
       return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, Store>(s, stream);
     default:
+      // Up to 4 tokens (decode, verify with k <= 3): 4 token rows per slot instead of 8 leave
+      // room for a fifth 1024-k slot (~222 KB), 25% more weight bytes in flight per SM.
+      if (s.n <= 4) return launch_cfg<Cfg<1, 1024, 5, 4>, Store>(s, stream);
       return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, Store>(s, stream);
   }
 }
