@@ -185,7 +185,7 @@ struct StoreAddY {
 
 // input_rms, in the rms warp of a storing block: each token's sum of squares of x, lane l taking
 // the 8-element groups l, l + 32, ... in order, then the lanes' butterfly. A function of the
-// token's row alone. Tokens go in blocks of up to 4 whose loads are issued together, kLoads
+// token's row alone. Tokens go in blocks of up to 4 whose loads are issued together, kRmsLoads
 // 16-byte loads in flight per lane (16 groups of one token, 8 of two, ...), so that 4 tokens of
 // 5120 cost 5 memory round trips rather than 12 and the rms warp stays ahead of warp 0's first
 // store; the additions keep each token's group order whatever the batching.
@@ -270,9 +270,9 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
   }
   __syncthreads();  // this block's barriers are initialised
   // Before any remote arrival or inbox write the other ranks' barriers must be initialised too:
-  // every thread arrives at the cluster barrier now and waits for it only where it must (warp 0
-  // before its first tile, the others before they start), so the producer's first weight copies,
-  // which only use this block's barriers, go out before that wait.
+  // every thread arrives at the cluster barrier now and waits for it later, the consumers and the
+  // rms warp when they start, the producer only after its first weight copies, which use this
+  // block's barriers alone.
   if (splits > 1) cg::this_cluster().barrier_arrive();
   const auto cluster_wait = [&] {
     if (splits > 1) cg::this_cluster().barrier_wait();
