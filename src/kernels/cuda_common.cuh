@@ -47,6 +47,12 @@ inline void expect_last_contiguous(const Tensor& t, const char* op, const char* 
                "{}_cuda: {} must have a contiguous last dim, got {} strides {}", op, what,
                t.describe(), shape_str(t.strides()));
 }
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// bf16 rows of a [rows, (heads,) dim] view that 16-byte loads can read: aligned base, strides in
+// multiples of 8 elements (the last dim contiguous is checked by the caller).
+inline bool rows_16b_loadable(const Tensor& t) {
+  return aligned16(t.raw()) && t.stride(0) % 8 == 0 && (t.ndim() < 3 || t.stride(1) % 8 == 0);
+}
 inline bool is_float_dtype(DType d) {
   return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
 }

@@ -396,17 +396,27 @@ TEST(CudaConformance, AttentionInputs) {
       Mirror vc = random_mirror({n_blocks, block_size, hkv, d}, rng);
       Tensor ref_qg = qg.host.to(Device::kCpu), ref_kv = kv.host.to(Device::kCpu);
       Tensor ref_kc = kc.host.to(Device::kCpu), ref_vc = vc.host.to(Device::kCpu);
-      attention_inputs_ref(
-          {ref_qg.slice(2, 0, d), ref_kv.select(1, 0), ref_kv.select(1, 1), qw.host, kw.host, 1e-6f,
-           host_i32(pos), rotary, 1e7f, host_i32(table), ref_kc, ref_vc},
-          ref_ctx());
+      attention_inputs_ref({ref_qg.slice(2, 0, d),
+                            qw.host,
+                            kw.host,
+                            1e-6f,
+                            rotary,
+                            1e7f,
+                            {ref_kv.select(1, 0), ref_kv.select(1, 1), host_i32(pos),
+                             host_i32(table), ref_kc, ref_vc}},
+                           ref_ctx());
       // The separate ops, on copies of the same device inputs.
       Tensor sep_qg = qg.dev.to(Device::kCuda), sep_kv = kv.dev.to(Device::kCuda);
       Tensor sep_kc = kc.dev.to(Device::kCuda), sep_vc = vc.dev.to(Device::kCuda);
       const Tensor positions = device_i32(pos), dev_table = device_i32(table);
       attention_inputs_cuda(
-          {qg.dev.slice(2, 0, d), kv.dev.select(1, 0), kv.dev.select(1, 1), qw.dev, kw.dev, 1e-6f,
-           positions, rotary, 1e7f, dev_table, kc.dev, vc.dev},
+          {qg.dev.slice(2, 0, d),
+           qw.dev,
+           kw.dev,
+           1e-6f,
+           rotary,
+           1e7f,
+           {kv.dev.select(1, 0), kv.dev.select(1, 1), positions, dev_table, kc.dev, vc.dev}},
           cs.ctx());
       const Tensor sep_q = sep_qg.slice(2, 0, d), sep_k = sep_kv.select(1, 0);
       rms_norm_cuda({sep_q, qw.dev, sep_q, Tensor(), 1e-6f, true, positions, rotary, 1e7f},

@@ -104,8 +104,7 @@ void attention_cuda(const AttentionArgs& a, const ExecContext& ctx) {
                a.out.describe(), a.k_cache.describe(), a.v_cache.describe());
   TANDEM_CHECK(attention_cuda_supports(d),
                "attention_cuda: head_dim {} unsupported for dtype bf16 on cuda (64, 128, 256)", d);
-  TANDEM_CHECK(a.q.stride(1) % 8 == 0 && a.q.stride(0) % 8 == 0 &&
-                   reinterpret_cast<uintptr_t>(a.q.raw()) % 16 == 0,
+  TANDEM_CHECK(cuda::rows_16b_loadable(a.q),
                "attention_cuda: q strides {} must be multiples of 8 and q 16-byte aligned",
                shape_str(a.q.strides()));
   if (n == 0) return;

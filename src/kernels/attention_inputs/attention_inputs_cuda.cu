@@ -3,11 +3,9 @@
 // k_norm weights and then, after a block barrier, copies that row and the matching v row to the
 // cache slot, as kv_cache_write_kernel does. The row arithmetic is rms_norm_cuda.cuh's, so q and k
 // are bit for bit the separate rms_norm launches (tested). Anything the vector row cannot take
-// runs the three separate ops.
+// runs the three separate ops (attention_inputs_unfused).
 #include "kernels/attention_inputs/attention_inputs.h"
 #include "kernels/cuda_common.cuh"
-#include "kernels/kv_cache/kv_cache.h"
-#include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rms_norm/rms_norm_cuda.cuh"
 
 namespace tandem::kernels {
@@ -50,80 +48,61 @@ __global__ void attention_inputs_kernel(InputsParams p, int64_t q_rows) {
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 bool rows_ok(const Tensor& t) {  // bf16 [rows, heads, dim], 16-byte loadable rows
-  return t.dtype() == DType::kBF16 && t.ndim() == 3 && t.stride(-1) == 1 && aligned16(t.raw()) &&
-         t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0;
+  return t.dtype() == DType::kBF16 && t.ndim() == 3 && t.stride(-1) == 1 &&
+         cuda::rows_16b_loadable(t);
 }
 
 // Whether one launch can do it; otherwise (or for shapes the ops reject) the separate ops run and
 // report what is wrong with their own messages.
 bool fusable(const AttentionInputsArgs& a) {
+  const KvCacheWriteArgs& kv = a.kv;
   const int64_t d = a.q.ndim() == 3 ? a.q.dim(2) : 0;
-  return rows_ok(a.q) && rows_ok(a.k) && rows_ok(a.v) && d % 8 == 0 &&
-         d <= 8 * cuda::kVecChunks * 1024 && a.k.dim(2) == d && a.v.shape() == a.k.shape() &&
-         a.q.dim(0) == a.k.dim(0) && a.rope_dim > 0 && a.rope_dim % 8 == 0 &&
+  return rows_ok(a.q) && rows_ok(kv.k) && rows_ok(kv.v) && d % 8 == 0 &&
+         d <= 8 * cuda::kVecChunks * 1024 && kv.k.dim(2) == d && kv.v.shape() == kv.k.shape() &&
+         a.q.dim(0) == kv.k.dim(0) && a.rope_dim > 0 && a.rope_dim % 8 == 0 &&
          a.rope_dim <= std::min<int64_t>(d, cuda::kRopeMaxDim) &&
-         a.positions.dtype() == DType::kI32 && a.positions.numel() >= a.q.dim(0) &&
-         a.block_table.dtype() == DType::kI32 && a.k_cache.dtype() == DType::kBF16 &&
-         a.v_cache.dtype() == DType::kBF16 && a.k_cache.is_contiguous() &&
-         a.v_cache.is_contiguous() && a.k_cache.ndim() == 4 &&
-         a.k_cache.shape() == a.v_cache.shape() && a.k_cache.dim(2) == a.k.dim(1) &&
-         a.k_cache.dim(3) == d && aligned16(a.k_cache.raw()) && aligned16(a.v_cache.raw()) &&
-         a.q_norm.numel() == d && a.k_norm.numel() == d;
+         kv.positions.dtype() == DType::kI32 && kv.positions.numel() >= a.q.dim(0) &&
+         kv.block_table.dtype() == DType::kI32 && kv.k_cache.dtype() == DType::kBF16 &&
+         kv.v_cache.dtype() == DType::kBF16 && kv.k_cache.is_contiguous() &&
+         kv.v_cache.is_contiguous() && kv.k_cache.ndim() == 4 &&
+         kv.k_cache.shape() == kv.v_cache.shape() && kv.k_cache.dim(2) == kv.k.dim(1) &&
+         kv.k_cache.dim(3) == d && cuda::aligned16(kv.k_cache.raw()) &&
+         cuda::aligned16(kv.v_cache.raw()) && a.q_norm.numel() == d && a.k_norm.numel() == d;
 }
 
 }  // namespace
 
 void attention_inputs_cuda(const AttentionInputsArgs& a, const ExecContext& ctx) {
-  if (!fusable(a)) {
-    for (const auto& [t, norm] : {std::pair{a.q, a.q_norm}, std::pair{a.k, a.k_norm}}) {
-      rms_norm_cuda({.x = t,
-                     .weight = norm,
-                     .out = t,
-                     .eps = a.eps,
-                     .rope_positions = a.positions,
-                     .rope_dim = a.rope_dim,
-                     .rope_theta = a.rope_theta},
-                    ctx);
-    }
-    kv_cache_write_cuda({.k = a.k,
-                         .v = a.v,
-                         .positions = a.positions,
-                         .block_table = a.block_table,
-                         .k_cache = a.k_cache,
-                         .v_cache = a.v_cache},
-                        ctx);
-    return;
-  }
+  if (!fusable(a)) return attention_inputs_unfused(a, ctx);
   const char* op = "attention_inputs";
+  const KvCacheWriteArgs& kv = a.kv;
   for (const auto& [t, name] :
-       {std::pair{&a.q, "q"}, std::pair{&a.k, "k"}, std::pair{&a.v, "v"},
-        std::pair{&a.k_cache, "k_cache"}, std::pair{&a.v_cache, "v_cache"},
-        std::pair{&a.positions, "positions"}, std::pair{&a.block_table, "block_table"}}) {
+       {std::pair{&a.q, "q"}, std::pair{&kv.k, "k"}, std::pair{&kv.v, "v"},
+        std::pair{&kv.k_cache, "k_cache"}, std::pair{&kv.v_cache, "v_cache"},
+        std::pair{&kv.positions, "positions"}, std::pair{&kv.block_table, "block_table"}}) {
     cuda::expect_cuda(*t, op, name);
   }
   const auto view = [](const Tensor& t) {
     return cuda::RowView{t.data<__nv_bfloat16>(), t.stride(0), t.stride(1)};
   };
-  const int64_t n = a.q.dim(0), hq = a.q.dim(1), hkv = a.k.dim(1), d = a.q.dim(2);
+  const int64_t n = a.q.dim(0), hq = a.q.dim(1), hkv = kv.k.dim(1), d = a.q.dim(2);
   if (n == 0) return;
   const InputsParams p{view(a.q),
-                       view(a.k),
-                       view(a.v),
+                       view(kv.k),
+                       view(kv.v),
                        cuda::any_float(a.q_norm, op, "q_norm"),
                        cuda::any_float(a.k_norm, op, "k_norm"),
                        hq,
                        hkv,
                        d,
                        a.eps,
-                       {a.positions.data<const int32_t>(), a.rope_dim / 2, a.rope_theta},
-                       a.block_table.data<const int32_t>(),
-                       a.block_table.dim(0),
-                       a.k_cache.dim(1),
-                       a.k_cache.data<__nv_bfloat16>(),
-                       a.v_cache.data<__nv_bfloat16>()};
+                       {kv.positions.data<const int32_t>(), a.rope_dim / 2, a.rope_theta},
+                       kv.block_table.data<const int32_t>(),
+                       kv.block_table.dim(0),
+                       kv.k_cache.dim(1),
+                       kv.k_cache.data<__nv_bfloat16>(),
+                       kv.v_cache.data<__nv_bfloat16>()};
   cuda::launch_pdl(attention_inputs_kernel, static_cast<unsigned>(n * (hq + hkv)),
                    cuda::vec_norm_threads(d), 0, cuda::stream_of(ctx), p, n * hq);
   cuda::check_launch("attention_inputs_kernel");

@@ -241,8 +241,10 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   s.out = a.out.raw();
   s.x_stride = a.x.stride(0);
   s.out_stride = a.out.stride(0);
-  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  s.vec_ok = s.in % 8 == 0 && s.x_stride % 8 == 0 && aligned16(s.x) && aligned16(s.w);
+  const auto vec_loadable = [&s] {  // x and w rows readable as 16-byte vectors
+    return s.in % 8 == 0 && s.x_stride % 8 == 0 && cuda::aligned16(s.x) && cuda::aligned16(s.w);
+  };
+  s.vec_ok = vec_loadable();
   const bool f32_out = a.out.dtype() == DType::kF32;
   const cudaStream_t stream = cuda::stream_of(ctx);
   if (s.n <= kSkinnyMaxTokens && s.vec_ok) {  // decode/verify: epilogue and scale are fused
@@ -255,7 +257,7 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
     rows(a.x, true, a.input_rms_eps, a.x, a.input_scratch, false, stream);
     s.x = a.input_scratch.raw();
     s.x_stride = a.input_scratch.stride(0);
-    s.vec_ok = s.in % 8 == 0 && s.x_stride % 8 == 0 && aligned16(s.x) && aligned16(s.w);
+    s.vec_ok = vec_loadable();
   }
   const Tensor& y = pairs || add ? a.scratch : a.out;  // y, then the epilogue
   s.out = y.raw();

@@ -509,6 +509,7 @@ void launch_cfg(const LinearShape& s, cudaStream_t stream) {
 // Configurations: k per chunk and ring depth (one or two B tiles share the choice).
 template <int kNTiles, class Store>
 void launch(const LinearShape& s, int config, cudaStream_t stream) {
+  using EightRows = Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>;  // 8 token rows per B tile
   switch (config) {
     case 1:
       return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 3 : 2>, Store>(s, stream);
@@ -516,13 +517,13 @@ void launch(const LinearShape& s, int config, cudaStream_t stream) {
       return launch_cfg<Cfg<kNTiles, 512, 3>, Store>(s, stream);
     case 3:
       return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, Store>(s, stream);
-    case 4:  // the production ring before 8aa4595: 4 slots of 8 token rows at every n <= 8
-      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, Store>(s, stream);
+    case 4:  // the production ring before a950b97: EightRows at every n
+      return launch_cfg<EightRows, Store>(s, stream);
     default:
       // Up to 4 tokens (decode, verify with k <= 3): 4 token rows per slot instead of 8 leave
       // room for a fifth 1024-k slot (~222 KB), 25% more weight bytes in flight per SM.
       if (s.n <= 4) return launch_cfg<Cfg<1, 1024, 5, 4>, Store>(s, stream);
-      return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>, Store>(s, stream);
+      return launch_cfg<EightRows, Store>(s, stream);
   }
 }
 

@@ -65,12 +65,6 @@ __global__ void rms_norm_vec_kernel(RowView x, RowView out, RowView res, bool fu
   cuda::vec_norm_row(xs, src, out.at(r, h), fused, wv, dim, eps, rope, pos);
 }
 
-bool vec_ok(const Tensor& t) {
-  const bool aligned = reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
-  const bool strides = t.stride(0) % 8 == 0 && (t.ndim() < 3 || t.stride(1) % 8 == 0);
-  return aligned && strides;
-}
-
 }  // namespace
 
 void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
@@ -102,8 +96,9 @@ void rms_norm_cuda(const RmsNormArgs& a, const ExecContext& ctx) {
                  a.rope_dim, a.x.describe(), a.rope_positions.describe());
   }
   if (rows * heads == 0) return;
-  const bool vec = dim % 8 == 0 && dim <= 8 * cuda::kVecChunks * 1024 && vec_ok(a.x) &&
-                   vec_ok(a.out) && (!fused || vec_ok(a.residual));
+  const bool vec = dim % 8 == 0 && dim <= 8 * cuda::kVecChunks * 1024 &&
+                   cuda::rows_16b_loadable(a.x) && cuda::rows_16b_loadable(a.out) &&
+                   (!fused || cuda::rows_16b_loadable(a.residual));
   if (vec) {
     const int threads = cuda::vec_norm_threads(dim);
     const bool fuse_rope = rope && a.rope_dim % 8 == 0 && a.rope_dim <= cuda::kRopeMaxDim;

@@ -256,17 +256,17 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
   const Tensor pos = meta.positions.slice(0, 0, n);
   // q_norm / k_norm with the partial RoPE, then the KV write (one launch on CUDA).
   k::attention_inputs({.q = q,
-                       .k = key,
-                       .v = value,
                        .q_norm = a.q_norm,
                        .k_norm = a.k_norm,
                        .eps = cfg_.rms_norm_eps,
-                       .positions = pos,
                        .rope_dim = static_cast<int>(cfg_.rotary_dim),
                        .rope_theta = cfg_.rope_theta,
-                       .block_table = st.block_table,
-                       .k_cache = kv.k,
-                       .v_cache = kv.v},
+                       .kv = {.k = key,
+                              .v = value,
+                              .positions = pos,
+                              .block_table = st.block_table,
+                              .k_cache = kv.k,
+                              .v_cache = kv.v}},
                       ctx_);
   const Tensor out = rows(s.attn_out, n).split_heads(hq);
   k::attention({.q = q,
