@@ -14,8 +14,17 @@ void add_common_options(CLI::App* cmd, CommonOptions& o) {
       ->required();
   cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads (default: all cores)");
-  cmd->add_option("--max-context", o.max_context, "positions the KV cache holds")
+  cmd->add_option("--max-model-len,--max-context", o.max_context,
+                  "positions one sequence may reach (prompt + generated)")
       ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                  "rows one step may carry: decode rows plus prefill chunks (default 512 on cpu, "
+                  "2048 on cuda)");
+}
+
+int64_t CommonOptions::step_rows() const {
+  if (max_num_batched_tokens > 0) return max_num_batched_tokens;
+  return device == "cuda" ? 2048 : 512;
 }
 
 int resolve_threads(int requested) {
@@ -51,6 +60,10 @@ std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose) {
   opt.model_dir = o.model_dir;
   opt.device = parse_device(o.device);
   opt.n_threads = resolve_threads(o.threads);
+  opt.max_step_rows = o.step_rows();
+  TANDEM_CHECK(opt.max_step_rows >= 64 && opt.max_step_rows % 64 == 0,
+               "--max-num-batched-tokens must be a positive multiple of 64, got {}",
+               opt.max_step_rows);
   int last_pct = -1;
   auto progress = [&](size_t done, size_t total) {
     if (!verbose || total < (256u << 20)) return;  // only large checkpoints show progress
@@ -61,9 +74,9 @@ std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose) {
   };
   auto model = load_model(opt, progress);
   if (verbose) {
-    std::fprintf(stderr, "%s\ndevice: %s, threads: %d, max context: %lld\n",
+    std::fprintf(stderr, "%s\ndevice: %s, threads: %d, max model len: %lld, step rows: %lld\n",
                  model->config().summary().c_str(), o.device.c_str(), opt.n_threads,
-                 static_cast<long long>(o.max_context));
+                 static_cast<long long>(o.max_context), static_cast<long long>(opt.max_step_rows));
   }
   return model;
 }

@@ -13,8 +13,10 @@ namespace tandem::app {
 struct CommonOptions {
   std::string model_dir;
   std::string device = "cpu";
-  int threads = 0;  // 0: all cores
-  int64_t max_context = 4096;
+  int threads = 0;                     // 0: all cores
+  int64_t max_context = 4096;          // --max-model-len
+  int64_t max_num_batched_tokens = 0;  // rows per step; 0: 512 on cpu, 2048 on cuda
+  int64_t step_rows() const;           // max_num_batched_tokens resolved for the device
 };
 
 void add_common_options(CLI::App* cmd, CommonOptions& o);

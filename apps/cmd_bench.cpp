@@ -24,9 +24,10 @@ void add_bench_command(CLI::App& app) {
       "bench", "time decode/verify steps at context depths against the memory bound");
   struct Opts {
     std::string model, synthetic, device = "cpu", contexts = "1024,8192,32768",
-                                  speculative = "none,mtp", json, commit;
+                                  speculative = "none,mtp", json, commit, batches = "1";
     int k = 3, steps = 32, threads = 0, linear_variant = 0;
-    int64_t prefill = 0, max_step = 1024;
+    int64_t prefill = 0, max_step = 0;
+    double acceptance = 0.6;
     bool no_graphs = false, no_pdl = false;
   };
   auto o = std::make_shared<Opts>();
@@ -39,14 +40,20 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_option("--context", o->contexts, "comma-separated context depths")
       ->capture_default_str();
+  cmd->add_option("--batch", o->batches, "comma-separated batch sizes (sequences per step)")
+      ->capture_default_str();
+  cmd->add_option("--acceptance", o->acceptance,
+                  "per-draft acceptance of the MTP projection (synthetic weights accept nothing)")
+      ->capture_default_str();
   cmd->add_option("--speculative", o->speculative, "none,mtp: also time the MTP drafter")
       ->capture_default_str();
   cmd->add_option("--num-speculative-tokens", o->k, "verify steps are timed for 1..K drafts")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per measurement")->capture_default_str();
   cmd->add_option("--prefill-tokens", o->prefill, "also time a prefill of this many tokens");
-  cmd->add_option("--max-step-tokens", o->max_step, "prefill chunk (multiple of 64)")
-      ->capture_default_str();
+  cmd->add_option("--max-step-tokens", o->max_step,
+                  "rows one step may carry, a multiple of 64 (default: 1024, or enough for the "
+                  "largest batch x (1 + K))");
   cmd->add_flag("--no-graphs", o->no_graphs,
                 "launch steps eagerly instead of replaying CUDA graphs");
   cmd->add_flag("--no-pdl", o->no_pdl,
@@ -75,24 +82,34 @@ void add_bench_command(CLI::App& app) {
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
                  o->k);
     const bool want_mtp = o->speculative.find("mtp") != std::string::npos;
+    const std::vector<int64_t> batches = parse_list(o->batches);
+    int64_t max_step = o->max_step;
+    if (max_step == 0) {
+      max_step = 1024;
+      for (int64_t b : batches) max_step = std::max(max_step, (b * (o->k + 1) + 63) / 64 * 64);
+    }
+    TANDEM_CHECK(max_step % 64 == 0, "--max-step-tokens must be a multiple of 64, got {}",
+                 max_step);
     std::unique_ptr<Qwen35Model> model;
     if (!o->synthetic.empty()) {
       ModelConfig cfg = ModelConfig::from_file(o->synthetic);
       Qwen35Weights w = synthetic_qwen35_weights(cfg, device, 42, want_mtp);
-      model = std::make_unique<Qwen35Model>(std::move(cfg), std::move(w), ctx, o->max_step);
+      model = std::make_unique<Qwen35Model>(std::move(cfg), std::move(w), ctx, max_step);
     } else {
       model = load_model(EngineOptions{.model_dir = o->model,
                                        .device = device,
                                        .n_threads = threads,
-                                       .max_step_tokens = o->max_step});
+                                       .max_step_rows = max_step});
     }
     std::fprintf(stderr, "%s\n", model->config().summary().c_str());
     BenchOptions b{.contexts = parse_list(o->contexts),
+                   .batches = batches,
                    .num_speculative_tokens = o->k,
                    .mtp = want_mtp,
                    .steps = o->steps,
                    .graphs = !o->no_graphs,
-                   .prefill_tokens = o->prefill};
+                   .prefill_tokens = o->prefill,
+                   .acceptance = o->acceptance};
     nlohmann::json out = run_bench(*model, b);
     out["command"] = command_line();
     out["model"] = o->synthetic.empty() ? o->model : "synthetic:" + o->synthetic;
@@ -104,19 +121,24 @@ void add_bench_command(CLI::App& app) {
       TANDEM_CHECK(f.good(), "cannot write '{}'", o->json);
       f << out.dump(2) << "\n";
     }
-    std::printf("%-8s %10s %10s %9s", "context", "decode_ms", "tok/s", "of_bound");
+    std::printf("%-8s %6s %10s %10s %8s %8s", "context", "batch", "decode_ms", "tok/s", "of_mem",
+                "of_tc");
     for (int d = 1; d <= o->k; ++d) std::printf("  verify%d/dec", d);
-    std::printf("%10s %10s\n", "draft_ms", "break_even");
+    std::printf("%10s %10s %12s\n", "draft_ms", "break_even", "mtp@a tok/s");
     for (const auto& r : out["results"]) {
-      std::printf("%-8lld %10.3f %10.1f %8.1f%%",
-                  static_cast<long long>(r["context"].get<int64_t>()), r["decode_ms"].get<double>(),
+      std::printf("%-8lld %6lld %10.3f %10.1f %7.1f%% %7.1f%%",
+                  static_cast<long long>(r["context"].get<int64_t>()),
+                  static_cast<long long>(r["batch"].get<int64_t>()), r["decode_ms"].get<double>(),
                   r["decode_tokens_per_second"].get<double>(),
-                  100 * r["fraction_of_memory_bound"].get<double>());
+                  100 * r["decode"]["fraction_of_memory_bound"].get<double>(),
+                  100 * r["decode"]["fraction_of_tensor_bound"].get<double>());
       for (const auto& v : r["verify"])
         std::printf("  %11.3f", v["verify_over_decode"].get<double>());
-      if (r.contains("draft_ms"))
-        std::printf("%10.3f %10.2f", r["draft_ms"].get<double>(),
-                    r["break_even_acceptance_length"].get<double>());
+      if (r.contains("draft_ms")) {
+        std::printf("%10.3f %10.2f %12.1f", r["draft_ms"].get<double>(),
+                    r["break_even_acceptance_length"].get<double>(),
+                    r["mtp_projection"]["controlled_tokens_per_second"].get<double>());
+      }
       std::printf("\n");
     }
     if (out.contains("prefill"))

@@ -1,5 +1,6 @@
 // `tandem generate`: greedy or seeded sampling, with optional speculative decoding (MTP, or the
-// oracle drafter used by tests), printing tokens or a JSON record with stats.
+// oracle drafter used by tests), printing tokens or a JSON record with stats. One prompt here;
+// --prompts FILE.jsonl runs a whole batch through the engine (cmd_generate_batch.cpp).
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "apps/generate_options.h"
+#include "engine/batch_engine.h"
 #include "engine/generator.h"
 #include "spec/mtp_drafter.h"
 #include "spec/oracle_drafter.h"
@@ -44,50 +46,41 @@ nlohmann::json stats_json(const GenerateResult& r, int k) {
 GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
                               const GenerateRequest& req, std::ostream* trace,
                               const std::function<void(int32_t)>& on_token) {
-  const std::string& spec = g.speculative;
-  const int k = spec == "none" ? 0 : g.num_speculative_tokens;
+  const int k = g.speculative == "none" ? 0 : g.num_speculative_tokens;
   set_cuda_programmatic_launch(!g.no_pdl);  // before the graphs are captured
-  std::unique_ptr<Drafter> drafter;
-  MtpDrafter* mtp = nullptr;  // for the start-up line saying how its forwards launch
-  if (spec == "mtp") {
-    auto d = std::make_unique<MtpDrafter>(model);
-    mtp = d.get();
-    drafter = std::move(d);
-  } else if (spec == "oracle") {
+  std::unique_ptr<Drafter> drafter = make_drafter(g, model);
+  if (auto* oracle = dynamic_cast<OracleDrafter*>(drafter.get())) {
     // The oracle proposes from the target's own plain continuation.
     Generator plain(model, nullptr, GeneratorOptions{.max_context = g.max_context});
     GenerateRequest ref_req = req;
     ref_req.max_tokens = req.max_tokens + k + 1;
     ref_req.stop_ids.clear();
-    std::vector<int32_t> reference = plain.generate(ref_req).tokens;
-    drafter = std::make_unique<OracleDrafter>(std::move(reference),
-                                              AcceptancePattern::parse(g.oracle_pattern),
-                                              model.config().vocab_size);
-  } else if (spec != "none") {
-    fail("--speculative must be mtp, oracle or none, got '{}'", spec);
+    oracle->set_reference(0, plain.generate(ref_req).tokens);  // the engine's first request
   }
-  TANDEM_CHECK(k >= 1 || spec == "none",
-               "--num-speculative-tokens must be >= 1 with --speculative {}", spec);
-  Generator gen(
-      model, std::move(drafter),
-      GeneratorOptions{.num_speculative_tokens = k,
-                       // The oracle exists to force acceptance patterns: always k drafts.
-                       .control = spec == "oracle" ? ControlMode::kFixed
-                                                   : parse_control_mode(g.speculation_control),
-                       .max_context = g.max_context,
-                       .trace = trace,
-                       .cuda_graphs = !g.no_cuda_graphs});
-  if (model.context().device == Device::kCuda && !g.json) {
-    std::fprintf(stderr, "decode/verify steps: %s, programmatic dependent launch %s\n",
-                 gen.uses_cuda_graphs() ? "CUDA graphs (one per 1..k+1 tokens)" : "eager launches",
-                 cuda_programmatic_launch() ? "on" : "off");
-    if (mtp)
-      std::fprintf(stderr, "MTP drafts: %s\n",
-                   mtp->uses_cuda_graphs()
-                       ? "CUDA graphs (first pass of 1..k+1 rows, chained step; more rows eager)"
-                       : "eager launches");
+  BatchEngineOptions eo = engine_options(g, k, std::max<int64_t>(g.max_num_seqs, 1));
+  eo.trace = trace;
+  BatchEngine engine(model, std::move(drafter), eo);
+  if (!g.json) {
+    std::fprintf(stderr, "%s\n", engine.describe().c_str());
+    if (model.context().device == Device::kCuda) {
+      std::fprintf(stderr, "programmatic dependent launch %s\n",
+                   cuda_programmatic_launch() ? "on" : "off");
+    }
   }
-  return gen.generate(req, on_token);
+  const RequestId id = engine.add(req);
+  GenerateResult res;
+  while (!engine.idle()) {
+    for (const RequestOutput& o : engine.step()) {
+      if (o.id != id) continue;
+      for (int32_t t : o.new_tokens) {
+        res.tokens.push_back(t);
+        if (on_token) on_token(t);
+      }
+      if (o.finished) res.finish_reason = o.finish_reason;
+    }
+  }
+  res.stats = engine.stats(id);
+  return res;
 }
 
 void add_generate_command(CLI::App& app) {
@@ -95,6 +88,7 @@ void add_generate_command(CLI::App& app) {
   auto g = std::make_shared<GenerateOptions>();
   add_generate_options(cmd, *g);
   cmd->callback([g] {
+    if (!g->prompts.empty()) return run_batch(*g);
     const auto tokenizer = tokenizer_for(*g);
     GenerateRequest req = build_request(*g, tokenizer.get());
     auto model = open_model(*g, !g->json);

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "spec/mtp_drafter.h"
+#include "spec/oracle_drafter.h"
 #include "tokenizer/chat_template.h"
 
 namespace tandem::app {
@@ -37,6 +39,49 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
   cmd->add_flag("--no-pdl", g.no_pdl,
                 "on cuda, launch each kernel only after the previous one has finished (no "
                 "programmatic dependent launch)");
+  cmd->add_option("--prompts", g.prompts,
+                  "offline batch mode: a JSONL file, one request per line ({\"prompt\": text} or "
+                  "{\"prompt_ids\": [...]}, optional max_tokens, temperature, top_k, top_p, seed, "
+                  "id); results come out one JSON line per request, in input order");
+  cmd->add_option("--output", g.output, "write the --prompts results here instead of stdout");
+  cmd->add_option("--max-num-seqs", g.max_num_seqs,
+                  "sequences resident at once (default 1 for --prompt, 8 for --prompts)");
+  cmd->add_option("--kv-blocks", g.kv_blocks,
+                  "KV cache blocks of 64 positions (default: from --gpu-memory-utilization on "
+                  "cuda, every sequence at --max-model-len on cpu)");
+  cmd->add_option("--gpu-memory-utilization", g.gpu_memory_utilization,
+                  "cuda: fraction of the free device memory the cache may take")
+      ->capture_default_str();
+}
+
+BatchEngineOptions engine_options(const GenerateOptions& g, int k, int64_t max_num_seqs) {
+  TANDEM_CHECK(g.gpu_memory_utilization > 0 && g.gpu_memory_utilization <= 1,
+               "--gpu-memory-utilization must be in (0, 1], got {}", g.gpu_memory_utilization);
+  TANDEM_CHECK(g.kv_blocks >= 0, "--kv-blocks must be >= 0, got {}", g.kv_blocks);
+  return BatchEngineOptions{.num_speculative_tokens = k,
+                            // The oracle exists to force acceptance patterns: always k drafts.
+                            .control = g.speculative == "oracle" || k == 0
+                                           ? ControlMode::kFixed
+                                           : parse_control_mode(g.speculation_control),
+                            .cuda_graphs = !g.no_cuda_graphs,
+                            .max_num_seqs = max_num_seqs,
+                            .max_num_batched_tokens = g.step_rows(),
+                            .max_model_len = g.max_context,
+                            .kv_blocks = g.kv_blocks,
+                            .gpu_memory_utilization = g.gpu_memory_utilization};
+}
+
+std::unique_ptr<Drafter> make_drafter(const GenerateOptions& g, Qwen35Model& model) {
+  if (g.speculative == "none") return nullptr;
+  TANDEM_CHECK(g.num_speculative_tokens >= 1 && g.num_speculative_tokens <= 8,
+               "--num-speculative-tokens must be in [1, 8] with --speculative {}, got {}",
+               g.speculative, g.num_speculative_tokens);
+  if (g.speculative == "mtp") return std::make_unique<MtpDrafter>(model);
+  if (g.speculative == "oracle") {
+    return std::make_unique<OracleDrafter>(AcceptancePattern::parse(g.oracle_pattern),
+                                           model.config().vocab_size);
+  }
+  fail("--speculative must be mtp, oracle or none, got '{}'", g.speculative);
 }
 
 namespace {

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "apps/cli_common.h"
+#include "engine/batch_engine.h"
 #include "engine/generator.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,7 +31,22 @@ struct GenerateOptions : CommonOptions {
   bool ignore_eos = false;
   bool no_cuda_graphs = false;
   bool no_pdl = false;  // cuda: no programmatic dependent launch (docs/cuda.md)
+  // The batched engine.
+  std::string prompts;       // JSONL file of requests (offline batch mode)
+  std::string output;        // JSONL results of --prompts (default: stdout)
+  int64_t max_num_seqs = 0;  // 0: 1 for one prompt, 8 for --prompts
+  int64_t kv_blocks = 0;
+  double gpu_memory_utilization = 0.9;
 };
+
+// The engine options these flags describe, for k drafts per step (0: plain).
+BatchEngineOptions engine_options(const GenerateOptions& g, int k, int64_t max_num_seqs);
+// The stats of one result as JSON (prefill/decode speed, acceptance, drafts).
+nlohmann::json stats_json(const GenerateResult& r, int k);
+// `tandem generate --prompts FILE.jsonl`: the offline batch mode.
+void run_batch(const GenerateOptions& g);
+// The drafter --speculative names (null for none; the oracle's references are set by the caller).
+std::unique_ptr<Drafter> make_drafter(const GenerateOptions& g, Qwen35Model& model);
 
 void add_generate_options(CLI::App* cmd, GenerateOptions& g);
 // Builds the request; text prompts are tokenized with `tokenizer` (required when --prompt is set).

@@ -169,6 +169,13 @@ void bench_linear(cudaStream_t s, int64_t out_f, int64_t in) {
              100 * 2.0 * n * in * out_f / (ms * 1e-3) / 790e12);
 }
 
+// A device i32 vector (attention metadata: row_start, kv_len).
+Tensor device_i32_vec(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::zeros({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t.to(Device::kCuda);
+}
+
 void bench_attention(cudaStream_t s, int64_t ctx_len) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const int64_t hq = 24, hkv = 4, d = 256, bs = 64;
@@ -177,9 +184,9 @@ void bench_attention(cudaStream_t s, int64_t ctx_len) {
   const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / cache_bytes)));
   const Tensor kc = random_bf16({copies * blocks, bs, hkv, d}, 5),
                vc = random_bf16({copies * blocks, bs, hkv, d}, 6);
-  std::vector<Tensor> tables;
+  std::vector<Tensor> tables;  // [1, blocks] each: one sequence
   for (int c = 0; c < copies; ++c) {
-    Tensor t = Tensor::zeros({blocks}, DType::kI32);
+    Tensor t = Tensor::zeros({1, blocks}, DType::kI32);
     for (int64_t b = 0; b < blocks; ++b)
       t.data<int32_t>()[b] = static_cast<int32_t>(c * blocks + b);
     tables.push_back(t.to(Device::kCuda));
@@ -193,9 +200,17 @@ void bench_attention(cudaStream_t s, int64_t ctx_len) {
                                   Device::kCuda);
   double base = 0;
   for (int64_t n : {1, 2, 3, 4, 9}) {
+    const Tensor row_start = device_i32_vec({0, static_cast<int32_t>(n)});
     const double ms = median_ms(s, 50, [&](int i) {
-      attention_cuda({q.slice(0, 0, n), g.slice(0, 0, n), kc, vc, tables[i % copies], kv_len,
-                      out.slice(0, 0, n), 0.f, ws},
+      attention_cuda({.q = q.slice(0, 0, n),
+                      .gate = g.slice(0, 0, n),
+                      .k_cache = kc,
+                      .v_cache = vc,
+                      .block_tables = tables[i % copies],
+                      .kv_len = kv_len,
+                      .out = out.slice(0, 0, n),
+                      .seqs = {1, n, row_start},
+                      .workspace = ws},
                      ctx);
     });
     if (n == 1) base = ms;
@@ -204,40 +219,127 @@ void bench_attention(cudaStream_t s, int64_t ctx_len) {
   }
 }
 
-void bench_gdr(cudaStream_t s) {
+// Batched decode/verify: n_seqs sequences x 4 rows (a graph bucket at k = 3), every one at ctx_len
+// positions, all in one call. The sequences' pages come from a pool of at most ~2 GB (far beyond
+// L2) that they share when it would be larger; bytes are the K/V the call must read.
+void bench_attention_batch(cudaStream_t s, int64_t n_seqs, int64_t ctx_len) {
   const ExecContext ctx{Device::kCuda, 1, s};
-  const int64_t hk = 16, hv = 48, dk = 128, dv = 128, cols = 9;
-  const Tensor q = random_bf16({9, hk, dk}, 1), k = random_bf16({9, hk, dk}, 2),
-               v = random_bf16({9, hv, dv}, 3);
-  const Tensor a = random_bf16({9, hv}, 4), b = random_bf16({9, hv}, 5);
-  const Tensor a_log = random_bf16({hv}, 6), dt = random_bf16({hv}, 7);
-  std::vector<Tensor> states;
-  for (int i = 0; i < 8; ++i)
-    states.push_back(Tensor::zeros({cols, hv, dk, dv}, DType::kF32, Device::kCuda));
-  Tensor one = Tensor::zeros({1}, DType::kI32);
-  one.data<int32_t>()[0] = 1;
-  const Tensor n_acc = one.to(Device::kCuda);
-  const Tensor out = Tensor::zeros({9, hv, dv}, DType::kBF16, Device::kCuda);
-  // With the model's output norm fused in (GdrOutputNorm): z, its weight and the normed rows.
-  const Tensor z = random_bf16({9, hv, dv}, 8), norm_w = random_bf16({dv}, 9);
-  const Tensor normed = Tensor::zeros({9, hv, dv}, DType::kBF16, Device::kCuda);
+  const int64_t hq = 24, hkv = 4, d = 256, bs = 64, rows = 4;
+  const int64_t blocks = (ctx_len + bs - 1) / bs;
+  const int64_t pool = std::min(n_seqs * blocks, (int64_t{2} << 30) / (2 * bs * hkv * d * 2));
+  const Tensor kc = Tensor::zeros({pool, bs, hkv, d}, DType::kBF16, Device::kCuda),
+               vc = Tensor::zeros({pool, bs, hkv, d}, DType::kBF16, Device::kCuda);
+  fill_uniform(kc, 5, -1.f, 1.f);
+  fill_uniform(vc, 6, -1.f, 1.f);
+  Tensor t = Tensor::zeros({n_seqs, blocks}, DType::kI32);
+  for (int64_t i = 0; i < n_seqs * blocks; ++i) {
+    t.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % pool);  // scattered pages
+  }
+  const Tensor tables = t.to(Device::kCuda);
+  std::vector<int32_t> rs(1, 0), lens(static_cast<size_t>(n_seqs), static_cast<int32_t>(ctx_len));
+  for (int64_t i = 0; i < n_seqs; ++i) rs.push_back(rs.back() + static_cast<int32_t>(rows));
+  const Tensor row_start = device_i32_vec(rs), kv_len = device_i32_vec(lens);
+  const Tensor q = random_bf16({n_seqs * rows, hq, d}, 7),
+               g = random_bf16({n_seqs * rows, hq, d}, 8);
+  const Tensor out = Tensor::zeros({n_seqs * rows, hq, d}, DType::kBF16, Device::kCuda);
+  const Tensor ws = Tensor::zeros({attention_workspace_floats(n_seqs * rows, hq, d, blocks * bs)},
+                                  DType::kF32, Device::kCuda);
+  const double ms = median_ms(s, 20, [&](int) {
+    attention_cuda({.q = q,
+                    .gate = g,
+                    .k_cache = kc,
+                    .v_cache = vc,
+                    .block_tables = tables,
+                    .kv_len = kv_len,
+                    .out = out,
+                    .seqs = {n_seqs, rows, row_start},
+                    .workspace = ws},
+                   ctx);
+  });
+  report(fmt::format("attention batch {}x{} rows ctx={} (24q/4kv x 256)", n_seqs, rows, ctx_len),
+         ms, 2.0 * n_seqs * ctx_len * hkv * d * 2, 0);
+}
+
+// The GDN recurrence (Qwen3.5-27B shape) over n_seqs sequences of `rows` rows each, every one
+// first folding `rows` accepted rows of its last step (n_seqs = 1: the decode/verify figures).
+// Bytes: per sequence one read and one write of the committed f32 state, the folded replay rows,
+// the rows' inputs, outputs (and normed outputs) and their replay copies. The slots rotate over a
+// pool of >= 96 states (~290 MB) so that L2 holds none of them.
+void bench_gdr_batch(cudaStream_t s, int64_t n_seqs, int64_t rows, bool fused_norm, double base,
+                     double* ms_out) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const int64_t hk = 16, hv = 48, dk = 128, dv = 128, replay_rows = 9;
+  const int64_t width = gdr_replay_width(hk, dk, hv, dv), n = n_seqs * rows;
+  const int64_t n_slots = std::max<int64_t>(n_seqs, 96), rotations = n_slots / n_seqs;
+  const Tensor q = random_bf16({n, hk, dk}, 1), k = random_bf16({n, hk, dk}, 2),
+               v = random_bf16({n, hv, dv}, 3), a = random_bf16({n, hv}, 4),
+               b = random_bf16({n, hv}, 5), z = random_bf16({n, hv, dv}, 8);
+  const Tensor a_log = random_bf16({hv}, 6), dt = random_bf16({hv}, 7),
+               norm_w = random_bf16({dv}, 9);
+  const Tensor state = Tensor::zeros({n_slots, hv, dk, dv}, DType::kF32, Device::kCuda);
+  const Tensor replay =
+      Tensor::zeros({n_slots, 2, replay_rows, width}, DType::kBF16, Device::kCuda);
+  fill_uniform(state, 10, -0.3f, 0.3f);
+  fill_uniform(replay, 11, -1.f, 1.f);
+  const Tensor out = Tensor::zeros({n, hv, dv}, DType::kBF16, Device::kCuda);
+  const Tensor normed = Tensor::zeros({n, hv, dv}, DType::kBF16, Device::kCuda);
+  std::vector<int32_t> rs(1, 0), n_acc(n_seqs, static_cast<int32_t>(rows));
+  for (int64_t i = 0; i < n_seqs; ++i) rs.push_back(rs.back() + static_cast<int32_t>(rows));
+  const Tensor row_start = device_i32_vec(rs), n_acc_d = device_i32_vec(n_acc);
+  std::vector<Tensor> slots, parity;  // per rotation
+  for (int64_t r = 0; r < rotations; ++r) {
+    std::vector<int32_t> sl, pa;
+    for (int64_t i = 0; i < n_seqs; ++i) {
+      sl.push_back(static_cast<int32_t>(r * n_seqs + i));
+      pa.push_back(static_cast<int32_t>(r % 2));
+    }
+    slots.push_back(device_i32_vec(sl));
+    parity.push_back(device_i32_vec(pa));
+  }
+  const GdrOutputNorm norm = fused_norm ? GdrOutputNorm{z, norm_w, normed, 1e-6f} : GdrOutputNorm{};
+  const double ms = median_ms(s, n_seqs > 32 ? 20 : 50, [&](int i) {
+    gated_delta_rule_cuda({.q = q,
+                           .k = k,
+                           .v = v,
+                           .a = a,
+                           .b = b,
+                           .a_log = a_log,
+                           .dt_bias = dt,
+                           .state = state,
+                           .replay = replay,
+                           .out = out,
+                           .seqs = {n_seqs, rows, row_start},
+                           .slot = slots[i % rotations],
+                           .n_acc = n_acc_d,
+                           .parity = parity[i % rotations],
+                           .start_position = n_acc_d,
+                           .mode = GdrMode::kRecurrent,
+                           .chunk_size = 64,
+                           .norm = norm},
+                          ctx);
+  });
+  const double row_bytes = 2.0 * (2 * hk * dk + hv * dv + 2 * hv + (fused_norm ? hv * dv : 0)) +
+                           2.0 * hv * dv * (fused_norm ? 2 : 1) + 2.0 * width;
+  const double bytes = n_seqs * (2.0 * 4 * hv * dk * dv + 2.0 * rows * width) + n * row_bytes;
+  const std::string what =
+      n_seqs == 1 ? fmt::format("gdr recurrent{} n={} (48 v-heads, 128x128)",
+                                fused_norm ? "+norm" : "", rows)
+                  : fmt::format("gdr recurrent{} batch {}x{} rows (48 v-heads, 128x128)",
+                                fused_norm ? "+norm" : "", n_seqs, rows);
+  report(what, ms, bytes, base);
+  if (ms_out != nullptr) *ms_out = ms;
+}
+
+void bench_gdr(cudaStream_t s) {
   for (const bool fused_norm : {false, true}) {
     double base = 0;
-    for (int64_t n : {1, 2, 4, 9}) {
-      const GdrOutputNorm norm =
-          fused_norm ? GdrOutputNorm{z.slice(0, 0, n), norm_w, normed.slice(0, 0, n), 1e-6f}
-                     : GdrOutputNorm{};
-      const double ms = median_ms(s, 50, [&](int i) {
-        gated_delta_rule_cuda({q.slice(0, 0, n), k.slice(0, 0, n), v.slice(0, 0, n),
-                               a.slice(0, 0, n), b.slice(0, 0, n), a_log, dt, states[i % 8], n_acc,
-                               out.slice(0, 0, n), GdrMode::kRecurrent, 0, 64, norm},
-                              ctx);
-      });
-      if (n == 1) base = ms;
-      report(
-          fmt::format("gdr recurrent{} n={} (48 v-heads, 128x128)", fused_norm ? "+norm" : "", n),
-          ms, 4.0 * hv * dk * dv * (1 + n), base);
-    }
+    for (int64_t n : {1, 2, 4, 9})
+      bench_gdr_batch(s, 1, n, fused_norm, base, n == 1 ? &base : nullptr);
+  }
+  for (const int64_t n_seqs : {8, 32, 256}) {
+    double base = 0;
+    for (const int64_t rows : {1, 4})
+      bench_gdr_batch(s, n_seqs, rows, true, base, rows == 1 ? &base : nullptr);
   }
 }
 
@@ -249,18 +351,24 @@ void bench_attention_prefill(cudaStream_t s) {
     const int64_t blocks = (ctx_len + bs - 1) / bs;
     const Tensor kc = random_bf16({blocks, bs, hkv, d}, 5),
                  vc = random_bf16({blocks, bs, hkv, d}, 6);
-    Tensor t = Tensor::zeros({blocks}, DType::kI32);
+    Tensor t = Tensor::zeros({1, blocks}, DType::kI32);
     for (int64_t b = 0; b < blocks; ++b) t.data<int32_t>()[b] = static_cast<int32_t>(b);
     const Tensor table = t.to(Device::kCuda);
     const Tensor q = random_bf16({n, hq, d}, 7), g = random_bf16({n, hq, d}, 8);
     const Tensor out = Tensor::zeros({n, hq, d}, DType::kBF16, Device::kCuda);
-    Tensor len = Tensor::zeros({1}, DType::kI32);
-    len.data<int32_t>()[0] = static_cast<int32_t>(ctx_len);
-    const Tensor kv_len = len.to(Device::kCuda);
-    const Tensor ws = Tensor::zeros({attention_workspace_floats(n, hq, d, blocks * bs)},
-                                    DType::kF32, Device::kCuda);
+    const Tensor kv_len = device_i32_vec({static_cast<int32_t>(ctx_len)});
+    const Tensor row_start = device_i32_vec({0, static_cast<int32_t>(n)});
     const double ms = median_ms(s, 5, [&](int) {
-      attention_cuda({q, g, kc, vc, table, kv_len, out, 0.f, ws}, ctx);
+      attention_cuda({.q = q,
+                      .gate = g,
+                      .k_cache = kc,
+                      .v_cache = vc,
+                      .block_tables = table,
+                      .kv_len = kv_len,
+                      .out = out,
+                      .seqs = {1, n, row_start},
+                      .prefill = true},
+                     ctx);
     });
     // Causal: row i sees ctx_len - n + i + 1 positions; QK^T and PV are 2 flops per MAC each.
     const double macs = static_cast<double>(hq) * d * 2.0 * (n * (ctx_len - n) + n * (n + 1) / 2.0);
@@ -270,6 +378,8 @@ void bench_attention_prefill(cudaStream_t s) {
   }
 }
 
+// Prefill: n_seqs chunks of n / n_seqs rows in one call, at start positions off the 64 grid
+// (n_seqs = 1: one 1024-row chunk from position 0).
 void bench_gdr_chunked(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const int64_t hk = 16, hv = 48, dk = 128, dv = 128, n = 1024;
@@ -277,18 +387,43 @@ void bench_gdr_chunked(cudaStream_t s) {
                v = random_bf16({n, hv, dv}, 3);
   const Tensor a = random_bf16({n, hv}, 4), b = random_bf16({n, hv}, 5);
   const Tensor a_log = random_bf16({hv}, 6), dt = random_bf16({hv}, 7);
-  const Tensor state = Tensor::zeros({4, hv, dk, dv}, DType::kF32, Device::kCuda);
-  Tensor one = Tensor::zeros({1}, DType::kI32);
-  one.data<int32_t>()[0] = 1;
-  const Tensor n_acc = one.to(Device::kCuda);
   const Tensor out = Tensor::zeros({n, hv, dv}, DType::kBF16, Device::kCuda);
-  const double ms = median_ms(s, 5, [&](int) {
-    gated_delta_rule_cuda({q, k, v, a, b, a_log, dt, state, n_acc, out, GdrMode::kChunked, 0, 64},
-                          ctx);
-  });
-  fmt::print("{:<44} {:>9.4f} ms {:>8.0f} tok/s (x48 layers: {:.1f} ms per 8K prompt)\n",
-             fmt::format("gdr chunked n={} (48 v-heads, 128x128)", n), ms, n / (ms * 1e-3),
-             ms * 48 * 8);
+  for (const int64_t n_seqs : {1, 8}) {
+    const Tensor state = Tensor::zeros({n_seqs, hv, dk, dv}, DType::kF32, Device::kCuda);
+    const Tensor replay = Tensor::zeros({n_seqs, 2, 1, gdr_replay_width(hk, dk, hv, dv)},
+                                        DType::kBF16, Device::kCuda);
+    std::vector<int32_t> rs(1, 0), slot, zeros(n_seqs, 0), start;
+    for (int64_t i = 0; i < n_seqs; ++i) {
+      rs.push_back(rs.back() + static_cast<int32_t>(n / n_seqs));
+      slot.push_back(static_cast<int32_t>(i));
+      start.push_back(n_seqs == 1 ? 0 : static_cast<int32_t>(100 + 37 * i));
+    }
+    const Tensor row_start = device_i32_vec(rs), slot_d = device_i32_vec(slot),
+                 zeros_d = device_i32_vec(zeros), start_d = device_i32_vec(start);
+    const double ms = median_ms(s, 5, [&](int) {
+      gated_delta_rule_cuda({.q = q,
+                             .k = k,
+                             .v = v,
+                             .a = a,
+                             .b = b,
+                             .a_log = a_log,
+                             .dt_bias = dt,
+                             .state = state,
+                             .replay = replay,
+                             .out = out,
+                             .seqs = {n_seqs, n / n_seqs, row_start},
+                             .slot = slot_d,
+                             .n_acc = zeros_d,
+                             .parity = zeros_d,
+                             .start_position = start_d,
+                             .mode = GdrMode::kChunked,
+                             .chunk_size = 64},
+                            ctx);
+    });
+    fmt::print("{:<44} {:>9.4f} ms {:>8.0f} tok/s (x48 layers: {:.1f} ms per 8K prompt)\n",
+               fmt::format("gdr chunked {}x{} (48 v-heads, 128x128)", n_seqs, n / n_seqs), ms,
+               n / (ms * 1e-3), ms * 48 * 8);
+  }
 }
 
 // Decode-linear variants (linear_skinny_set_variant) over the 27B shapes: TB/s at n = 1 and 4,
@@ -353,6 +488,44 @@ void bench_linear_variants(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
+// Group linear_batch: decode batches of n = 16, 32, 64 rows (LinearArgs::decode_rows = n) on the
+// 27B shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 10
+// (decode groups of 16 rows: two passes over the weights per 32 rows), production (groups of 32,
+// the wide configuration: one pass) and variant 11 (the wide configuration's 512-k ring); ratio:
+// time over variant 10's at the same n.
+void bench_linear_batch(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const Tensor x = random_bf16({64, 17408}, 4);
+  const Tensor out = Tensor::zeros({64, 34816}, DType::kBF16, Device::kCuda);
+  const std::pair<int, const char*> variants[] = {
+      {10, "groups of 16"}, {0, "groups of 32"}, {11, "groups of 32, 512-k ring"}};
+  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
+                                  {16480, 5120},
+                                  {14336, 5120},
+                                  {5120, 17408},
+                                  {5120, 6144}}) {
+    std::vector<Tensor> w;
+    for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
+    for (const int64_t n : {16, 32, 64}) {
+      double narrow = 0;
+      for (const auto& [v, name] : variants) {
+        linear_skinny_set_variant(v);
+        const double ms = batched_ms(s, 20, [&](int it) {
+          linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
+                       .weight = w[it % 3],
+                       .out = out.slice(0, 0, n).slice(1, 0, out_f),
+                       .decode_rows = n},
+                      ctx);
+        });
+        if (v == 10) narrow = ms;
+        report(fmt::format("linear decode n={} {} [{},{}] (back to back)", n, name, out_f, in), ms,
+               2.0 * out_f * in, narrow);
+      }
+    }
+  }
+  linear_skinny_set_variant(0);
+}
+
 // KERNEL_BENCH_ONLY=copy,linear,attention,attention_prefill,gdr,gdr_chunked picks groups.
 bool wanted(const char* group) {
   const char* only = std::getenv("KERNEL_BENCH_ONLY");
@@ -379,8 +552,12 @@ int main(int argc, char** argv) {
       }
     }
     if (wanted("linear_variants")) bench_linear_variants(s);
+    if (wanted("linear_batch")) bench_linear_batch(s);
     if (wanted("attention")) {
       for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);
+      for (int64_t c : {1024, 32768}) {
+        for (int64_t b : {8, 32, 256}) bench_attention_batch(s, b, c);
+      }
     }
     if (wanted("attention_prefill")) bench_attention_prefill(s);
     if (wanted("gdr")) bench_gdr(s);

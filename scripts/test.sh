@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/check_format.sh
+scripts/check_layers.sh
 scripts/build.sh
 # Tests run in parallel, one OpenMP thread each; passive waiting keeps idle OpenMP workers from
 # spinning on cores that other tests need.

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "cache/state_pool.h"
+#include "cache/step_buffers.h"
 #include "engine/model_loader.h"
 
 namespace tandem::testing {
@@ -43,7 +45,7 @@ inline std::unique_ptr<Qwen35Model> load_fixture(const std::string& name, int64_
   EngineOptions o;
   o.model_dir = fixture_dir(name);
   o.n_threads = 1;  // ctest runs tests in parallel; one thread each avoids oversubscription
-  o.max_step_tokens = max_step;
+  o.max_step_rows = max_step;
   return load_model(o);
 }
 
@@ -55,6 +57,69 @@ inline nlohmann::json read_json(const std::string& path) {
 inline nlohmann::json goldens(const std::string& name) {
   return read_json(golden_dir(name) + "/goldens.json");
 }
+
+// One sequence driven step by step through the model, without the engine: a pool with one slot,
+// its step buffers and its cache handle. step() runs rows at positions [n_past, n_past + n).
+class Solo {
+ public:
+  explicit Solo(Qwen35Model& m, int64_t max_len = 512, int64_t step_rows = 4)
+      : model_(m),
+        pool_(m.config(), config(m, max_len, step_rows), m.context(), m.act_dtype(), step_rows),
+        buffers_(m.max_step_rows(), 1, pool_.config().max_blocks_per_seq(), 64,
+                 pool_.scratch_block(), pool_.scratch_slot(), m.context().device) {
+    TANDEM_CHECK(pool_.acquire(seq_) && pool_.reserve(seq_, max_len), "Solo: pool too small");
+  }
+  // Runs the rows (decode: the verify family; else a prefill chunk) and returns the logits of
+  // every row (f32 [n, vocab], host). Commit afterwards with seq().commit_*.
+  Tensor step(std::span<const int32_t> tokens, bool decode) {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const PlannedSeq q{.cache = &seq_,
+                       .tokens = tokens,
+                       .rows = n,
+                       .start = seq_.n_past,
+                       .decode = decode,
+                       .logits = LogitRows::kAll};
+    last_ = buffers_.plan(std::span<const PlannedSeq>(&q, 1));
+    Tensor logits =
+        Tensor::zeros({n, model_.config().vocab_size}, DType::kF32, model_.context().device);
+    model_.forward(last_.batch, pool_.views(), logits);
+    return logits.host();
+  }
+  // The MTP block over pairs (hidden_in row j, tokens[j]) at positions start + j.
+  Tensor mtp(std::span<const int32_t> tokens, int64_t start, const Tensor& hidden_in,
+             const Tensor& hidden_out) {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const PlannedSeq q{.cache = &seq_,
+                       .tokens = tokens,
+                       .rows = n,
+                       .start = start,
+                       .decode = n <= pool_.config().step_rows,
+                       .logits = LogitRows::kAll};
+    last_ = buffers_.plan(std::span<const PlannedSeq>(&q, 1));
+    Tensor logits =
+        Tensor::zeros({n, model_.config().vocab_size}, DType::kF32, model_.context().device);
+    model_.mtp_forward(last_.batch, pool_.views(), hidden_in, hidden_out, logits);
+    return logits.host();
+  }
+  SequenceCache& seq() { return seq_; }
+  StatePool& pool() { return pool_; }
+
+ private:
+  static CacheConfig config(const Qwen35Model& m, int64_t max_len, int64_t step_rows) {
+    CacheConfig c{.block_size = 64,
+                  .num_slots = 1,
+                  .step_rows = step_rows,
+                  .max_model_len = max_len,
+                  .with_mtp = m.has_mtp()};
+    c.num_blocks = c.max_blocks_per_seq() + 1;
+    return c;
+  }
+  Qwen35Model& model_;
+  StatePool pool_;
+  StepBuffers buffers_;
+  SequenceCache seq_;
+  StepPlan last_;
+};
 
 // Test-name suffix for a model-parameterised suite ("tiny-text" -> "tiny_text").
 inline std::string model_param_name(const ::testing::TestParamInfo<std::string>& info) {

@@ -23,4 +23,10 @@ void device_free(Device d, void* p);
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
 void device_memset_zero(Device d, void* p, size_t bytes);
 
+// Free and total device memory (cuda); zeros on the cpu, whose budget the caller sets.
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0, total_bytes = 0;
+};
+DeviceMemoryInfo device_memory_info(Device d);
+
 }  // namespace tandem

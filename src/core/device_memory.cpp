@@ -13,6 +13,7 @@ void cuda_free(void* p);
 void cuda_copy(void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes);
 void cuda_memset_zero(void* p, size_t bytes);
 bool cuda_device_present();
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes);
 #endif
 
 Device parse_device(std::string_view name) {
@@ -67,6 +68,17 @@ void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, siz
   }
 #ifdef TANDEM_CUDA
   cuda_copy(dst, dst_dev == Device::kCuda, src, src_dev == Device::kCuda, bytes);
+#else
+  no_cuda();
+#endif
+}
+
+DeviceMemoryInfo device_memory_info(Device d) {
+  DeviceMemoryInfo m;
+  if (d == Device::kCpu) return m;
+#ifdef TANDEM_CUDA
+  cuda_memory_info(&m.free_bytes, &m.total_bytes);
+  return m;
 #else
   no_cuda();
 #endif

@@ -40,6 +40,10 @@ void cuda_memset_zero(void* p, size_t bytes) {
   check(cudaMemset(p, 0, bytes), "cudaMemset", bytes);
 }
 
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes) {
+  check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo", 0);
+}
+
 bool cuda_device_present() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);

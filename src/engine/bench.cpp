@@ -1,10 +1,14 @@
-// tandem bench: step costs at depth, fraction of the memory bound, verify/decode ratios.
+// tandem bench: batched step costs at depth, against the memory and tensor-core bounds.
 #include "engine/bench.h"
 
 #include <chrono>
+#include <cmath>
 
+#include "cache/state_pool.h"
+#include "cache/step_buffers.h"
 #include "core/cuda_graph.h"
 #include "engine/synthetic.h"
+#include "kernels/argmax/argmax.h"
 #include "spec/mtp_drafter.h"
 
 namespace tandem {
@@ -15,46 +19,91 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void randomize_state(SequenceState& st, uint64_t seed) {
-  for (auto& kv : st.kv) {
-    if (kv.k.raw()) fill_uniform(kv.k, seed++, -1.f, 1.f), fill_uniform(kv.v, seed++, -1.f, 1.f);
+void randomize(const StatePool& pool, uint64_t seed) {
+  auto fill = [&](const Tensor& t, float lo, float hi) {
+    if (t.raw()) fill_uniform(t, seed++, lo, hi);
+  };
+  for (const LayerCacheView& v : pool.views().layers) {
+    fill(v.k_cache, -1.f, 1.f), fill(v.v_cache, -1.f, 1.f);
+    fill(v.ssm, -0.05f, 0.05f), fill(v.conv_history, -1.f, 1.f), fill(v.replay, -1.f, 1.f);
   }
-  if (st.mtp_kv.k.raw())
-    fill_uniform(st.mtp_kv.k, seed++, -1.f, 1.f), fill_uniform(st.mtp_kv.v, seed++, -1.f, 1.f);
-  for (auto& g : st.gdn) {
-    if (g.ssm.raw())
-      fill_uniform(g.ssm, seed++, -0.05f, 0.05f), fill_uniform(g.conv_history, seed++, -1.f, 1.f);
-  }
+  fill(pool.views().mtp.k_cache, -1.f, 1.f), fill(pool.views().mtp.v_cache, -1.f, 1.f);
 }
 
-// Times `steps` target steps of n tokens; positions start at `start` and advance by `advance`.
-double time_steps(Qwen35Model& model, SequenceState& st, const Tensor& logits, int64_t n,
-                  int64_t start, int64_t advance, int steps, bool graphs) {
-  const ExecContext& ctx = model.context();
-  std::vector<int32_t> tokens(n, 1);
-  CudaGraph graph;
-  auto plan = [&](int i) {
-    st.target.plan(tokens.data(), n, start + i * advance, st.config().max_context);
-  };
-  auto run = [&] {
-    if (graph.ready()) return graph.launch(ctx.cuda_stream);
-    model.forward(st, n, StepKind::kVerify, start, logits.slice(0, 0, n), 0);
-  };
-  plan(0);
-  if (graphs && ctx.device == Device::kCuda) {
-    graph.begin_capture(ctx.cuda_stream);
-    model.forward(st, n, StepKind::kVerify, start, logits.slice(0, 0, n), 0);
-    graph.end_capture(ctx.cuda_stream);
+// B sequences at one depth, and the timing of their steps.
+struct BatchAtDepth {
+  Qwen35Model& model;
+  StatePool pool;
+  StepBuffers buffers;
+  std::vector<SequenceCache> seqs;
+  Tensor logits, ids;
+  int64_t depth;
+
+  BatchAtDepth(Qwen35Model& m, const CacheConfig& cc, int64_t b, int64_t depth_)
+      : model(m),
+        pool(m.config(), cc, m.context(), m.act_dtype(), b * cc.step_rows),
+        buffers(m.max_step_rows(), b, cc.max_blocks_per_seq(), cc.block_size, pool.scratch_block(),
+                pool.scratch_slot(), m.context().device),
+        seqs(b),
+        logits(Tensor::zeros({b * cc.step_rows, m.config().vocab_size}, DType::kF32,
+                             m.context().device)),
+        ids(Tensor::zeros({b * cc.step_rows}, DType::kI32, m.context().device)),
+        depth(depth_) {
+    randomize(pool, 1000 + static_cast<uint64_t>(depth));
+    for (SequenceCache& s : seqs) {
+      TANDEM_CHECK(pool.acquire(s) && pool.reserve(s, cc.max_model_len), "bench: pool too small");
+      s.n_past = depth;
+      s.n_acc = 1;  // every step folds one row, as a decode step after a decode step does
+    }
+    randomize(pool, 2000 + static_cast<uint64_t>(depth));  // acquire zeroed the states
   }
-  for (int i = 0; i < 3; ++i) run();  // warm-up
-  device_synchronize(ctx.device);
-  const double t0 = now();
-  for (int i = 0; i < steps; ++i) {
-    plan(i);
-    run();
+
+  StepPlan plan(int64_t rows, int64_t start) {
+    static const std::vector<int32_t> tokens(64, 1);
+    std::vector<PlannedSeq> p;
+    for (SequenceCache& s : seqs) {
+      p.push_back({.cache = &s,
+                   .tokens = std::span<const int32_t>(tokens.data(), rows),
+                   .rows = rows,
+                   .start = start,
+                   .decode = true,
+                   .logits = LogitRows::kAll});
+    }
+    return buffers.plan(p);
   }
-  device_synchronize(ctx.device);
-  return (now() - t0) / steps;
+
+  // Seconds per step of `rows` rows per sequence; positions advance by `advance` per step.
+  double time_steps(int64_t rows, int64_t advance, int steps, bool graphs) {
+    const ExecContext& ctx = model.context();
+    const int64_t n = rows * static_cast<int64_t>(seqs.size());
+    CudaGraph graph;
+    auto run = [&](const StepPlan& p) {
+      if (graph.ready()) return graph.launch(ctx.cuda_stream);
+      model.forward(p.batch, pool.views(), logits.slice(0, 0, n));
+      kernels::argmax({logits.slice(0, 0, n), ids.slice(0, 0, n)}, ctx);
+    };
+    StepPlan p = plan(rows, depth);
+    if (graphs && ctx.device == Device::kCuda) {
+      graph.begin_capture(ctx.cuda_stream);
+      model.forward(p.batch, pool.views(), logits.slice(0, 0, n));
+      kernels::argmax({logits.slice(0, 0, n), ids.slice(0, 0, n)}, ctx);
+      graph.end_capture(ctx.cuda_stream);
+    }
+    for (int i = 0; i < 3; ++i) run(p);  // warm-up
+    device_synchronize(ctx.device);
+    const double t0 = now();
+    for (int i = 0; i < steps; ++i) {
+      p = plan(rows, depth + i * advance);
+      run(p);
+    }
+    device_synchronize(ctx.device);
+    return (now() - t0) / steps;
+  }
+};
+
+int64_t matrix_params(const Qwen35Model& model) {
+  return weight_bytes_per_step(model.weights()) /
+         static_cast<int64_t>(dtype_size(model.weights().lm_head.dtype()));
 }
 
 }  // namespace
@@ -65,55 +114,119 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
   const bool mtp = opt.mtp && model.has_mtp();
   const int64_t act_bytes = dtype_size(model.act_dtype());
   const int64_t weights = weight_bytes_per_step(model.weights());
+  const double params = static_cast<double>(matrix_params(model));
+  const int64_t state_bytes = c.num_gdn_layers() * c.gdn_heads_v * c.gdn_d_k * c.gdn_d_v * 4;
   nlohmann::json results = nlohmann::json::array();
   for (int64_t ctx_len : opt.contexts) {
-    StateConfig sc{.max_context = (ctx_len + opt.steps + 2 * (k + 1) + 127) / 64 * 64,
-                   .k_max = k,
-                   .block_size = 64,
-                   .max_step_tokens = model.max_step_tokens()};
-    SequenceState st(c, sc, model.context().device, model.act_dtype(), model.has_mtp());
-    randomize_state(st, 1000 + static_cast<uint64_t>(ctx_len));
-    st.n_past = ctx_len;
-    Tensor logits = Tensor::zeros({k + 1, c.vocab_size}, DType::kF32, model.context().device);
-    const double t_decode = time_steps(model, st, logits, 1, ctx_len, 1, opt.steps, opt.graphs);
-    const int64_t kv_bytes =
-        2 * c.num_attention_layers() * ctx_len * c.num_heads_kv * c.head_dim * act_bytes;
-    const int64_t state_bytes = 2 * c.num_gdn_layers() * c.gdn_heads_v * c.gdn_d_k * c.gdn_d_v * 4;
-    const double bound =
-        static_cast<double>(weights + kv_bytes + state_bytes) / opt.peak_bytes_per_s;
-    nlohmann::json r{{"context", ctx_len},
-                     {"decode_ms", t_decode * 1e3},
-                     {"decode_tokens_per_second", 1.0 / t_decode},
-                     {"bytes_per_step", weights + kv_bytes + state_bytes},
-                     {"bound_ms", bound * 1e3},
-                     {"fraction_of_memory_bound", bound / t_decode}};
-    nlohmann::json verify = nlohmann::json::array();
-    for (int d = 1; d <= k; ++d) {
-      const double t = time_steps(model, st, logits, d + 1, ctx_len, 0, opt.steps, opt.graphs);
-      verify.push_back(
-          {{"drafts", d}, {"verify_ms", t * 1e3}, {"verify_over_decode", t / t_decode}});
-    }
-    r["verify"] = verify;
-    if (mtp) {
-      MtpDrafter drafter(model);
-      drafter.prepare(st, k, opt.graphs);  // its forwards from CUDA graphs, like the verify steps
-      const int32_t next = 1;
-      st.target.plan(&next, 1, ctx_len, sc.max_context);
-      model.forward(st, 1, StepKind::kVerify, ctx_len, logits.slice(0, 0, 1), 0);
-      device_synchronize(model.context().device);
-      const double t0 = now();
-      for (int i = 0; i < opt.steps; ++i) {
-        drafter.after_target_step(st, std::span<const int32_t>(&next, 1), ctx_len);
-        drafter.propose(st, k, {});
+    for (int64_t b : opt.batches) {
+      TANDEM_CHECK(b * (k + 1) <= model.max_step_rows(),
+                   "bench: batch {} x {} rows exceeds the step buffer of {} (raise "
+                   "--max-step-tokens)",
+                   b, k + 1, model.max_step_rows());
+      CacheConfig cc{.block_size = 64,
+                     .step_rows = k + 1,
+                     .max_model_len = (ctx_len + opt.steps + 2 * (k + 1) + 127) / 64 * 64,
+                     .with_mtp = model.has_mtp()};
+      cc.num_slots = b;
+      cc.num_blocks = b * cc.max_blocks_per_seq();
+      BatchAtDepth run(model, cc, b, ctx_len);
+      const auto bd = static_cast<double>(b);
+      // Bytes: weights once; per sequence its KV to the depth and its GDN state read and written.
+      auto bytes = [&](int64_t rows) {
+        const int64_t kv = 2 * c.num_attention_layers() * (ctx_len + rows) * c.num_heads_kv *
+                           c.head_dim * act_bytes;
+        return static_cast<double>(weights) + bd * static_cast<double>(kv + 2 * state_bytes);
+      };
+      auto flops = [&](int64_t rows) {  // matrices + attention (QK^T and PV over the depth)
+        const double r = bd * static_cast<double>(rows);
+        return 2.0 * r * params + 4.0 * r * static_cast<double>(ctx_len) * c.num_heads_q *
+                                      c.head_dim * c.num_attention_layers();
+      };
+      auto entry = [&](int64_t rows, double t) {
+        const double mem = bytes(rows) / opt.peak_bytes_per_s, tc = flops(rows) / opt.peak_flops;
+        return nlohmann::json{{"ms", t * 1e3},
+                              {"memory_bound_ms", mem * 1e3},
+                              {"tensor_bound_ms", tc * 1e3},
+                              {"fraction_of_memory_bound", mem / t},
+                              {"fraction_of_tensor_bound", tc / t},
+                              {"fraction_of_bound", std::max(mem, tc) / t}};
+      };
+      const double t_decode = run.time_steps(1, 1, opt.steps, opt.graphs);
+      nlohmann::json r{{"context", ctx_len}, {"batch", b}};
+      r["decode"] = entry(1, t_decode);
+      r["decode"]["tokens_per_second"] = bd / t_decode;
+      r["decode_ms"] = t_decode * 1e3;
+      r["decode_tokens_per_second"] = bd / t_decode;
+      r["fraction_of_memory_bound"] = r["decode"]["fraction_of_memory_bound"];
+      std::vector<double> t_verify(k + 1, t_decode);
+      nlohmann::json verify = nlohmann::json::array();
+      for (int d = 1; d <= k; ++d) {
+        t_verify[d] = run.time_steps(d + 1, 0, opt.steps, opt.graphs);
+        nlohmann::json v = entry(d + 1, t_verify[d]);
+        v["drafts"] = d;
+        v["verify_ms"] = t_verify[d] * 1e3;
+        v["verify_over_decode"] = t_verify[d] / t_decode;
+        verify.push_back(v);
       }
-      device_synchronize(model.context().device);
-      const double t_draft = (now() - t0) / opt.steps;
-      const double t_verify = verify.back()["verify_ms"].get<double>() / 1e3;
-      r["draft_ms"] = t_draft * 1e3;
-      // Speculation pays when the mean acceptance length exceeds this.
-      r["break_even_acceptance_length"] = (t_verify + t_draft) / t_decode;
+      r["verify"] = verify;
+      if (mtp && k >= 1) {
+        MtpDrafter drafter(model);
+        drafter.prepare(DrafterSetup{.cache = &run.pool.views(),
+                                     .block_size = cc.block_size,
+                                     .table_width = cc.max_blocks_per_seq(),
+                                     .scratch_block = run.pool.scratch_block(),
+                                     .scratch_slot = run.pool.scratch_slot(),
+                                     .max_seqs = b,
+                                     .k_max = k});
+        const StepPlan p = run.plan(1, ctx_len);
+        model.forward(p.batch, run.pool.views(), run.logits.slice(0, 0, b));
+        const int32_t next = 1;
+        std::vector<TargetRows> rows;
+        std::vector<DraftAsk> asks1, asks;
+        for (int64_t i = 0; i < b; ++i) {
+          drafter.begin_sequence(i);
+          rows.push_back({i, &run.seqs[i], i, ctx_len, std::span<const int32_t>(&next, 1)});
+          asks1.push_back({i, &run.seqs[i], 1, {}});
+          asks.push_back({i, &run.seqs[i], k, {}});
+        }
+        auto time_drafts = [&](const std::vector<DraftAsk>& a) {
+          drafter.after_target_step(rows);
+          drafter.propose(a);  // warm-up
+          device_synchronize(model.context().device);
+          const double t0 = now();
+          for (int i = 0; i < opt.steps; ++i) {
+            drafter.after_target_step(rows);
+            drafter.propose(a);
+          }
+          device_synchronize(model.context().device);
+          return (now() - t0) / opt.steps;
+        };
+        const double t_first = time_drafts(asks1), t_draft = time_drafts(asks);
+        const double t_chain = k > 1 ? (t_draft - t_first) / (k - 1) : 0.0;
+        r["draft_ms"] = t_draft * 1e3;
+        r["draft_first_pass_ms"] = t_first * 1e3;
+        r["draft_chain_step_ms"] = t_chain * 1e3;
+        r["break_even_acceptance_length"] = (t_verify[k] + t_draft) / t_decode;
+        // Projection at a stated acceptance per draft: the best k (0 = plain).
+        double best = bd / t_decode;
+        int best_k = 0;
+        nlohmann::json proj = nlohmann::json::array();
+        for (int d = 1; d <= k; ++d) {
+          double e = 1.0, reach = 1.0;
+          for (int i = 0; i < d; ++i) e += (reach *= opt.acceptance);
+          const double rate = bd * e / (t_verify[d] + t_first + (d - 1) * t_chain);
+          proj.push_back(
+              {{"drafts", d}, {"tokens_per_second", rate}, {"over_plain", rate * t_decode / bd}});
+          if (rate > best) best = rate, best_k = d;
+        }
+        r["mtp_projection"] = {{"acceptance_per_draft", opt.acceptance},
+                               {"per_k", proj},
+                               {"controlled_k", best_k},
+                               {"controlled_tokens_per_second", best},
+                               {"controlled_over_plain", best * t_decode / bd}};
+      }
+      results.push_back(r);
     }
-    results.push_back(r);
   }
   nlohmann::json out{{"device", device_description(model.context().device)},
                      {"weight_bytes_per_step", weights},
@@ -122,35 +235,40 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
                       cuda_programmatic_launch() && model.context().device == Device::kCuda},
                      {"num_speculative_tokens", k},
                      {"peak_bytes_per_second", opt.peak_bytes_per_s},
+                     {"peak_flops", opt.peak_flops},
                      {"results", results}};
   if (opt.prefill_tokens > 0) {
     const int64_t p = opt.prefill_tokens;
-    StateConfig sc{.max_context = p + 64,
-                   .k_max = 0,
-                   .block_size = 64,
-                   .max_step_tokens = model.max_step_tokens()};
-    SequenceState st(c, sc, model.context().device, model.act_dtype(), false);
+    CacheConfig cc{.block_size = 64, .num_slots = 1, .step_rows = 1, .max_model_len = p + 64};
+    cc.num_blocks = cc.max_blocks_per_seq();
+    StatePool pool(c, cc, model.context(), model.act_dtype(), 1);
+    StepBuffers buffers(model.max_step_rows(), 1, cc.max_blocks_per_seq(), cc.block_size,
+                        pool.scratch_block(), pool.scratch_slot(), model.context().device);
     std::vector<int32_t> ids(p);
     for (int64_t i = 0; i < p; ++i) ids[i] = static_cast<int32_t>((i * 7919) % c.vocab_size);
-    const int64_t chunk = model.max_step_tokens();
+    const int64_t chunk = model.max_step_rows() / 64 * 64;
     auto prefill = [&] {
-      st.reset();
-      for (int64_t s = 0; s < p; s += chunk) {
-        const int64_t n = std::min(chunk, p - s);
-        st.target.plan(ids.data() + s, n, s, sc.max_context);
-        model.forward(st, n, StepKind::kPrefill, s, Tensor(), n);
-        st.set_n_acc(1);
+      SequenceCache s;
+      TANDEM_CHECK(pool.acquire(s) && pool.reserve(s, p), "bench: prefill pool too small");
+      for (int64_t at = 0; at < p; at += chunk) {
+        const int64_t n = std::min(chunk, p - at);
+        const PlannedSeq q{.cache = &s,
+                           .tokens = std::span<const int32_t>(ids.data() + at, n),
+                           .rows = n,
+                           .start = at,
+                           .decode = false};
+        model.forward(buffers.plan(std::span<const PlannedSeq>(&q, 1)).batch, pool.views(),
+                      Tensor());
+        s.commit_prefill(n);
       }
       device_synchronize(model.context().device);
+      pool.release(s);
     };
     prefill();  // warm-up
     const double t0 = now();
     prefill();
     const double t = now() - t0;
-    // Weight bytes over the weights' element size: every parameter is one multiply-add per token.
-    const double weight_elem = static_cast<double>(dtype_size(model.weights().lm_head.dtype()));
-    const double matrix_flops =
-        2.0 * static_cast<double>(p) * static_cast<double>(weights) / weight_elem;
+    const double matrix_flops = 2.0 * static_cast<double>(p) * params;
     const double attn_flops = 2.0 * static_cast<double>(p) * static_cast<double>(p) *
                               c.num_heads_q * c.head_dim *
                               c.num_attention_layers();  // causal QK^T and PV

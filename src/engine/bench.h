@@ -1,7 +1,12 @@
-// Decode/verify/draft step timing at given context depths, and prefill throughput, reported
-// against the hardware bounds of DESIGN.md section 6. The KV cache and GDN state are filled with
-// random values at the requested depth (decode cost depends on the depth, not on the values), so
-// a 32K context needs no 32K prefill; prefill is timed separately on its own prompt.
+// Step costs of the batched engine at given batch sizes and context depths (issue 14 item 9):
+// decode steps (1 row per sequence), verify steps (1 + k rows per sequence, k = 1..K) and MTP
+// drafts, each as ms per step, tokens per second, and fractions of the step's memory bound and
+// tensor-core bound (DESIGN.md section 6). The pools are filled with random values at the
+// requested depth (cost depends on the depth, not on the values), so a 32K context needs no 32K
+// prefill. MTP speed at a stated acceptance per draft (synthetic weights accept nothing) is the
+// projection  B E_k / (verify_k + draft_k),  E_k = 1 + a + ... + a^k, with the best k (what
+// speculation control converges to; k = 0 is plain decoding, so it is never below plain).
+// Prefill throughput is timed separately on a prompt of its own.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -13,11 +18,13 @@ namespace tandem {
 
 struct BenchOptions {
   std::vector<int64_t> contexts{1024, 8192, 32768};
+  std::vector<int64_t> batches{1};
   int num_speculative_tokens = 3;  // verify steps are timed for 1..k drafts
   bool mtp = true;                 // also time the MTP drafter (needs mtp weights)
   int steps = 32;                  // timed steps per measurement
-  bool graphs = true;              // CUDA graphs for decode/verify steps and MTP drafts
+  bool graphs = true;              // CUDA graphs for decode/verify steps
   int64_t prefill_tokens = 0;      // 0: skip the prefill measurement
+  double acceptance = 0.6;         // per-draft acceptance of the MTP projection
   double peak_bytes_per_s = 4.3e12;
   double peak_flops = 790e12;
 };

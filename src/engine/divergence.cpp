@@ -7,6 +7,8 @@
 #include <map>
 #include <tuple>
 
+#include "engine/committed_state.h"
+
 namespace tandem {
 
 namespace {
@@ -54,32 +56,15 @@ class RowRecorder : public ActivationObserver {
 };
 
 // Named committed state of every layer as the next step reads it.
-std::vector<std::tuple<std::string, int64_t, std::vector<float>>> committed(const SequenceState& st,
-                                                                            const ModelConfig& c) {
+std::vector<std::tuple<std::string, int64_t, std::vector<float>>> committed(Generator& gen) {
+  BatchEngine& e = gen.engine();
+  const SequenceCache& seq = e.cache(gen.current());
   std::vector<std::tuple<std::string, int64_t, std::vector<float>>> out;
-  const int32_t col = st.n_acc_host() - 1;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    if (st.gdn[l].ssm.raw()) {
-      const Tensor ssm = st.gdn[l].ssm.select(0, col).to_f32();
-      out.emplace_back(fmt::format("ssm column {}", col), l,
-                       std::vector<float>(ssm.data<float>(), ssm.data<float>() + ssm.numel()));
-      const Tensor hist = st.gdn[l].conv_history.to_f32();
-      std::vector<float> window;
-      for (int64_t ch = 0; ch < hist.dim(0); ++ch)
-        for (int64_t j = 0; j < c.conv_kernel - 1; ++j)
-          window.push_back(hist.data<float>()[ch * hist.dim(1) + col + j]);
-      out.emplace_back(fmt::format("conv window at offset {}", col), l, std::move(window));
-    }
-    if (st.kv[l].k.raw()) {
-      for (const auto& [name, cache] :
-           {std::pair{"kv k", &st.kv[l].k}, std::pair{"kv v", &st.kv[l].v}}) {
-        const Tensor all = cache->to_f32();  // identity block table: position p is row p
-        const int64_t per_pos = all.dim(2) * all.dim(3);
-        out.emplace_back(
-            name, l,
-            std::vector<float>(all.data<float>(), all.data<float>() + st.n_past * per_pos));
-      }
-    }
+  for (NamedState& n : committed_state(e.model(), e.pool(), seq)) {
+    std::string name = n.name;
+    if (name == "conv window") name = fmt::format("conv window at offset {}", seq.n_acc);
+    if (name == "ssm") name = fmt::format("ssm (after folding {} rows)", seq.n_acc);
+    out.emplace_back(std::move(name), n.layer, std::move(n.values));
   }
   return out;
 }
@@ -115,7 +100,7 @@ DivergenceReport find_divergence(Qwen35Model& model,
     gen.before_step = [&](int64_t start) { plain_rows.begin_step(start); };
     gen.after_commit = [&](int64_t, int64_t n_past) {
       plain_acts.merge(plain_rows.take_committed(n_past));
-      plain_states[n_past] = committed(gen.state(), c);
+      plain_states[n_past] = committed(gen);
     };
     gen.generate(req);
     model.set_observer(nullptr);
@@ -128,7 +113,7 @@ DivergenceReport find_divergence(Qwen35Model& model,
   model.set_observer(&spec_rows);
   gen.before_step = [&](int64_t start) { spec_rows.begin_step(start); };
   gen.after_commit = [&](int64_t step, int64_t n_past) {
-    if (opt.after_commit_hook) opt.after_commit_hook(gen.state(), step);
+    if (opt.after_commit_hook) opt.after_commit_hook(gen, step);
     if (!rep.identical) return;
     for (const auto& [key, row] : spec_rows.take_committed(n_past)) {
       auto it = plain_acts.find(key);
@@ -147,7 +132,7 @@ DivergenceReport find_divergence(Qwen35Model& model,
     }
     auto ps = plain_states.find(n_past);
     if (ps == plain_states.end()) return;
-    const auto spec_state = committed(gen.state(), c);
+    const auto spec_state = committed(gen);
     for (size_t s = 0; s < spec_state.size(); ++s) {
       const auto& [name, layer, values] = spec_state[s];
       const auto& expected = std::get<2>(ps->second[s]);

@@ -31,7 +31,7 @@ struct DivergenceOptions {
   int64_t max_context = 4096;
   // Test-only: called in the speculative run after each commit, before the comparison, so a test
   // can corrupt state on purpose and check that it is named.
-  std::function<void(SequenceState&, int64_t step)> after_commit_hook;
+  std::function<void(Generator&, int64_t step)> after_commit_hook;
 };
 
 DivergenceReport find_divergence(Qwen35Model& model,

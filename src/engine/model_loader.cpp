@@ -15,7 +15,7 @@ std::unique_ptr<Qwen35Model> load_model(const EngineOptions& opt, const LoadProg
   Checkpoint ck = Checkpoint::open(opt.model_dir);
   Qwen35Weights w = load_qwen35_weights(ck, cfg, opt.device, progress);
   ExecContext ctx{.device = opt.device, .n_threads = opt.n_threads};
-  return std::make_unique<Qwen35Model>(std::move(cfg), std::move(w), ctx, opt.max_step_tokens);
+  return std::make_unique<Qwen35Model>(std::move(cfg), std::move(w), ctx, opt.max_step_rows);
 }
 
 }  // namespace tandem

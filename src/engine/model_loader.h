@@ -13,7 +13,7 @@ struct EngineOptions {
   std::string model_dir;
   Device device = Device::kCpu;
   int n_threads = 1;
-  int64_t max_step_tokens = 256;  // prefill chunk; a multiple of 64 (the GDN chunk granule)
+  int64_t max_step_rows = 256;  // rows one step may carry (--max-num-batched-tokens)
 };
 
 std::unique_ptr<Qwen35Model> load_model(const EngineOptions& opt,

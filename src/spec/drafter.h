@@ -1,40 +1,66 @@
-// Drafter: proposes up to k tokens to follow the last emitted token. All drafters share one verify
-// path (engine/generator.cpp); a drafter only sees what the target processed and emitted.
+// Drafter: proposes up to k tokens for each sequence of a step. All drafters share one verify
+// path (engine/batch_engine.cpp); a drafter only sees what the target processed and emitted.
+// Sequences are named by an id that stays the same for their life (their cache slot may change
+// when they are preempted and resumed).
 #pragma once
 
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
 
-#include "cache/sequence_state.h"
+#include "cache/sequence_cache.h"
+#include "model/step.h"
 
 namespace tandem {
+
+using SeqId = int64_t;
+
+// What a drafter may bind to at start-up.
+struct DrafterSetup {
+  const CacheViews* cache = nullptr;  // the pools (the MTP layer's KV lives in cache->mtp)
+  int64_t block_size = 64;
+  int64_t table_width = 0;  // block-table entries per sequence
+  int32_t scratch_block = 0;
+  int32_t scratch_slot = 0;
+  int64_t max_seqs = 1;  // sequences resident or swapped at once
+  int k_max = 0;         // no request asks for more drafts
+  bool cuda_graphs = false;
+};
+
+// One sequence's rows of the target step that just ran, while the model's hidden rows are still in
+// place: rows [row, row + next_tokens.size()) of Qwen35Model::hidden(), the first at position
+// `start`; next_tokens[j] is the token that follows row j (the next prompt token, an accepted
+// draft, or the token just emitted). Only valid rows are passed (rejected draft rows are not).
+struct TargetRows {
+  SeqId seq;
+  const SequenceCache* cache;  // its block table
+  int64_t row;
+  int64_t start;
+  std::span<const int32_t> next_tokens;
+};
+
+struct DraftAsk {
+  SeqId seq;
+  const SequenceCache* cache;
+  int k;                             // drafts wanted, >= 1
+  std::span<const int32_t> emitted;  // everything the sequence generated so far
+};
 
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Called once by the generator right after it creates its state, before any sequence: st is the
-  // state that every later call passes, and no step asks for more than k_max drafts. A drafter may
-  // bind device work to st's buffers here (MtpDrafter captures CUDA graphs of its forwards when
-  // cuda_graphs is set and the model runs on CUDA).
-  virtual void prepare(SequenceState& /*st*/, int /*k_max*/, bool /*cuda_graphs*/) {}
-  // A new sequence starts (its prefill follows): forget everything about the previous one.
-  virtual void begin_sequence() {}
-  // Called right after every target step (prefill chunk or verify) while the target's hidden rows
-  // are still in place: row j of the step had input position start + j, and next_tokens[j] is the
-  // token that follows it (the next prompt token, an accepted draft, or the token just emitted).
-  // Only the n valid rows are passed (rejected draft rows are not).
-  virtual void after_target_step(SequenceState& st, std::span<const int32_t> next_tokens,
-                                 int64_t start) = 0;
-  // Runs any work deferred for the rows passed so far (the MTP first pass) now, except for the last
-  // keep_rows of them. The generator calls it after the prompt, so that the first decode step does
-  // not pay for the prompt, and when it drafts after k = 0 steps with keep_rows = 1 (the last
-  // step's row), so that the drafting step itself costs what such a step costs in a run of them.
-  virtual void catch_up(SequenceState& /*st*/, int64_t /*keep_rows*/ = 0) {}
-  // Up to k drafts following the last emitted token; `emitted` is everything generated so far.
-  virtual std::vector<int32_t> propose(SequenceState& st, int k,
-                                       std::span<const int32_t> emitted) = 0;
+  // Called once, before any sequence.
+  virtual void prepare(const DrafterSetup& /*setup*/) {}
+  virtual void begin_sequence(SeqId /*seq*/) {}
+  virtual void end_sequence(SeqId /*seq*/) {}
+  // Called right after every target step (prefill chunks and verify steps), for its sequences.
+  virtual void after_target_step(std::span<const TargetRows> rows) = 0;
+  // Runs deferred work (the MTP first pass) for these sequences now, except for the last
+  // keep_rows rows of each, so that a drafting step's cost is what a step of a run of drafting
+  // steps costs (speculation control).
+  virtual void catch_up(std::span<const SeqId> /*seqs*/, int64_t /*keep_rows*/) {}
+  // Up to ask.k drafts for each ask (the same order).
+  virtual std::vector<std::vector<int32_t>> propose(std::span<const DraftAsk> asks) = 0;
 };
 
 }  // namespace tandem

@@ -1,10 +1,11 @@
-// MTP drafter: queued (lazy) first pass after target steps, then chained single-row MTP steps,
-// each replayed from a CUDA graph when prepare() captured one for the state.
+// MTP drafter: per-sequence queues of target hidden rows, batched first passes, batched chained
+// steps.
 #include "spec/mtp_drafter.h"
 
 #include <algorithm>
 
 #include "kernels/argmax/argmax.h"
+#include "kernels/copy_rows/copy_rows.h"
 
 namespace tandem {
 
@@ -12,110 +13,267 @@ MtpDrafter::MtpDrafter(Qwen35Model& model) : model_(model) {
   TANDEM_CHECK(model.has_mtp(),
                "--speculative mtp needs the checkpoint's mtp.* tensors (mtp.fc.weight, "
                "mtp.layers.0.*, ...), and this checkpoint has none; use --speculative none");
-  const ModelConfig& c = model.config();
-  const Device d = model.context().device;
-  queued_hidden_ = Tensor::zeros({model.max_step_tokens(), c.hidden_size}, model.act_dtype(), d);
-  hidden_out_ = Tensor::zeros({model.max_step_tokens(), c.hidden_size}, model.act_dtype(), d);
-  chain_hidden_ = Tensor::zeros({1, c.hidden_size}, model.act_dtype(), d);
-  logits_ = Tensor::zeros({1, c.vocab_size}, DType::kF32, d);
-  argmax_id_ = Tensor::zeros({1}, DType::kI32, d);
 }
 
-void MtpDrafter::prepare(SequenceState& st, int k_max, bool cuda_graphs) {
-  first_pass_graphs_.clear();
-  chain_graph_.reset();
-  graph_state_ = nullptr;
-  // Not while an observer listens: it copies activations to the host, which a capture forbids.
-  if (!cuda_graphs || model_.context().device != Device::kCuda || model_.has_observer() ||
-      k_max < 1)
-    return;
-  // Capture records launches only: nothing runs, so st's MTP cache is untouched; the metadata is
-  // planned into st.mtp before each replay.
-  void* stream = model_.context().cuda_stream;
-  const int64_t max_rows = std::min<int64_t>(k_max + 1, queued_hidden_.dim(0));
-  for (int64_t n = 1; n <= max_rows; ++n) {
-    auto g = std::make_unique<CudaGraph>();
-    g->begin_capture(stream);
-    launch_forward(st, n, queued_hidden_.slice(0, 0, n));
-    g->end_capture(stream);
-    first_pass_graphs_.push_back(std::move(g));
-  }
-  if (k_max >= 2) {
-    chain_graph_ = std::make_unique<CudaGraph>();
-    chain_graph_->begin_capture(stream);
-    launch_forward(st, 1, chain_hidden_);
-    chain_graph_->end_capture(stream);
-  }
-  graph_state_ = &st;
+MtpDrafter::~MtpDrafter() = default;
+
+void MtpDrafter::prepare(const DrafterSetup& setup) {
+  TANDEM_CHECK(setup.cache != nullptr && setup.cache->mtp.k_cache.raw() != nullptr,
+               "MTP drafter: the state pool holds no MTP KV cache");
+  setup_ = setup;
+  const ModelConfig& c = model_.config();
+  const Device d = model_.context().device;
+  const DType act = model_.act_dtype();
+  const int64_t rows = model_.max_step_rows(), seqs = setup.max_seqs, h = c.hidden_size;
+  steps_ = std::make_unique<StepBuffers>(rows, seqs, setup.table_width, setup.block_size,
+                                         setup.scratch_block, setup.scratch_slot, d);
+  queue_pool_ = Tensor::zeros({seqs * kQueueRows, h}, act, d);
+  chain_pool_ = Tensor::zeros({seqs, h}, act, d);
+  hidden_in_ = Tensor::zeros({rows, h}, act, d);
+  hidden_out_ = Tensor::zeros({rows, h}, act, d);
+  logits_ = Tensor::zeros({seqs, c.vocab_size}, DType::kF32, d);
+  argmax_ids_ = Tensor::zeros({seqs}, DType::kI32, d);
+  index_host_ = Tensor::zeros({2 * (rows + seqs * kQueueRows)}, DType::kI32);
+  index_dev_ = d == Device::kCpu ? index_host_ : index_host_.to(d);
+  free_queues_.clear();
+  for (int64_t q = seqs - 1; q >= 0; --q) free_queues_.push_back(static_cast<int32_t>(q));
+  seqs_.clear();
 }
 
-void MtpDrafter::launch_forward(SequenceState& st, int64_t n, const Tensor& hidden_in) {
-  model_.mtp_forward(st, n, hidden_in, hidden_out_.slice(0, 0, n), logits_, n - 1);
-  kernels::argmax({logits_, argmax_id_}, model_.context());
+void MtpDrafter::begin_sequence(SeqId seq) {
+  TANDEM_CHECK(steps_ != nullptr, "MTP drafter: begin_sequence before prepare");
+  TANDEM_CHECK(!free_queues_.empty(), "MTP drafter: more than {} sequences at once",
+               setup_.max_seqs);
+  PerSeq ps;
+  ps.queue = free_queues_.back();
+  free_queues_.pop_back();
+  seqs_[seq] = std::move(ps);
 }
 
-int32_t MtpDrafter::forward_draft(SequenceState& st, int64_t n, bool chained) {
-  const CudaGraph* graph = nullptr;
-  if (&st == graph_state_ && !model_.has_observer()) {
-    if (chained)
-      graph = chain_graph_.get();
-    else if (n <= static_cast<int64_t>(first_pass_graphs_.size()))
-      graph = first_pass_graphs_[n - 1].get();
-  }
-  if (graph)
-    graph->launch(model_.context().cuda_stream);
-  else
-    launch_forward(st, n, chained ? chain_hidden_ : queued_hidden_.slice(0, 0, n));
-  return argmax_id_.host().data<const int32_t>()[0];  // outside the graph: the one sync
+void MtpDrafter::end_sequence(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  free_queues_.push_back(it->second.queue);
+  seqs_.erase(it);
 }
 
-void MtpDrafter::begin_sequence() {
-  queued_tokens_.clear();
-  first_draft_ = -1;
-  last_position_ = -1;
+MtpDrafter::PerSeq& MtpDrafter::at(SeqId seq) {
+  auto it = seqs_.find(seq);
+  TANDEM_CHECK(it != seqs_.end(), "MTP drafter: unknown sequence {}", seq);
+  return it->second;
 }
 
-void MtpDrafter::after_target_step(SequenceState& st, std::span<const int32_t> next_tokens,
-                                   int64_t start) {
-  const int64_t n = static_cast<int64_t>(next_tokens.size());
-  const int64_t queued = static_cast<int64_t>(queued_tokens_.size());
-  if (queued + n > queued_hidden_.dim(0)) flush(st);
-  if (queued_tokens_.empty()) queued_start_ = start;
-  TANDEM_CHECK(start == queued_start_ + static_cast<int64_t>(queued_tokens_.size()),
-               "MTP first pass: step at position {} does not follow the queued rows", start);
-  const int64_t at = static_cast<int64_t>(queued_tokens_.size());
-  queued_hidden_.slice(0, at, at + n).copy_from(model_.hidden(n));
-  queued_tokens_.insert(queued_tokens_.end(), next_tokens.begin(), next_tokens.end());
-}
-
-void MtpDrafter::flush(SequenceState& st, int64_t keep_rows) {
-  const int64_t queued = static_cast<int64_t>(queued_tokens_.size());
-  const int64_t n = queued - std::clamp<int64_t>(keep_rows, 0, queued);
+void MtpDrafter::move_rows(const Tensor& in, const Tensor& out, const std::vector<int32_t>& src,
+                           const std::vector<int32_t>& dst) {
+  const int64_t n = static_cast<int64_t>(src.size());
   if (n == 0) return;
-  st.mtp.plan(queued_tokens_.data(), n, queued_start_, st.config().max_context);
-  first_draft_ = forward_draft(st, n, false);
-  last_position_ = queued_start_ + n - 1;
-  chain_hidden_.copy_from(hidden_out_.slice(0, n - 1, n));
-  queued_tokens_.erase(queued_tokens_.begin(), queued_tokens_.begin() + n);
-  queued_start_ += n;
-  const int64_t kept = queued - n;
-  if (kept > 0) {  // to the front of the queue, through hidden_out_ (the rows may overlap)
-    hidden_out_.slice(0, 0, kept).copy_from(queued_hidden_.slice(0, n, queued));
-    queued_hidden_.slice(0, 0, kept).copy_from(hidden_out_.slice(0, 0, kept));
+  TANDEM_CHECK(2 * n <= index_host_.dim(0), "MTP drafter: {} row moves exceed the index buffer", n);
+  std::copy(src.begin(), src.end(), index_host_.data<int32_t>());
+  std::copy(dst.begin(), dst.end(), index_host_.data<int32_t>() + n);
+  if (index_dev_.device() != Device::kCpu)
+    index_dev_.slice(0, 0, 2 * n).copy_from(index_host_.slice(0, 0, 2 * n));
+  kernels::copy_rows({.in = in,
+                      .out = out,
+                      .src = index_dev_.slice(0, 0, n),
+                      .dst = index_dev_.slice(0, n, 2 * n)},
+                     model_.context());
+}
+
+void MtpDrafter::after_target_step(std::span<const TargetRows> rows) {
+  std::vector<PassSeq> overflow;
+  std::vector<int32_t> src, dst;
+  for (const TargetRows& r : rows) {
+    PerSeq& ps = at(r.seq);
+    ps.cache = r.cache;
+    const int64_t n = static_cast<int64_t>(r.next_tokens.size());
+    if (n == 0) continue;
+    const int64_t queued = static_cast<int64_t>(ps.next_tokens.size());
+    if (queued == 0) ps.queued_start = r.start;
+    TANDEM_CHECK(r.start == ps.queued_start + queued,
+                 "MTP first pass: sequence {} step at position {} does not follow its queue", r.seq,
+                 r.start);
+    if (queued + n <= kQueueRows) {  // queue the rows: their first pass runs when drafts are due
+      for (int64_t j = 0; j < n; ++j) {
+        src.push_back(static_cast<int32_t>(r.row + j));
+        dst.push_back(static_cast<int32_t>(ps.queue * kQueueRows + queued + j));
+      }
+      ps.next_tokens.insert(ps.next_tokens.end(), r.next_tokens.begin(), r.next_tokens.end());
+      continue;
+    }
+    PassSeq p{&ps, {}, {}, ps.next_tokens, ps.queued_start};  // too many: the first pass now
+    for (int64_t j = 0; j < queued; ++j) p.queue_rows.push_back(ps.queue * kQueueRows + j);
+    for (int64_t j = 0; j < n; ++j) p.target_rows.push_back(static_cast<int32_t>(r.row + j));
+    p.tokens.insert(p.tokens.end(), r.next_tokens.begin(), r.next_tokens.end());
+    ps.next_tokens.clear();
+    overflow.push_back(std::move(p));
+  }
+  move_rows(model_.hidden(model_.max_step_rows()), queue_pool_, src, dst);
+  if (!overflow.empty()) first_pass(overflow);
+}
+
+void MtpDrafter::first_pass(std::vector<PassSeq>& seqs) {
+  const int64_t max_rows = model_.max_step_rows();
+  const int64_t decode_max = setup_.k_max + 1;  // longer sequences take the prefill family
+  // Each sequence's rows in pieces of at most max_rows, run in order: a pass takes the first
+  // remaining piece of as many sequences as fit.
+  struct Piece {
+    std::vector<std::pair<bool, int32_t>> rows;  // (from the queue, source row)
+    std::vector<int32_t> tokens;
+    int64_t start;
+  };
+  std::vector<std::vector<Piece>> pieces(seqs.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const PassSeq& p = seqs[s];
+    std::vector<std::pair<bool, int32_t>> all;
+    for (int32_t r : p.queue_rows) all.emplace_back(true, r);
+    for (int32_t r : p.target_rows) all.emplace_back(false, r);
+    for (size_t at = 0; at < all.size(); at += static_cast<size_t>(max_rows)) {
+      const size_t end = std::min(all.size(), at + static_cast<size_t>(max_rows));
+      pieces[s].push_back({{all.begin() + at, all.begin() + end},
+                           {p.tokens.begin() + at, p.tokens.begin() + end},
+                           p.start + static_cast<int64_t>(at)});
+    }
+  }
+  std::vector<size_t> next(seqs.size(), 0);
+  for (;;) {
+    std::vector<size_t> take;  // sequences of this pass
+    int64_t rows = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if (next[s] == pieces[s].size()) continue;
+      const int64_t n = static_cast<int64_t>(pieces[s][next[s]].rows.size());
+      if (rows + n > max_rows || static_cast<int64_t>(take.size()) >= setup_.max_seqs) continue;
+      take.push_back(s);
+      rows += n;
+    }
+    if (take.empty()) break;
+    auto piece_of = [&](size_t s) -> const Piece& { return pieces[s][next[s]]; };
+    std::stable_partition(take.begin(), take.end(), [&](size_t s) {  // decode family first
+      return static_cast<int64_t>(piece_of(s).rows.size()) <= decode_max;
+    });
+    std::vector<PlannedSeq> planned;
+    std::vector<int32_t> q_src, q_dst, t_src, t_dst;
+    int64_t row = 0;
+    for (size_t s : take) {
+      const Piece& pc = piece_of(s);
+      const int64_t n = static_cast<int64_t>(pc.rows.size());
+      for (int64_t j = 0; j < n; ++j) {
+        (pc.rows[j].first ? q_src : t_src).push_back(pc.rows[j].second);
+        (pc.rows[j].first ? q_dst : t_dst).push_back(static_cast<int32_t>(row + j));
+      }
+      planned.push_back({.cache = seqs[s].seq->cache,
+                         .tokens = pc.tokens,
+                         .rows = n,
+                         .start = pc.start,
+                         .decode = n <= decode_max,
+                         .logits = LogitRows::kLast});
+      row += n;
+    }
+    move_rows(queue_pool_, hidden_in_, q_src, q_dst);
+    move_rows(model_.hidden(max_rows), hidden_in_, t_src, t_dst);
+    const StepPlan plan = steps_->plan(planned);
+    const int64_t n_seqs = static_cast<int64_t>(planned.size());
+    model_.mtp_forward(plan.batch, *setup_.cache, hidden_in_.slice(0, 0, row),
+                       hidden_out_.slice(0, 0, row), logits_.slice(0, 0, n_seqs));
+    kernels::argmax({logits_.slice(0, 0, n_seqs), argmax_ids_.slice(0, 0, n_seqs)},
+                    model_.context());
+    const Tensor ids = argmax_ids_.slice(0, 0, n_seqs).host();
+    std::vector<int32_t> c_src, c_dst;
+    for (int64_t j = 0; j < n_seqs; ++j) {
+      const size_t s = take[j];
+      const Piece& pc = piece_of(s);
+      PerSeq* ps = seqs[s].seq;
+      ps->first_draft = ids.data<const int32_t>()[j];
+      ps->last_position = pc.start + static_cast<int64_t>(pc.rows.size()) - 1;
+      c_src.push_back(static_cast<int32_t>(plan.row_start[j + 1] - 1));
+      c_dst.push_back(ps->queue);
+    }
+    move_rows(hidden_out_, chain_pool_, c_src, c_dst);
+    for (size_t s : take) ++next[s];
   }
 }
 
-std::vector<int32_t> MtpDrafter::propose(SequenceState& st, int k, std::span<const int32_t>) {
-  std::vector<int32_t> drafts;
-  if (k <= 0) return drafts;
-  flush(st);
-  TANDEM_CHECK(first_draft_ >= 0, "MTP propose before any target step");
-  drafts.push_back(first_draft_);
-  for (int i = 1; i < k; ++i) {
-    // Chained step: token d_i at position last + i, hidden = the previous MTP output.
-    st.mtp.plan(&drafts.back(), 1, last_position_ + i, st.config().max_context);
-    drafts.push_back(forward_draft(st, 1, true));
-    if (i + 1 < k) chain_hidden_.copy_from(hidden_out_.slice(0, 0, 1));  // the last one is unused
+void MtpDrafter::catch_up(std::span<const SeqId> ids, int64_t keep_rows) {
+  std::vector<PassSeq> pass;
+  std::vector<std::pair<PerSeq*, int64_t>> kept;
+  for (SeqId id : ids) {
+    PerSeq& ps = at(id);
+    const int64_t queued = static_cast<int64_t>(ps.next_tokens.size());
+    const int64_t n = queued - std::clamp<int64_t>(keep_rows, 0, queued);
+    if (n <= 0) continue;
+    PassSeq p{&ps, {}, {}, {ps.next_tokens.begin(), ps.next_tokens.begin() + n}, ps.queued_start};
+    for (int64_t j = 0; j < n; ++j) p.queue_rows.push_back(ps.queue * kQueueRows + j);
+    pass.push_back(std::move(p));
+    kept.emplace_back(&ps, n);
+  }
+  if (pass.empty()) return;
+  first_pass(pass);
+  // The kept rows move to the front of their queues, through hidden_out_ (they may overlap).
+  std::vector<int32_t> src, mid, dst;
+  for (auto& [ps, n] : kept) {
+    const int64_t rest = static_cast<int64_t>(ps->next_tokens.size()) - n;
+    for (int64_t j = 0; j < rest; ++j) {
+      src.push_back(ps->queue * kQueueRows + n + j);
+      mid.push_back(static_cast<int32_t>(src.size() - 1));
+      dst.push_back(ps->queue * kQueueRows + j);
+    }
+    ps->next_tokens.erase(ps->next_tokens.begin(), ps->next_tokens.begin() + n);
+    ps->queued_start += n;
+  }
+  move_rows(queue_pool_, hidden_out_, src, mid);
+  move_rows(hidden_out_, queue_pool_, mid, dst);
+}
+
+std::vector<std::vector<int32_t>> MtpDrafter::propose(std::span<const DraftAsk> asks) {
+  std::vector<std::vector<int32_t>> drafts(asks.size());
+  std::vector<PassSeq> pass;
+  std::vector<PerSeq*> per(asks.size());
+  int k_max = 0;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    PerSeq& ps = at(asks[i].seq);
+    ps.cache = asks[i].cache;
+    per[i] = &ps;
+    k_max = std::max(k_max, asks[i].k);
+    const int64_t queued = static_cast<int64_t>(ps.next_tokens.size());
+    if (queued == 0) continue;
+    PassSeq p{&ps, {}, {}, ps.next_tokens, ps.queued_start};
+    for (int64_t j = 0; j < queued; ++j) p.queue_rows.push_back(ps.queue * kQueueRows + j);
+    pass.push_back(std::move(p));
+    ps.next_tokens.clear();
+  }
+  if (!pass.empty()) first_pass(pass);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    TANDEM_CHECK(per[i]->first_draft >= 0, "MTP propose for sequence {} before any target step",
+                 asks[i].seq);
+    if (asks[i].k >= 1) drafts[i].push_back(per[i]->first_draft);
+  }
+  // Chained steps: draft i + 1 from draft i at position last + i, hidden = the MTP's last output.
+  for (int step = 1; step < k_max; ++step) {
+    std::vector<size_t> active;
+    for (size_t i = 0; i < asks.size(); ++i)
+      if (asks[i].k > step) active.push_back(i);
+    std::vector<PlannedSeq> planned;
+    std::vector<int32_t> src, dst;
+    for (size_t j = 0; j < active.size(); ++j) {
+      const size_t i = active[j];
+      planned.push_back({.cache = per[i]->cache,
+                         .tokens = std::span<const int32_t>(&drafts[i].back(), 1),
+                         .rows = 1,
+                         .start = per[i]->last_position + step,
+                         .decode = true,
+                         .logits = LogitRows::kLast});
+      src.push_back(per[i]->queue);
+      dst.push_back(static_cast<int32_t>(j));
+    }
+    const int64_t n = static_cast<int64_t>(active.size());
+    move_rows(chain_pool_, hidden_in_, src, dst);
+    const StepPlan plan = steps_->plan(planned);
+    model_.mtp_forward(plan.batch, *setup_.cache, hidden_in_.slice(0, 0, n),
+                       hidden_out_.slice(0, 0, n), logits_.slice(0, 0, n));
+    kernels::argmax({logits_.slice(0, 0, n), argmax_ids_.slice(0, 0, n)}, model_.context());
+    const Tensor ids = argmax_ids_.slice(0, 0, n).host();
+    for (size_t j = 0; j < active.size(); ++j)
+      drafts[active[j]].push_back(ids.data<const int32_t>()[j]);
+    if (step + 1 < k_max) move_rows(hidden_out_, chain_pool_, dst, src);
   }
   return drafts;
 }

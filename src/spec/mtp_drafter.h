@@ -1,21 +1,23 @@
-// The MTP drafter (reference section 2): the first MTP pass covers every row the target processed,
-// pairing (h_t, x_{t+1}) at position t with h_t after the target's final norm; the first draft is
-// the argmax of the last row; drafts 2..k chain the MTP's own post-norm output at positions t+1,
-// t+2, ... The MTP layer keeps its own KV cache (SequenceState::mtp_kv); entries written for
-// rejected positions are overwritten by a later first pass.
-// The first pass is lazy: after each target step the hidden rows are queued, and they are run in
-// one batch when drafts are next needed (or the queue is full). A step that drafts nothing (k = 0,
-// chosen by speculation control) therefore costs one small copy, and by row invariance the batched
-// pass computes the same bits as running each step's rows at once.
-// On CUDA the forwards replay CUDA graphs captured by prepare() (invariant 5: they read only fixed
-// buffers, and the host plans st.mtp between replays); the same kernels run either way, so the
-// drafts are the same bits as eager launches.
+// The MTP drafter (reference section 2), batched across sequences: the first MTP pass covers
+// every row the target processed, pairing (h_t, x_{t+1}) at position t with h_t after the target's
+// final norm; the first draft is the argmax of a sequence's last row; drafts 2..k chain the MTP's
+// own post-norm output at positions t+1, t+2, ... The MTP layer's KV lives in the state pool
+// (CacheViews::mtp, the sequence's own blocks); entries written for rejected positions are
+// overwritten by a later first pass.
+// The first pass is lazy: after each verify step a sequence's accepted hidden rows are queued
+// (one copy_rows launch for all sequences), and they run in one batched MTP forward when the
+// sequence next drafts, so a step that drafts nothing (k = 0) costs one small copy; by row
+// invariance the batched pass computes the same bits as running each step's rows at once. Rows
+// that would overflow a sequence's queue (a prefill chunk, or a long run of k = 0 steps) run
+// through the first pass right away. Drafts are deterministic (argmax), so a draft changes only
+// whether it is accepted, never what a sequence emits (acceptance.h).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
-#include "core/cuda_graph.h"
+#include "cache/step_buffers.h"
 #include "model/arch/qwen35.h"
 #include "spec/drafter.h"
 
@@ -23,48 +25,53 @@ namespace tandem {
 
 class MtpDrafter : public Drafter {
  public:
-  explicit MtpDrafter(Qwen35Model& model);  // throws when the checkpoint has no mtp.* tensors
+  // Rows a sequence's queue holds before its first pass runs regardless.
+  static constexpr int64_t kQueueRows = 64;
 
-  // When cuda_graphs is set, the model runs on CUDA and no activation observer is attached,
-  // captures the MTP forward (with the argmax of its last row) over st's buffers: one first-pass
-  // graph per n = 1..k_max + 1 queued rows and, for k_max >= 2, one chained-step graph. The graphs
-  // bake in the device addresses of st (its st.mtp metadata, mtp_kv, block table, attention
-  // workspace), so they replay only for calls that pass this same st (compared by address: a state
-  // that replaces a destroyed one needs prepare again). Any other state, a larger first pass (rows
-  // queued over several k = 0 steps, the prompt), or an observer attached later runs eagerly.
-  // Calling prepare again drops the graphs and captures for the st it is given.
-  void prepare(SequenceState& st, int k_max, bool cuda_graphs) override;
-  bool uses_cuda_graphs() const { return graph_state_ != nullptr; }
-  void begin_sequence() override;
-  void after_target_step(SequenceState& st, std::span<const int32_t> next_tokens,
-                         int64_t start) override;
-  std::vector<int32_t> propose(SequenceState& st, int k, std::span<const int32_t> emitted) override;
-  void catch_up(SequenceState& st, int64_t keep_rows = 0) override { flush(st, keep_rows); }
+  explicit MtpDrafter(Qwen35Model& model);  // throws when the checkpoint has no mtp.* tensors
+  ~MtpDrafter() override;
+
+  void prepare(const DrafterSetup& setup) override;
+  void begin_sequence(SeqId seq) override;
+  void end_sequence(SeqId seq) override;
+  void after_target_step(std::span<const TargetRows> rows) override;
+  void catch_up(std::span<const SeqId> seqs, int64_t keep_rows) override;
+  std::vector<std::vector<int32_t>> propose(std::span<const DraftAsk> asks) override;
 
  private:
-  // Runs the first pass over the queued rows but the last keep_rows, which stay queued.
-  void flush(SequenceState& st, int64_t keep_rows = 0);
-  // The MTP forward of the n rows planned in st.mtp, from queued_hidden_ (first pass) or from
-  // chain_hidden_ (chained step, n = 1), then the argmax of its last row: a graph replay when one
-  // was captured for st and n, eager launches otherwise. Returns the draft (one int to the host).
-  int32_t forward_draft(SequenceState& st, int64_t n, bool chained);
-  void launch_forward(SequenceState& st, int64_t n, const Tensor& hidden_in);  // what is captured
+  struct PerSeq {
+    int32_t queue = -1;                // index into the queue pool
+    std::vector<int32_t> next_tokens;  // x_{t+1} of each queued row
+    int64_t queued_start = 0;          // position of the first queued row
+    const SequenceCache* cache = nullptr;
+    int32_t first_draft = -1;    // argmax of the last first-pass row
+    int64_t last_position = -1;  // position of the last first-pass row
+  };
+  // A first pass over rows that come from a sequence's queue and/or the target's hidden rows.
+  struct PassSeq {
+    PerSeq* seq;
+    std::vector<int32_t> queue_rows;   // rows of queue_pool_ (first), then
+    std::vector<int32_t> target_rows;  // rows of the model's hidden()
+    std::vector<int32_t> tokens;       // x_{t+1} of each row
+    int64_t start;                     // position of the first row
+  };
+  void first_pass(std::vector<PassSeq>& seqs);
+  // Moves rows between row tensors with copy_rows through this drafter's index buffer.
+  void move_rows(const Tensor& in, const Tensor& out, const std::vector<int32_t>& src,
+                 const std::vector<int32_t>& dst);
+  PerSeq& at(SeqId seq);
 
   Qwen35Model& model_;
-  Tensor
-      queued_hidden_;  // act [max_step_tokens, hidden]: target hidden rows awaiting the first pass
-  std::vector<int32_t> queued_tokens_;  // x_{t+1} of each queued row
-  int64_t queued_start_ = 0;            // position of the first queued row
-  Tensor hidden_out_;    // act [max_step_tokens, hidden]: the MTP's post-norm output rows
-  Tensor chain_hidden_;  // act [1, hidden]: input hidden of the next chained step
-  Tensor logits_;        // f32 [1, vocab] on the model's device
-  Tensor argmax_id_;     // i32 [1] on the model's device: only the draft crosses to the host
-  int32_t first_draft_ = -1;
-  int64_t last_position_ = -1;  // position of the last first-pass row
-
-  const SequenceState* graph_state_ = nullptr;  // the state the graphs were captured over
-  std::vector<std::unique_ptr<CudaGraph>> first_pass_graphs_;  // [n - 1]: first pass of n rows
-  std::unique_ptr<CudaGraph> chain_graph_;                     // chained step (n = 1)
+  DrafterSetup setup_;
+  std::unique_ptr<StepBuffers> steps_;
+  std::map<SeqId, PerSeq> seqs_;
+  std::vector<int32_t> free_queues_;
+  Tensor queue_pool_;  // act [max_seqs * kQueueRows, hidden]: queue q is rows [q Q, (q + 1) Q)
+  Tensor chain_pool_;  // act [max_seqs, hidden]: the last MTP output row of each sequence
+  Tensor hidden_in_, hidden_out_;  // act [max_step_rows, hidden]
+  Tensor logits_;                  // f32 [max_seqs, vocab]
+  Tensor argmax_ids_;              // i32 [max_seqs]
+  Tensor index_dev_, index_host_;  // i32: copy_rows indices (src then dst)
 };
 
 }  // namespace tandem

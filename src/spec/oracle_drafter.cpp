@@ -65,23 +65,34 @@ int AcceptancePattern::accepted_at(int step, int k) {
   return std::clamp(a, 0, k);
 }
 
-OracleDrafter::OracleDrafter(std::vector<int32_t> reference, AcceptancePattern pattern,
-                             int64_t vocab_size)
-    : reference_(std::move(reference)), pattern_(std::move(pattern)), vocab_size_(vocab_size) {}
+OracleDrafter::OracleDrafter(AcceptancePattern pattern, int64_t vocab_size)
+    : pattern_(std::move(pattern)), vocab_size_(vocab_size) {}
 
-std::vector<int32_t> OracleDrafter::propose(SequenceState&, int k,
-                                            std::span<const int32_t> emitted) {
-  const size_t g = emitted.size();  // reference_[g] is the token after the last emitted one
-  const int accept = pattern_.accepted_at(step_++, k);
-  std::vector<int32_t> drafts;
-  for (int i = 0; i < k; ++i) {
-    const size_t idx = g + static_cast<size_t>(i);
-    const int32_t right = idx < reference_.size() ? reference_[idx] : 0;
-    // Draft accept+1 is wrong on purpose; later drafts are "right" tokens at the wrong place, so
-    // acceptance must stop at the first mismatch.
-    drafts.push_back(i == accept ? static_cast<int32_t>((right + 1) % vocab_size_) : right);
+void OracleDrafter::set_reference(SeqId seq, std::vector<int32_t> reference) {
+  seqs_[seq] = PerSeq{std::move(reference), pattern_, 0};
+}
+
+void OracleDrafter::end_sequence(SeqId seq) { seqs_.erase(seq); }
+
+std::vector<std::vector<int32_t>> OracleDrafter::propose(std::span<const DraftAsk> asks) {
+  std::vector<std::vector<int32_t>> out;
+  for (const DraftAsk& a : asks) {
+    auto it = seqs_.find(a.seq);
+    if (it == seqs_.end()) it = seqs_.emplace(a.seq, PerSeq{{}, pattern_, 0}).first;
+    PerSeq& ps = it->second;
+    const size_t g = a.emitted.size();  // reference[g] is the token after the last emitted one
+    const int accept = ps.pattern.accepted_at(ps.step++, a.k);
+    std::vector<int32_t> drafts;
+    for (int i = 0; i < a.k; ++i) {
+      const size_t idx = g + static_cast<size_t>(i);
+      const int32_t right = idx < ps.reference.size() ? ps.reference[idx] : 0;
+      // Draft accept+1 is wrong on purpose; later drafts are "right" tokens at the wrong place,
+      // so acceptance must stop at the first mismatch.
+      drafts.push_back(i == accept ? static_cast<int32_t>((right + 1) % vocab_size_) : right);
+    }
+    out.push_back(std::move(drafts));
   }
-  return drafts;
+  return out;
 }
 
 }  // namespace tandem

@@ -1,8 +1,10 @@
-// Oracle drafter, for tests: proposes from a reference continuation (the target's own output) so
-// that the target accepts exactly the number of drafts an acceptance pattern asks for, making
-// full, partial and zero acceptance each happen on purpose (DESIGN.md section 3).
+// Oracle drafter, for tests: proposes from a reference continuation of each sequence (the
+// target's own output) so that the target accepts exactly the number of drafts an acceptance
+// pattern asks for, making full, partial and zero acceptance each happen on purpose (DESIGN.md
+// section 3).
 #pragma once
 
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,16 +31,24 @@ class AcceptancePattern {
 
 class OracleDrafter : public Drafter {
  public:
-  OracleDrafter(std::vector<int32_t> reference, AcceptancePattern pattern, int64_t vocab_size);
+  OracleDrafter(AcceptancePattern pattern, int64_t vocab_size);
+  // The reference continuation of a sequence (its plain output); sequences without one get
+  // drafts that are wrong from the first.
+  void set_reference(SeqId seq, std::vector<int32_t> reference);
 
-  void after_target_step(SequenceState&, std::span<const int32_t>, int64_t) override {}
-  std::vector<int32_t> propose(SequenceState& st, int k, std::span<const int32_t> emitted) override;
+  void end_sequence(SeqId seq) override;
+  void after_target_step(std::span<const TargetRows>) override {}
+  std::vector<std::vector<int32_t>> propose(std::span<const DraftAsk> asks) override;
 
  private:
-  std::vector<int32_t> reference_;
+  struct PerSeq {
+    std::vector<int32_t> reference;
+    AcceptancePattern pattern;
+    int step = 0;
+  };
   AcceptancePattern pattern_;
   int64_t vocab_size_;
-  int step_ = 0;
+  std::map<SeqId, PerSeq> seqs_;
 };
 
 }  // namespace tandem

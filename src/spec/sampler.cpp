@@ -1,4 +1,4 @@
-// Target distribution and draws for seeded sampling.
+// Target distribution and position-keyed draws for seeded sampling.
 #include "spec/sampler.h"
 
 #include <algorithm>
@@ -48,11 +48,23 @@ std::vector<float> target_distribution(const float* logits, int64_t vocab,
   return dist;
 }
 
-double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
 
-int32_t draw(const std::vector<float>& dist, std::mt19937_64& rng) {
+double uniform_at(uint64_t seed, int64_t position) {
+  const uint64_t h = splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(position));
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+int32_t draw(const std::vector<float>& dist, double u01) {
   const double total = std::accumulate(dist.begin(), dist.end(), 0.0);
-  const double u = uniform01(rng) * total;
+  const double u = u01 * total;
   double cum = 0.0;
   int32_t last_nonzero = 0;
   for (size_t i = 0; i < dist.size(); ++i) {

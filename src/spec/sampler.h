@@ -1,9 +1,13 @@
-// Sampling parameters and the target distribution they define: temperature, then top-k, then
-// top-p (nucleus) over the logits of one row. Temperature 0 means greedy (argmax).
+// Sampling parameters, the target distribution they define (temperature, then top-k, then top-p
+// over the logits of one row; temperature 0 means greedy), and the randomness of a sampled
+// sequence: one uniform number per (seed, position), from a counter-based hash. A token's draw
+// depends only on its request's seed, its position and its distribution, never on how many draws
+// came before it, on its batch-mates or on how many drafts a step verified: so a seeded request
+// is reproducible under any load, and with the coupled acceptance rule (acceptance.h) speculative
+// sampling emits exactly what plain sampling emits.
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <vector>
 
 namespace tandem {
@@ -22,8 +26,10 @@ void check_sampling_params(const SamplingParams& p);
 // The filtered, renormalised distribution p over the vocabulary for one logits row.
 std::vector<float> target_distribution(const float* logits, int64_t vocab, const SamplingParams& p);
 
-// Draws an index from a distribution (u ~ U[0,1) from rng; inverse CDF in index order).
-int32_t draw(const std::vector<float>& dist, std::mt19937_64& rng);
-double uniform01(std::mt19937_64& rng);
+// u in [0, 1) for the token at `position` of a request seeded with `seed` (splitmix64 of both).
+double uniform_at(uint64_t seed, int64_t position);
+
+// The inverse CDF of dist (in index order) at u in [0, 1).
+int32_t draw(const std::vector<float>& dist, double u);
 
 }  // namespace tandem

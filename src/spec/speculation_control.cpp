@@ -65,6 +65,11 @@ int SpeculationControl::choose() {
 }
 
 void SpeculationControl::record(int k, int n_acc, double seconds, double catch_up_seconds) {
+  record_batch(k, std::span<const int>(&n_acc, 1), seconds, catch_up_seconds);
+}
+
+void SpeculationControl::record_batch(int k, std::span<const int> n_accs, double seconds,
+                                      double catch_up_seconds) {
   constexpr double kAlpha = 0.25;
   const int best_before = best_measured();
   if (step_ >= kWarmupSteps) {
@@ -73,9 +78,11 @@ void SpeculationControl::record(int k, int n_acc, double seconds, double catch_u
   }
   last_seen_[k] = step_++;
   ++steps_[k];
-  for (int i = 0; i < k && i < n_acc; ++i) {  // draft i+1 was examined when i drafts were accepted
-    ++reached_[i];
-    if (i < n_acc - 1) ++accepted_[i];
+  for (int n_acc : n_accs) {
+    for (int i = 0; i < k && i < n_acc; ++i) {  // draft i+1 was examined when i were accepted
+      ++reached_[i];
+      if (i < n_acc - 1) ++accepted_[i];
+    }
   }
   if (best_measured() != best_before) probe_gap_ = kFirstProbeGap;  // probe again soon
 }

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ class SpeculationControl {
   // One finished step: k drafts proposed, n_acc in 1..k+1, its wall time (draft + verify +
   // commit) and the part of it spent catching up on earlier k = 0 steps' rows.
   void record(int k, int n_acc, double seconds, double catch_up_seconds = 0.0);
+  // A step of a batch: every sequence drafted k tokens (n_accs: each one's n_acc); the cost is
+  // the step's, the acceptance counts every sequence. Expected tokens per sequence over the cost
+  // of a step of that batch is the rate being maximised (the batch size is fixed per controller).
+  void record_batch(int k, std::span<const int> n_accs, double seconds,
+                    double catch_up_seconds = 0.0);
   static constexpr int kWarmupSteps = 2;
   static constexpr int kFirstProbeGap = 8;
   static constexpr int kSamplesToClimb = 2;

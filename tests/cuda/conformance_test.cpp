@@ -1,15 +1,14 @@
 // Conformance of every elementwise/norm/GEMM CUDA op against its CPU reference on awkward shapes,
 // strided views and random bf16-exact inputs (the reference sees exactly what the GPU sees).
-// Attention, conv1d and the gated delta rule live in conformance_stateful_test.cpp.
+// Attention, the KV write and attention_inputs: conformance_attention_test.cpp; conv1d and the
+// gated delta rule: conformance_gdn_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
 #include "kernels/argmax/argmax.h"
-#include "kernels/attention_inputs/attention_inputs.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gated_rms_norm/gated_rms_norm.h"
-#include "kernels/kv_cache/kv_cache.h"
 #include "kernels/linear/linear.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rope/rope.h"
@@ -293,6 +292,85 @@ TEST(CudaConformance, LinearInputRmsAndAdd) {
   }
 }
 
+// Decode batches: decode_rows = n for n = 17..100 (groups of up to 32 rows: the wide
+// configuration, and a narrow one for a last group of 1..16 rows) against the reference, with every
+// epilogue and input_rms, x and out rows strided. in = 1003 takes the CUDA-core kernel (two token
+// groups of 16 per decode group); 64 -> 48 one partial chunk; 4104 -> 100 a k-split of 8 uneven
+// ranges; 5120 -> 2176 a k-split of 8 with ~8 tiles per cluster; 17408 -> 320 a k-split of 4.
+TEST(CudaConformance, LinearDecodeRows) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(19);
+  constexpr float kEps = 1e-6f;
+  struct Form {
+    const char* name;
+    DType out_dtype;
+    LinearEpilogue epilogue;
+    bool input_rms;
+  };
+  const Form forms[] = {{"plain", DType::kBF16, LinearEpilogue::kNone, false},
+                        {"plain_f32", DType::kF32, LinearEpilogue::kNone, false},
+                        {"input_rms", DType::kBF16, LinearEpilogue::kNone, true},
+                        {"add", DType::kBF16, LinearEpilogue::kAddToOut, false},
+                        {"input_rms+add", DType::kBF16, LinearEpilogue::kAddToOut, true},
+                        {"swiglu", DType::kBF16, LinearEpilogue::kSwiGluPairs, false},
+                        {"input_rms+swiglu", DType::kBF16, LinearEpilogue::kSwiGluPairs, true}};
+  for (const auto& [in, out_f] : {std::pair<int64_t, int64_t>{64, 48},
+                                  {1003, 129},
+                                  {4104, 100},
+                                  {5120, 1000},
+                                  {5120, 2176},
+                                  {17408, 320},
+                                  {3080, 1008}}) {
+    const Mirror w = random_mirror({out_f, in}, rng, DType::kBF16, 0.01f, 0.1f);
+    for (const int64_t n : {17, 24, 32, 33, 48, 64, 100}) {
+      const int64_t xpad = 8, opad = 3;
+      const Mirror xs = random_mirror({n, in + xpad}, rng, DType::kBF16, 0.05f, 2.f);
+      const Tensor xh = cols(xs.host, in), xd = cols(xs.dev, in);
+      const Mirror res = random_mirror({n, out_f + opad}, rng, DType::kBF16, 0.05f, 4.f);
+      for (const Form& f : forms) {
+        const bool pairs = f.epilogue == LinearEpilogue::kSwiGluPairs;
+        const bool add = f.epilogue == LinearEpilogue::kAddToOut;
+        if (pairs && out_f % 16 != 0) continue;
+        const int64_t width = pairs ? out_f / 2 : out_f;
+        Tensor ref =
+            add ? res.host.to(Device::kCpu) : Tensor::zeros({n, width + opad}, DType::kF32);
+        linear_ref(
+            {.x = xh,
+             .weight = w.host,
+             .out = cols(ref, width),
+             .epilogue = f.epilogue,
+             .scratch = f.epilogue != LinearEpilogue::kNone ? Tensor::zeros({n, out_f}, DType::kF32)
+                                                            : Tensor(),
+             .input_rms = f.input_rms,
+             .input_rms_eps = kEps},
+            ref_ctx());
+        Tensor out = add ? res.dev.to(Device::kCuda) : poisoned({n, width + opad}, f.out_dtype);
+        linear_cuda(
+            {.x = xd,
+             .weight = w.dev,
+             .out = cols(out, width),
+             .epilogue = f.epilogue,
+             .scratch = f.epilogue != LinearEpilogue::kNone ? poisoned({n, out_f}, DType::kBF16)
+                                                            : Tensor(),
+             .input_rms = f.input_rms,
+             .input_rms_eps = kEps,
+             .input_scratch = f.input_rms ? poisoned({n, in}, DType::kBF16) : Tensor(),
+             .decode_rows = n},
+            cs.ctx());
+        cs.sync();
+        const auto view = [&](const Tensor& t) { return cols(t, width); };
+        const std::vector<int32_t> each_row = row_starts(std::vector<int64_t>(n, 1));
+        check_case("linear.decode_rows",
+                   fmt::format("n_tokens={},decode_rows={},in={},out={},form={},path={}", n, n, in,
+                               out_f, f.name, in % 8 != 0 ? "skinny" : "persistent"),
+                   max_rel_l2(download(out, view), gather(view(ref)), seq_ranges(each_row, width)),
+                   f.out_dtype);
+      }
+    }
+  }
+}
+
 TEST(CudaConformance, Rope) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
@@ -340,109 +418,6 @@ TEST(CudaConformance, RmsNormRope) {
                  fmt::format("n_tokens={},heads={},head_dim={},rotary_dim={},strided,in_place", n,
                              heads, d, rotary),
                  rel_l2(download(qg.dev), gather(ref_qg)), DType::kBF16);
-    }
-  }
-}
-
-TEST(CudaConformance, KvCacheWrite) {
-  SKIP_WITHOUT_CUDA();
-  CudaStream cs;
-  Rng rng(6);
-  for (int64_t n : kTokenCounts) {
-    const int64_t heads = 3, d = 128, block_size = 16, n_blocks = 20;
-    std::vector<int32_t> table(n_blocks);
-    for (int i = 0; i < n_blocks; ++i) table[i] = (i * 7 + 3) % n_blocks;  // a permutation
-    const int32_t start = rng.index(static_cast<int32_t>(n_blocks * block_size - n));
-    std::vector<int32_t> pos(n);
-    for (int64_t t = 0; t < n; ++t) pos[t] = start + static_cast<int32_t>(t);
-    Mirror kv = random_mirror({n, 2, heads, d}, rng);  // k and v are strided views
-    Mirror kc = random_mirror({n_blocks, block_size, heads, d}, rng);
-    Mirror vc = random_mirror({n_blocks, block_size, heads, d}, rng);
-    Tensor ref_k = kc.host.to(Device::kCpu), ref_v = vc.host.to(Device::kCpu);
-    kv_cache_write_ref(
-        {kv.host.select(1, 0), kv.host.select(1, 1), host_i32(pos), host_i32(table), ref_k, ref_v},
-        ref_ctx());
-    kv_cache_write_cuda({kv.dev.select(1, 0), kv.dev.select(1, 1), device_i32(pos),
-                         device_i32(table), kc.dev, vc.dev},
-                        cs.ctx());
-    cs.sync();
-    const std::string p =
-        fmt::format("n_tokens={},heads_kv={},head_dim={},start={}", n, heads, d, start);
-    check_case("kv_cache_write", p, rel_l2(download(kc.dev), gather(ref_k)), DType::kBF16);
-    check_case("kv_cache_write", p + ",v", rel_l2(download(vc.dev), gather(ref_v)), DType::kBF16);
-  }
-}
-
-// q_norm and k_norm with RoPE, then the KV write, in one call (attention_inputs.h): against the
-// CPU reference, and bit for bit against the three separate CUDA ops. q is the query half of a
-// q|gate view, k and v are views of one k|v buffer; rotary 36 (not a multiple of 8) takes the
-// separate ops inside the call.
-TEST(CudaConformance, AttentionInputs) {
-  SKIP_WITHOUT_CUDA();
-  CudaStream cs;
-  Rng rng(13);
-  for (int64_t n : kTokenCounts) {
-    for (int rotary : {64, 36}) {
-      const int64_t hq = 5, hkv = 3, d = 256, block_size = 16, n_blocks = 20;
-      const std::vector<int32_t> table = shuffled_block_table(n_blocks, rng);
-      const int32_t start = rng.index(static_cast<int32_t>(n_blocks * block_size - n));
-      std::vector<int32_t> pos(n);
-      for (int64_t t = 0; t < n; ++t) pos[t] = start + static_cast<int32_t>(t);
-      Mirror qg = random_mirror({n, hq, 2 * d}, rng);
-      Mirror kv = random_mirror({n, 2, hkv, d}, rng);
-      Mirror qw = random_mirror({d}, rng, DType::kF32, 0.05f, 0.5f);
-      Mirror kw = random_mirror({d}, rng, DType::kBF16, 0.05f, 0.5f);
-      Mirror kc = random_mirror({n_blocks, block_size, hkv, d}, rng);
-      Mirror vc = random_mirror({n_blocks, block_size, hkv, d}, rng);
-      Tensor ref_qg = qg.host.to(Device::kCpu), ref_kv = kv.host.to(Device::kCpu);
-      Tensor ref_kc = kc.host.to(Device::kCpu), ref_vc = vc.host.to(Device::kCpu);
-      attention_inputs_ref({ref_qg.slice(2, 0, d),
-                            qw.host,
-                            kw.host,
-                            1e-6f,
-                            rotary,
-                            1e7f,
-                            {ref_kv.select(1, 0), ref_kv.select(1, 1), host_i32(pos),
-                             host_i32(table), ref_kc, ref_vc}},
-                           ref_ctx());
-      // The separate ops, on copies of the same device inputs.
-      Tensor sep_qg = qg.dev.to(Device::kCuda), sep_kv = kv.dev.to(Device::kCuda);
-      Tensor sep_kc = kc.dev.to(Device::kCuda), sep_vc = vc.dev.to(Device::kCuda);
-      const Tensor positions = device_i32(pos), dev_table = device_i32(table);
-      attention_inputs_cuda(
-          {qg.dev.slice(2, 0, d),
-           qw.dev,
-           kw.dev,
-           1e-6f,
-           rotary,
-           1e7f,
-           {kv.dev.select(1, 0), kv.dev.select(1, 1), positions, dev_table, kc.dev, vc.dev}},
-          cs.ctx());
-      const Tensor sep_q = sep_qg.slice(2, 0, d), sep_k = sep_kv.select(1, 0);
-      rms_norm_cuda({sep_q, qw.dev, sep_q, Tensor(), 1e-6f, true, positions, rotary, 1e7f},
-                    cs.ctx());
-      rms_norm_cuda({sep_k, kw.dev, sep_k, Tensor(), 1e-6f, true, positions, rotary, 1e7f},
-                    cs.ctx());
-      kv_cache_write_cuda({sep_k, sep_kv.select(1, 1), positions, dev_table, sep_kc, sep_vc},
-                          cs.ctx());
-      cs.sync();
-      const std::string p =
-          fmt::format("n_tokens={},heads_q={},heads_kv={},head_dim={},rotary_dim={},start={}", n,
-                      hq, hkv, d, rotary, start);
-      check_case("attention_inputs", p + ",q", rel_l2(download(qg.dev), gather(ref_qg)),
-                 DType::kBF16);
-      check_case("attention_inputs", p + ",k", rel_l2(download(kv.dev), gather(ref_kv)),
-                 DType::kBF16);
-      check_case("attention_inputs", p + ",k_cache", rel_l2(download(kc.dev), gather(ref_kc)),
-                 DType::kBF16);
-      check_case("attention_inputs", p + ",v_cache", rel_l2(download(vc.dev), gather(ref_vc)),
-                 DType::kBF16);
-      const auto same = [](const Tensor& a, const Tensor& b) {
-        return download_bits<uint16_t>(a) == download_bits<uint16_t>(b);
-      };
-      check_bits("attention_inputs.fused", p,
-                 same(qg.dev, sep_qg) && same(kv.dev, sep_kv) && same(kc.dev, sep_kc) &&
-                     same(vc.dev, sep_vc));
     }
   }
 }

@@ -1,12 +1,15 @@
 // End to end on the GPU: greedy CUDA output equals CUDA output with MTP for k = 1..8 and with the
-// oracle drafter's patterns, bit for bit (invariant 1); and it equals the CPU reference's greedy
-// output up to the first near-tie of the CPU logits (reported); and the MTP drafts replayed from
-// CUDA graphs equal the eager ones, step by step. Skipped without a GPU.
+// oracle drafter's patterns, bit for bit (invariant 1); it equals the CPU reference's greedy
+// output up to the first near-tie of the CPU logits (reported); steps replayed from CUDA graphs
+// give the same drafts, targets and n_acc as eager launches, step by step; and 256 requests
+// arriving at random steps, batched with graphs on (plain, MTP k = 1..3, adaptive, sampled), each
+// equal their solo runs. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "batch_support.h"
 #include "engine/generator.h"
 #include "spec/mtp_drafter.h"
 #include "spec/oracle_drafter.h"
@@ -60,8 +63,9 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
   const auto reference = run(*gpu, nullptr, 0, prompt, kTokens + 9);
   for (int k : {1, 3, 8}) {
     for (const char* pat : {"all", "none", "random:5", "seq:8,0"}) {
-      auto oracle = std::make_unique<OracleDrafter>(reference, AcceptancePattern::parse(pat),
-                                                    gpu->config().vocab_size);
+      auto oracle =
+          std::make_unique<OracleDrafter>(AcceptancePattern::parse(pat), gpu->config().vocab_size);
+      oracle->set_reference(0, reference);  // the generator's first request
       EXPECT_EQ(run(*gpu, std::move(oracle), k, prompt, kTokens), plain)
           << name << " oracle k=" << k << " " << pat;
     }
@@ -103,26 +107,25 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
   }
 }
 
-// The MTP drafter's forwards replayed from CUDA graphs (captured over the generator's state)
-// propose the same drafts as eager launches, step by step: the trace holds each step's drafts, the
-// target's tokens and n_acc (and its wall time, which is dropped before comparing).
-TEST_P(EngineCuda, MtpDraftsFromGraphsEqualEagerDrafts) {
+// Verify steps replayed from CUDA graphs (one per batch bucket and depth, captured at start-up)
+// give the same drafts, target tokens and n_acc as eager launches, step by step.
+TEST_P(EngineCuda, GraphStepsEqualEagerSteps) {
   const std::string name = GetParam();
   Qwen35Model* gpu = gpu_.get();
-  const std::vector<int32_t>& prompt = prompt_;
   for (int k : {1, 3, 8}) {
     std::string trace[2];  // [eager, graphs]
     for (bool graphs : {false, true}) {
-      auto mtp = std::make_unique<MtpDrafter>(*gpu);
-      const MtpDrafter& drafter = *mtp;
       std::ostringstream out;
-      Generator gen(*gpu, std::move(mtp),
+      Generator gen(*gpu, std::make_unique<MtpDrafter>(*gpu),
                     GeneratorOptions{.num_speculative_tokens = k,
                                      .max_context = 512,
                                      .trace = &out,
                                      .cuda_graphs = graphs});
-      EXPECT_EQ(drafter.uses_cuda_graphs(), graphs) << name << " k=" << k;
-      gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = 64});
+      EXPECT_EQ(gen.uses_cuda_graphs(), graphs) << name << " k=" << k;
+      gen.generate(GenerateRequest{.prompt = prompt_, .max_tokens = 64});
+      if (graphs) {
+        EXPECT_GT(gen.engine().counters().graph_steps, 0) << name;
+      }
       std::istringstream lines(out.str());
       for (std::string line; std::getline(lines, line);) {
         nlohmann::json step = nlohmann::json::parse(line);
@@ -132,6 +135,43 @@ TEST_P(EngineCuda, MtpDraftsFromGraphsEqualEagerDrafts) {
     }
     EXPECT_FALSE(trace[1].empty());
     EXPECT_EQ(trace[0], trace[1]) << name << " k=" << k;
+  }
+}
+
+// 256 requests of the trained model on the GPU: each output equals its solo run without
+// speculation, bit for bit, with graphs on, under plain decoding, MTP k = 1..3, adaptive control
+// and seeded sampling.
+TEST(EngineCudaBatch, TwoHundredFiftySixRequestsEqualTheirSoloRuns) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = load_on(testing::kTrainedModel, Device::kCuda);
+  const std::vector<testing::Arrival> arrivals =
+      testing::random_arrivals(*gpu, 256, 24, /*sampled=*/true);
+  const auto reference = testing::solo(*gpu, arrivals);
+  struct Config {
+    int k;
+    ControlMode control;
+    const char* name;
+  };
+  for (const Config& c :
+       {Config{0, ControlMode::kFixed, "plain"}, Config{1, ControlMode::kFixed, "mtp k=1"},
+        Config{2, ControlMode::kFixed, "mtp k=2"}, Config{3, ControlMode::kFixed, "mtp k=3"},
+        Config{3, ControlMode::kAdaptive, "mtp k<=3 adaptive"}}) {
+    std::unique_ptr<Drafter> d;
+    if (c.k > 0) d = std::make_unique<MtpDrafter>(*gpu);
+    BatchEngine engine(*gpu, std::move(d), testing::batch_options(c.k, c.control, 64, 512));
+    ASSERT_TRUE(engine.uses_cuda_graphs());
+    const testing::BatchRun r = testing::run_batch(engine, arrivals);
+    const int bad = testing::mismatches(r.tokens, reference, c.name);
+    std::printf(
+        "[cuda batch exactness] %s: 256 requests (128 sampled), %lld steps (%lld from graphs), "
+        "up to %lld running, %lld drafts, %lld accepted, %d differ\n",
+        c.name, static_cast<long long>(r.counters.steps),
+        static_cast<long long>(r.counters.graph_steps), static_cast<long long>(r.max_running),
+        static_cast<long long>(r.counters.draft_tokens),
+        static_cast<long long>(r.counters.accepted_tokens), bad);
+    EXPECT_EQ(bad, 0) << c.name;
+    EXPECT_GT(r.counters.graph_steps, 0) << c.name;
+    EXPECT_GE(r.max_running, 32) << c.name;
   }
 }
 

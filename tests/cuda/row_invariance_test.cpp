@@ -1,15 +1,17 @@
-// Row invariance on the GPU (DESIGN.md inv. 2, 3): a token row computed inside a launch of 9 (or
-// 16) rows must be bit-identical to the same row computed alone, wherever it sits; GDN state
-// columns and the conv history after a verify must equal a token-by-token run bit for bit.
+// Row invariance on the GPU (DESIGN.md inv. 2) of the row-wise ops (linear and its epilogues, in
+// decode batches of up to 100 rows and mixed with prefill rows; RMSNorm with RoPE): a token row
+// computed inside a launch of many rows must be bit-identical to the same row computed alone,
+// wherever it sits. Attention and GDN state: the *_attention_ and
+// *_gdn_ files beside this one.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda_test_util.h"
-#include "kernels/attention/attention.h"
-#include "kernels/conv1d/conv1d.h"
-#include "kernels/gated_delta_rule/gated_delta_rule.h"
 #include "kernels/linear/linear.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rope/rope.h"
@@ -134,6 +136,246 @@ TEST(CudaRowInvariance, LinearInputRmsAndAdd) {
   }
 }
 
+// ---- decode batches: groups [0, 32), [32, 64), ... (the wide configuration for 17..32 rows) ----
+
+constexpr float kRmsEps = 1e-6f;
+
+// One form of the linear: out dtype, epilogue, input_rms.
+struct LinearForm {
+  const char* name;
+  DType out_dtype;
+  LinearEpilogue epilogue;
+  bool input_rms;
+};
+const LinearForm kLinearForms[] = {
+    {"plain", DType::kBF16, LinearEpilogue::kNone, false},
+    {"plain_f32", DType::kF32, LinearEpilogue::kNone, false},
+    {"input_rms", DType::kBF16, LinearEpilogue::kNone, true},
+    {"add", DType::kBF16, LinearEpilogue::kAddToOut, false},
+    {"input_rms+add", DType::kBF16, LinearEpilogue::kAddToOut, true},
+    {"swiglu", DType::kBF16, LinearEpilogue::kSwiGluPairs, false},
+    {"input_rms+swiglu", DType::kBF16, LinearEpilogue::kSwiGluPairs, true}};
+
+bool form_fits(const LinearForm& f, int64_t out_f) {
+  return f.epilogue != LinearEpilogue::kSwiGluPairs || out_f % 16 == 0;
+}
+int64_t form_cols(const LinearForm& f, int64_t out_f) {
+  return f.epilogue == LinearEpilogue::kSwiGluPairs ? out_f / 2 : out_f;
+}
+
+// A form's device tensors over `rows` rows: out (poisoned; kAddToOut: the residual's rows) and the
+// scratch tensors it needs.
+struct LinearBuffers {
+  Tensor out, scratch, x_scratch;
+};
+LinearBuffers linear_buffers(const LinearForm& f, int64_t rows, int64_t in, int64_t out_f,
+                             const Tensor& residual) {
+  LinearBuffers b;
+  b.out = poisoned({rows, form_cols(f, out_f)}, f.out_dtype);
+  if (f.epilogue == LinearEpilogue::kAddToOut) copy_dim0(b.out, 0, residual, 0, rows);
+  if (f.epilogue != LinearEpilogue::kNone) b.scratch = poisoned({rows, out_f}, DType::kBF16);
+  if (f.input_rms) b.x_scratch = poisoned({rows, in}, DType::kBF16);
+  return b;
+}
+
+// One call of form f over rows [r0, r1) of x into the same rows of b, its first decode_rows rows
+// decode rows (LinearArgs::decode_rows).
+void run_rows(const LinearForm& f, const Tensor& x, const Tensor& w, const LinearBuffers& b,
+              int64_t r0, int64_t r1, int64_t decode_rows, const ExecContext& ctx) {
+  const auto cut = [&](const Tensor& t) {
+    return t.raw() != nullptr ? t.slice(0, r0, r1) : Tensor();
+  };
+  linear_cuda({.x = x.slice(0, r0, r1),
+               .weight = w,
+               .out = cut(b.out),
+               .epilogue = f.epilogue,
+               .scratch = cut(b.scratch),
+               .input_rms = f.input_rms,
+               .input_rms_eps = kRmsEps,
+               .input_scratch = cut(b.x_scratch),
+               .decode_rows = decode_rows},
+              ctx);
+}
+
+// out's elements as bits (bf16 or f32), for comparing rows.
+std::vector<uint32_t> out_bits(const Tensor& out) {
+  if (dtype_size(out.dtype()) == 4) return download_bits<uint32_t>(out);
+  const std::vector<uint16_t> h = download_bits<uint16_t>(out);
+  return {h.begin(), h.end()};
+}
+
+// "" if rows [r0, r1) of got and want have the same bits, else how many differ and the first.
+std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_t>& want,
+                     int64_t r0, int64_t r1, int64_t cols) {
+  int64_t bad = 0, first = -1;
+  for (int64_t j = r0; j < r1; ++j) {
+    if (rows_equal(got, j, want, j, 1, cols)) continue;
+    if (bad++ == 0) first = j;
+  }
+  return bad == 0 ? std::string() : fmt::format(",{} rows differ (first: row {})", bad, first);
+}
+
+// Every row of a decode call of 17..100 rows (LinearArgs::decode_rows = n: groups of 32 rows, the
+// wide configuration, and a narrow one for a last group of 1..16) equals the same row computed
+// alone and in a 16-row call, bit for bit, with every epilogue and input_rms, on the five
+// Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8 tiles per cluster, and
+// awkward shapes (in not a multiple of 1024: a last chunk with 8 real k; out_f not a multiple of
+// 16). Rows past n are left alone.
+TEST(CudaRowInvariance, LinearDecodeBatch) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(31);
+  constexpr int64_t kRows = 100;
+  struct Shape2 {
+    const char* name;
+    int64_t out_f, in;
+  };
+  for (const Shape2 s : {Shape2{"gate|up", 34816, 5120}, Shape2{"in_proj", 16480, 5120},
+                         Shape2{"q|k|v", 14336, 5120}, Shape2{"down", 5120, 17408},
+                         Shape2{"out/o_proj", 5120, 6144}, Shape2{"splits8", 2176, 5120},
+                         Shape2{"awkward", 1000, 4104}, Shape2{"awkward_pairs", 1008, 3080}}) {
+    const Tensor w = random_bf16_device({s.out_f, s.in}, static_cast<uint64_t>(s.out_f + s.in));
+    const Mirror x = random_mirror({kRows, s.in}, rng, DType::kBF16, 0.05f, 2.f);
+    const Mirror res = random_mirror({kRows, s.out_f}, rng, DType::kBF16, 0.05f, 4.f);
+    const std::vector<uint32_t> res_bits = out_bits(res.dev);
+    for (const LinearForm& f : kLinearForms) {
+      if (!form_fits(f, s.out_f)) continue;
+      const int64_t cols = form_cols(f, s.out_f);
+      const auto buffers = [&] { return linear_buffers(f, kRows, s.in, s.out_f, res.dev); };
+      const LinearBuffers alone = buffers(), sixteen = buffers();
+      for (int64_t j = 0; j < kRows; ++j) run_rows(f, x.dev, w, alone, j, j + 1, 1, cs.ctx());
+      for (int64_t j = 0; j < kRows; j += 16) {
+        const int64_t end = std::min(kRows, j + 16);
+        run_rows(f, x.dev, w, sixteen, j, end, end - j, cs.ctx());
+      }
+      cs.sync();
+      const std::vector<uint32_t> alone_bits = out_bits(alone.out),
+                                  sixteen_bits = out_bits(sixteen.out);
+      for (const int64_t n : {17, 24, 32, 33, 48, 64, 100}) {
+        const LinearBuffers batch = buffers();
+        run_rows(f, x.dev, w, batch, 0, n, n, cs.ctx());
+        cs.sync();
+        const std::vector<uint32_t> bits = out_bits(batch.out);
+        const std::string p = fmt::format("shape={},in={},out={},form={},n_tokens={}", s.name, s.in,
+                                          s.out_f, f.name, n);
+        const std::string vs1 = bad_rows(bits, alone_bits, 0, n, cols);
+        const std::string vs16 = bad_rows(bits, sixteen_bits, 0, n, cols);
+        check_bits("linear.decode_batch_vs_1", p + vs1, vs1.empty());
+        check_bits("linear.decode_batch_vs_16", p + vs16, vs16.empty());
+        // Rows past n: still the poison (all bits set), or the residual for kAddToOut.
+        bool untouched = true;
+        const uint32_t poison = dtype_size(f.out_dtype) == 4 ? 0xffffffffu : 0xffffu;
+        for (int64_t e = n * cols; e < kRows * cols; ++e) {
+          untouched &= bits[e] == (f.epilogue == LinearEpilogue::kAddToOut ? res_bits[e] : poison);
+        }
+        check_bits("linear.decode_batch_bounds", p, untouched);
+      }
+    }
+  }
+}
+
+// A call of decode and prefill rows (decode_rows = 20 of n = 90): its decode rows equal a pure
+// decode call's bit for bit, its prefill rows a prefill call's of the same rows, and every row is
+// within tolerance of the reference; in = 1003 takes the CUDA-core kernel for both families.
+TEST(CudaRowInvariance, LinearMixedRows) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(33);
+  constexpr int64_t kN = 90, kDecode = 20;
+  for (const auto& [out_f, in] :
+       {std::pair<int64_t, int64_t>{2176, 5120}, {1000, 4104}, {129, 1003}, {320, 17408}}) {
+    const Mirror w = random_mirror({out_f, in}, rng, DType::kBF16, 0.01f, 0.1f);
+    const Mirror x = random_mirror({kN, in}, rng, DType::kBF16, 0.05f, 2.f);
+    const Mirror res = random_mirror({kN, out_f}, rng, DType::kBF16, 0.05f, 4.f);
+    for (const LinearForm& f : kLinearForms) {
+      if (!form_fits(f, out_f)) continue;
+      const int64_t cols = form_cols(f, out_f);
+      const auto buffers = [&] { return linear_buffers(f, kN, in, out_f, res.dev); };
+      const LinearBuffers mixed = buffers(), decode = buffers(), prefill = buffers();
+      run_rows(f, x.dev, w.dev, mixed, 0, kN, kDecode, cs.ctx());
+      run_rows(f, x.dev, w.dev, decode, 0, kDecode, kDecode, cs.ctx());
+      run_rows(f, x.dev, w.dev, prefill, kDecode, kN, 0, cs.ctx());
+      cs.sync();
+      const std::string p = fmt::format("in={},out={},form={},n_tokens={},decode_rows={}", in,
+                                        out_f, f.name, kN, kDecode);
+      const std::vector<uint32_t> bits = out_bits(mixed.out);
+      const std::string vs_decode = bad_rows(bits, out_bits(decode.out), 0, kDecode, cols);
+      const std::string vs_prefill = bad_rows(bits, out_bits(prefill.out), kDecode, kN, cols);
+      check_bits("linear.mixed_decode_rows", p + vs_decode, vs_decode.empty());
+      check_bits("linear.mixed_prefill_rows", p + vs_prefill, vs_prefill.empty());
+      Tensor ref = f.epilogue == LinearEpilogue::kAddToOut ? res.host.to(Device::kCpu)
+                                                           : Tensor::zeros({kN, cols}, DType::kF32);
+      linear_ref(
+          {.x = x.host,
+           .weight = w.host,
+           .out = ref,
+           .epilogue = f.epilogue,
+           .scratch = f.epilogue != LinearEpilogue::kNone ? Tensor::zeros({kN, out_f}, DType::kF32)
+                                                          : Tensor(),
+           .input_rms = f.input_rms,
+           .input_rms_eps = kRmsEps},
+          ref_ctx());
+      const std::vector<int32_t> each_row = row_starts(std::vector<int64_t>(kN, 1));
+      check_case("linear.mixed", p,
+                 max_rel_l2(download(mixed.out), gather(ref), seq_ranges(each_row, cols)),
+                 f.out_dtype);
+    }
+  }
+}
+
+// Every configuration of the persistent kernel computes production's bits (they share its plan,
+// and chunks shorter than 1024 run its masked k-steps): bench variants 6-9 (other rings and
+// chunks of the narrow configurations), 10 (decode groups of 16 rows instead of 32) and 11 (the
+// wide configuration's 512-k ring), at 1..40 decode rows, with and without epilogues, on shapes
+// whose ranges end inside a chunk (k-splits of 2, 4 and 8).
+TEST(CudaRowInvariance, LinearConfigurations) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(35);
+  struct ProductionAfter {  // leaves the production variant selected, whatever fails
+    ~ProductionAfter() { linear_skinny_set_variant(0); }
+  } production_after;
+  constexpr int64_t kRows = 40;
+  const std::vector<int64_t> ns = {1, 3, 4, 6, 8, 9, 16, 17, 32, 40};
+  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{1008, 3080},
+                                  {320, 17408},
+                                  {100, 4104},
+                                  {2176, 5120},
+                                  {1000, 4104}}) {
+    const Tensor w = random_bf16_device({out_f, in}, static_cast<uint64_t>(7 * out_f + in));
+    const Mirror x = random_mirror({kRows, in}, rng, DType::kBF16, 0.05f, 2.f);
+    const Mirror res = random_mirror({kRows, out_f}, rng, DType::kBF16, 0.05f, 4.f);
+    for (const LinearForm& f : kLinearForms) {
+      if (!form_fits(f, out_f) || std::string(f.name) == "input_rms" ||
+          std::string(f.name) == "swiglu")
+        continue;
+      const int64_t cols = form_cols(f, out_f);
+      std::vector<std::vector<uint32_t>> production;
+      linear_skinny_set_variant(0);
+      for (const int64_t n : ns) {
+        const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);
+        run_rows(f, x.dev, w, b, 0, n, n, cs.ctx());
+        cs.sync();
+        production.push_back(out_bits(b.out));
+      }
+      for (const int variant : {6, 7, 8, 9, 10, 11}) {
+        linear_skinny_set_variant(variant);
+        for (size_t i = 0; i < ns.size(); ++i) {
+          const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);
+          run_rows(f, x.dev, w, b, 0, ns[i], ns[i], cs.ctx());
+          cs.sync();
+          const std::string bad = bad_rows(out_bits(b.out), production[i], 0, ns[i], cols);
+          check_bits("linear.configurations",
+                     fmt::format("variant={},in={},out={},form={},n_tokens={}{}", variant, in,
+                                 out_f, f.name, ns[i], bad),
+                     bad.empty());
+        }
+      }
+      linear_skinny_set_variant(0);
+    }
+  }
+}
+
 TEST(CudaRowInvariance, RmsNorm) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
@@ -189,163 +431,5 @@ TEST(CudaRowInvariance, RmsNormRope) {
 
 // Random paged-attention inputs for n query rows: q and K over a wider range (so that softmax is
 // not flat), gate, V, and n_blocks cache blocks of bs positions behind a shuffled table.
-struct PagedInputs {
-  Mirror q, g, kc, vc;
-  Tensor table;
-};
-PagedInputs random_paged_inputs(int64_t n, int64_t hq, int64_t hkv, int64_t d, int64_t n_blocks,
-                                int64_t bs, Rng& rng) {
-  PagedInputs in;
-  in.table = device_i32(shuffled_block_table(n_blocks, rng));
-  in.q = random_mirror({n, hq, d}, rng, DType::kBF16, 0.05f, 3.f);
-  in.g = random_mirror({n, hq, d}, rng);
-  in.kc = random_mirror({n_blocks, bs, hkv, d}, rng, DType::kBF16, 0.05f, 3.f);
-  in.vc = random_mirror({n_blocks, bs, hkv, d}, rng);
-  return in;
-}
-
-// Verify rows j of a 9-row step at kv_len L equal decode steps at kv_len L - 8 + j.
-TEST(CudaRowInvariance, Attention) {
-  SKIP_WITHOUT_CUDA();
-  CudaStream cs;
-  Rng rng(23);
-  struct Case {
-    int64_t hq, hkv, d, kv_len;
-  };
-  // kv_len 4100: the verify and the later decodes take the ring kernel, the earlier decodes the
-  // tile kernel (switch above 4096 positions), so the two decode kernels are checked bitwise too.
-  for (const Case c : {Case{24, 4, 256, 37}, Case{24, 4, 256, 1030}, Case{24, 4, 256, 4100},
-                       Case{6, 2, 128, 5000}, Case{8, 1, 64, 520}}) {
-    const int64_t n = 9, bs = 16, n_blocks = (c.kv_len + bs - 1) / bs + 1;
-    const PagedInputs in = random_paged_inputs(n, c.hq, c.hkv, c.d, n_blocks, bs, rng);
-    const Mirror &q = in.q, &g = in.g, &kc = in.kc, &vc = in.vc;
-    const Tensor& tbl = in.table;
-    Tensor out = poisoned({n, c.hq, c.d}, DType::kBF16);
-    attention_cuda({q.dev, g.dev, kc.dev, vc.dev, tbl, device_i32({static_cast<int32_t>(c.kv_len)}),
-                    out, 0.f, Tensor()},
-                   cs.ctx());
-    for (int64_t j = 0; j < n; ++j) {
-      Tensor one = poisoned({1, c.hq, c.d}, DType::kBF16);
-      const int32_t len = static_cast<int32_t>(c.kv_len - n + 1 + j);
-      attention_cuda({row_copy(q.dev, j), row_copy(g.dev, j), kc.dev, vc.dev, tbl,
-                      device_i32({len}), one, 0.f, Tensor()},
-                     cs.ctx());
-      cs.sync();
-      check_bits("attention.rows",
-                 fmt::format("n_tokens={},row={},heads_q={},heads_kv={},head_dim={},kv_len={}", n,
-                             j, c.hq, c.hkv, c.d, c.kv_len),
-                 same_bits<uint16_t>(row_copy(out, j), one));
-    }
-  }
-}
-
-// Prefill rows (n_tokens > kAttentionMaxDecodeTokens take their own kernel): the last 17 rows of a
-// 111-row call equal a 17-row call at the same kv_len, bit for bit, wherever their row blocks sit.
-TEST(CudaRowInvariance, AttentionPrefill) {
-  SKIP_WITHOUT_CUDA();
-  CudaStream cs;
-  Rng rng(25);
-  struct Case {
-    int64_t hq, hkv, d, kv_len;
-  };
-  for (const Case c : {Case{24, 4, 256, 830}, Case{6, 2, 128, 111}, Case{8, 1, 64, 300}}) {
-    const int64_t n = 111, m = kAttentionMaxDecodeTokens + 1, bs = 16;
-    const int64_t n_blocks = (c.kv_len + bs - 1) / bs + 1;
-    const PagedInputs in = random_paged_inputs(n, c.hq, c.hkv, c.d, n_blocks, bs, rng);
-    const Mirror &q = in.q, &g = in.g, &kc = in.kc, &vc = in.vc;
-    const Tensor& tbl = in.table;
-    const Tensor len = device_i32({static_cast<int32_t>(c.kv_len)});
-    Tensor out = poisoned({n, c.hq, c.d}, DType::kBF16),
-           tail = poisoned({m, c.hq, c.d}, DType::kBF16);
-    attention_cuda({q.dev, g.dev, kc.dev, vc.dev, tbl, len, out, 0.f, Tensor()}, cs.ctx());
-    attention_cuda({q.dev.slice(0, n - m, n), g.dev.slice(0, n - m, n), kc.dev, vc.dev, tbl, len,
-                    tail, 0.f, Tensor()},
-                   cs.ctx());
-    cs.sync();
-    for (int64_t j = 0; j < m; ++j) {
-      check_bits("attention.prefill_rows",
-                 fmt::format("n_tokens={},row={},heads_q={},heads_kv={},head_dim={},kv_len={}", m,
-                             j, c.hq, c.hkv, c.d, c.kv_len),
-                 same_bits<uint16_t>(row_copy(out, n - m + j), row_copy(tail, j)));
-    }
-  }
-}
-
-// A 9-token verify from column c against 9 single-token steps (n_acc = c + 1, then 1, 1, ...).
-TEST(CudaRowInvariance, GatedDeltaRuleColumns) {
-  SKIP_WITHOUT_CUDA();
-  CudaStream cs;
-  Rng rng(24);
-  const int64_t n = 9, hk = 2, hv = 6, dk = 128, dv = 128, n_cols = 9;
-  for (int32_t col : {0, 4, 8}) {
-    Mirror q = random_mirror({n, hk, dk}, rng), k = random_mirror({n, hk, dk}, rng);
-    Mirror v = random_mirror({n, hv, dv}, rng), a = random_mirror({n, hv}, rng),
-           b = random_mirror({n, hv}, rng);
-    Mirror a_log = random_mirror({hv}, rng, DType::kF32),
-           dt_bias = random_mirror({hv}, rng, DType::kF32);
-    Mirror state = random_mirror({n_cols, hv, dk, dv}, rng, DType::kF32, 0.01f, 0.3f);
-    Tensor verify_state = state.host.to(Device::kCuda), step_state = state.host.to(Device::kCuda);
-    Tensor out = poisoned({n, hv, dv}, DType::kBF16);
-    gated_delta_rule_cuda({q.dev, k.dev, v.dev, a.dev, b.dev, a_log.dev, dt_bias.dev, verify_state,
-                           device_i32({col + 1}), out, GdrMode::kRecurrent, 0, 64},
-                          cs.ctx());
-    const int64_t col_elems = hv * dk * dv;
-    for (int64_t t = 0; t < n; ++t) {
-      Tensor one = poisoned({1, hv, dv}, DType::kBF16);
-      gated_delta_rule_cuda(
-          {row_copy(q.dev, t), row_copy(k.dev, t), row_copy(v.dev, t), row_copy(a.dev, t),
-           row_copy(b.dev, t), a_log.dev, dt_bias.dev, step_state,
-           device_i32({t == 0 ? col + 1 : 1}), one, GdrMode::kRecurrent, 0, 64},
-          cs.ctx());
-      cs.sync();
-      const std::string p =
-          fmt::format("n_tokens={},token={},start_column={},heads_v={},d_k={}", n, t, col, hv, dk);
-      check_bits("gated_delta_rule.rows", p, same_bits<uint16_t>(row_copy(out, t), one));
-      const auto verify_bits = download_bits<uint32_t>(verify_state);
-      const auto step_bits = download_bits<uint32_t>(step_state);
-      check_bits("gated_delta_rule.columns", p,
-                 std::equal(step_bits.begin(), step_bits.begin() + col_elems,
-                            verify_bits.begin() + t * col_elems));
-    }
-  }
-}
-
-// A verify of T tokens against T single-token steps: outputs, and the window each n_acc would read.
-TEST(CudaRowInvariance, Conv1dHistory) {
-  SKIP_WITHOUT_CUDA();
-  CudaStream cs;
-  Rng rng(25);
-  const int64_t channels = 1000, kernel = 4, k_max = 8, hist_len = kernel - 1 + k_max, n = 9;
-  for (int32_t n_acc : {1, 5, 9}) {
-    Mirror x = random_mirror({n, channels}, rng), w = random_mirror({channels, 1, kernel}, rng);
-    Mirror hist = random_mirror({channels, hist_len}, rng);
-    Tensor verify_hist = hist.host.to(Device::kCpu);
-    Mirror vh = mirror(verify_hist, DType::kBF16), sh = mirror(verify_hist, DType::kBF16);
-    Tensor out = poisoned({n, channels}, DType::kBF16);
-    conv1d_cuda({x.dev, w.dev, vh.dev, device_i32({n_acc}), out, ConvHistoryMode::kSpec}, cs.ctx());
-    cs.sync();
-    const Tensor vh_host = vh.dev.to(Device::kCpu);
-    for (int64_t t = 0; t < n; ++t) {
-      Tensor one = poisoned({1, channels}, DType::kBF16);
-      conv1d_cuda({row_copy(x.dev, t), w.dev, sh.dev, device_i32({t == 0 ? n_acc : 1}), one,
-                   ConvHistoryMode::kSpec},
-                  cs.ctx());
-      cs.sync();
-      const std::string p =
-          fmt::format("n_tokens={},token={},n_acc={},channels={}", n, t, n_acc, channels);
-      check_bits("conv1d.rows", p, same_bits<uint16_t>(row_copy(out, t), one));
-      const Tensor sh_host = sh.dev.to(Device::kCpu);
-      bool equal = true;  // window after accepting tokens 0..t: verify history[t : t + K - 1]
-      for (int64_t c = 0; c < channels; ++c) {
-        for (int64_t j = 0; j < kernel - 1; ++j) {
-          equal &= vh_host.data<bf16>()[c * hist_len + t + j].bits ==
-                   sh_host.data<bf16>()[c * hist_len + j].bits;
-        }
-      }
-      check_bits("conv1d.history_window", p, equal);
-    }
-  }
-}
-
 }  // namespace
 }  // namespace tandem::test

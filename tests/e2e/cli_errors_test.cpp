@@ -150,10 +150,10 @@ TEST(CliErrors, BadPromptIdsAndLimits) {
   expect_error(run_tandem("generate " + model + " --prompt-ids 1,99999"), "outside the vocabulary");
   expect_error(
       run_tandem("generate " + model + " --prompt-ids 1,2,3,4,5,6,7,8,9,10 --max-context 8"),
-      "the prompt has 10 tokens but the context holds 8");
+      "the prompt has 10 tokens but the model length is 8");
   expect_error(run_tandem("generate " + model +
                           " --prompt-ids 1 --speculative mtp --num-speculative-tokens 9"),
-               "--num-speculative-tokens must be in [0, 8]");
+               "--num-speculative-tokens must be in [1, 8]");
   expect_error(run_tandem("generate " + model + " --prompt-ids 1 --top-p 0"),
                "top_p must be in (0, 1]");
   expect_error(run_tandem("generate " + model + " --prompt-ids 1 --speculative bogus"),
@@ -163,6 +163,43 @@ TEST(CliErrors, BadPromptIdsAndLimits) {
   if (!cuda_available())
     expect_error(run_tandem("generate " + model + " --prompt-ids 1 --device cuda"), "cuda");
   EXPECT_NE(run_tandem("generate --prompt-ids 1").exit_code, 0);  // --model is required
+}
+
+TEST(CliErrors, BatchModeAndEngineLimits) {
+  const std::string model = "generate --model " + testing::fixture_dir("tiny-text");
+  const fs::path dir = fs::temp_directory_path() / ("tandem_batch_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto file = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  expect_error(run_tandem(model + " --prompts " + (dir / "missing.jsonl").string()),
+               "cannot read --prompts file");
+  expect_error(
+      run_tandem(model + " --prompts " + file("bad.jsonl", "{\"prompt_ids\": [1]}\n{oops\n")),
+      "--prompts line 2: not valid JSON");
+  expect_error(run_tandem(model + " --prompts " +
+                          file("both.jsonl", "{\"prompt\": \"a\", \"prompt_ids\": [1]}\n")),
+               "--prompts line 1: give exactly one of prompt, prompt_ids");
+  expect_error(run_tandem(model + " --prompts " +
+                          file("type.jsonl", "{\"prompt_ids\": [1], \"max_tokens\": \"x\"}\n")),
+               "--prompts line 1: field 'max_tokens' has the wrong type");
+  expect_error(run_tandem(model + " --prompts " +
+                          file("range.jsonl", "{\"prompt_ids\": [1], \"top_p\": 2}\n")),
+               "--prompts line 1: top_p must be in (0, 1]");
+  expect_error(run_tandem(model + " --prompts " + file("oov.jsonl", "{\"prompt_ids\": [99999]}\n")),
+               "outside the vocabulary");
+  expect_error(run_tandem(model + " --prompts " + file("empty.jsonl", "\n")), "holds no request");
+  expect_error(run_tandem(model + " --prompt-ids 1 --max-num-batched-tokens 100"),
+               "--max-num-batched-tokens must be a positive multiple of 64");
+  expect_error(
+      run_tandem(model + " --prompt-ids 1 --max-num-seqs 200 --max-num-batched-tokens 128"),
+      "exceed --max-num-batched-tokens 128");
+  expect_error(run_tandem(model + " --prompt-ids 1 --kv-blocks 2 --max-model-len 1024"),
+               "--kv-blocks 2 cannot hold one sequence of --max-model-len 1024");
+  expect_error(run_tandem(model + " --prompt-ids 1 --gpu-memory-utilization 1.5"),
+               "--gpu-memory-utilization must be in (0, 1]");
+  fs::remove_all(dir);
 }
 
 TEST(CliErrors, BenchOptions) {

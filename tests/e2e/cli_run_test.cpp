@@ -1,6 +1,7 @@
 // The real binary on the happy path: score writes the logits .npy, generate --json reports the
-// documented stats, --spec-trace writes one JSON line per step with the documented keys, and
-// diverge reports "identical".
+// documented stats, --spec-trace writes one JSON line per step with the documented keys, diverge
+// reports "identical", and the offline batch mode (--prompts) answers every line in input order
+// with what a single-prompt run gives.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -71,13 +72,70 @@ TEST(CliRun, DivergeReportsIdentical) {
   EXPECT_EQ(text, "identical\n");
 }
 
+TEST(CliRun, BatchModeAnswersInOrderWithTheSoloOutputs) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string in = (dir / "tandem_prompts.jsonl").string();
+  const std::string out = (dir / "tandem_results.jsonl").string();
+  const std::vector<std::vector<int32_t>> prompts{
+      {5, 6, 7}, {1}, {9, 8, 7, 6, 5, 4, 3, 2, 1}, {100, 200, 300}, {42, 42}, {7, 1, 7, 1}};
+  {
+    std::ofstream f(in);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      f << nlohmann::json{{"prompt_ids", prompts[i]}, {"max_tokens", 10 + 3 * i}, {"id", i * 10}}
+               .dump()
+        << "\n";
+    }
+  }
+  auto [code, text] = run("generate " + kModel + " --prompts " + in + " --output " + out +
+                          " --ignore-eos --speculative mtp --num-speculative-tokens 2"
+                          " --max-num-seqs 4");
+  ASSERT_EQ(code, 0) << text;
+  std::ifstream res(out);
+  size_t i = 0;
+  for (std::string line; std::getline(res, line); ++i) {
+    const auto j = nlohmann::json::parse(line);
+    ASSERT_LT(i, prompts.size());
+    EXPECT_EQ(j["index"].get<size_t>(), i);
+    EXPECT_EQ(j["id"].get<size_t>(), i * 10);
+    EXPECT_EQ(j["tokens"].size(), 10 + 3 * i);
+    std::string ids;
+    for (int32_t t : prompts[i]) ids.append(std::to_string(t)).append(",");
+    ids.pop_back();
+    auto [c1, solo] = run("generate " + kModel + " --prompt-ids " + ids + " --json --ignore-eos" +
+                          " --max-tokens " + std::to_string(10 + 3 * i));
+    ASSERT_EQ(c1, 0);
+    EXPECT_EQ(j["tokens"], nlohmann::json::parse(solo)["tokens"]) << "prompt " << i;
+  }
+  EXPECT_EQ(i, prompts.size());
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
+}
+
 TEST(CliRun, HelpDocumentsEveryFlag) {
   auto [code, text] = run("generate --help");
   EXPECT_EQ(code, 0);
-  for (const char* flag :
-       {"--model", "--prompt-ids", "--max-tokens", "--json", "--threads", "--device",
-        "--speculative", "--num-speculative-tokens", "--temperature", "--top-k", "--top-p",
-        "--seed", "--spec-trace", "--no-cuda-graphs", "--no-pdl"})
+  for (const char* flag : {"--model",
+                           "--prompt-ids",
+                           "--max-tokens",
+                           "--json",
+                           "--threads",
+                           "--device",
+                           "--speculative",
+                           "--num-speculative-tokens",
+                           "--temperature",
+                           "--top-k",
+                           "--top-p",
+                           "--seed",
+                           "--spec-trace",
+                           "--no-cuda-graphs",
+                           "--no-pdl",
+                           "--prompts",
+                           "--output",
+                           "--max-num-seqs",
+                           "--max-num-batched-tokens",
+                           "--max-model-len",
+                           "--kv-blocks",
+                           "--gpu-memory-utilization"})
     EXPECT_NE(text.find(flag), std::string::npos) << flag;
 }
 

@@ -1,7 +1,8 @@
 // The persistent decode linear's work split (src/kernels/linear/linear_plan.h), checked on the
 // CPU over many shapes and GPUs: every k is covered exactly once by non-empty ranges the kernel
 // can copy (multiples of 8 k), the clusters fit and have work, and on the Qwen3.5-27B shapes the
-// busiest SM streams close to its fair share.
+// busiest SM streams close to its fair share; and the kernel's chunk loops (a model of them) run
+// production's k-steps in production's order whatever the chunk size (linear_masked_end).
 #include "kernels/linear/linear_plan.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::kernels {
@@ -87,6 +89,51 @@ TEST(LinearPlan, SplitsFollowTheShape) {
   EXPECT_GT(plan_linear(320, 17408, 1024, gpu.resident, gpu.sms).splits, 1);   // down_proj
   EXPECT_EQ(plan_linear(7, 4104, 1024, gpu.resident, gpu.sms).splits, 8);      // 7 tiles, long k
   EXPECT_EQ(plan_linear(7, 1024, 1024, gpu.resident, gpu.sms).splits, 2);      // k of 2 halves
+}
+
+// The k-steps (32 k each) that consumer warp `warp` of the decode kernel runs over a rank's range
+// of `len` k with chunks of chunk_k, in order, each with its real lanes (lane t reads k 8t..8t+7 of
+// the step; the rest are masked: zero operands). This is the kernel's loop: in each chunk, steps
+// warp, warp + 8, ... of the chunk; after the last chunk, for chunks shorter than the plan's, the
+// masked steps up to linear_masked_end.
+std::vector<std::pair<int64_t, int>> warp_steps(int64_t len, int64_t chunk_k, int warp) {
+  std::vector<std::pair<int64_t, int>> steps;
+  const auto run = [&](int64_t step) {
+    int real = 0;
+    for (int t = 0; t < 4; ++t) real += step * 32 + 8 * t < len ? 1 : 0;
+    steps.emplace_back(step, real);
+  };
+  const int64_t count = (len + chunk_k - 1) / chunk_k;
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t s = warp; s < chunk_k / 32; s += 8) run(i * chunk_k / 32 + s);
+  }
+  if (chunk_k < kLinearPlanChunkK) {
+    for (int64_t k = count * chunk_k + warp * 32; k < linear_masked_end(len); k += 8 * 32) {
+      run(k / 32);
+    }
+  }
+  return steps;
+}
+
+// Every configuration's chunks (256, 512 and production's 1024) give each warp the same k-steps in
+// the same order, masked ones included, over every range length (multiples of 8).
+TEST(LinearPlan, ChunksRunProductionsSteps) {
+  int checked = 0;
+  for (int64_t len = 8; len <= 6 * 1024 + 8; len += 8) {
+    for (int warp = 0; warp < 8; ++warp) {
+      const auto production = warp_steps(len, kLinearPlanChunkK, warp);
+      for (const int64_t chunk_k : {256, 512}) {
+        ASSERT_EQ(warp_steps(len, chunk_k, warp), production)
+            << "len " << len << " chunk " << chunk_k << " warp " << warp;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 769 * 8 * 2);
+  EXPECT_EQ(linear_masked_end(0), 0);
+  EXPECT_EQ(linear_masked_end(8), 1024);
+  EXPECT_EQ(linear_masked_end(1024), 1024);
+  EXPECT_EQ(linear_masked_end(2056), 3072);
 }
 
 }  // namespace

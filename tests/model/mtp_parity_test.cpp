@@ -43,14 +43,11 @@ TEST_P(MtpParity, TeacherForcedLogitsMatchReference) {
     const Tensor ref =
         read_npy(testing::golden_dir(name) + "/" + p["mtp_logits"].get<std::string>());
     ASSERT_EQ(ref.dim(0), n - 1);
-    SequenceState st(model->config(), StateConfig{.max_context = 512, .k_max = 1}, Device::kCpu,
-                     model->act_dtype(), true);
-    st.target.plan(seq.data(), n, 0, 512);
-    model->forward(st, n, StepKind::kPrefill, 0, Tensor(), n);
-    st.mtp.plan(seq.data() + 1, n - 1, 0, 512);
+    testing::Solo solo(*model);
+    solo.step(seq, false);
     Tensor hidden_out = Tensor::zeros({n - 1, model->config().hidden_size}, DType::kF32);
-    Tensor got = Tensor::zeros({n - 1, vocab}, DType::kF32);
-    model->mtp_forward(st, n - 1, model->hidden(n - 1), hidden_out, got, 0);
+    const Tensor got = solo.mtp(std::span<const int32_t>(seq.data() + 1, n - 1), 0,
+                                model->hidden(n - 1), hidden_out);
     double max_abs = 0, max_ref = 0;
     int mismatches = 0, checked = 0;
     for (int64_t t = 0; t < n - 1; ++t) {

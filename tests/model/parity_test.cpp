@@ -85,17 +85,16 @@ TEST_P(ModelParity, PrefillThenDecodeEqualsOnePrefill) {
   Generator whole(*model, nullptr, GeneratorOptions{.max_context = 512});
   const Tensor ref = whole.score(ids);
   // Prefill the first `split` tokens, then feed the rest one at a time as decode steps.
-  Generator gen(*model, nullptr, GeneratorOptions{.max_context = 512});
-  const std::vector<int32_t> head(ids.begin(), ids.begin() + split);
+  testing::Solo solo(*model);
   Tensor got = Tensor::zeros({static_cast<int64_t>(ids.size()), vocab}, DType::kF32);
-  got.slice(0, 0, split).copy_from(gen.score(head));
-  SequenceState& st = gen.state();
-  Tensor logits = Tensor::zeros({1, vocab}, DType::kF32);
+  for (int64_t s = 0; s < split; s += 64) {  // prefill chunks at multiples of 64
+    const int64_t n = std::min<int64_t>(64, split - s);
+    got.slice(0, s, s + n).copy_from(solo.step(std::span<const int32_t>(&ids[s], n), false));
+    solo.seq().commit_prefill(n);
+  }
   for (int64_t t = split; t < static_cast<int64_t>(ids.size()); ++t) {
-    st.target.plan(&ids[t], 1, t, 512);
-    model->forward(st, 1, StepKind::kVerify, t, logits, 0);
-    st.set_n_acc(1);
-    got.slice(0, t, t + 1).copy_from(logits);
+    got.slice(0, t, t + 1).copy_from(solo.step(std::span<const int32_t>(&ids[t], 1), true));
+    solo.seq().commit_verify(1);
   }
   const Compare c = compare_logits(got, ref);
   std::printf("[prefill+decode] %s max|diff|=%.3g rel=%.3g\n", name.c_str(), c.max_abs,

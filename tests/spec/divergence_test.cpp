@@ -1,5 +1,6 @@
-// The divergence finder says "identical" on correct code, and names a deliberately corrupted SSM
-// column (layer, step, state) when a test hook flips one element after a commit.
+// The divergence finder says "identical" on correct code, and names a deliberately corrupted GDN
+// state (layer, step, state) when a test hook flips one element of a committed state after a
+// commit.
 #include "engine/divergence.h"
 
 #include <gtest/gtest.h>
@@ -33,27 +34,31 @@ TEST(Divergence, NamesACorruptedSsmColumn) {
                         .max_tokens = 24,
                         .num_speculative_tokens = 3,
                         .max_context = 256};
-  opt.after_commit_hook = [&](SequenceState& st, int64_t step) {
+  opt.after_commit_hook = [&](Generator& gen, int64_t step) {
     if (step != 4) return;
-    Tensor col = st.gdn[gdn_layer].ssm.select(0, st.n_acc_host() - 1);
-    col.data<float>()[7] += 1e-3f;  // the column the next step reads
+    BatchEngine& e = gen.engine();
+    const Tensor ssm =
+        e.pool().views().layers[gdn_layer].ssm.select(0, e.cache(gen.current()).slot);
+    ssm.data<float>()[7] += 1e-3f;  // the committed state the next step folds into
   };
-  // The oracle accepts every draft, so the corrupted column is the last one (n_acc - 1 = 3).
+  // The oracle accepts every draft, so the next step folds n_acc = 4 rows.
   Generator plain(m, nullptr, GeneratorOptions{.max_context = 256});
   const auto reference =
       plain.generate(GenerateRequest{.prompt = opt.prompt, .max_tokens = 40}).tokens;
   const DivergenceReport r = find_divergence(
       m,
       [&] {
-        return std::make_unique<OracleDrafter>(reference, AcceptancePattern::parse("all"),
-                                               m.config().vocab_size);
+        auto o =
+            std::make_unique<OracleDrafter>(AcceptancePattern::parse("all"), m.config().vocab_size);
+        o->set_reference(0, reference);
+        return o;
       },
       opt);
   ASSERT_FALSE(r.identical);
-  EXPECT_EQ(r.state, "ssm column 3");
+  EXPECT_EQ(r.state, "ssm (after folding 4 rows)");
   EXPECT_EQ(r.step, 4);
   EXPECT_EQ(r.layer, gdn_layer);
-  EXPECT_NE(r.state.find("ssm column"), std::string::npos) << r.describe();
+  EXPECT_NE(r.state.find("ssm"), std::string::npos) << r.describe();
   EXPECT_EQ(r.index, 7);
   EXPECT_NE(r.plain, r.spec);
   std::printf("[diverge] %s\n", r.describe().c_str());

@@ -1,12 +1,15 @@
-// Invariant 1 on the CPU reference: greedy output with speculation is bit-identical to plain
-// decoding for every fixture, every k in 1..8 and every acceptance pattern (MTP and the oracle
-// drafter), and the GDN state a sequence reads after each commit (SSM column n_acc-1 and the conv
-// window at offset n_acc-1) equals, bit for bit, the state of a plain run at the same position.
+// Invariant 1 on the CPU reference, one sequence: greedy output with speculation is bit-identical
+// to plain decoding for every fixture, every k in 1..8 and every acceptance pattern (MTP and the
+// oracle drafter), and the committed state a sequence's next step reads after each commit (the
+// GDN state after folding the accepted rows, the conv window at offset n_acc, the KV of the
+// committed positions) equals, bit for bit, the state of a plain run at the same position.
+// Batches, arrivals, preemption and sampling: batch_exactness_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
 
+#include "engine/committed_state.h"
 #include "engine/generator.h"
 #include "spec/mtp_drafter.h"
 #include "spec/oracle_drafter.h"
@@ -22,20 +25,12 @@ std::vector<int32_t> prompt_of(const std::string& name) {
   return prompts[std::min<size_t>(2, prompts.size() - 1)]["ids"].get<std::vector<int32_t>>();
 }
 
-// The committed GDN state as the next step will read it, flattened.
-std::vector<float> committed_state(const SequenceState& st, const ModelConfig& c) {
+// The committed state as the next step will read it, flattened.
+std::vector<float> flat_state(Generator& gen) {
+  BatchEngine& e = gen.engine();
   std::vector<float> out;
-  const int32_t col = st.n_acc_host() - 1;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const GdnLayerState& g = st.gdn[l];
-    if (!g.ssm.raw()) continue;
-    const Tensor ssm = g.ssm.select(0, col);
-    out.insert(out.end(), ssm.data<float>(), ssm.data<float>() + ssm.numel());
-    for (int64_t ch = 0; ch < g.conv_history.dim(0); ++ch) {
-      const float* h = g.conv_history.data<float>() + ch * g.conv_history.stride(0) + col;
-      out.insert(out.end(), h, h + c.conv_kernel - 1);
-    }
-  }
+  for (const NamedState& s : committed_state(e.model(), e.pool(), e.cache(gen.current())))
+    out.insert(out.end(), s.values.begin(), s.values.end());
   return out;
 }
 
@@ -47,9 +42,7 @@ struct PlainRun {
 PlainRun plain_run(Qwen35Model& model, const std::vector<int32_t>& prompt, int n_tokens) {
   PlainRun r;
   Generator gen(model, nullptr, GeneratorOptions{.max_context = 512});
-  gen.after_commit = [&](int64_t, int64_t n_past) {
-    r.state_at[n_past] = committed_state(gen.state(), model.config());
-  };
+  gen.after_commit = [&](int64_t, int64_t n_past) { r.state_at[n_past] = flat_state(gen); };
   r.tokens = gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = n_tokens}).tokens;
   return r;
 }
@@ -63,7 +56,7 @@ void expect_exact(Qwen35Model& model, const PlainRun& plain, const std::vector<i
   gen.after_commit = [&](int64_t, int64_t n_past) {
     auto it = plain.state_at.find(n_past);
     if (it == plain.state_at.end()) return;
-    const std::vector<float> s = committed_state(gen.state(), model.config());
+    const std::vector<float> s = flat_state(gen);
     ++state_checks;
     state_mismatches += s.size() != it->second.size() ||
                         std::memcmp(s.data(), it->second.data(), s.size() * sizeof(float)) != 0;
@@ -98,8 +91,9 @@ TEST_P(Exactness, OracleEqualsPlainForEveryPattern) {
                                           "random:11", "seq:8,0", "seq:0,8,2"};
   for (int k = 1; k <= 8; ++k) {
     for (const std::string& pat : patterns) {
-      auto oracle = std::make_unique<OracleDrafter>(reference.tokens, AcceptancePattern::parse(pat),
+      auto oracle = std::make_unique<OracleDrafter>(AcceptancePattern::parse(pat),
                                                     model->config().vocab_size);
+      oracle->set_reference(0, reference.tokens);  // the generator's first request
       expect_exact(*model, plain, prompt, std::move(oracle), k,
                    name + " oracle k=" + std::to_string(k) + " pattern=" + pat);
     }
@@ -112,8 +106,9 @@ TEST(OraclePattern, ProducesTheRequestedAcceptance) {
   const PlainRun reference = plain_run(*model, prompt, 64);
   for (const auto& [pat, expected] :
        std::vector<std::pair<std::string, double>>{{"all", 4.0}, {"none", 1.0}, {"first:1", 2.0}}) {
-    auto oracle = std::make_unique<OracleDrafter>(reference.tokens, AcceptancePattern::parse(pat),
-                                                  model->config().vocab_size);
+    auto oracle =
+        std::make_unique<OracleDrafter>(AcceptancePattern::parse(pat), model->config().vocab_size);
+    oracle->set_reference(0, reference.tokens);
     Generator gen(*model, std::move(oracle),
                   GeneratorOptions{.num_speculative_tokens = 3, .max_context = 512});
     const auto r = gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = 40});

@@ -1,6 +1,7 @@
-// Sampling: seeded runs are reproducible (plain and speculative), and on a small vocabulary the
-// speculative rejection sampler emits tokens with the target's distribution, exactly like plain
-// sampling: chi-square goodness of fit, fixed seed, threshold = the 0.1% critical value.
+// Sampling: seeded runs are reproducible, speculative sampling emits exactly what plain sampling
+// emits (the coupled acceptance rule, acceptance.h), and on a small vocabulary the emitted tokens
+// have the target's distribution: chi-square goodness of fit over many seeds, threshold = the
+// 0.1% critical value.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -50,15 +51,16 @@ TEST(Sampling, SpeculativeAcceptanceEmitsTheTargetDistribution) {
                                 {{.temperature = 0.7f, .top_k = 5}, {6, 1}},
                                 {{.temperature = 1.3f, .top_p = 0.8f}, {0, 5}}};
   for (const Case& c : cases) {
-    std::mt19937_64 rng(1234);
     std::vector<int64_t> first(kVocab, 0), second(kVocab, 0), plain(kVocab, 0);
     const std::vector<float> p0 = target_distribution(logits_rows[0], kVocab, c.params);
     const std::vector<float> p1 = target_distribution(logits_rows[1], kVocab, c.params);
     for (int64_t t = 0; t < kTrials; ++t) {
-      const Verdict v = accept(logits, c.drafts, c.params, rng);
+      SamplingParams p = c.params;
+      p.seed = static_cast<uint64_t>(t);  // one request per trial
+      const Verdict v = accept_sampled(logits, c.drafts, p, 100);
       ++first[v.emitted[0]];
       if (v.emitted.size() >= 2) ++second[v.emitted[1]];  // given the first draft was accepted
-      ++plain[draw(p0, rng)];
+      ++plain[draw(p0, uniform_at(1000000 + static_cast<uint64_t>(t), 100))];
     }
     int dof;
     const double chi_first = chi_square(first, p0, &dof);
@@ -95,8 +97,7 @@ TEST(Sampling, GreedyFromIdsEqualsGreedyFromLogits) {
     for (int j = 0; j < k; ++j) {  // agree with the target for a while, then maybe not
       drafts.push_back(j < trial % 4 ? ids[j] : static_cast<int32_t>(rng() % kVocab));
     }
-    std::mt19937_64 unused(0);
-    const Verdict a = accept(logits, drafts, SamplingParams{}, unused);
+    const Verdict a = accept_sampled(logits, drafts, SamplingParams{}, 0);
     const Verdict b = accept_greedy(ids, drafts);
     EXPECT_EQ(a.n_acc, b.n_acc) << "trial " << trial;
     EXPECT_EQ(a.emitted, b.emitted) << "trial " << trial;
@@ -125,6 +126,24 @@ TEST(Sampling, SeededRunsAreReproducible) {
   EXPECT_EQ(run(0, 7), run(0, 7));
   EXPECT_EQ(run(3, 7), run(3, 7));
   EXPECT_NE(run(0, 7), run(0, 8));
+  // The coupled rule: speculative sampling emits exactly what plain sampling emits.
+  EXPECT_EQ(run(3, 7), run(0, 7));
+  EXPECT_EQ(run(1, 8), run(0, 8));
+}
+
+// Position-keyed draws: a token's uniform number depends only on (seed, position).
+TEST(Sampling, UniformNumbersDependOnSeedAndPositionOnly) {
+  EXPECT_EQ(uniform_at(7, 100), uniform_at(7, 100));
+  EXPECT_NE(uniform_at(7, 100), uniform_at(7, 101));
+  EXPECT_NE(uniform_at(7, 100), uniform_at(8, 100));
+  double sum = 0;
+  for (int64_t p = 0; p < 100000; ++p) {
+    const double u = uniform_at(3, p);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 100000, 0.5, 0.01);
 }
 
 }  // namespace

@@ -1,14 +1,18 @@
-// CUDA gated paged attention for prefill (n_tokens > kAttentionMaxDecodeTokens): flash-attention
-// style, one pass over the KV with an online softmax and no scratch. Decode and verify never come
-// here (attention_cuda.cu).
-// One CTA per (block of 16 * kWarps query rows, kv head); rows are the (token, q head) pairs of
-// that kv head, so K/V tiles are shared by the whole GQA group. Warp w owns rows 16w..16w+15 and
-// keeps their output (16 x d f32) in registers. K and V tiles of 64 positions stream through two
-// double-buffered shared-memory stages (cp.async); S = Q K^T and O += P V are mma.sync m16n8k16
-// with P taken straight from the S accumulators.
+// CUDA gated paged attention, prefill family (AttentionArgs::prefill): flash-attention style, one
+// pass over the KV with an online softmax and no scratch, for a batch of sequences of any rows.
+// Decode and verify rows never come here (attention_cuda.cu).
+// One CTA per (block of 16 * kWarps (row, q head) pairs of one sequence, kv head), so K/V tiles
+// are shared by the whole GQA group. Warp w owns pairs 16w..16w+15 and keeps their output
+// (16 x d f32) in registers. K and V tiles of 64 positions stream through two double-buffered
+// shared-memory stages (cp.async); S = Q K^T and O += P V are mma.sync m16n8k16 with P taken
+// straight from the S accumulators. The grid is a bound on the call's row blocks (host-known
+// sequences and rows); each CTA finds its (sequence, row block) through a prefix sum over the
+// sequences' rows, the last row blocks (most work) of the last sequences first.
 // Row invariance among prefill calls: tiles sit at fixed multiples of 64 positions from 0, every
 // per-row reduction has a fixed order, and tiles past a row's causal limit are exact no-ops, so a
 // row's bits depend only on its inputs and position (not bit-equal to the decode kernel's rows).
+#include <algorithm>
+
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_cuda.cuh"
 
@@ -35,15 +39,17 @@ struct PrefillSmem {
   static constexpr size_t kK = kQ + size_t{kRows} * kLd * 2;  // [2][kTileN][kLd]
   static constexpr size_t kV = kK + 2 * kTile;                // [2][kTileN][kLd]
   static constexpr size_t kSlot = kV + 2 * kTile;             // [2][kTileN] cache slots
-  static constexpr size_t kBytes = kSlot + 2 * kTileN * 4;
+  static constexpr size_t kPrefix = kSlot + 2 * kTileN * 4;   // then seq_prefix_bytes(n_seqs)
+  static_assert(kPrefix % 16 == 0, "the prefix sum starts 16-byte aligned");
 };
 
 // Cache slots of positions tile*64 .. tile*64+63 (-1 past `last`, the block's last visible
 // position), computed once per tile so that the loads below need no division or table lookup.
-__device__ __forceinline__ void tile_slots(int32_t* dst, const AttnParams& p, int tile, int last) {
+__device__ __forceinline__ void tile_slots(int32_t* dst, const AttnParams& p, const int32_t* table,
+                                           int tile, int last) {
   if (threadIdx.x < kTileN) {
     const int pos = tile * kTileN + threadIdx.x, bs = static_cast<int>(p.block_size);
-    dst[threadIdx.x] = pos <= last ? p.block_table[pos / bs] * bs + pos % bs : -1;
+    dst[threadIdx.x] = pos <= last ? table[pos / bs] * bs + pos % bs : -1;
   }
 }
 
@@ -57,14 +63,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnP
   auto* k_s = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kK);
   auto* v_s = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kV);
   auto* slot_s = reinterpret_cast<int32_t*>(smem_raw + L::kSlot);
+  auto* prefix = reinterpret_cast<int*>(smem_raw + L::kPrefix);
 
+  const int n_items = seq_prefix(p.n_seqs, prefix, [&](int s) {
+    const int rows = seq_view(p, s).n * p.group;
+    return (rows + kRows - 1) / kRows;
+  });
+  const int item = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // latest rows first
+  if (item >= n_items) return;
+  const int seq = find_seq(prefix, p.n_seqs, item);
+  const SeqView sq = seq_view(p, seq);
   const int hk = blockIdx.y;
-  const int rows_total = static_cast<int>(p.nq) * p.group;
-  const int row0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // latest rows (most work) first
+  const int rows_total = sq.n * p.group;
+  const int row0 = (item - prefix[seq]) * kRows;
   const int n_rows = min(kRows, rows_total - row0);
-  const int64_t kv_len = device_kv_len(p);
-  const int first_last = static_cast<int>(last_pos(p, kv_len, row0 / p.group));
-  const int block_last = static_cast<int>(last_pos(p, kv_len, (row0 + n_rows - 1) / p.group));
+  const int first_last = static_cast<int>(sq.last(row0 / p.group));
+  const int block_last = static_cast<int>(sq.last((row0 + n_rows - 1) / p.group));
   const int n_tiles = block_last < 0 ? 0 : (block_last + kTileN) / kTileN;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c4 = lane & 3;
@@ -74,13 +88,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnP
     const bool valid = r < n_rows;
     const __nv_bfloat16* src = p.q;
     if (valid) {
-      const int rr = row0 + r, t = rr / p.group, h = hk * p.group + rr % p.group;
+      const int rr = row0 + r, t = sq.row0 + rr / p.group, h = hk * p.group + rr % p.group;
       src = p.q + t * p.q_s0 + h * p.q_s1 + e;
     }
     cp_async16(q_s + r * kLd + e, src, valid);
   }
-  tile_slots(slot_s, p, 0, block_last);
-  tile_slots(slot_s + kTileN, p, 1, block_last);
+  tile_slots(slot_s, p, sq.table, 0, block_last);
+  tile_slots(slot_s + kTileN, p, sq.table, 1, block_last);
   __syncthreads();
   if (n_tiles > 0) load_kv_tile<kD, kThreads, kTileN>(k_s, v_s, p, hk, slot_s);
   cp_async_commit();
@@ -89,7 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnP
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = warp * 16 + g + 8 * h;
-    lim[h] = r < n_rows ? static_cast<int>(last_pos(p, kv_len, (row0 + r) / p.group)) : -1;
+    lim[h] = r < n_rows ? static_cast<int>(sq.last((row0 + r) / p.group)) : -1;
   }
   float o[kNT][4];
 #pragma unroll
@@ -105,7 +119,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnP
                                          slot_s + ((t + 1) & 1) * kTileN);
     }
     cp_async_commit();
-    tile_slots(slot_s + (t & 1) * kTileN, p, t + 2, block_last);  // read after the next barrier
+    tile_slots(slot_s + (t & 1) * kTileN, p, sq.table, t + 2, block_last);  // after the barrier
     const __nv_bfloat16* kt = k_s + (t & 1) * kTileN * kLd;
     const __nv_bfloat16* vt = v_s + (t & 1) * kTileN * kLd;
     float s[kST][4];
@@ -182,7 +196,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnP
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int r = warp * 16 + g + 8 * h;
     if (r >= n_rows) continue;
-    const int rr = row0 + r, tok = rr / p.group, hq = hk * p.group + rr % p.group;
+    const int rr = row0 + r, tok = sq.row0 + rr / p.group, hq = hk * p.group + rr % p.group;
     __nv_bfloat16* dst = p.out + tok * p.out_s0 + hq * p.out_s1;
     const __nv_bfloat16* gate = p.gate ? p.gate + tok * p.g_s0 + hq * p.g_s1 : nullptr;
 #pragma unroll
@@ -199,42 +213,46 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_prefill_kernel(AttnP
   }
 }
 
+// Row blocks of the call at most: sum_s ceil(R_s / K) <= (sum_s R_s + n_seqs (K - 1)) / K with
+// sum_s R_s <= rows_bound x group, and <= n_seqs x ceil(max R_s / K); exact for one sequence.
+int64_t block_bound(const AttnParams& p, int64_t rows_bound, int64_t max_rows, int rows_per_cta) {
+  const int64_t k = rows_per_cta;
+  return std::min((rows_bound * p.group + p.n_seqs * (k - 1)) / k,
+                  p.n_seqs * ((max_rows * p.group + k - 1) / k));
+}
+
 template <int kD, int kWarps>
-void launch(const AttnParams& p, cudaStream_t s) {
-  constexpr size_t smem = PrefillSmem<kD, kWarps>::kBytes;
+void launch(const AttnParams& p, int64_t blocks, cudaStream_t s) {
+  constexpr size_t smem = PrefillSmem<kD, kWarps>::kPrefix;
+  static_assert(smem + seq_prefix_bytes(kMaxSeqs) + 256 <= kSmemPerBlock, "prefill shared memory");
   auto* kernel = attention_prefill_kernel<kD, kWarps>;
   // Once per process and instantiation (the attribute is per device; one device per process).
-  static const cudaError_t opted_in = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  static const cudaError_t opted_in =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem + seq_prefix_bytes(kMaxSeqs)));
   cuda::check(opted_in, "cudaFuncSetAttribute(attention_prefill_kernel)");
-  const int rows = static_cast<int>(p.nq) * p.group;
-  const dim3 grid(cuda::ceil_div(rows, 16 * kWarps), p.hkv);
-  kernel<<<grid, kWarps * 32, smem, s>>>(p);
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(blocks, 1)), p.hkv);
+  kernel<<<grid, kWarps * 32, smem + seq_prefix_bytes(p.n_seqs), s>>>(p);
   cuda::check_launch("attention_prefill_kernel");
 }
 
 }  // namespace
 
-void launch_prefill(const AttnParams& p, int head_dim, cudaStream_t s) {
+void launch_prefill(const AttnParams& p, int head_dim, int64_t rows_bound, int64_t max_rows,
+                    cudaStream_t s) {
   // 8 warps (128 rows) per CTA, or 6 when that fills the last wave of CTAs better: a CTA's time
   // grows with its rows, so the estimate is waves x rows per CTA. Only the work split changes,
-  // never a row's arithmetic.
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cuda::check(cudaGetDevice(&dev), "cudaGetDevice");
-    cuda::check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev),
-                "cudaDeviceGetAttribute");
-    return n;
-  }();
-  const int64_t rows = p.nq * p.group;
+  // never a row's arithmetic; it depends on host bounds only.
+  const int sms = cuda::sm_count();
   auto cost = [&](int warps) {
-    const int64_t ctas = cuda::ceil_div(rows, 16 * warps) * int64_t{p.hkv};
+    const int64_t ctas = block_bound(p, rows_bound, max_rows, 16 * warps) * p.hkv;
     return (ctas + sms - 1) / sms * warps;
   };
   const bool six = cost(6) < cost(8);
-  if (head_dim == 64) six ? launch<64, 6>(p, s) : launch<64, 8>(p, s);
-  if (head_dim == 128) six ? launch<128, 6>(p, s) : launch<128, 8>(p, s);
-  if (head_dim == 256) six ? launch<256, 6>(p, s) : launch<256, 8>(p, s);
+  const int64_t blocks = block_bound(p, rows_bound, max_rows, six ? 96 : 128);
+  if (head_dim == 64) six ? launch<64, 6>(p, blocks, s) : launch<64, 8>(p, blocks, s);
+  if (head_dim == 128) six ? launch<128, 6>(p, blocks, s) : launch<128, 8>(p, blocks, s);
+  if (head_dim == 256) six ? launch<256, 6>(p, blocks, s) : launch<256, 8>(p, blocks, s);
 }
 
 }  // namespace tandem::kernels::attn

@@ -1,6 +1,6 @@
 // CPU reference attention: for each query row and head, a plain fp32 softmax over the causal
-// prefix, read through the block table. Each row is computed alone, so results do not depend on
-// how many rows share the call (row invariance).
+// prefix of its sequence, read through that sequence's block table. Each row is computed alone,
+// so results do not depend on how many rows or sequences share the call (row invariance).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -10,29 +10,59 @@
 
 namespace tandem::kernels {
 
+namespace {
+
+struct RowTask {
+  int64_t row, seq, last;  // last: the row's position (it attends to [0, last])
+};
+
+}  // namespace
+
 void attention_ref(const AttentionArgs& a, const ExecContext& ctx) {
   ref::expect_f32_act(a.q, "attention.q");
   ref::expect_f32_act(a.out, "attention.out");
-  const int64_t n = a.q.dim(0), hq = a.q.dim(1), d = a.q.dim(2);
+  expect_seq_layout(a.seqs, "attention");
+  expect_per_seq(a.kv_len, a.seqs, "attention", "kv_len");
+  expect_per_seq(a.block_tables, a.seqs, "attention", "block_tables");
+  const int64_t hq = a.q.dim(1), d = a.q.dim(2);
   const int64_t block_size = a.k_cache.dim(1), hkv = a.k_cache.dim(2);
-  TANDEM_CHECK(hq % hkv == 0 && a.k_cache.dim(3) == d, "attention: q {} vs cache {}",
-               a.q.describe(), a.k_cache.describe());
-  const int64_t group = hq / hkv;
-  const int32_t kv_len = a.kv_len.data<const int32_t>()[0];
-  TANDEM_CHECK(kv_len >= n && kv_len <= a.block_table.dim(0) * block_size,
-               "attention: kv_len {} inconsistent with {} query rows / block table", kv_len, n);
+  const int64_t n_blocks = a.k_cache.dim(0);
+  TANDEM_CHECK(hq % hkv == 0 && a.k_cache.dim(3) == d && a.block_tables.ndim() == 2,
+               "attention: q {} vs cache {} / block tables {}", a.q.describe(),
+               a.k_cache.describe(), a.block_tables.describe());
+  const int64_t group = hq / hkv, max_blocks = a.block_tables.dim(1);
   const float scale = a.scale > 0.f ? a.scale : 1.f / std::sqrt(static_cast<float>(d));
-  const int32_t* table = a.block_table.data<const int32_t>();
   const bool gated = a.gate.raw() != nullptr;
-  auto slot = [&](int64_t pos, int64_t h) {
-    return ((table[pos / block_size] * block_size + pos % block_size) * hkv + h) * d;
-  };
-#pragma omp parallel for num_threads(ref::threads_for(ctx, n* hq* kv_len* d)) schedule(static) \
+  const int32_t* row_start = a.seqs.row_start.data<const int32_t>();
+  std::vector<RowTask> tasks;
+  int64_t work = 0;
+  for (int64_t s = 0; s < a.seqs.n_seqs; ++s) {
+    const int64_t n = row_start[s + 1] - row_start[s];
+    const int32_t kv_len = a.kv_len.data<const int32_t>()[s];
+    TANDEM_CHECK(kv_len >= n && kv_len <= max_blocks * block_size,
+                 "attention: sequence {} kv_len {} inconsistent with {} rows / {} table entries", s,
+                 kv_len, n, max_blocks);
+    const int32_t* table = a.block_tables.data<const int32_t>() + s * a.block_tables.stride(0);
+    for (int64_t b = 0; b < (kv_len + block_size - 1) / block_size; ++b)
+      TANDEM_CHECK(table[b] >= 0 && table[b] < n_blocks,
+                   "attention: sequence {} block {} is {}, outside [0, {})", s, b, table[b],
+                   n_blocks);
+    for (int64_t i = 0; i < n; ++i) tasks.push_back({row_start[s] + i, s, kv_len - n + i});
+    work += n * kv_len;
+  }
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size());
+#pragma omp parallel for num_threads(ref::threads_for(ctx, work* hq* d)) schedule(static) \
     collapse(2)
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t ti = 0; ti < n_tasks; ++ti) {
     for (int64_t h = 0; h < hq; ++h) {
-      const int64_t last = kv_len - n + i;  // causal: this row sees positions [0, last]
-      const int64_t hk = h / group;
+      const RowTask& task = tasks[ti];
+      const int32_t* table =
+          a.block_tables.data<const int32_t>() + task.seq * a.block_tables.stride(0);
+      auto slot = [&](int64_t pos, int64_t head) {  // table entries checked above
+        const int64_t block = table[pos / block_size];
+        return ((block * block_size + pos % block_size) * hkv + head) * d;
+      };
+      const int64_t i = task.row, last = task.last, hk = h / group;
       const float* q = a.q.data<const float>() + i * a.q.stride(0) + h * a.q.stride(1);
       std::vector<float> p(last + 1);
       float m = -INFINITY;

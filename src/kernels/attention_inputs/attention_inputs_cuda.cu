@@ -1,9 +1,10 @@
-// CUDA attention inputs: one launch of (q rows + k rows) blocks. A q block norms and rotates one
-// (token, q head) row in place; a k block does the same for one (token, kv head) row with the
-// k_norm weights and then, after a block barrier, copies that row and the matching v row to the
-// cache slot, as kv_cache_write_kernel does. The row arithmetic is rms_norm_cuda.cuh's, so q and k
-// are bit for bit the separate rms_norm launches (tested). Anything the vector row cannot take
-// runs the three separate ops (attention_inputs_unfused).
+// CUDA attention inputs: one launch of (q rows + k rows) blocks over the rows of any number of
+// sequences. A q block norms and rotates one (row, q head) in place at positions[row]; a k block
+// does the same for one (row, kv head) with the k_norm weights and then, after a block barrier,
+// copies that row and the matching v row to cache row kv.slots[row] (skipped when negative or
+// beyond the cache), as kv_cache_write_kernel does. The row arithmetic is rms_norm_cuda.cuh's, so
+// q and k are bit for bit the separate rms_norm launches (tested). Anything the vector row cannot
+// take runs the three separate ops (attention_inputs_unfused).
 #include "kernels/attention_inputs/attention_inputs.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/rms_norm/rms_norm_cuda.cuh"
@@ -17,9 +18,9 @@ struct InputsParams {
   cuda::AnyFloatPtr q_w, k_w;
   int64_t n_heads_q, n_heads_kv, dim;
   float eps;
-  cuda::RopeParams rope;
-  const int32_t* table;
-  int64_t max_blocks, block_size;
+  cuda::RopeParams rope;  // positions[row]: the RoPE position
+  const int32_t* slots;   // [rows]: cache row of each row's K/V
+  int64_t cache_rows;
   __nv_bfloat16 *k_cache, *v_cache;
 };
 
@@ -32,13 +33,12 @@ __global__ void attention_inputs_kernel(InputsParams p, int64_t q_rows) {
   cuda::pdl_begin();
   // The position and the k row's cache slot load first: their latency overlaps the row's.
   const int64_t pos = p.rope.positions[r];
-  const bool in_table = pos >= 0 && pos / p.block_size < p.max_blocks;
-  const int64_t block = !is_q && in_table ? p.table[pos / p.block_size] : 0;
+  const int64_t cache_row = is_q ? -1 : p.slots[r];
   __nv_bfloat16* row = (is_q ? p.q : p.k).at(r, h);
   cuda::vec_norm_row(row, row, row, false, wv, p.dim, p.eps, p.rope, static_cast<float>(pos));
-  if (is_q || !in_table) return;
+  if (cache_row < 0 || cache_row >= p.cache_rows) return;  // a q block, or a row not written
   __syncthreads();  // the block's stores of the rotated k row are visible to all its threads
-  const int64_t slot = (block * p.block_size + pos % p.block_size) * p.n_heads_kv + h;
+  const int64_t slot = cache_row * p.n_heads_kv + h;
   const __nv_bfloat16* vs = p.v.at(r, h);
   for (int64_t i = threadIdx.x * 8; i < p.dim; i += blockDim.x * 8) {
     *reinterpret_cast<uint4*>(p.k_cache + slot * p.dim + i) =
@@ -62,8 +62,10 @@ bool fusable(const AttentionInputsArgs& a) {
          d <= 8 * cuda::kVecChunks * 1024 && kv.k.dim(2) == d && kv.v.shape() == kv.k.shape() &&
          a.q.dim(0) == kv.k.dim(0) && a.rope_dim > 0 && a.rope_dim % 8 == 0 &&
          a.rope_dim <= std::min<int64_t>(d, cuda::kRopeMaxDim) &&
-         kv.positions.dtype() == DType::kI32 && kv.positions.numel() >= a.q.dim(0) &&
-         kv.block_table.dtype() == DType::kI32 && kv.k_cache.dtype() == DType::kBF16 &&
+         a.positions.dtype() == DType::kI32 && a.positions.ndim() == 1 &&
+         a.positions.dim(0) >= a.q.dim(0) && a.positions.stride(0) == 1 &&
+         kv.slots.dtype() == DType::kI32 && kv.slots.ndim() == 1 && kv.slots.dim(0) >= a.q.dim(0) &&
+         kv.slots.stride(0) == 1 && kv.k_cache.dtype() == DType::kBF16 &&
          kv.v_cache.dtype() == DType::kBF16 && kv.k_cache.is_contiguous() &&
          kv.v_cache.is_contiguous() && kv.k_cache.ndim() == 4 &&
          kv.k_cache.shape() == kv.v_cache.shape() && kv.k_cache.dim(2) == kv.k.dim(1) &&
@@ -80,7 +82,7 @@ void attention_inputs_cuda(const AttentionInputsArgs& a, const ExecContext& ctx)
   for (const auto& [t, name] :
        {std::pair{&a.q, "q"}, std::pair{&kv.k, "k"}, std::pair{&kv.v, "v"},
         std::pair{&kv.k_cache, "k_cache"}, std::pair{&kv.v_cache, "v_cache"},
-        std::pair{&kv.positions, "positions"}, std::pair{&kv.block_table, "block_table"}}) {
+        std::pair{&a.positions, "positions"}, std::pair{&kv.slots, "slots"}}) {
     cuda::expect_cuda(*t, op, name);
   }
   const auto view = [](const Tensor& t) {
@@ -97,10 +99,9 @@ void attention_inputs_cuda(const AttentionInputsArgs& a, const ExecContext& ctx)
                        hkv,
                        d,
                        a.eps,
-                       {kv.positions.data<const int32_t>(), a.rope_dim / 2, a.rope_theta},
-                       kv.block_table.data<const int32_t>(),
-                       kv.block_table.dim(0),
-                       kv.k_cache.dim(1),
+                       {a.positions.data<const int32_t>(), a.rope_dim / 2, a.rope_theta},
+                       kv.slots.data<const int32_t>(),
+                       kv.k_cache.dim(0) * kv.k_cache.dim(1),
                        kv.k_cache.data<__nv_bfloat16>(),
                        kv.v_cache.data<__nv_bfloat16>()};
   cuda::launch_pdl(attention_inputs_kernel, static_cast<unsigned>(n * (hq + hkv)),

@@ -1,25 +1,34 @@
-// Depthwise causal conv1d + SiLU over the GDN channels [q | k | v], with a conv history that
-// carries the speculative semantics (DESIGN.md section 4, reference section 3.3):
-//   o = n_acc - 1;  window = history[:, o : o + Kc - 1]
-//   y[t, c] = silu( sum_j w[c, j] * seq[t + j, c] ),  seq = [window, x_0 .. x_{T-1}]
-//   kSpec:    history[:, 0 : Kc - 2 + T] = window[:, 1:] ++ x      (in place; T <= hist_len-Kc+2)
-//   kCompact: history[:, 0 : Kc - 1] = last Kc-1 of [window, x]     (prefill; next n_acc is 1)
-// A plain decode step is kSpec with T = 1 and n_acc = 1: there is one read rule and no rollback.
+// Depthwise causal conv1d + SiLU over the GDN channels [q | k | v] of a batch of sequences, each
+// with its conv history in one slot of a pool. The history carries the speculative semantics of
+// DESIGN.md invariant 3 (section 4; reference section 3.3). Per sequence s, rows x_0 .. x_{T-1},
+// with o = n_acc[s] and H = history[slot[s]]:
+//   window = H[:, o : o + Kc - 1]          the Kc - 1 raw inputs before the sequence's first row
+//   y[t, c] = silu( sum_j w[c, j] * seq[t + j, c] ),   seq = [window, x_0 .. x_{T-1}]
+//   kSpec:    H[:, 0 : Kc - 1 + T] = seq   (decode/verify; in place)
+//   kCompact: H[:, 0 : Kc - 1] = the last Kc - 1 of seq   (a prefill chunk)
+// n_acc is what the last commit left: the number of the last step's rows that were accepted
+// (1..T after a verify step, so the next window starts right after the last accepted input), and 0
+// after a prefill chunk (whose history is already compact). A plain decode step is kSpec with
+// T = 1; there is one read rule and no rollback. Padding rows of a sequence (a graph bucket's
+// filler drafts) are written but never read: the next window ends at row n_acc - 1.
 #pragma once
 
 #include "core/exec_context.h"
 #include "core/tensor.h"
+#include "kernels/seq_layout.h"
 
 namespace tandem::kernels {
 
 enum class ConvHistoryMode { kSpec, kCompact };
 
 struct Conv1dArgs {
-  Tensor x;        // act [n_tokens, channels] raw projection (row stride may exceed channels)
+  Tensor x;        // act [n_rows, channels] raw projection (row stride may exceed channels)
   Tensor weight;   // bf16|f16|f32 [channels, 1, kernel] as in the checkpoint
-  Tensor history;  // act [channels, hist_len], hist_len = kernel - 1 + k_max
-  Tensor n_acc;    // i32 [1]: accepted tokens of the last step (1 after prefill or plain decode)
-  Tensor out;      // act [n_tokens, channels]
+  Tensor history;  // act [n_slots, channels, hist_len], hist_len >= kernel - 1 + rows of a step
+  Tensor out;      // act [n_rows, channels]
+  SeqLayout seqs;
+  Tensor slot;   // i32 [n_seqs]: the history slot of each sequence
+  Tensor n_acc;  // i32 [n_seqs]: window offset, 0..hist_len - kernel + 1
   ConvHistoryMode mode = ConvHistoryMode::kSpec;
 };
 

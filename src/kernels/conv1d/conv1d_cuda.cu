@@ -1,10 +1,17 @@
-// CUDA depthwise causal conv1d + SiLU with the speculative conv history (conv1d.h). Outputs read
-// the window at offset n_acc - 1 of the old history; then the history is rewritten in place
-// (kSpec or kCompact), per channel in ascending order (reads stay ahead of writes). Up to 64
-// tokens (decode, verify) one launch does both, one thread per channel; longer calls (prefill)
-// compute outputs with one thread per (channel, chunk of 64 tokens) and rewrite the history in a
-// second launch. n_acc is read on the device (graph-safe). Every output is the same fixed-order
-// sum whichever launch computes it.
+// CUDA depthwise causal conv1d + SiLU with a speculative conv history per slot (conv1d.h), all the
+// call's sequences in one launch. Per sequence s (o = n_acc[s], H = history[slot[s]]) a thread of
+// channel c reads the window H[c, o : o + Kc - 1] into registers before the PDL wait (only this op
+// writes the history, two or more launches back, and a call's sequences own their slots), forms
+// the outputs from [window, x_0 .. x_{T-1}] after it, then rewrites H[c] in place.
+//   kSpec, and kCompact when every sequence has <= 64 rows (decode, verify, short chunks): grid
+//     (channel blocks, sequences), one thread per (channel, sequence) computes all its rows and
+//     writes H[c, 0 : Kc - 1 + T] = window ++ x (kSpec) or the last Kc - 1 of them (kCompact).
+//   kCompact with longer rows (prefill): grid (channel blocks, row chunks of 64, sequences). Only
+//     rows t < Kc - 1 read the window, all in chunk 0, so the chunk-0 thread of a channel is the
+//     only one that reads H[c] or writes it (the last Kc - 1 inputs come from its window and x);
+//     the other chunks read x only. No second launch, no race.
+// Every output is the same fixed-order fma sum whichever path computes it (row invariance).
+// Not here: kernel sizes above 8.
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/cuda_common.cuh"
 
@@ -13,31 +20,56 @@ namespace tandem::kernels {
 namespace {
 
 constexpr int kMaxKernel = 8;
-constexpr int kTokenChunk = 64;
+constexpr int kRowChunk = 64;
 constexpr int kThreads = 128;
 
 struct ConvParams {
-  const __nv_bfloat16* x;
+  const __nv_bfloat16* x;  // rows are absolute (SeqLayout)
   int64_t x_stride;
   cuda::AnyFloatPtr w;  // [channels, kernel]
-  __nv_bfloat16* hist;
-  int64_t hist_stride, hist_len;
-  const int32_t* n_acc;
+  __nv_bfloat16* hist;  // [n_slots, channels, hist_len]
+  int64_t hist_len, n_slots;
+  const int32_t *row_start, *slot, *n_acc;
   __nv_bfloat16* out;
-  int64_t out_stride, channels, n_tokens;
+  int64_t out_stride, channels, n_rows;
   int kernel;
+  bool spec;
 };
 
-__device__ __forceinline__ int64_t window_offset(const ConvParams& p) {
-  const int64_t o = static_cast<int64_t>(__ldcg(p.n_acc)) - 1;  // clamped to stay in bounds
-  return o < 0 ? 0 : (o > p.hist_len - (p.kernel - 1) ? p.hist_len - (p.kernel - 1) : o);
+// Loads, before the PDL wait, of what only launches two or more back wrote (the history, the
+// host-written metadata). volatile with a memory clobber, so that the compiler keeps them ahead of
+// this thread's own history stores (cuda_common's __ldcg is a plain asm it may move).
+__device__ __forceinline__ int32_t ld_cg(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ float ld_cg_f32(const __nv_bfloat16* p) {
+  unsigned short v;
+  asm volatile("ld.global.cg.b16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
+  return __bfloat162float(__ushort_as_bfloat16(v));
 }
 
-// seq = [window, x_0 .. x_{T-1}], element j for channel c.
-__device__ __forceinline__ float seq_at(const ConvParams& p, int64_t c, int64_t o, int64_t j) {
-  const int64_t wlen = p.kernel - 1;
-  return j < wlen ? __bfloat162float(p.hist[c * p.hist_stride + o + j])
-                  : __bfloat162float(p.x[(j - wlen) * p.x_stride + c]);
+// One sequence as its threads read it (host-written metadata, so before the wait), clamped so that
+// no access leaves its tensor: rows inside [0, n_rows), the window inside the history. A slot
+// outside the pool disables the sequence.
+struct ConvSeq {
+  int64_t r0, n, o;
+  __nv_bfloat16* h;  // H[c] of the thread's channel
+  bool ok;
+};
+
+__device__ __forceinline__ ConvSeq conv_seq(const ConvParams& p, int64_t s, int64_t c) {
+  ConvSeq q;
+  const int64_t a = ld_cg(p.row_start + s), b = ld_cg(p.row_start + s + 1);
+  q.r0 = a < 0 ? 0 : (a > p.n_rows ? p.n_rows : a);
+  q.n = (b < q.r0 ? q.r0 : (b > p.n_rows ? p.n_rows : b)) - q.r0;
+  const int64_t slot = ld_cg(p.slot + s), o = ld_cg(p.n_acc + s);
+  const int64_t o_max = p.hist_len - (p.kernel - 1);
+  q.o = o < 0 ? 0 : (o > o_max ? o_max : o);
+  q.ok = slot >= 0 && slot < p.n_slots;
+  q.h = p.hist + ((q.ok ? slot : 0) * p.channels + c) * p.hist_len;
+  return q;
 }
 
 // The kernel's weights of channel c.
@@ -47,9 +79,19 @@ __device__ __forceinline__ void load_weights(const ConvParams& p, int64_t c,
   for (int j = 0; j < kMaxKernel; ++j) w[j] = j < p.kernel ? p.w[c * p.kernel + j] : 0.f;
 }
 
-// Outputs of tokens [t_begin, t_end) for channel c; seq(j) is seq_at(p, c, o, j) or its value.
+// The window H[c, o : o + Kc - 1] (this op's own output, a step or more back).
+__device__ __forceinline__ void load_window(const ConvParams& p, const ConvSeq& q,
+                                            float (&win)[kMaxKernel - 1]) {
+#pragma unroll
+  for (int j = 0; j < kMaxKernel - 1; ++j) {
+    win[j] = j < p.kernel - 1 ? ld_cg_f32(q.h + q.o + j) : 0.f;
+  }
+}
+
+// Outputs of rows [t_begin, t_end) of the sequence for channel c; seq(j) is element j of
+// [window, x_0 .. x_{T-1}].
 template <class Seq>
-__device__ __forceinline__ void conv_outputs(const ConvParams& p, int64_t c,
+__device__ __forceinline__ void conv_outputs(const ConvParams& p, const ConvSeq& q, int64_t c,
                                              const float (&w)[kMaxKernel], int64_t t_begin,
                                              int64_t t_end, Seq&& seq) {
   for (int64_t t = t_begin; t < t_end; ++t) {
@@ -58,112 +100,129 @@ __device__ __forceinline__ void conv_outputs(const ConvParams& p, int64_t c,
     for (int j = 0; j < kMaxKernel; ++j) {
       if (j < p.kernel) acc = fmaf(w[j], seq(t + j), acc);
     }
-    p.out[t * p.out_stride + c] = __float2bfloat16_rn(cuda::silu(acc));
+    p.out[(q.r0 + t) * p.out_stride + c] = __float2bfloat16_rn(cuda::silu(acc));
   }
 }
 
-// Rewrites channel c's history in place, in ascending order (reads stay ahead of writes).
+// Rewrites channel c's history: kSpec H[0 : Kc - 1 + T] = seq (as far as the history reaches),
+// kCompact H[0 : Kc - 1] = seq[T : T + Kc - 1]. The window is already in registers, so the order
+// of the stores does not matter.
 template <class Seq>
-__device__ __forceinline__ void rewrite_history(const ConvParams& p, int64_t c, bool spec,
-                                                Seq&& seq) {
+__device__ __forceinline__ void rewrite_history(const ConvParams& p, const ConvSeq& q, Seq&& seq) {
   const int64_t wlen = p.kernel - 1;
-  __nv_bfloat16* h = p.hist + c * p.hist_stride;
-  if (spec) {  // history[0 : wlen - 1 + T] = seq[1 : wlen + T]
-    for (int64_t j = 0; j + 1 < wlen + p.n_tokens; ++j) h[j] = __float2bfloat16_rn(seq(j + 1));
-  } else {  // history[0 : wlen] = seq[T : T + wlen]
-    for (int64_t j = 0; j < wlen; ++j) h[j] = __float2bfloat16_rn(seq(p.n_tokens + j));
+  if (p.spec) {
+    const int64_t len = wlen + q.n < p.hist_len ? wlen + q.n : p.hist_len;
+    for (int64_t j = 0; j < len; ++j) q.h[j] = __float2bfloat16_rn(seq(j));
+  } else {
+    for (int64_t j = 0; j < wlen; ++j) q.h[j] = __float2bfloat16_rn(seq(q.n + j));
   }
 }
 
-__global__ void conv1d_out_kernel(ConvParams p) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= p.channels) return;
-  const int64_t t_begin = static_cast<int64_t>(blockIdx.y) * kTokenChunk, o = window_offset(p);
-  float w[kMaxKernel];
-  load_weights(p, c, w);
-  conv_outputs(p, c, w, t_begin, min(p.n_tokens, t_begin + kTokenChunk),
-               [&](int64_t j) { return seq_at(p, c, o, j); });
-}
-
-__global__ void conv1d_history_kernel(ConvParams p, bool spec) {
-  cuda::pdl_begin();  // launched with launch_pdl: wait for the predecessor first
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= p.channels) return;
-  const int64_t o = window_offset(p);
-  rewrite_history(p, c, spec, [&](int64_t j) { return seq_at(p, c, o, j); });
-}
-
-// Both in one launch when one token chunk covers the call (decode, verify): a channel's thread
-// computes all its outputs, then rewrites its own history; channels share nothing. The window
-// (this op's own output, a step back), n_acc (set before the step) and the weights load before
-// the wait for the previous kernel, whose output x is then the only load on the critical path.
-__global__ void conv1d_step_kernel(ConvParams p, bool spec) {
+// One thread per (channel, sequence) for all the sequence's rows; channels and sequences share
+// nothing. The window, the metadata and the weights load before the wait for the previous kernel,
+// whose output x is then the only load on the critical path.
+__global__ void conv1d_step_kernel(ConvParams p) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t cl = c < p.channels ? c : p.channels - 1;  // past the end: loads only
-  const int64_t o = window_offset(p), wlen = p.kernel - 1;
-  float w[kMaxKernel], win[kMaxKernel - 1];
+  const ConvSeq q = conv_seq(p, blockIdx.y, cl);
+  const int64_t wlen = p.kernel - 1;
+  float w[kMaxKernel], win[kMaxKernel - 1] = {};
   load_weights(p, cl, w);
-#pragma unroll
-  for (int j = 0; j < kMaxKernel - 1; ++j) {
-    win[j] = j < wlen ? __bfloat162float(__ldcg(p.hist + cl * p.hist_stride + o + j)) : 0.f;
-  }
+  if (q.ok) load_window(p, q, win);
   cuda::pdl_begin();
-  if (c >= p.channels) return;
+  // No rows and a window already at offset 0 (a graph bucket's padding): nothing changes.
+  if (c >= p.channels || !q.ok || (q.n == 0 && q.o == 0)) return;
   const auto seq = [&](int64_t j) {
-    return j < wlen ? win[j] : __bfloat162float(p.x[(j - wlen) * p.x_stride + c]);
+    return j < wlen ? win[j] : __bfloat162float(p.x[(q.r0 + j - wlen) * p.x_stride + c]);
   };
-  conv_outputs(p, c, w, 0, p.n_tokens, seq);
-  rewrite_history(p, c, spec, seq);
+  conv_outputs(p, q, c, w, 0, q.n, seq);
+  rewrite_history(p, q, seq);
+}
+
+// kCompact over long rows: block (x, y, s) computes rows y*64 + k*gridDim.y*64 .. of sequence s
+// (a grid stride, so rows past the host's max_rows bound are still covered); y == 0 also owns the
+// window and the history rewrite.
+__global__ void conv1d_rows_kernel(ConvParams p) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t cl = c < p.channels ? c : p.channels - 1;
+  const ConvSeq q = conv_seq(p, blockIdx.z, cl);
+  const int64_t wlen = p.kernel - 1;
+  const bool owner = blockIdx.y == 0;
+  float w[kMaxKernel], win[kMaxKernel - 1] = {};
+  load_weights(p, cl, w);
+  if (owner && q.ok) load_window(p, q, win);
+  cuda::pdl_begin();
+  if (c >= p.channels || !q.ok) return;
+  // Rows t >= 64 never reach the window: seq(t + j) >= 64 > wlen - 1 there.
+  const auto seq = [&](int64_t j) {
+    return j < wlen ? win[j] : __bfloat162float(p.x[(q.r0 + j - wlen) * p.x_stride + c]);
+  };
+  const int64_t stride = static_cast<int64_t>(gridDim.y) * kRowChunk;
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * kRowChunk; t0 < q.n; t0 += stride) {
+    conv_outputs(p, q, c, w, t0, t0 + kRowChunk < q.n ? t0 + kRowChunk : q.n, seq);
+  }
+  if (owner) rewrite_history(p, q, seq);
 }
 
 }  // namespace
 
 void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
-  cuda::expect_cuda_dtype(a.x, DType::kBF16, "conv1d", "x");
-  cuda::expect_cuda_dtype(a.out, DType::kBF16, "conv1d", "out");
-  cuda::expect_cuda_dtype(a.history, DType::kBF16, "conv1d", "history");
-  cuda::expect_cuda_dtype(a.n_acc, DType::kI32, "conv1d", "n_acc");
-  for (const Tensor* t : {&a.x, &a.out, &a.history})
-    cuda::expect_last_contiguous(*t, "conv1d", "x/out/history");
+  const char* op = "conv1d";
+  cuda::expect_cuda_dtype(a.x, DType::kBF16, op, "x");
+  cuda::expect_cuda_dtype(a.out, DType::kBF16, op, "out");
+  cuda::expect_cuda_dtype(a.history, DType::kBF16, op, "history");
+  for (const Tensor* t : {&a.x, &a.out}) cuda::expect_last_contiguous(*t, op, "x/out");
+  expect_seq_layout(a.seqs, op);
+  cuda::expect_cuda(a.seqs.row_start, op, "row_start");
+  expect_per_seq(a.slot, a.seqs, op, "slot");
+  expect_per_seq(a.n_acc, a.seqs, op, "n_acc");
+  cuda::expect_cuda(a.slot, op, "slot");
+  cuda::expect_cuda(a.n_acc, op, "n_acc");
   ConvParams p{};
-  p.n_tokens = a.x.dim(0);
+  p.n_rows = a.x.dim(0);
   p.channels = a.x.dim(1);
   p.kernel = static_cast<int>(a.weight.dim(-1));
-  p.hist_len = a.history.dim(1);
-  TANDEM_CHECK(a.weight.numel() == p.channels * p.kernel && a.history.dim(0) == p.channels &&
-                   a.out.dim(0) == p.n_tokens && a.out.dim(1) == p.channels,
+  TANDEM_CHECK(a.history.ndim() == 3 && a.history.is_contiguous(),
+               "conv1d_cuda: history {} must be a contiguous [slots, channels, hist_len]",
+               a.history.describe());
+  p.n_slots = a.history.dim(0);
+  p.hist_len = a.history.dim(2);
+  TANDEM_CHECK(a.weight.numel() == p.channels * p.kernel && a.history.dim(1) == p.channels &&
+                   a.out.dim(0) == p.n_rows && a.out.dim(1) == p.channels,
                "conv1d_cuda: x {} weight {} history {} out {} do not agree", a.x.describe(),
                a.weight.describe(), a.history.describe(), a.out.describe());
   TANDEM_CHECK(p.kernel >= 2 && p.kernel <= kMaxKernel && p.hist_len >= p.kernel - 1,
                "conv1d_cuda: kernel size {} (supported 2..{}) with history length {}", p.kernel,
                kMaxKernel, p.hist_len);
-  TANDEM_CHECK(a.mode == ConvHistoryMode::kCompact || p.kernel - 2 + p.n_tokens <= p.hist_len,
-               "conv1d_cuda: {} tokens do not fit a spec history of length {}", p.n_tokens,
-               p.hist_len);
-  if (p.n_tokens == 0 || p.channels == 0) return;
+  const bool spec = a.mode == ConvHistoryMode::kSpec;
+  // max_rows only sizes grids: a slice keeps its parent's bound (a step's prefill rows), so it is
+  // not held against the history. A kSpec sequence with more rows than the history keeps (which
+  // the reference refuses) still gets every output; its history is written as far as it reaches.
+  TANDEM_CHECK(a.seqs.max_rows >= 0 && a.seqs.n_seqs <= 65535,
+               "conv1d_cuda: max_rows {} < 0 or {} sequences (a grid holds 65535)", a.seqs.max_rows,
+               a.seqs.n_seqs);
+  if (a.seqs.n_seqs == 0 || p.channels == 0) return;
   p.x = a.x.data<const __nv_bfloat16>();
   p.x_stride = a.x.stride(0);
-  p.w = cuda::any_float(a.weight, "conv1d", "weight");
+  p.w = cuda::any_float(a.weight, op, "weight");
   p.hist = a.history.data<__nv_bfloat16>();
-  p.hist_stride = a.history.stride(0);
+  p.row_start = a.seqs.row_start.data<const int32_t>();
+  p.slot = a.slot.data<const int32_t>();
   p.n_acc = a.n_acc.data<const int32_t>();
   p.out = a.out.data<__nv_bfloat16>();
   p.out_stride = a.out.stride(0);
+  p.spec = spec;
   const cudaStream_t s = cuda::stream_of(ctx);
-  const bool spec = a.mode == ConvHistoryMode::kSpec;
-  if (p.n_tokens <= kTokenChunk) {
-    cuda::launch_pdl(conv1d_step_kernel, cuda::ceil_div(p.channels, kThreads), kThreads, 0, s, p,
-                     spec);
+  const unsigned channel_blocks = cuda::ceil_div(p.channels, kThreads);
+  const unsigned n_seqs = static_cast<unsigned>(a.seqs.n_seqs);
+  if (spec || a.seqs.max_rows <= kRowChunk) {
+    cuda::launch_pdl(conv1d_step_kernel, dim3(channel_blocks, n_seqs), kThreads, 0, s, p);
     cuda::check_launch("conv1d_step_kernel");
     return;
   }
-  const dim3 grid(cuda::ceil_div(p.channels, kThreads), cuda::ceil_div(p.n_tokens, kTokenChunk));
-  cuda::launch_pdl(conv1d_out_kernel, grid, kThreads, 0, s, p);
-  cuda::check_launch("conv1d_out_kernel");
-  cuda::launch_pdl(conv1d_history_kernel, cuda::ceil_div(p.channels, kThreads), kThreads, 0, s, p,
-                   spec);
-  cuda::check_launch("conv1d_history_kernel");
+  const dim3 grid(channel_blocks, cuda::ceil_div(a.seqs.max_rows, kRowChunk), n_seqs);
+  cuda::launch_pdl(conv1d_rows_kernel, grid, kThreads, 0, s, p);
+  cuda::check_launch("conv1d_rows_kernel");
 }
 
 }  // namespace tandem::kernels

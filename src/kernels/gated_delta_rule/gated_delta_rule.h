@@ -1,47 +1,71 @@
-// Gated delta rule (GDN core), with the gate math and q/k L2 norm fused (reference section 1.5):
+// Gated delta rule (GDN core) over a batch of sequences, with the gate math and q/k L2 norm fused
+// (reference section 1.5). Per token of a value head h (key head h / (n_heads_v / n_heads_k)):
 //   g = -exp(A_log) * softplus(a + dt_bias);  beta = sigmoid(b)
 //   q^ = q / sqrt(sum q^2 + 1e-6) * d_k^-1/2;  k^ = k / sqrt(sum k^2 + 1e-6)
 //   S <- e^g S;  u = beta (v - S^T k^);  S <- S + k^ u^T;  o = S^T q^      (S is [d_k, d_v], fp32)
-// Value head h reads key head h / (n_heads_v / n_heads_k).
-// State columns (DESIGN.md inv. 3): the initial state is column n_acc - 1.
-//   kRecurrent: after query token t the state is stored in column t (T <= n_cols). Decode, verify.
-//   kChunked:   the chunked (WY) form of the same function, chunks at fixed multiples of
-//               chunk_size counted from position 0; the final state goes to column 0. Prefill.
+// The speculative state (DESIGN.md invariant 3): a sequence owns one committed state per layer,
+// state[slot], plus the raw inputs (k, v, a, b) of its last step's rows in `replay`, double
+// buffered by parity. A call, per sequence s with rows t = 0..T-1:
+//   1. fold: S = state[slot]; apply the first n_acc[s] rows of replay[slot][1 - parity[s]] with
+//      the per-token arithmetic above; if n_acc[s] > 0, state[slot] = S. These are the rows of the
+//      sequence's previous step that its commit accepted: one state read and one write per step,
+//      whatever k is.
+//   2. kRecurrent (decode, verify): rows t in order: the update above from S, o_t out; the states
+//      after the rows are not stored, their raw inputs are: replay[slot][parity][t] = (k, v, a, b)
+//      of row t. The next step folds as many of them as its commit accepted.
+//      kChunked (prefill): the chunked (WY) form of the same function over the rows, chunk
+//      boundaries at multiples of chunk_size counted from start_position[s] (the position of the
+//      first row); the final state goes to state[slot] and nothing to replay: the next step has
+//      n_acc = 0. kChunked requires n_acc[s] == 0 (a prefill chunk follows a prefill chunk or a
+//      fresh, zeroed state).
+// Folded rows and current rows run the same per-token code, so the committed state equals a
+// token-by-token run bit for bit whatever the step sizes were (tested).
 #pragma once
 
 #include <cstdint>
 
 #include "core/exec_context.h"
 #include "core/tensor.h"
+#include "kernels/seq_layout.h"
 
 namespace tandem::kernels {
 
 enum class GdrMode { kRecurrent, kChunked };
+
+// Row layout of the replay buffer: [k (n_heads_k d_k) | v (n_heads_v d_v) | a (n_heads_v) |
+// b (n_heads_v)], act dtype, the rows exactly as the call received them.
+constexpr int64_t gdr_replay_width(int64_t n_heads_k, int64_t d_k, int64_t n_heads_v, int64_t d_v) {
+  return n_heads_k * d_k + n_heads_v * d_v + 2 * n_heads_v;
+}
 
 // The GDN output norm (gated_rms_norm.h) of `out`, optionally done by the same call: when `out` is
 // set, it receives gated_rms_norm(out, z, weight, eps), bit for bit what the separate op gives
 // from the rounded `out`. On CUDA the recurrent kernel fuses it for d_v <= 128 (one launch fewer
 // per GDN layer); elsewhere the call runs the separate op after the rule.
 struct GdrOutputNorm {
-  Tensor z;       // act [n_tokens, n_heads_v, d_v] (strided view allowed)
+  Tensor z;       // act [n_rows, n_heads_v, d_v] (strided view allowed)
   Tensor weight;  // bf16|f16|f32 [d_v], shared across heads
-  Tensor out;     // act [n_tokens, n_heads_v, d_v]; empty: no norm
+  Tensor out;     // act [n_rows, n_heads_v, d_v]; empty: no norm
   float eps = 1e-6f;
 };
 
 struct GatedDeltaRuleArgs {
-  Tensor q;        // act [n_tokens, n_heads_k, d_k] (post-conv, strided view allowed)
-  Tensor k;        // act [n_tokens, n_heads_k, d_k]
-  Tensor v;        // act [n_tokens, n_heads_v, d_v]
-  Tensor a;        // act [n_tokens, n_heads_v] (strided view allowed)
-  Tensor b;        // act [n_tokens, n_heads_v]
+  Tensor q;        // act [n_rows, n_heads_k, d_k] (post-conv, strided view allowed)
+  Tensor k;        // act [n_rows, n_heads_k, d_k]
+  Tensor v;        // act [n_rows, n_heads_v, d_v]
+  Tensor a;        // act [n_rows, n_heads_v] (strided view allowed)
+  Tensor b;        // act [n_rows, n_heads_v]
   Tensor a_log;    // f32|bf16 [n_heads_v]
   Tensor dt_bias;  // f32|bf16 [n_heads_v]
-  Tensor state;    // f32 [n_cols, n_heads_v, d_k, d_v]
-  Tensor n_acc;    // i32 [1]
-  Tensor out;      // act [n_tokens, n_heads_v, d_v]
+  Tensor state;    // f32 [n_slots, n_heads_v, d_k, d_v], contiguous
+  Tensor replay;   // act [n_slots, 2, replay_rows, gdr_replay_width(...)], contiguous
+  Tensor out;      // act [n_rows, n_heads_v, d_v]
+  SeqLayout seqs;
+  Tensor slot;            // i32 [n_seqs]
+  Tensor n_acc;           // i32 [n_seqs]: replay rows to fold first, 0..replay_rows
+  Tensor parity;          // i32 [n_seqs]: 0 or 1, the replay half this call writes
+  Tensor start_position;  // i32 [n_seqs]: position of each sequence's first row (kChunked)
   GdrMode mode = GdrMode::kRecurrent;
-  int64_t start_position = 0;  // position of token 0 (aligns chunk boundaries), kChunked only
   int chunk_size = 64;
   GdrOutputNorm norm;  // optional
 };

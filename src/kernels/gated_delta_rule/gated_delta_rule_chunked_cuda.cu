@@ -1,7 +1,11 @@
-// Chunked (WY) form of the gated delta rule for prefill (GdrMode::kChunked), on tensor cores.
-// One block per (value head, 32 value columns) walks the chunks in order, holding its state slice
-// S [d_k, 32] in shared memory. Per chunk of up to 64 tokens (the algebra of
-// gated_delta_rule_ref.cpp; G is the cumulative log decay inside the chunk):
+// Chunked (WY) form of the gated delta rule for prefill (GdrMode::kChunked), on tensor cores,
+// all the call's sequences in one launch. One block per (32 value columns, value head, sequence)
+// walks its sequence's chunks in order (boundaries at multiples of 64 positions counted from the
+// sequence's start_position), holding its slice S [d_k, 32] of state[slot] in shared memory: it
+// loads it before the PDL wait (only this op writes the state, two or more launches back; the
+// call's sequences own their slots) and stores the final state after the last chunk. Per chunk of
+// up to 64 tokens (the algebra of gated_delta_rule_ref.cpp; G is the cumulative log decay inside
+// the chunk):
 //   A = strict_lower(beta_t e^(G_t - G_r) k_t.k_r)    P = lower(e^(G_t - G_r) q_t.k_r)
 //   U = (I + A)^-1 beta (V - e^G K S)                 forward substitution, r = 0..63 in order
 //   O = e^G Q S + P U                                 S <- e^G_last S + (e^(G_last - G) K)^T U
@@ -103,8 +107,10 @@ __device__ __forceinline__ void load_chunk(const GdrParams& p, Smem<kDk>& sm, in
     for (int w = 0; w < kPerLane; ++w) {
       const int idx = lane + 32 * w;
       const bool ok = t < len && idx < kWords;
-      qw[rr][w] = ok ? __ldg(reinterpret_cast<const unsigned int*>(qrow) + idx) : 0u;
-      kw[rr][w] = ok ? __ldg(reinterpret_cast<const unsigned int*>(krow) + idx) : 0u;
+      // Plain loads: they are the predecessor's output, read after the PDL wait, and the
+      // compiler keeps plain loads below it (an __ldg is an asm it may move).
+      qw[rr][w] = ok ? reinterpret_cast<const unsigned int*>(qrow)[idx] : 0u;
+      kw[rr][w] = ok ? reinterpret_cast<const unsigned int*>(krow)[idx] : 0u;
     }
     const bool v_ok = t < len && j0 + lane < p.dv;
     vv[rr] = v_ok ? __bfloat162float(p.v[(s0 + t) * p.v_s0 + h * p.v_s1 + j0 + lane]) : 0.f;
@@ -355,17 +361,27 @@ __global__ void __launch_bounds__(kThreads, kDk <= 128 ? 2 : 1) gdr_chunked_kern
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kCols;
   const bool col_ok = j0 + lane < p.dv;  // columns past d_v carry zeros and are never stored
   const int64_t head_elems = static_cast<int64_t>(kDk) * p.dv;
-  int32_t col0 = p.n_acc[0] - 1;
-  col0 = col0 < 0 ? 0 : (col0 >= p.n_cols ? static_cast<int32_t>(p.n_cols - 1) : col0);
-  {
-    const float* src = p.state + (col0 * p.hv_n + h) * head_elems + j0 + lane;
-    for (int i = warp; i < kDk; i += kWarps)
-      sm.s[i * kPitchS + lane] = col_ok ? src[i * p.dv] : 0.f;
+  const GdrSeq sq = gdr_seq(p, blockIdx.z);
+  if (!sq.ok || sq.n == 0) {  // nothing to do: the state stays as it is
+    cuda::pdl_begin();
+    return;
   }
-  for (int64_t s0 = 0; s0 < p.n_tokens;) {
-    const int64_t pos = p.start_position + s0;
-    const int len = static_cast<int>(
-        (kChunk - pos % kChunk) < (p.n_tokens - s0) ? kChunk - pos % kChunk : p.n_tokens - s0);
+  // 32-bit row counters (rows of a step fit easily): the loop keeps only a few registers live
+  // besides the mma fragments. A position's offset in its chunk uses &, which keeps it in [0, 64)
+  // even for a (wrong) negative start.
+  const int r0 = static_cast<int>(sq.r0), n = static_cast<int>(sq.n);
+  const int start_off = gdr_ld_cg(p.start_position + blockIdx.z) & (kChunk - 1);
+  const int slot = static_cast<int>(sq.slot);
+  {
+    const float* src = p.state + (static_cast<int64_t>(slot) * p.hv_n + h) * head_elems + j0 + lane;
+    for (int i = warp; i < kDk; i += kWarps)
+      sm.s[i * kPitchS + lane] = col_ok ? gdr_ld_cg(src + i * p.dv) : 0.f;
+  }
+  cuda::pdl_begin();
+  for (int t = 0; t < n;) {
+    const int off = (start_off + t) & (kChunk - 1);
+    const int len = kChunk - off < n - t ? kChunk - off : n - t;
+    const int64_t s0 = r0 + t;  // absolute row of the chunk's first row
     load_chunk(p, sm, s0, len, h, hk, j0);
     __syncthreads();
     float acc_o[2][4] = {};
@@ -376,10 +392,10 @@ __global__ void __launch_bounds__(kThreads, kDk <= 128 ? 2 : 1) gdr_chunked_kern
     chunk_output(p, sm, acc_o, s0, len, h, j0);
     chunk_state(sm, len);
     __syncthreads();  // the next chunk overwrites q, k, u and the gates
-    s0 += len;
+    t += len;
   }
   if (col_ok) {
-    float* dst = p.state + h * head_elems + j0 + lane;  // column 0
+    float* dst = p.state + (static_cast<int64_t>(slot) * p.hv_n + h) * head_elems + j0 + lane;
     for (int i = warp; i < kDk; i += kWarps) dst[i * p.dv] = sm.s[i * kPitchS + lane];
   }
 }
@@ -396,8 +412,9 @@ void launch(const GdrParams& p, cudaStream_t s) {
   static const cudaError_t carveout = cudaFuncSetAttribute(
       kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   cuda::check(carveout, "cudaFuncSetAttribute(gdr_chunked_kernel carveout)");
-  const dim3 grid(cuda::ceil_div(p.dv, kCols), static_cast<unsigned>(p.hv_n));
-  kernel<<<grid, kThreads, smem, s>>>(p);
+  const dim3 grid(cuda::ceil_div(p.dv, kCols), static_cast<unsigned>(p.hv_n),
+                  static_cast<unsigned>(p.n_seqs));
+  cuda::launch_pdl(kernel, grid, kThreads, smem, s, p);
   cuda::check_launch("gdr_chunked_kernel");
 }
 
@@ -408,8 +425,7 @@ bool aligned4(const void* x, int64_t s0, int64_t s1) {
 }  // namespace
 
 bool gdr_chunked_launch(const GdrParams& p, int64_t d_k, int chunk_size, cudaStream_t s) {
-  if (chunk_size != kChunk || p.start_position < 0 || !aligned4(p.q, p.q_s0, p.q_s1) ||
-      !aligned4(p.k, p.k_s0, p.k_s1))
+  if (chunk_size != kChunk || !aligned4(p.q, p.q_s0, p.q_s1) || !aligned4(p.k, p.k_s0, p.k_s1))
     return false;
   switch (d_k) {
     case 16:

@@ -1,16 +1,22 @@
-// CUDA gated delta rule. One block per (value head, 32 value columns); in a block each column j
-// is held by 4 threads, each owning d_k/4 rows of S[:, j] in fp32 registers for the whole call.
-// The state is loaded before the wait for the previous kernel; the inputs of up to 4 tokens are
-// loaded together after it, and q and k L2-normalised per token by one warp (fixed order). Then,
-// token after token, every thread decays its rows, forms partial dot products in row order and
-// combines the 4 parts with a fixed butterfly. The arithmetic of a token never depends on how many
-// tokens share the call, so a verify's state columns equal a token-by-token run bit for bit
-// (DESIGN.md inv. 2, 3). kRecurrent writes the state after token t into column t. kChunked runs
-// the WY form (gated_delta_rule_chunked_cuda.cu) and falls back to this recurrence over the whole
-// prompt, final state into column 0, for what that does not cover. n_acc is read on the device
-// (graph-safe). With an output norm (GdrOutputNorm) and d_v <= 128, a value head's blocks form a
-// cluster that also writes each token's gated RMSNorm, the sums of squares shared through DSMEM
-// once per batch: one launch fewer per GDN layer, bit for bit the separate op.
+// CUDA gated delta rule over a batch of sequences, one launch per call. Grid (value-column blocks
+// of 32, value heads, sequences); in a block each column j is held by 4 threads, each owning d_k/4
+// rows of S[:, j] in fp32 registers for the whole call. kRecurrent (decode, verify), per block:
+//   before the PDL wait: the sequence's metadata, its committed state slice state[slot] and the
+//     fold: the first n_acc rows of replay half 1 - parity (the last step's accepted raw rows),
+//     applied with the per-token code below; if n_acc > 0 the folded slice goes back to
+//     state[slot]. Only this op writes the state and the replay buffer, and always two or more
+//     launches back (the conv runs in between), so all of it may overlap the predecessor.
+//   after the wait: the inputs of up to 4 rows are loaded together, q and k L2-normalised per row
+//     by one warp (fixed order); row after row every thread decays its rows, forms partial dot
+//     products in row order and combines the 4 parts with a fixed butterfly; outputs are stored,
+//     the rows' states are not; the raw k/v/a/b rows are copied into replay half `parity`.
+// A folded row and a current row run the same code, so the committed state equals a
+// token-by-token run bit for bit (DESIGN.md inv. 2, 3); nothing depends on the other sequences.
+// kChunked runs the WY form (gated_delta_rule_chunked_cuda.cu) and falls back to this recurrence
+// over each whole prompt, final state into state[slot], for what that does not cover. With an
+// output norm (GdrOutputNorm) and d_v <= 128, the blocks of a (head, sequence) form a cluster that
+// also writes each row's gated RMSNorm, the sums of squares shared through DSMEM once per batch:
+// one launch fewer per GDN layer, bit for bit the separate op. Not here: d_k outside 16..256.
 #include <cooperative_groups.h>
 
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
@@ -26,7 +32,7 @@ constexpr int kCols = 32;  // value columns per block
 constexpr int kThreads = kParts * kCols;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxNormBlocks = 4;  // the fused output norm takes d_v <= 4 * kCols
-// Tokens whose inputs are loaded together. Small, so that the block's shared memory (5.6 KB at
+// Rows whose inputs are loaded together. Small, so that the block's shared memory (5.6 KB at
 // d_k 128) leaves room for the next decode linear's block (214 KB) on the same SM: it then starts
 // streaming its weights while this kernel runs (programmatic dependent launch).
 constexpr int kBatch = 4;
@@ -41,8 +47,8 @@ bool gated_delta_rule_cuda_supports(int64_t d_k) {
 
 namespace {
 
-// Token inputs of one batch of up to kBatch tokens, loaded together after the wait (one memory
-// round trip for the batch instead of one per token), and the batch's outputs for the norm.
+// Inputs of one batch of up to kBatch rows, loaded together (one memory round trip for the batch
+// instead of one per row), and the batch's outputs for the norm.
 template <int kDk>
 struct BatchSmem {
   float q[kBatch][kDk], k[kBatch][kDk];  // normalised in place
@@ -52,31 +58,110 @@ struct BatchSmem {
   float psum[kBatch][kMaxNormBlocks];  // kNorm: the cluster's sums of squares by block
 };
 
-// Loads tokens [t0, t0 + nb) of this block's head and columns and L2-normalises q and k: warp w
-// takes tokens w, w + 4, ...; lane l sums elements l, l + 32, ... in order, then a butterfly.
-template <int kDk, bool kNorm>
-__device__ __forceinline__ void load_batch(const GdrParams& p, BatchSmem<kDk>& b, int64_t t0,
-                                           int nb, int64_t h, int64_t hk, int64_t col_base,
-                                           float a_decay, float dt_bias) {
-  for (int idx = threadIdx.x; idx < nb * kDk; idx += kThreads) {
-    const int64_t t = t0 + idx / kDk, i = idx % kDk;
-    b.q[idx / kDk][i] = __bfloat162float(p.q[t * p.q_s0 + hk * p.q_s1 + i]);
-    b.k[idx / kDk][i] = __bfloat162float(p.k[t * p.k_s0 + hk * p.k_s1 + i]);
+// Element offsets inside a replay row [k (n_heads_k d_k) | v (n_heads_v d_v) | a | b].
+template <int kDk>
+__device__ __forceinline__ int64_t replay_k(int64_t hk) {
+  return hk * kDk;
+}
+template <int kDk>
+__device__ __forceinline__ int64_t replay_v(const GdrParams& p, int64_t h) {
+  return p.hk_n * kDk + h * p.dv;
+}
+template <int kDk>
+__device__ __forceinline__ int64_t replay_a(const GdrParams& p, int64_t h) {
+  return p.hk_n * kDk + p.hv_n * p.dv + h;
+}
+
+// Where one batch comes from and goes to. kFold: rows t of the replay half at element offset
+// `base` (no q, no copy). Otherwise: the call's rows base + t, copied raw into the replay half at
+// element offset `sink` (sink < 0: no copy) for t < replay_rows; k only where own_k (one block
+// per key head), a and b only where own_ab (one block per value head), v by every block for its
+// columns. Addresses come from the kernel parameters (constant bank) and these few scalars, so no
+// pointer stays live in registers across the recurrence.
+struct BatchAt {
+  int64_t base, sink;
+  bool own_k, own_ab;
+};
+
+// Loads rows [t0, t0 + nb) for this block's heads and columns and L2-normalises k (and q unless
+// kFold): warp w takes rows w, w + 4, ...; lane l sums elements l, l + 32, ... in order, then a
+// butterfly. Folded and current rows run the same arithmetic. Every load of the batch is issued
+// before the first store, so the batch costs one memory round trip. The fold's rows (written two
+// or more launches back) load with ld_cg before the PDL wait; the call's rows (the predecessor's
+// output) load after it with plain loads, which the compiler cannot move above the wait.
+template <int kDk, bool kFold, bool kNorm>
+__device__ __forceinline__ void load_batch(const GdrParams& p, BatchSmem<kDk>& b, const BatchAt& at,
+                                           int64_t t0, int nb, int64_t h, int64_t hk,
+                                           int64_t col_base, float a_decay, float dt_bias) {
+  constexpr int kIters = (kBatch * kDk + kThreads - 1) / kThreads;  // q/k elements per thread
+  static_assert(kBatch * kCols == kThreads, "one v element per thread");
+  const int64_t w = p.replay_width;
+  const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
+  __nv_bfloat16 qr[kIters], kr[kIters];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = threadIdx.x + it * kThreads, tb = idx / kDk, i = idx % kDk;
+    const int64_t t = t0 + tb;
+    qr[it] = zero;
+    kr[it] = zero;
+    if (tb < nb) {
+      if constexpr (kFold) {
+        kr[it] = gdr_ld_cg(p.replay + at.base + t * w + replay_k<kDk>(hk) + i);
+      } else {
+        qr[it] = p.q[(at.base + t) * p.q_s0 + hk * p.q_s1 + i];
+        kr[it] = p.k[(at.base + t) * p.k_s0 + hk * p.k_s1 + i];
+      }
+    }
   }
-  for (int idx = threadIdx.x; idx < nb * kCols; idx += kThreads) {
-    const int64_t t = t0 + idx / kCols, j = col_base + idx % kCols;
-    const bool ok = j < p.dv;
-    b.v[idx / kCols][idx % kCols] = ok ? __bfloat162float(p.v[t * p.v_s0 + h * p.v_s1 + j]) : 0.f;
-    if constexpr (kNorm) {
-      b.z[idx / kCols][idx % kCols] = ok ? __bfloat162float(p.z[t * p.z_s0 + h * p.z_s1 + j]) : 0.f;
+  const int tv = threadIdx.x / kCols, jl = threadIdx.x % kCols;  // v: row tv, column jl
+  const int64_t j = col_base + jl;
+  const bool v_ok = tv < nb && j < p.dv;
+  __nv_bfloat16 vr = zero, zr = zero, ar = zero, br = zero;
+  if (v_ok) {
+    if constexpr (kFold) {
+      vr = gdr_ld_cg(p.replay + at.base + (t0 + tv) * w + replay_v<kDk>(p, h) + j);
+    } else {
+      vr = p.v[(t0 + tv + at.base) * p.v_s0 + h * p.v_s1 + j];
+      if constexpr (kNorm) zr = p.z[(t0 + tv + at.base) * p.z_s0 + h * p.z_s1 + j];
     }
   }
   if (threadIdx.x < nb) {
     const int64_t t = t0 + threadIdx.x;
-    const float a_raw = __bfloat162float(p.a[t * p.a_s0 + h * p.a_s1]);
-    const float b_raw = __bfloat162float(p.b[t * p.b_s0 + h * p.b_s1]);
-    b.decay[threadIdx.x] = expf(-a_decay * cuda::softplus(a_raw + dt_bias));
-    b.beta[threadIdx.x] = cuda::sigmoid(b_raw);
+    if constexpr (kFold) {
+      ar = gdr_ld_cg(p.replay + at.base + t * w + replay_a<kDk>(p, h));
+      br = gdr_ld_cg(p.replay + at.base + t * w + replay_a<kDk>(p, h) + p.hv_n);
+    } else {
+      ar = p.a[(at.base + t) * p.a_s0 + h * p.a_s1];
+      br = p.b[(at.base + t) * p.b_s0 + h * p.b_s1];
+    }
+  }
+  // Stores: shared memory, and (current rows of kRecurrent) the raw rows into the replay half.
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = threadIdx.x + it * kThreads, tb = idx / kDk, i = idx % kDk;
+    const int64_t t = t0 + tb;
+    if (tb < nb) {
+      if constexpr (!kFold) b.q[tb][i] = __bfloat162float(qr[it]);
+      b.k[tb][i] = __bfloat162float(kr[it]);
+      if (!kFold && at.own_k && t < p.replay_rows)
+        p.replay[at.sink + t * w + replay_k<kDk>(hk) + i] = kr[it];
+    }
+  }
+  if (tv < nb) {
+    b.v[tv][jl] = v_ok ? __bfloat162float(vr) : 0.f;
+    if constexpr (kNorm) b.z[tv][jl] = v_ok ? __bfloat162float(zr) : 0.f;
+    if (!kFold && v_ok && at.sink >= 0 && t0 + tv < p.replay_rows)
+      p.replay[at.sink + (t0 + tv) * w + replay_v<kDk>(p, h) + j] = vr;
+  }
+  if (threadIdx.x < nb) {
+    const int64_t t = t0 + threadIdx.x;
+    if (!kFold && at.own_ab && t < p.replay_rows) {
+      __nv_bfloat16* row = p.replay + at.sink + t * w + replay_a<kDk>(p, h);
+      row[0] = ar;
+      row[p.hv_n] = br;
+    }
+    b.decay[threadIdx.x] = expf(-a_decay * cuda::softplus(__bfloat162float(ar) + dt_bias));
+    b.beta[threadIdx.x] = cuda::sigmoid(__bfloat162float(br));
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -84,29 +169,47 @@ __device__ __forceinline__ void load_batch(const GdrParams& p, BatchSmem<kDk>& b
   for (int t = warp; t < nb; t += kWarps) {
     float ssq = 0.f, ssk = 0.f;
     for (int i = lane; i < kDk; i += 32) {
-      ssq += b.q[t][i] * b.q[t][i];
+      if constexpr (!kFold) ssq += b.q[t][i] * b.q[t][i];
       ssk += b.k[t][i] * b.k[t][i];
     }
-    ssq = cuda::warp_sum(ssq);
+    if constexpr (!kFold) ssq = cuda::warp_sum(ssq);
     ssk = cuda::warp_sum(ssk);
     const float inv_q = 1.f / sqrtf(ssq + 1e-6f), inv_k = 1.f / sqrtf(ssk + 1e-6f);
     for (int i = lane; i < kDk; i += 32) {
-      b.q[t][i] = (b.q[t][i] * inv_q) * q_scale;
+      if constexpr (!kFold) b.q[t][i] = (b.q[t][i] * inv_q) * q_scale;
       b.k[t][i] = b.k[t][i] * inv_k;
     }
   }
   __syncthreads();
 }
 
-// The fused output norm of the batch's tokens, as gated_rms_norm_kernel computes it with 128
-// threads: per token a warp butterfly over each 32 columns, then those sums added in column
-// order. Block r of the cluster holds columns 32r..32r+31 (b.o, 0 past d_v) and posts its sums
-// to every block; a cluster barrier once they are posted, and one more before another batch
-// reuses the buffer.
+// One row's update of this thread's rows of S[:, j] (S <- e^g S; u = beta (v - S^T k);
+// S <- S + k u^T): partial sums in row order, the 4 parts combined by a fixed butterfly.
+template <int kRows>
+__device__ __forceinline__ void state_update(float (&s)[kRows], const float* kn, float decay,
+                                             float beta, float v) {
+  float kv = 0.f;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    s[r] *= decay;
+    kv = fmaf(s[r], kn[r], kv);
+  }
+  kv += __shfl_xor_sync(0xffffffffu, kv, 1);
+  kv += __shfl_xor_sync(0xffffffffu, kv, 2);
+  const float u = beta * (v - kv);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) s[r] = fmaf(kn[r], u, s[r]);
+}
+
+// The fused output norm of the batch's rows, as gated_rms_norm_kernel computes it with 128
+// threads: per row a warp butterfly over each 32 columns, then those sums added in column order.
+// Block r of the cluster holds columns 32r..32r+31 (b.o, 0 past d_v) and posts its sums to every
+// block; a cluster barrier once they are posted, and one more before another batch reuses the
+// buffer. `row0` is the absolute row of the batch's first row.
 template <int kDk>
-__device__ __forceinline__ void store_norm(const GdrParams& p, BatchSmem<kDk>& b, int64_t t0,
-                                           int nb, int64_t h, int64_t j, bool col_ok, int jl,
-                                           float norm_w) {
+__device__ __forceinline__ void store_norm(const GdrParams& p, BatchSmem<kDk>& b, int64_t row0,
+                                           int nb, bool last, int64_t h, int64_t j, bool col_ok,
+                                           int jl, float norm_w) {
   cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank(), blocks = cluster.num_blocks();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -121,19 +224,22 @@ __device__ __forceinline__ void store_norm(const GdrParams& p, BatchSmem<kDk>& b
       float ss = 0.f;
       for (unsigned r = 0; r < blocks; ++r) ss += b.psum[t][r];
       const float inv = 1.f / sqrtf(ss / static_cast<float>(p.dv) + p.norm_eps);
-      p.norm_out[(t0 + t) * p.norm_out_s0 + h * p.norm_out_s1 + j] =
+      p.norm_out[(row0 + t) * p.norm_out_s0 + h * p.norm_out_s1 + j] =
           __float2bfloat16_rn(((b.o[t][jl] * inv) * norm_w) * cuda::silu(b.z[t][jl]));
     }
   }
   // b.psum is free for the next batch. After the last batch no block writes another's shared
   // memory any more (the sync above saw every post), so a block may exit without waiting.
-  if (t0 + kBatch < p.n_tokens) cluster.sync();
+  if (!last) cluster.sync();
 }
 
 template <int kDk, bool kNorm>
 __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
   constexpr int kRowsPerThread = kDk / kParts;
   __shared__ BatchSmem<kDk> b;
+  // kNorm: the first remote shared-memory write waits until every block of the cluster has
+  // started (this arrival's phase completes); the wait comes right after the PDL wait.
+  if constexpr (kNorm) cg::this_cluster().barrier_arrive();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane & (kParts - 1);
   const int64_t h = blockIdx.y, hk = h / (p.hv_n / p.hk_n);
@@ -142,81 +248,96 @@ __global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
   const bool col_ok = j < p.dv;
   const int64_t jc = col_ok ? j : 0;  // inactive columns compute on column 0 and store nothing
   const int64_t head_elems = static_cast<int64_t>(kDk) * p.dv;
-  const int64_t col_elems = p.hv_n * head_elems;
-
-  // The state and the head's constants load before the wait for the predecessor: only this op
-  // writes them, two or more launches back (cuda_common.cuh, pdl_begin), so the state read
-  // overlaps the conv kernel's tail.
-  int32_t col0 = __ldcg(p.n_acc) - 1;
-  col0 = col0 < 0 ? 0 : (col0 >= p.n_cols ? static_cast<int32_t>(p.n_cols - 1) : col0);
-  float s[kRowsPerThread];  // rows i = part * kRowsPerThread + r of S[:, j]
-  {
-    const float* src = p.state + col0 * col_elems + h * head_elems + jc;
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      s[r] = __ldcg(src + (part * kRowsPerThread + r) * p.dv);
-    }
+  // The cluster spans x only, so all its blocks see the same sequence (uniform branches below).
+  // A sequence with no rows and nothing to fold (a graph bucket's padding) touches nothing.
+  const GdrSeq sq = gdr_seq(p, blockIdx.z);
+  if (!sq.ok || (sq.n == 0 && sq.n_acc == 0)) {
+    cuda::pdl_begin();
+    if constexpr (kNorm) cg::this_cluster().barrier_wait();
+    return;
   }
+  float* const state = p.state + sq.slot * p.hv_n * head_elems + h * head_elems + jc;
   const float a_decay = expf(p.a_log[h]), dt_bias = p.dt_bias[h];
   const float norm_w = kNorm ? p.norm_w[jc] : 0.f;
-  cuda::pdl_begin();
 
-  for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kBatch) {
-    const int nb = static_cast<int>(min(static_cast<int64_t>(kBatch), p.n_tokens - t0));
-    load_batch<kDk, kNorm>(p, b, t0, nb, h, hk, col_base, a_decay, dt_bias);
+  // Before the wait for the predecessor: the committed state, the fold of the last step's
+  // accepted rows and its write-back. Only this op writes the state and the replay buffer, two
+  // or more launches back (cuda_common.cuh, pdl_begin); this call reads replay half 1 - parity
+  // and writes half `parity` (after the wait), so its reads never see its own writes.
+  float s[kRowsPerThread];  // rows i = part * kRowsPerThread + r of S[:, j]
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    s[r] = gdr_ld_cg(state + (part * kRowsPerThread + r) * p.dv);
+  }
+  const int64_t half_elems = p.replay_rows * p.replay_width;
+  if (sq.n_acc > 0) {
+    const BatchAt fold{(sq.slot * 2 + (1 - sq.parity)) * half_elems, -1, false, false};
+    for (int t0 = 0; t0 < sq.n_acc; t0 += kBatch) {
+      const int nb = min(kBatch, sq.n_acc - t0);
+      load_batch<kDk, true, false>(p, b, fold, t0, nb, h, hk, col_base, a_decay, dt_bias);
+      for (int tb = 0; tb < nb; ++tb) {
+        state_update(s, b.k[tb] + part * kRowsPerThread, b.decay[tb], b.beta[tb], b.v[tb][jl]);
+      }
+      __syncthreads();  // the batch buffers are rewritten by the next batch
+    }
+    if (col_ok) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) state[(part * kRowsPerThread + r) * p.dv] = s[r];
+    }
+  }
+  cuda::pdl_begin();
+  if constexpr (kNorm) cg::this_cluster().barrier_wait();
+
+  // The call's rows (they come from the predecessor); their raw k/v/a/b go to replay half
+  // `parity`, each byte from one block: k from the first value head of its key head and column
+  // block 0, a and b from column block 0, v from the block that owns the columns.
+  const BatchAt cur{sq.r0, p.recurrent ? (sq.slot * 2 + sq.parity) * half_elems : -1,
+                    p.recurrent && blockIdx.x == 0 && h % (p.hv_n / p.hk_n) == 0,
+                    p.recurrent && blockIdx.x == 0};
+  for (int64_t t0 = 0; t0 < sq.n; t0 += kBatch) {
+    const int nb = static_cast<int>(min(static_cast<int64_t>(kBatch), sq.n - t0));
+    load_batch<kDk, false, kNorm>(p, b, cur, t0, nb, h, hk, col_base, a_decay, dt_bias);
     for (int tb = 0; tb < nb; ++tb) {
-      const int64_t t = t0 + tb;
-      // Gate, delta update and output for column j.
       const float* kn = b.k[tb] + part * kRowsPerThread;
       const float* qn = b.q[tb] + part * kRowsPerThread;
-      float kv = 0.f;
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        s[r] *= b.decay[tb];
-        kv = fmaf(s[r], kn[r], kv);
-      }
-      kv += __shfl_xor_sync(0xffffffffu, kv, 1);
-      kv += __shfl_xor_sync(0xffffffffu, kv, 2);
-      const float u = b.beta[tb] * (b.v[tb][jl] - kv);
+      state_update(s, kn, b.decay[tb], b.beta[tb], b.v[tb][jl]);
       float o = 0.f;
 #pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        s[r] = fmaf(kn[r], u, s[r]);
-        o = fmaf(s[r], qn[r], o);
-      }
+      for (int r = 0; r < kRowsPerThread; ++r) o = fmaf(s[r], qn[r], o);
       o += __shfl_xor_sync(0xffffffffu, o, 1);
       o += __shfl_xor_sync(0xffffffffu, o, 2);
       const __nv_bfloat16 o_bf = __float2bfloat16_rn(o);
       if (part == 0) {
-        if (col_ok) p.out[t * p.out_s0 + h * p.out_s1 + j] = o_bf;
+        if (col_ok) p.out[(sq.r0 + t0 + tb) * p.out_s0 + h * p.out_s1 + j] = o_bf;
         if constexpr (kNorm) b.o[tb][jl] = col_ok ? __bfloat162float(o_bf) : 0.f;
       }
-      if (col_ok && p.per_token_columns) {
-        float* dst = p.state + t * col_elems + h * head_elems + j;
-#pragma unroll
-        for (int r = 0; r < kRowsPerThread; ++r) dst[(part * kRowsPerThread + r) * p.dv] = s[r];
-      }
     }
-    if constexpr (kNorm) store_norm<kDk>(p, b, t0, nb, h, j, col_ok, jl, norm_w);
+    if constexpr (kNorm) {
+      store_norm<kDk>(p, b, sq.r0 + t0, nb, t0 + kBatch >= sq.n, h, j, col_ok, jl, norm_w);
+    }
     __syncthreads();  // the batch buffers are rewritten by the next batch
   }
-  if (col_ok && !p.per_token_columns) {
-    float* dst = p.state + h * head_elems + j;
+  if (!p.recurrent && sq.n > 0 && col_ok) {  // the chunked fallback: the prompt's final state
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) dst[(part * kRowsPerThread + r) * p.dv] = s[r];
+    for (int r = 0; r < kRowsPerThread; ++r) state[(part * kRowsPerThread + r) * p.dv] = s[r];
   }
 }
 
 template <int kDk>
 void launch_recurrent(const GdrParams& p, cudaStream_t s) {
   const unsigned col_blocks = static_cast<unsigned>(cuda::ceil_div(p.dv, kCols));
-  const dim3 grid(col_blocks, static_cast<unsigned>(p.hv_n));
-  if (p.norm_out != nullptr) {  // one cluster per value head: the norm spans its columns
+  const dim3 grid(col_blocks, static_cast<unsigned>(p.hv_n), static_cast<unsigned>(p.n_seqs));
+  if (p.norm_out != nullptr) {  // one cluster per (value head, sequence): the norm spans d_v
     cuda::launch_pdl_cluster(gdr_recurrent_kernel<kDk, true>, grid, kThreads, col_blocks, 0, s, p);
   } else {
     cuda::launch_pdl(gdr_recurrent_kernel<kDk, false>, grid, kThreads, 0, s, p);
   }
   cuda::check_launch("gdr_recurrent_kernel");
+}
+
+void expect_per_seq_cuda(const Tensor& t, const SeqLayout& seqs, const char* name) {
+  expect_per_seq(t, seqs, "gated_delta_rule", name);
+  cuda::expect_cuda(t, "gated_delta_rule", name);
 }
 
 }  // namespace
@@ -230,30 +351,52 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
     cuda::expect_last_contiguous(*t, op, name);
   }
   cuda::expect_cuda_dtype(a.state, DType::kF32, op, "state");
-  cuda::expect_cuda_dtype(a.n_acc, DType::kI32, op, "n_acc");
+  expect_seq_layout(a.seqs, op);
+  cuda::expect_cuda(a.seqs.row_start, op, "row_start");
+  expect_per_seq_cuda(a.slot, a.seqs, "slot");
+  expect_per_seq_cuda(a.n_acc, a.seqs, "n_acc");
+  const bool recurrent = a.mode == GdrMode::kRecurrent;
+  if (recurrent) expect_per_seq_cuda(a.parity, a.seqs, "parity");
+  if (!recurrent) expect_per_seq_cuda(a.start_position, a.seqs, "start_position");
   GdrParams p{};
-  p.n_tokens = a.q.dim(0);
+  p.n_rows = a.q.dim(0);
   p.hk_n = a.q.dim(1);
   const int64_t dk = a.q.dim(2);
   p.hv_n = a.v.dim(1);
   p.dv = a.v.dim(2);
-  p.n_cols = a.state.dim(0);
-  TANDEM_CHECK(
-      p.hv_n % p.hk_n == 0 && a.k.shape() == a.q.shape(),
-      "gated_delta_rule_cuda: q {} k {} v {} (value heads must be a multiple of key heads)",
-      a.q.describe(), a.k.describe(), a.v.describe());
-  TANDEM_CHECK(a.state.is_contiguous() && a.state.dim(1) == p.hv_n && a.state.dim(2) == dk &&
-                   a.state.dim(3) == p.dv,
-               "gated_delta_rule_cuda: state {} does not match [cols, {}, {}, {}]",
+  p.n_slots = a.state.dim(0);
+  p.n_seqs = a.seqs.n_seqs;
+  TANDEM_CHECK(p.hv_n % p.hk_n == 0 && a.k.shape() == a.q.shape() && a.v.dim(0) == p.n_rows &&
+                   a.a.dim(0) == p.n_rows && a.b.dim(0) == p.n_rows && a.a.dim(1) == p.hv_n &&
+                   a.b.dim(1) == p.hv_n && a.out.shape() == a.v.shape(),
+               "gated_delta_rule_cuda: q {} k {} v {} a {} b {} out {} (value heads must be a "
+               "multiple of key heads)",
+               a.q.describe(), a.k.describe(), a.v.describe(), a.a.describe(), a.b.describe(),
+               a.out.describe());
+  TANDEM_CHECK(a.state.ndim() == 4 && a.state.is_contiguous() && a.state.dim(1) == p.hv_n &&
+                   a.state.dim(2) == dk && a.state.dim(3) == p.dv,
+               "gated_delta_rule_cuda: state {} does not match [slots, {}, {}, {}]",
                a.state.describe(), p.hv_n, dk, p.dv);
-  TANDEM_CHECK(a.mode == GdrMode::kChunked || p.n_tokens <= p.n_cols,
-               "gated_delta_rule_cuda: {} tokens need {} state columns, have {}", p.n_tokens,
-               p.n_tokens, p.n_cols);
   TANDEM_CHECK(
       gated_delta_rule_cuda_supports(dk),
       "gated_delta_rule_cuda: d_k {} unsupported (16, 32, 64, 128 or 256) for dtype bf16 on cuda",
       dk);
-  if (p.n_tokens == 0) return;
+  p.replay_width = gdr_replay_width(p.hk_n, dk, p.hv_n, p.dv);
+  if (recurrent || a.replay.raw() != nullptr) {
+    cuda::expect_cuda_dtype(a.replay, DType::kBF16, op, "replay");
+    TANDEM_CHECK(a.replay.ndim() == 4 && a.replay.is_contiguous() && a.replay.dim(0) == p.n_slots &&
+                     a.replay.dim(1) == 2 && a.replay.dim(3) == p.replay_width,
+                 "gated_delta_rule_cuda: replay {} does not match [{}, 2, rows, {}]",
+                 a.replay.describe(), p.n_slots, p.replay_width);
+    p.replay_rows = a.replay.dim(2);
+  }
+  // max_rows only sizes the separate norm's grid: a slice keeps its parent's bound, so it is not
+  // held against replay_rows. Rows past replay_rows (which the reference refuses) still get
+  // their outputs; the replay keeps the first replay_rows, all a commit can accept.
+  TANDEM_CHECK(a.seqs.max_rows >= 0 && p.n_seqs <= 65535,
+               "gated_delta_rule_cuda: max_rows {} < 0 or {} sequences (a grid holds 65535)",
+               a.seqs.max_rows, p.n_seqs);
+  if (p.n_seqs == 0) return;
   p.q = a.q.data<const __nv_bfloat16>();
   p.k = a.k.data<const __nv_bfloat16>();
   p.v = a.v.data<const __nv_bfloat16>();
@@ -267,15 +410,18 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   p.a_log = cuda::any_float(a.a_log, op, "a_log");
   p.dt_bias = cuda::any_float(a.dt_bias, op, "dt_bias");
   p.state = a.state.data<float>();
+  p.replay = a.replay.raw() != nullptr ? a.replay.data<__nv_bfloat16>() : nullptr;
+  p.row_start = a.seqs.row_start.data<const int32_t>();
+  p.slot = a.slot.data<const int32_t>();
   p.n_acc = a.n_acc.data<const int32_t>();
+  p.parity = recurrent ? a.parity.data<const int32_t>() : nullptr;
+  p.start_position = recurrent ? nullptr : a.start_position.data<const int32_t>();
   p.out = a.out.data<__nv_bfloat16>();
   p.out_s0 = a.out.stride(0), p.out_s1 = a.out.stride(1);
-  p.per_token_columns = a.mode == GdrMode::kRecurrent;
-  p.start_position = a.start_position;
+  p.recurrent = recurrent;
   const GdrOutputNorm& norm = a.norm;
   const bool has_norm = norm.out.raw() != nullptr;
-  const bool fuse_norm =
-      has_norm && a.mode == GdrMode::kRecurrent && p.dv <= kMaxNormBlocks * kCols;
+  const bool fuse_norm = has_norm && recurrent && p.dv <= kMaxNormBlocks * kCols;
   if (fuse_norm) {
     const char* nop = "gated_delta_rule.norm";
     cuda::expect_cuda_dtype(norm.z, DType::kBF16, nop, "z");
@@ -294,16 +440,17 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
     p.norm_eps = norm.eps;
   }
   const cudaStream_t s = cuda::stream_of(ctx);
-  if (!(a.mode == GdrMode::kChunked && gdr_chunked_launch(p, dk, a.chunk_size, s))) {
+  if (!(!recurrent && gdr_chunked_launch(p, dk, a.chunk_size, s))) {
     if (dk == 16) launch_recurrent<16>(p, s);
     if (dk == 32) launch_recurrent<32>(p, s);
     if (dk == 64) launch_recurrent<64>(p, s);
     if (dk == 128) launch_recurrent<128>(p, s);
     if (dk == 256) launch_recurrent<256>(p, s);
   }
-  if (has_norm && !fuse_norm) {
-    gated_rms_norm_cuda(
-        {.o = a.out, .z = norm.z, .weight = norm.weight, .out = norm.out, .eps = norm.eps}, ctx);
+  if (has_norm && !fuse_norm) {  // the separate op, over this call's rows only
+    gated_rms_norm_rows_cuda(
+        {.o = a.out, .z = norm.z, .weight = norm.weight, .out = norm.out, .eps = norm.eps},
+        p.row_start, p.n_seqs, p.n_seqs * a.seqs.max_rows, ctx);
   }
 }
 

@@ -1,28 +1,39 @@
-// Internal interface between the two CUDA gated delta rule paths: the token recurrence
-// (gated_delta_rule_cuda.cu: decode, verify, and the chunked fallback) and the chunked WY form
-// (gated_delta_rule_chunked_cuda.cu: prefill). Not part of the op interface: model code includes
-// gated_delta_rule.h only.
+// Internal interface between the CUDA gated delta rule paths: the token recurrence
+// (gated_delta_rule_cuda.cu: decode, verify with the fold of the last step's accepted rows, and the
+// chunked fallback) and the chunked WY form (gated_delta_rule_chunked_cuda.cu: prefill), plus the
+// output norm restricted to a call's rows (gated_rms_norm_cuda.cu). Not part of the op interface:
+// model code includes gated_delta_rule.h only.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "core/exec_context.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/gated_rms_norm/gated_rms_norm.h"
 
 namespace tandem::kernels {
 
 struct GdrParams {
-  const __nv_bfloat16 *q, *k, *v, *a, *b;
+  const __nv_bfloat16 *q, *k, *v, *a, *b;  // rows are absolute (SeqLayout)
   int64_t q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, a_s0, a_s1, b_s0, b_s1;
   cuda::AnyFloatPtr a_log, dt_bias;
-  float* state;  // [n_cols, n_heads_v, d_k, d_v]
-  const int32_t* n_acc;
+  float* state;           // [n_slots, n_heads_v, d_k, d_v]: one committed state per slot
+  __nv_bfloat16* replay;  // [n_slots, 2, replay_rows, replay_width]: rows [k | v | a | b]
+  int64_t replay_rows, replay_width;
+  const int32_t* row_start;       // [n_seqs + 1]
+  const int32_t* slot;            // [n_seqs]
+  const int32_t* n_acc;           // [n_seqs] (kRecurrent: rows of replay half 1 - parity to fold)
+  const int32_t* parity;          // [n_seqs] (kRecurrent)
+  const int32_t* start_position;  // [n_seqs] (kChunked)
+  int64_t n_seqs, n_rows, n_slots;
   __nv_bfloat16* out;
   int64_t out_s0, out_s1;
-  int64_t n_tokens, n_cols, hv_n, hk_n, dv;
-  bool per_token_columns;  // kRecurrent: column t after token t; kChunked: final state in column 0
-  int64_t start_position;  // kChunked: position of token 0 (chunk boundaries at multiples of 64)
+  int64_t hv_n, hk_n, dv;
+  // true: kRecurrent (fold, outputs, raw rows into replay, states of the rows not stored);
+  // false: the chunked fallback (the whole call's rows from state[slot], final state stored).
+  bool recurrent;
   // The fused output norm (GdrOutputNorm; recurrent kernel only): norm_out == nullptr: none.
   const __nv_bfloat16* z;
   int64_t z_s0, z_s1;
@@ -32,9 +43,63 @@ struct GdrParams {
   float norm_eps;
 };
 
-// Launches the chunked (WY) kernel and returns true, or returns false without launching anything
-// when the call is outside what it covers (chunk_size != 64, negative start, q/k not 4-byte
-// aligned); the caller then runs the recurrence, which computes the same function.
+// Loads through L2 of what only launches two or more back wrote (state, replay rows, host-written
+// metadata), issued before the PDL wait. volatile with a memory clobber: the compiler keeps them
+// in program order with this thread's own stores to the same buffers (cuda_common's __ldcg is a
+// plain asm the compiler may move).
+__device__ __forceinline__ float gdr_ld_cg(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ int32_t gdr_ld_cg(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ __nv_bfloat16 gdr_ld_cg(const __nv_bfloat16* p) {
+  unsigned short v;
+  asm volatile("ld.global.cg.b16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
+  return __ushort_as_bfloat16(v);
+}
+
+// One sequence of a launch as every block of it reads it (per-step values from device memory,
+// written by the host before the step, so they may be read before the PDL wait). Out-of-range
+// values are clamped so that no access leaves its tensor; a slot outside the pool disables the
+// sequence (ok == false), which then touches nothing.
+struct GdrSeq {
+  int64_t r0, n;  // absolute first row and row count
+  int64_t slot;
+  int n_acc, parity;
+  bool ok;
+};
+
+__device__ __forceinline__ GdrSeq gdr_seq(const GdrParams& p, int64_t s) {
+  GdrSeq q;
+  const int64_t a = gdr_ld_cg(p.row_start + s), b = gdr_ld_cg(p.row_start + s + 1);
+  q.r0 = a < 0 ? 0 : (a > p.n_rows ? p.n_rows : a);
+  const int64_t r1 = b < q.r0 ? q.r0 : (b > p.n_rows ? p.n_rows : b);
+  q.n = r1 - q.r0;
+  q.slot = gdr_ld_cg(p.slot + s);
+  q.ok = q.slot >= 0 && q.slot < p.n_slots;
+  q.n_acc = 0;
+  q.parity = 0;
+  if (p.recurrent) {
+    const int32_t na = gdr_ld_cg(p.n_acc + s);
+    q.n_acc = na < 0 ? 0 : (na > p.replay_rows ? static_cast<int>(p.replay_rows) : na);
+    q.parity = gdr_ld_cg(p.parity + s) & 1;
+  }
+  return q;
+}
+
+// Launches the chunked (WY) kernel over all the call's sequences and returns true, or returns
+// false without launching anything when the call is outside what it covers (chunk_size != 64,
+// q/k not 4-byte aligned); the caller then runs the recurrence, which computes the same function.
 bool gdr_chunked_launch(const GdrParams& p, int64_t d_k, int chunk_size, cudaStream_t s);
+
+// gated_rms_norm_cuda over the rows of a call's sequences only, [row_start[0], row_start[n_seqs])
+// (read on the device; at most max_rows_total of them): the same kernel, so the same bits.
+void gated_rms_norm_rows_cuda(const GatedRmsNormArgs& a, const int32_t* row_start, int64_t n_seqs,
+                              int64_t max_rows_total, const ExecContext& ctx);
 
 }  // namespace tandem::kernels

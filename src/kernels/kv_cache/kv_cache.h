@@ -1,5 +1,7 @@
-// Paged KV cache write: the K/V rows of the step's tokens go to their slots,
-//   slot(pos) = block_table[pos / block_size] * block_size + pos % block_size.
+// Paged KV cache write: the K/V rows of a step go to their cache slots,
+//   slots[t] = block * block_size + offset, the physical row of row t's position in its
+//   sequence's pages (the host computes it from the block table when it plans the step);
+//   a row with slots[t] < 0 is not written.
 // Rejected draft positions are simply overwritten by a later step (DESIGN.md inv. 3).
 #pragma once
 
@@ -9,12 +11,11 @@
 namespace tandem::kernels {
 
 struct KvCacheWriteArgs {
-  Tensor k;            // act [n_tokens, n_heads_kv, head_dim] (strided view allowed)
-  Tensor v;            // act [n_tokens, n_heads_kv, head_dim]
-  Tensor positions;    // i32 [n_tokens]
-  Tensor block_table;  // i32 [max_blocks] for this sequence
-  Tensor k_cache;      // act [n_blocks, block_size, n_heads_kv, head_dim]
-  Tensor v_cache;      // act [n_blocks, block_size, n_heads_kv, head_dim]
+  Tensor k;        // act [n_rows, n_heads_kv, head_dim] (strided view allowed)
+  Tensor v;        // act [n_rows, n_heads_kv, head_dim]
+  Tensor slots;    // i32 [n_rows]
+  Tensor k_cache;  // act [n_blocks, block_size, n_heads_kv, head_dim]
+  Tensor v_cache;  // act [n_blocks, block_size, n_heads_kv, head_dim]
 };
 
 void kv_cache_write_ref(const KvCacheWriteArgs& a, const ExecContext& ctx);

@@ -10,19 +10,19 @@ void kv_cache_write_ref(const KvCacheWriteArgs& a, const ExecContext& ctx) {
   ref::expect_f32_act(a.k, "kv_cache_write.k");
   ref::expect_f32_act(a.v, "kv_cache_write.v");
   const int64_t n = a.k.dim(0), heads = a.k.dim(1), d = a.k.dim(2);
-  const int64_t block_size = a.k_cache.dim(1), max_blocks = a.block_table.dim(0);
-  const int32_t* pos = a.positions.data<const int32_t>();
-  const int32_t* table = a.block_table.data<const int32_t>();
+  const int64_t cache_rows = a.k_cache.dim(0) * a.k_cache.dim(1);
+  TANDEM_CHECK(a.slots.dtype() == DType::kI32 && a.slots.dim(0) >= n,
+               "kv_cache_write: slots must be i32 [n_rows = {}], got {}", n, a.slots.describe());
+  const int32_t* slots = a.slots.data<const int32_t>();
   for (int64_t t = 0; t < n; ++t) {
-    TANDEM_CHECK(pos[t] >= 0 && pos[t] / block_size < max_blocks,
-                 "kv_cache_write: position {} beyond the block table ({} blocks of {})", pos[t],
-                 max_blocks, block_size);
-    const int64_t block = table[pos[t] / block_size], off = pos[t] % block_size;
+    if (slots[t] < 0) continue;
+    TANDEM_CHECK(slots[t] < cache_rows, "kv_cache_write: slot {} beyond the cache ({} rows)",
+                 slots[t], cache_rows);
     for (int64_t h = 0; h < heads; ++h) {
-      const int64_t slot = ((block * block_size + off) * heads + h) * d;
-      std::memcpy(a.k_cache.data<float>() + slot,
+      const int64_t at = (static_cast<int64_t>(slots[t]) * heads + h) * d;
+      std::memcpy(a.k_cache.data<float>() + at,
                   a.k.data<const float>() + t * a.k.stride(0) + h * a.k.stride(1), d * 4);
-      std::memcpy(a.v_cache.data<float>() + slot,
+      std::memcpy(a.v_cache.data<float>() + at,
                   a.v.data<const float>() + t * a.v.stride(0) + h * a.v.stride(1), d * 4);
     }
   }

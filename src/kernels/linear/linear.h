@@ -46,7 +46,17 @@ struct LinearArgs {
   bool input_rms = false;
   float input_rms_eps = 1e-6f;
   Tensor input_scratch;  // input_rms on CUDA: act [n_tokens, in], last dim contiguous
+  // The numerics family of each row on CUDA (the reference computes every row the same way):
+  // rows [0, decode_rows) are decode/verify rows, computed with the decode kernel's arithmetic
+  // whatever their number (so a generated token's row has the same bits at batch 1 and 256), and
+  // rows [decode_rows, n_tokens) prefill rows, computed by a GEMM whose rows are invariant among
+  // prefill calls. -1: the rows' family follows n_tokens alone (all decode rows up to
+  // kLinearDecodeMaxTokens, else all prefill rows), for callers that run one kind of row.
+  int64_t decode_rows = -1;
 };
+
+// Up to this many rows, a call with decode_rows = -1 takes the decode family.
+constexpr int64_t kLinearDecodeMaxTokens = 16;
 
 // The scratch rule of the epilogues: [n_tokens, out].
 inline void linear_expect_scratch(const LinearArgs& a, const char* op) {

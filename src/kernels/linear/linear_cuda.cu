@@ -1,18 +1,24 @@
-// CUDA linear y = x W^T, bf16 x and W, fp32 accumulation, bf16 or f32 out. Three paths, chosen by
-// n_tokens and the operands' alignment, never by anything else (docs/cuda.md):
-//  - n_tokens <= 16 with 16-byte aligned rows (decode, verify): the persistent bulk-copy kernel
-//    (linear_persistent_cuda.cu, through the dispatcher in linear_mma_cuda.cu);
-//  - n_tokens <= 16 otherwise (odd `in`, tests): this file's weight-streaming kernel. Each warp
+// CUDA linear y = x W^T, bf16 x and W, fp32 accumulation, bf16 or f32 out. Each row belongs to
+// a numerics family (LinearArgs::decode_rows), and the kernel is chosen by the family and the
+// operands' alignment, never by how many rows share the call (docs/cuda.md):
+//  - decode/verify rows with 16-byte aligned rows: the persistent bulk-copy kernel
+//    (linear_persistent_cuda.cu, through the dispatcher in linear_mma_cuda.cu), up to 32 rows per
+//    launch (one pass over the weights); more decode rows (a batch) run as groups [0, 32),
+//    [32, 64), ..., each token its own mma column and every group size the same plan, so a row's
+//    bits are the same at batch 1 and at batch 256 (kWideDecodeGroups off: groups of 16);
+//  - decode rows otherwise (odd `in`, tests): this file's weight-streaming kernel. Each warp
 //    owns kRows weight rows and applies every weight element to all tokens; lane l accumulates
 //    elements k = 256 i + 8 l + j in increasing (i, j) order with fmaf, then a fixed butterfly
 //    sums the lanes: a token's result never depends on how many tokens share it;
-//  - n_tokens > 16 (prefill): cuBLAS (linear_gemm_cuda.cu); rows are invariant among themselves,
-//    but not bit-equal to the decode path.
+//  - prefill rows: cuBLAS (linear_gemm_cuda.cu), whatever their number; rows are invariant among
+//    prefill calls but not bit-equal to the decode family.
 // The epilogues and input_rms are fused into the persistent kernel. The other two paths first
 // write x's normed rows (x times its inverse RMS, rounded) into input_scratch and read those, and
 // write y into the caller's scratch, then run swiglu_cuda over its pairs or add it to out
 // (rows_kernel): without input_rms the same bits as the persistent kernel, in two or three
 // launches.
+#include <algorithm>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear.h"
 #include "kernels/linear/linear_cuda.cuh"
@@ -164,7 +170,7 @@ void launch_skinny(const LinearShape& s, cudaStream_t stream) {
   if (s.n <= 2) return launch_skinny_nt<2, TOut>(s, stream);
   if (s.n <= 4) return launch_skinny_nt<4, TOut>(s, stream);
   if (s.n <= 8) return launch_skinny_nt<8, TOut>(s, stream);
-  launch_skinny_nt<16, TOut>(s, stream);  // n > 16 only when the GEMM path cannot take it
+  launch_skinny_nt<16, TOut>(s, stream);  // n > 16: decode groups of up to 32, odd prefill rows
 }
 
 // The unfused steps, one block per token row t: v = y[t, j], times the inverse RMS of x[t, :] and
@@ -202,7 +208,10 @@ void rows(const Tensor& x, bool rms, float eps, const Tensor& y, const Tensor& o
 
 }  // namespace
 
-void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
+namespace {
+
+// One launch family over all of a's rows.
+void linear_family(const LinearArgs& a, bool decode, const ExecContext& ctx) {
   cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
   cuda::expect_cuda_dtype(a.weight, DType::kBF16, "linear", "weight");
   cuda::expect_cuda(a.out, "linear", "out");
@@ -247,7 +256,10 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   s.vec_ok = vec_loadable();
   const bool f32_out = a.out.dtype() == DType::kF32;
   const cudaStream_t stream = cuda::stream_of(ctx);
-  if (s.n <= kSkinnyMaxTokens && s.vec_ok) {  // decode/verify: epilogue and scale are fused
+  TANDEM_CHECK(!decode || s.n <= linear_decode_group_rows(),
+               "linear_cuda: {} decode rows in one launch (at most {})", s.n,
+               linear_decode_group_rows());
+  if (decode && s.vec_ok) {  // decode/verify: epilogue and scale are fused
     s.epilogue = a.epilogue;
     s.input_rms = a.input_rms;
     s.input_rms_eps = a.input_rms_eps;
@@ -262,13 +274,39 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
   const Tensor& y = pairs || add ? a.scratch : a.out;  // y, then the epilogue
   s.out = y.raw();
   s.out_stride = y.stride(0);
-  if (s.n > kSkinnyMaxTokens && s.vec_ok) {
+  if (!decode && s.vec_ok) {
     f32_out ? linear_gemm_f32(s, stream) : linear_gemm_bf16(s, stream);
   } else {
     f32_out ? launch_skinny<float>(s, stream) : launch_skinny<__nv_bfloat16>(s, stream);
   }
   if (add) rows(a.x, false, 0.f, y, a.out, true, stream);
   if (pairs) swiglu_cuda({.out = a.out, .gate_up = a.scratch}, ctx);
+}
+
+// Rows [begin, end) of every row tensor of a.
+LinearArgs rows_of(const LinearArgs& a, int64_t begin, int64_t end) {
+  LinearArgs r = a;
+  auto cut = [&](Tensor& t) {
+    if (t.raw() != nullptr) t = t.slice(0, begin, end);
+  };
+  cut(r.x), cut(r.out), cut(r.scratch), cut(r.input_scratch);
+  r.decode_rows = -1;
+  return r;
+}
+
+}  // namespace
+
+void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
+  const int64_t n = a.x.dim(0);
+  const int64_t decode_rows =
+      a.decode_rows < 0 ? (n <= kLinearDecodeMaxTokens ? n : 0) : std::min(a.decode_rows, n);
+  const int64_t group = linear_decode_group_rows();  // the same for every call: row invariance
+  if (decode_rows == n && n <= group) return linear_family(a, true, ctx);
+  if (decode_rows == 0) return linear_family(a, false, ctx);
+  for (int64_t g = 0; g < decode_rows; g += group) {
+    linear_family(rows_of(a, g, std::min(decode_rows, g + group)), true, ctx);
+  }
+  if (decode_rows < n) linear_family(rows_of(a, decode_rows, n), false, ctx);
 }
 
 }  // namespace tandem::kernels

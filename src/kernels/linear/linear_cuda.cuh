@@ -22,8 +22,18 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 }
 #endif
 
-// n_tokens <= kSkinnyMaxTokens runs the weight-streaming kernel (decode/verify shapes).
+// Decode/verify rows per launch of the narrow configurations (one or two B tiles; the other
+// decode kernels: linear_mma_cuda.cu, linear_stream_cuda.cu) and of the persistent kernel's wide
+// one (four B tiles, one pass over the weights for 32 rows).
 constexpr int64_t kSkinnyMaxTokens = 16;
+constexpr int64_t kWideMaxTokens = 32;
+// The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
+// configurations only) instead of kWideMaxTokens. A row's bits are the same either way.
+constexpr bool kWideDecodeGroups = true;
+// Rows per decode group (linear_cuda forms groups [0, G), [G, 2G), ...): kWideMaxTokens, or
+// kSkinnyMaxTokens without kWideDecodeGroups or under a bench variant without the wide
+// configuration (linear_skinny_set_variant; linear_mma_cuda.cu).
+int64_t linear_decode_group_rows();
 
 struct LinearShape {
   const void* x = nullptr;  // bf16 [n, in], row stride x_stride
@@ -40,14 +50,18 @@ struct LinearShape {
   float input_rms_eps = 0.f;
 };
 
-// Tensor-core decode/verify path (n <= kSkinnyMaxTokens, vec_ok): linear_mma_cuda.cu.
+// Tensor-core decode/verify path (n <= linear_decode_group_rows(), vec_ok): linear_mma_cuda.cu.
 void linear_skinny_mma_bf16(const LinearShape& s, cudaStream_t stream);
 void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream);
 // Bulk-copy (TMA engine) streaming variant of the same path: linear_stream_cuda.cu. `max_splits`
 // caps the k-split across a thread-block cluster (1, 2, 4 or 8).
 void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cudaStream_t stream);
-// Persistent bulk-copy variant: one launch walks every tile and k-range with a producer warp
-// (linear_persistent_cuda.cu); `config` 0 is production, 1-4 bench-only alternatives.
+// Persistent bulk-copy variant: one launch of 1..kWideMaxTokens tokens walks every tile and
+// k-range with a producer warp (linear_persistent_cuda.cu); `config` 0 is production, 1-4
+// bench-only alternatives of the narrow configurations (the wide one runs production's),
+// kLinearPersistentWide512 the bench-only alternative of the wide one (the narrow ones run
+// production's). Every configuration computes the same bits.
+constexpr int kLinearPersistentWide512 = 6;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream);
 void linear_gemm_f32(const LinearShape& s, cudaStream_t stream);

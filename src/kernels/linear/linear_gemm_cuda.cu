@@ -1,13 +1,19 @@
-// Prefill GEMM for linear (n_tokens > 16) through cuBLAS: bf16 operands, fp32 compute
+// Prefill GEMM for linear (prefill rows) through cuBLASLt: bf16 operands, fp32 compute
 // (CUBLAS_COMPUTE_32F, no reduced-precision reductions), bf16 or f32 out. cuBLAS picks Hopper
 // wgmma/TMA kernels here that reach most of the tensor-core peak, which a hand-written WMMA
-// kernel did not (27%, docs/cuda.md). Prefill rows are not bit-equal to the decode/verify path
-// (linear_mma_cuda.cu) and may depend on the chunk size; nothing needs either: plain and
-// speculative runs share the same prefill, and decode/verify never take this path
-// (kSkinnyMaxTokens).
-#include <cublas_v2.h>
+// kernel did not (27%, docs/cuda.md).
+// Row invariance (DESIGN.md invariant 2): a prefill row's bits must not depend on how many rows
+// share the GEMM (other sequences' chunks), so the algorithm is pinned: chosen once per weight
+// shape and output type by cuBLASLt's heuristic for a reference of kRefRows rows, with split-K
+// forced off (one CTA reduces all of K for an output tile, in the mainloop's fixed order), and
+// then used for every row count. Prefill rows are not bit-equal to the decode family
+// (linear_persistent_cuda.cu); nothing needs them to be: a row's family is fixed by its request.
+#include <cublasLt.h>
 
+#include <cstdio>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "core/error.h"
 #include "kernels/cuda_common.cuh"
@@ -17,45 +23,101 @@ namespace tandem::kernels {
 
 namespace {
 
+constexpr int64_t kRefRows = 2048;
+
 void check_cublas(cublasStatus_t st, const char* call) {
-  TANDEM_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLAS call {} failed: {} ({})", call,
+  TANDEM_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt call {} failed: {} ({})", call,
                cublasGetStatusName(st), cublasGetStatusString(st));
 }
 
-// One handle for the process with a fixed workspace, so that cuBLAS never allocates inside a
-// step (graph capture) and picks the same algorithm every call.
-struct CublasHandle {
-  cublasHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-
-  CublasHandle() {
-    check_cublas(cublasCreate(&handle), "cublasCreate");
-    TANDEM_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
-    check_cublas(cublasSetWorkspace(handle, workspace, kWorkspaceBytes), "cublasSetWorkspace");
-    check_cublas(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+// Column-major views: out^T [out_f, n] = op(A) B with A = W^T stored as [in, out_f] (ld in, op T)
+// and B = x^T [in, n] (ld x_stride).
+struct Layouts {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  Layouts(int64_t in, int64_t out_f, int64_t n, int64_t x_ld, int64_t out_ld, cudaDataType out) {
+    check_cublas(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, in, out_f, in), "layout A");
+    check_cublas(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, in, n, x_ld), "layout B");
+    check_cublas(cublasLtMatrixLayoutCreate(&d, out, out_f, n, out_ld), "layout D");
   }
-  // Intentionally never destroyed: the CUDA context may already be gone at process exit.
+  ~Layouts() {
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(d);
+  }
 };
 
-std::mutex& handle_mutex() {
-  static std::mutex m;
-  return m;
-}
+// One handle, one fixed workspace (so that cuBLASLt never allocates inside a step), the matmul
+// descriptor, and the pinned algorithm of every (out_f, in, out type) seen.
+struct Gemm {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  void* workspace = nullptr;
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  std::map<std::tuple<int64_t, int64_t, int>, cublasLtMatmulAlgo_t> algos;
+  std::mutex mutex;
+
+  Gemm() {
+    check_cublas(cublasLtCreate(&handle), "cublasLtCreate");
+    TANDEM_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+    check_cublas(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)),
+                 "transa");
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)),
+                 "transb");
+  }
+  // Intentionally never destroyed: the CUDA context may already be gone at process exit.
+
+  const cublasLtMatmulAlgo_t& algo(int64_t in, int64_t out_f, cudaDataType out) {
+    const auto key = std::make_tuple(out_f, in, static_cast<int>(out));
+    auto it = algos.find(key);
+    if (it != algos.end()) return it->second;
+    const Layouts ref(in, out_f, kRefRows, in, out_f, out);
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const size_t ws = kWorkspaceBytes;
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+                 "preference workspace");
+    cublasLtMatmulHeuristicResult_t results[8];
+    int found = 0;
+    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, desc, ref.a, ref.b, ref.d, ref.d, pref, 8,
+                                                results, &found),
+                 "cublasLtMatmulAlgoGetHeuristic");
+    cublasLtMatmulPreferenceDestroy(pref);
+    for (int i = 0; i < found; ++i) {
+      cublasLtMatmulAlgo_t a = results[i].algo;
+      const int32_t splits = 1;
+      const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                               sizeof(splits)) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                               sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
+        continue;
+      cublasLtMatmulHeuristicResult_t check{};
+      if (cublasLtMatmulAlgoCheck(handle, desc, ref.a, ref.b, ref.d, ref.d, &a, &check) !=
+              CUBLAS_STATUS_SUCCESS ||
+          check.workspaceSize > ws)
+        continue;
+      return algos.emplace(key, a).first->second;
+    }
+    fail("linear_cuda (prefill GEMM): cuBLASLt has no split-K-free algorithm for [{}, {}]", out_f,
+         in);
+  }
+};
 
 void gemm(const LinearShape& s, cudaDataType out_type, cudaStream_t stream) {
-  static CublasHandle* h = new CublasHandle();
-  // A handle carries its stream; calls from several threads serialise on it.
-  const std::lock_guard<std::mutex> lock(handle_mutex());
-  check_cublas(cublasSetStream(h->handle, stream), "cublasSetStream");
+  static Gemm* g = new Gemm();
+  const std::lock_guard<std::mutex> lock(g->mutex);
+  const cublasLtMatmulAlgo_t& algo = g->algo(s.in, s.out_f, out_type);
+  const Layouts l(s.in, s.out_f, s.n, s.x_stride, s.out_stride, out_type);
+  cublasLtMatmulHeuristicResult_t check{};
+  check_cublas(cublasLtMatmulAlgoCheck(g->handle, g->desc, l.a, l.b, l.d, l.d, &algo, &check),
+               "cublasLtMatmulAlgoCheck (the pinned prefill algorithm for this row count)");
   const float alpha = 1.f, beta = 0.f;
-  // Column-major view: out^T [out_f, n] = W [out_f, in] (stored as W^T [in, out_f]) x x^T [in, n].
-  check_cublas(cublasGemmEx(h->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.out_f),
-                            static_cast<int>(s.n), static_cast<int>(s.in), &alpha, s.w, CUDA_R_16BF,
-                            static_cast<int>(s.in), s.x, CUDA_R_16BF, static_cast<int>(s.x_stride),
-                            &beta, s.out, out_type, static_cast<int>(s.out_stride),
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
+  check_cublas(cublasLtMatmul(g->handle, g->desc, &alpha, s.w, l.a, s.x, l.b, &beta, s.out, l.d,
+                              s.out, l.d, &algo, g->workspace, Gemm::kWorkspaceBytes, stream),
+               "cublasLtMatmul");
 }
 
 }  // namespace

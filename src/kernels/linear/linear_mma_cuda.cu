@@ -1,8 +1,9 @@
-// Decode/verify linear (n_tokens <= 16): the dispatcher and the register-prefetch mma kernel.
-// Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) for every shape; the
-// kernels here and in linear_stream_cuda.cu stay as measured alternatives that kernel_bench times
-// and cross-checks (linear_skinny_set_variant, docs/cuda.md), variant 1 being its baseline; they
-// take LinearEpilogue::kNone only (the bench times nothing else).
+// Decode/verify linear (a decode group of up to 32 rows): the dispatcher and the register-prefetch
+// mma kernel. Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) for every
+// shape; the kernels here and in linear_stream_cuda.cu stay as measured alternatives that
+// kernel_bench times and cross-checks (linear_skinny_set_variant, docs/cuda.md), variant 1 being
+// its baseline; they take LinearEpilogue::kNone only (the bench times nothing else) and at most 16
+// rows (under them linear_cuda forms groups of 16).
 //
 // This file's kernel: mma.sync m16n8k16 bf16 -> fp32 with the weights as the 16-row A operand and
 // up to 16 tokens as one or two 8-column B tiles. A block of 4 warps owns 16 weight rows; warp w
@@ -100,7 +101,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // Exploration knob for bench/kernel_bench (linear_skinny_set_variant): variant 0 is production.
 enum class Kind {
-  kPersistent,    // linear_persistent_cuda.cu at configuration `param` (0 = production)
+  kPersistent,    // linear_persistent_cuda.cu at configuration `param` (0 = production;
+                  // kNarrowGroups: production in decode groups of 16 rows, the wide one unused)
   kMma,           // this file's kernel with `param` k-steps of register prefetch (2 or 4)
   kStream,        // linear_stream_cuda.cu with a k-split cap of `param`
   kPreviousRule,  // the rule before the persistent kernel: this kernel for many tiles, the
@@ -110,11 +112,21 @@ struct Variant {
   Kind kind;
   int param;
 };
-constexpr Variant kVariants[] = {{Kind::kPersistent, 0}, {Kind::kMma, 2},
-                                 {Kind::kMma, 4},        {Kind::kStream, 1},
-                                 {Kind::kStream, 8},     {Kind::kPreviousRule, 0},
-                                 {Kind::kPersistent, 1}, {Kind::kPersistent, 2},
-                                 {Kind::kPersistent, 3}, {Kind::kPersistent, 4}};
+constexpr int kNarrowGroups = 5;
+// 10: the groups of 16 that decode batches ran in before the wide configuration (A/B, fallback);
+// 11: the wide configuration's 512-k alternative.
+constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
+                                 {Kind::kMma, 2},
+                                 {Kind::kMma, 4},
+                                 {Kind::kStream, 1},
+                                 {Kind::kStream, 8},
+                                 {Kind::kPreviousRule, 0},
+                                 {Kind::kPersistent, 1},
+                                 {Kind::kPersistent, 2},
+                                 {Kind::kPersistent, 3},
+                                 {Kind::kPersistent, 4},
+                                 {Kind::kPersistent, kNarrowGroups},
+                                 {Kind::kPersistent, kLinearPersistentWide512}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -151,9 +163,10 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   if (v.kind == Kind::kPersistent) {  // production: the kernel picks its own B tiles
     return linear_skinny_persistent(s, sizeof(TOut) == 4, v.param, stream);
   }
-  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms,
-               "linear: decode variant {} (bench only) has no epilogue and no input_rms",
-               g_variant);
+  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,
+               "linear: decode variant {} (bench only) has no epilogue and no input_rms, and takes "
+               "at most {} rows, got {}",
+               g_variant, kSkinnyMaxTokens, s.n);
   if (s.n <= 8) return launch_variant<1, TOut>(v, s, stream);
   launch_variant<2, TOut>(v, s, stream);
 }
@@ -164,6 +177,11 @@ void linear_skinny_mma_bf16(const LinearShape& s, cudaStream_t stream) {
   launch<__nv_bfloat16>(s, stream);
 }
 void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<float>(s, stream); }
+int64_t linear_decode_group_rows() {
+  const Variant& v = kVariants[g_variant];
+  const bool wide = kWideDecodeGroups && v.kind == Kind::kPersistent && v.param != kNarrowGroups;
+  return wide ? kWideMaxTokens : kSkinnyMaxTokens;
+}
 int linear_skinny_set_variant(int v) {
   if (v >= 0 && v < static_cast<int>(std::size(kVariants))) g_variant = v;
   return static_cast<int>(std::size(kVariants));

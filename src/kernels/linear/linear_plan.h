@@ -18,6 +18,19 @@ struct LinearPlan {
   int64_t range_k = 0;   // a multiple of 8; rank r covers k in [r range_k, min(in, (r+1) range_k))
 };
 
+// Every configuration of the kernel (ring depth, chunk size, 1 to 4 B tiles) runs the plan made for
+// production's 1..4-token configuration, whose chunks are kLinearPlanChunkK: a token's bits depend
+// on the plan, so one plan per weight shape is what makes them independent of n_tokens.
+constexpr int64_t kLinearPlanChunkK = 1024;
+
+// The end (relative to the range start) of the k-steps production runs for a rank's range of
+// `len` k: its 1024-k chunks run every step of their last chunk, those past `len` with zero
+// operands. A configuration with shorter chunks runs the missing masked steps too (same place in
+// each warp's sequence: the end), so that its accumulators see production's exact sequence.
+constexpr int64_t linear_masked_end(int64_t len) {
+  return (len + kLinearPlanChunkK - 1) / kLinearPlanChunkK * kLinearPlanChunkK;
+}
+
 // tiles: 16-row weight tiles; in: k (a multiple of 8); chunk_k: k per ring slot; resident[e]:
 // clusters of 2^e blocks that fit on the GPU at once; sms: the SM count. Picks the fewest splits
 // whose predicted time (in chunk-times of one SM) is within a hair of the best: each SM streams

@@ -23,7 +23,7 @@ namespace tandem {
 
 namespace k = kernels;
 
-// Activations for up to max_step_tokens rows, allocated once (no allocation during a step).
+// Activations for up to max_step_rows rows, allocated once (no allocation during a step).
 struct ForwardScratch {
   Tensor residual, mixed, normed, hidden;  // [T, hidden]
   // Outputs of the stacked projections (qwen35_weights.h); the parts below are column views.
@@ -37,6 +37,7 @@ struct ForwardScratch {
   Tensor gdn_out, gdn_normed;          // [T, vd]
   Tensor attn_out;                     // [T, Nq D]
   Tensor mtp_in;                       // [T, 2 hidden]
+  Tensor logit_hidden;                 // [T, hidden]: the rows whose logits a step computes
 
   ForwardScratch(const ModelConfig& c, int64_t t, DType act, Device d) {
     auto z2 = [&](int64_t cols) { return Tensor::zeros({t, cols}, act, d); };
@@ -63,6 +64,7 @@ struct ForwardScratch {
     gdn_normed = z2(vd);
     attn_out = z2(c.num_heads_q * c.head_dim);
     mtp_in = z2(2 * c.hidden_size);
+    logit_hidden = z2(c.hidden_size);
   }
 };
 
@@ -71,29 +73,35 @@ Tensor rows(const Tensor& t, int64_t n) { return t.slice(0, 0, n); }
 
 }  // namespace
 
-k::LinearArgs Qwen35Model::from_norm(const Tensor& weight, const Tensor& out, int64_t n) const {
+k::LinearArgs Qwen35Model::from_norm(const Tensor& weight, const Tensor& out,
+                                     const StepBatch& b) const {
   const ForwardScratch& s = *s_;
+  const int64_t n = b.n_rows;
   if (w_.norms_folded) {
     return {.x = rows(s.residual, n),
             .weight = weight,
             .out = out,
             .input_rms = true,
             .input_rms_eps = cfg_.rms_norm_eps,
-            .input_scratch = rows(s.normed, n)};
+            .input_scratch = rows(s.normed, n),
+            .decode_rows = b.decode_rows};
   }
-  return {.x = rows(s.normed, n), .weight = weight, .out = out};
+  return {.x = rows(s.normed, n), .weight = weight, .out = out, .decode_rows = b.decode_rows};
 }
 
-k::LinearArgs Qwen35Model::to_residual(const Tensor& x, const Tensor& weight, int64_t n) const {
+k::LinearArgs Qwen35Model::to_residual(const Tensor& x, const Tensor& weight,
+                                       const StepBatch& b) const {
   const ForwardScratch& s = *s_;
+  const int64_t n = b.n_rows;
   if (w_.norms_folded) {
     return {.x = x,
             .weight = weight,
             .out = rows(s.residual, n),
             .epilogue = k::LinearEpilogue::kAddToOut,
-            .scratch = rows(s.mixed, n)};
+            .scratch = rows(s.mixed, n),
+            .decode_rows = b.decode_rows};
   }
-  return {.x = x, .weight = weight, .out = rows(s.mixed, n)};
+  return {.x = x, .weight = weight, .out = rows(s.mixed, n), .decode_rows = b.decode_rows};
 }
 
 // The last norm of a stack of blocks (final_norm, mtp.norm) into out: the pending residual add
@@ -109,13 +117,27 @@ void Qwen35Model::final_norm(const Tensor& weight, const Tensor& out, int64_t n)
               ctx_);
 }
 
+void Qwen35Model::logits_of(const StepBatch& b, const Tensor& hidden, const Tensor& logits) {
+  if (logits.raw() == nullptr || b.n_logit_rows == 0) return;
+  TANDEM_CHECK(logits.dim(0) == b.n_logit_rows, "forward: logits {} for {} logit rows",
+               logits.describe(), b.n_logit_rows);
+  Tensor x = hidden;
+  if (!b.logits_all_rows) {  // gather the rows: an embedding lookup with the hidden rows as table
+    x = rows(s_->logit_hidden, b.n_logit_rows);
+    k::embedding({.ids = b.logit_rows, .table = hidden, .out = x}, ctx_);
+  }
+  const int64_t decode_logit_rows = b.logits_all_rows ? b.decode_rows : b.n_decode_logit_rows;
+  k::linear({.x = x, .weight = w_.lm_head, .out = logits, .decode_rows = decode_logit_rows}, ctx_);
+  observe("logits", -1, logits);
+}
+
 Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecContext& ctx,
-                         int64_t max_step_tokens)
+                         int64_t max_step_rows)
     : cfg_(std::move(cfg)),
       w_(std::move(weights)),
       ctx_(ctx),
       act_(ctx.device == Device::kCpu ? DType::kF32 : DType::kBF16),
-      s_(std::make_unique<ForwardScratch>(cfg_, max_step_tokens, act_, ctx.device)) {
+      s_(std::make_unique<ForwardScratch>(cfg_, max_step_rows, act_, ctx.device)) {
   // Unsupported (op, dtype, device, shape) is an error at load time (DESIGN.md invariant 6).
   // The loader checks this too, naming the tensor; synthetic weights are only checked here.
   TANDEM_CHECK(cfg_.intermediate_size % k::kSwigluPairGroup == 0,
@@ -146,34 +168,32 @@ Qwen35Model::~Qwen35Model() {
 
 Tensor Qwen35Model::hidden(int64_t n) const { return rows(s_->hidden, n); }
 
-int64_t Qwen35Model::max_step_tokens() const { return s_->residual.dim(0); }
+int64_t Qwen35Model::max_step_rows() const { return s_->residual.dim(0); }
 
-void Qwen35Model::forward(SequenceState& st, int64_t n, StepKind kind, int64_t start,
-                          const Tensor& logits, int64_t logits_from) {
+void Qwen35Model::forward(const StepBatch& b, const CacheViews& cache, const Tensor& logits) {
   ForwardScratch& s = *s_;
-  TANDEM_CHECK(n <= s.residual.dim(0), "forward: {} tokens exceed the step buffer of {}", n,
-               s.residual.dim(0));
-  k::embedding({.ids = st.target.token_ids.slice(0, 0, n),
-                .table = w_.embed_tokens,
-                .out = rows(s.residual, n)},
-               ctx_);
+  const int64_t n = b.n_rows;
+  TANDEM_CHECK(n >= 1 && n <= s.residual.dim(0), "forward: {} rows outside the step buffer of {}",
+               n, s.residual.dim(0));
+  TANDEM_CHECK(static_cast<int64_t>(cache.layers.size()) == cfg_.num_layers,
+               "forward: cache views for {} layers, the model has {}", cache.layers.size(),
+               cfg_.num_layers);
+  k::embedding(
+      {.ids = b.token_ids.slice(0, 0, n), .table = w_.embed_tokens, .out = rows(s.residual, n)},
+      ctx_);
   observe("embed", -1, rows(s.residual, n));
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    const KvLayerCache* kv = cfg_.layer_types[l] == LayerType::kFullAttention ? &st.kv[l] : nullptr;
-    decoder_layer(w_.layers[l], l, st, kv, st.target, n, kind, start, l > 0);
-  }
+  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+    decoder_layer(w_.layers[l], l, b, cache.layers[l], cache.attn_workspace, l > 0);
   final_norm(w_.final_norm, rows(s.hidden, n), n);
   observe("hidden", -1, rows(s.hidden, n));
-  if (logits.raw() != nullptr && logits_from < n) {
-    k::linear({.x = s.hidden.slice(0, logits_from, n), .weight = w_.lm_head, .out = logits}, ctx_);
-    observe("logits", -1, logits);
-  }
+  logits_of(b, rows(s.hidden, n), logits);
 }
 
-void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, SequenceState& st,
-                                const KvLayerCache* kv, const StepMeta& meta, int64_t n,
-                                StepKind kind, int64_t start, bool pending_add) {
+void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, const StepBatch& b,
+                                const LayerCacheView& cache, const Tensor& workspace,
+                                bool pending_add) {
   ForwardScratch& s = *s_;
+  const int64_t n = b.n_rows;
   const bool folded = w_.norms_folded;  // the norms are in the projections: no launches here
   if (!folded) {
     // residual += pending mixer/MLP output of the previous block; normed = norm(residual).
@@ -186,9 +206,9 @@ void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, Seq
     observe("attn_norm", layer, rows(s.normed, n));
   }
   if (w.type == LayerType::kFullAttention) {
-    attention_mixer(w, layer, *kv, st, meta, n);
+    attention_mixer(w, layer, b, cache, workspace);
   } else {
-    gdn_mixer(w, layer, st, n, kind, start);
+    gdn_mixer(w, layer, b, cache);
   }
   if (!folded) {
     observe("mixer_out", layer, rows(s.mixed, n));
@@ -200,60 +220,81 @@ void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, Seq
                 ctx_);
     observe("ffn_norm", layer, rows(s.normed, n));
   }
-  mlp(w.mlp, layer, n);
+  mlp(w.mlp, layer, b);
   observe(folded ? "residual" : "ffn_out", layer, rows(folded ? s.residual : s.mixed, n));
 }
 
-void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, SequenceState& st,
-                            int64_t n, StepKind kind, int64_t start) {
+void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, const StepBatch& b,
+                            const LayerCacheView& cache) {
   ForwardScratch& s = *s_;
   const GdnWeights& g = w.gdn;
-  k::linear(from_norm(g.in_proj, rows(s.gdn_in, n), n), ctx_);  // qkv|z|b|a
-  GdnLayerState& state = st.gdn[layer];
-  const bool prefill = kind == StepKind::kPrefill;
-  k::conv1d({.x = rows(s.qkv, n),
-             .weight = g.conv1d,
-             .history = state.conv_history,
-             .n_acc = st.n_acc,
-             .out = rows(s.conv_out, n),
-             .mode = prefill ? k::ConvHistoryMode::kCompact : k::ConvHistoryMode::kSpec},
-            ctx_);
+  const int64_t n = b.n_rows;
+  k::linear(from_norm(g.in_proj, rows(s.gdn_in, n), b), ctx_);  // qkv|z|b|a
+  // Decode/verify sequences keep their rows in the conv history and the replay buffer (the next
+  // step folds the accepted ones); prefill chunks fold everything at once (next n_acc = 0).
+  struct Part {
+    kernels::SeqLayout seqs;
+    Tensor n_acc, slot, parity, start;
+    bool prefill;
+  };
+  const Part parts[2] = {{b.decode_seqs(), b.decode_part(b.n_acc), b.decode_part(b.gdn_slot),
+                          b.decode_part(b.parity), b.decode_part(b.start_position), false},
+                         {b.prefill_seqs(), b.prefill_part(b.n_acc), b.prefill_part(b.gdn_slot),
+                          b.prefill_part(b.parity), b.prefill_part(b.start_position), true}};
+  for (const Part& p : parts) {
+    if (p.seqs.n_seqs == 0) continue;
+    k::conv1d({.x = rows(s.qkv, n),
+               .weight = g.conv1d,
+               .history = cache.conv_history,
+               .out = rows(s.conv_out, n),
+               .seqs = p.seqs,
+               .slot = p.slot,
+               .n_acc = p.n_acc,
+               .mode = p.prefill ? k::ConvHistoryMode::kCompact : k::ConvHistoryMode::kSpec},
+              ctx_);
+  }
   observe("conv_out", layer, rows(s.conv_out, n));
   const int64_t kd = cfg_.gdn_key_dim(), vd = cfg_.gdn_value_dim();
   const Tensor y = rows(s.conv_out, n);  // [T, q kd | k kd | v vd]
-  k::gated_delta_rule({.q = y.slice(1, 0, kd).split_heads(cfg_.gdn_heads_k),
-                       .k = y.slice(1, kd, 2 * kd).split_heads(cfg_.gdn_heads_k),
-                       .v = y.slice(1, 2 * kd, 2 * kd + vd).split_heads(cfg_.gdn_heads_v),
-                       .a = rows(s.decay_raw, n),
-                       .b = rows(s.beta_raw, n),
-                       .a_log = g.a_log,
-                       .dt_bias = g.dt_bias,
-                       .state = state.ssm,
-                       .n_acc = st.n_acc,
-                       .out = rows(s.gdn_out, n).split_heads(cfg_.gdn_heads_v),
-                       .mode = prefill ? k::GdrMode::kChunked : k::GdrMode::kRecurrent,
-                       .start_position = start,
-                       .norm = {.z = rows(s.z, n).split_heads(cfg_.gdn_heads_v),
-                                .weight = g.norm,
-                                .out = rows(s.gdn_normed, n).split_heads(cfg_.gdn_heads_v),
-                                .eps = cfg_.rms_norm_eps}},
-                      ctx_);
+  for (const Part& p : parts) {
+    if (p.seqs.n_seqs == 0) continue;
+    k::gated_delta_rule({.q = y.slice(1, 0, kd).split_heads(cfg_.gdn_heads_k),
+                         .k = y.slice(1, kd, 2 * kd).split_heads(cfg_.gdn_heads_k),
+                         .v = y.slice(1, 2 * kd, 2 * kd + vd).split_heads(cfg_.gdn_heads_v),
+                         .a = rows(s.decay_raw, n),
+                         .b = rows(s.beta_raw, n),
+                         .a_log = g.a_log,
+                         .dt_bias = g.dt_bias,
+                         .state = cache.ssm,
+                         .replay = cache.replay,
+                         .out = rows(s.gdn_out, n).split_heads(cfg_.gdn_heads_v),
+                         .seqs = p.seqs,
+                         .slot = p.slot,
+                         .n_acc = p.n_acc,
+                         .parity = p.parity,
+                         .start_position = p.start,
+                         .mode = p.prefill ? k::GdrMode::kChunked : k::GdrMode::kRecurrent,
+                         .norm = {.z = rows(s.z, n).split_heads(cfg_.gdn_heads_v),
+                                  .weight = g.norm,
+                                  .out = rows(s.gdn_normed, n).split_heads(cfg_.gdn_heads_v),
+                                  .eps = cfg_.rms_norm_eps}},
+                        ctx_);
+  }
   observe("gdn_out", layer, rows(s.gdn_out, n));
-  k::linear(to_residual(rows(s.gdn_normed, n), g.out_proj, n), ctx_);
+  k::linear(to_residual(rows(s.gdn_normed, n), g.out_proj, b), ctx_);
 }
 
-void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
-                                  const KvLayerCache& kv, SequenceState& st, const StepMeta& meta,
-                                  int64_t n) {
+void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer, const StepBatch& b,
+                                  const LayerCacheView& cache, const Tensor& workspace) {
   ForwardScratch& s = *s_;
   const AttentionWeights& a = w.attn;
+  const int64_t n = b.n_rows;
   const int64_t hq = cfg_.num_heads_q, hkv = cfg_.num_heads_kv, d = cfg_.head_dim;
-  k::linear(from_norm(a.qkv_proj, rows(s.attn_in, n), n), ctx_);  // q|k|v
+  k::linear(from_norm(a.qkv_proj, rows(s.attn_in, n), b), ctx_);  // q|k|v
   // q_proj rows are per head [query | gate]: view [T, Nq, 2D] and split the last dim.
   const Tensor qg = rows(s.q_gate, n).split_heads(hq);  // [T, Nq, 2D]
   const Tensor q = qg.slice(2, 0, d), gate = qg.slice(2, d, 2 * d);
   const Tensor key = rows(s.k, n).split_heads(hkv), value = rows(s.v, n).split_heads(hkv);
-  const Tensor pos = meta.positions.slice(0, 0, n);
   // q_norm / k_norm with the partial RoPE, then the KV write (one launch on CUDA).
   k::attention_inputs({.q = q,
                        .q_norm = a.q_norm,
@@ -261,47 +302,60 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer,
                        .eps = cfg_.rms_norm_eps,
                        .rope_dim = static_cast<int>(cfg_.rotary_dim),
                        .rope_theta = cfg_.rope_theta,
+                       .positions = b.positions.slice(0, 0, n),
                        .kv = {.k = key,
                               .v = value,
-                              .positions = pos,
-                              .block_table = st.block_table,
-                              .k_cache = kv.k,
-                              .v_cache = kv.v}},
+                              .slots = b.kv_slots.slice(0, 0, n),
+                              .k_cache = cache.k_cache,
+                              .v_cache = cache.v_cache}},
                       ctx_);
   const Tensor out = rows(s.attn_out, n).split_heads(hq);
-  k::attention({.q = q,
-                .gate = gate,
-                .k_cache = kv.k,
-                .v_cache = kv.v,
-                .block_table = st.block_table,
-                .kv_len = meta.kv_len,
-                .out = out,
-                .workspace = st.attn_workspace},
-               ctx_);
+  const kernels::SeqLayout seqs[2] = {b.decode_seqs(), b.prefill_seqs()};
+  for (int part = 0; part < 2; ++part) {
+    if (seqs[part].n_seqs == 0) continue;
+    const bool prefill = part == 1;
+    k::attention(
+        {.q = q,
+         .gate = gate,
+         .k_cache = cache.k_cache,
+         .v_cache = cache.v_cache,
+         .block_tables = prefill ? b.prefill_part(b.block_tables) : b.decode_part(b.block_tables),
+         .kv_len = prefill ? b.prefill_part(b.kv_len) : b.decode_part(b.kv_len),
+         .out = out,
+         .seqs = seqs[part],
+         .prefill = prefill,
+         .workspace = workspace},
+        ctx_);
+  }
   observe("attn_out", layer, rows(s.attn_out, n));
-  k::linear(to_residual(rows(s.attn_out, n), a.o_proj, n), ctx_);
+  k::linear(to_residual(rows(s.attn_out, n), a.o_proj, b), ctx_);
 }
 
-void Qwen35Model::mlp(const MlpWeights& w, int64_t layer, int64_t n) {
+void Qwen35Model::mlp(const MlpWeights& w, int64_t layer, const StepBatch& b) {
   ForwardScratch& s = *s_;
+  const int64_t n = b.n_rows;
   // gate|up projection and SwiGLU in one call (one launch on the decode path).
-  k::LinearArgs gate_up = from_norm(w.gate_up_proj, rows(s.mlp_act, n), n);
+  k::LinearArgs gate_up = from_norm(w.gate_up_proj, rows(s.mlp_act, n), b);
   gate_up.epilogue = k::LinearEpilogue::kSwiGluPairs;
   gate_up.scratch = rows(s.gate_up, n);
   k::linear(gate_up, ctx_);
-  k::linear(to_residual(rows(s.mlp_act, n), w.down_proj, n), ctx_);
+  k::linear(to_residual(rows(s.mlp_act, n), w.down_proj, b), ctx_);
 }
 
-void Qwen35Model::mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden_in,
-                              const Tensor& hidden_out, const Tensor& logits, int64_t logits_from) {
+void Qwen35Model::mtp_forward(const StepBatch& b, const CacheViews& cache, const Tensor& hidden_in,
+                              const Tensor& hidden_out, const Tensor& logits) {
   TANDEM_CHECK(w_.mtp.has_value(), "this checkpoint has no mtp.* tensors: MTP is unavailable");
   ForwardScratch& s = *s_;
   const MtpWeights& m = *w_.mtp;
+  const int64_t n = b.n_rows;
   const int64_t h = cfg_.hidden_size, layer = cfg_.num_layers;  // MTP activations named layer L
+  TANDEM_CHECK(n >= 1 && n <= s.residual.dim(0) && hidden_in.dim(0) == n && hidden_out.dim(0) == n,
+               "mtp_forward: {} rows, hidden_in {} hidden_out {}, step buffer {}", n,
+               hidden_in.describe(), hidden_out.describe(), s.residual.dim(0));
   // mtp_in = [norm_e(embed(x_{t+1})) ; norm_h(h_t)] written straight into the two halves.
   const Tensor in = rows(s.mtp_in, n);
   k::embedding(
-      {.ids = st.mtp.token_ids.slice(0, 0, n), .table = w_.embed_tokens, .out = rows(s.normed, n)},
+      {.ids = b.token_ids.slice(0, 0, n), .table = w_.embed_tokens, .out = rows(s.normed, n)},
       ctx_);
   k::rms_norm({.x = rows(s.normed, n),
                .weight = m.pre_fc_norm_embedding,
@@ -313,12 +367,13 @@ void Qwen35Model::mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden
                .out = in.slice(1, h, 2 * h),
                .eps = cfg_.rms_norm_eps},
               ctx_);
-  k::linear({.x = in, .weight = m.fc, .out = rows(s.residual, n)}, ctx_);
+  k::linear({.x = in, .weight = m.fc, .out = rows(s.residual, n), .decode_rows = b.decode_rows},
+            ctx_);
   observe("mtp_fc", layer, rows(s.residual, n));
-  decoder_layer(m.layer, layer, st, &st.mtp_kv, st.mtp, n, StepKind::kVerify, 0, false);
+  decoder_layer(m.layer, layer, b, cache.mtp, cache.attn_workspace, false);
   final_norm(m.norm, hidden_out, n);
   observe("mtp_hidden", layer, hidden_out);
-  k::linear({.x = hidden_out.slice(0, logits_from, n), .weight = w_.lm_head, .out = logits}, ctx_);
+  logits_of(b, hidden_out, logits);
 }
 
 }  // namespace tandem

@@ -1,22 +1,18 @@
-// Qwen3.5 dense: the target forward (prefill chunks and decode/verify steps) and the MTP block,
-// written once against the kernel interfaces so that the same code runs on every device.
-// Not here: sampling, acceptance and commit (src/spec), request handling (src/engine).
+// Qwen3.5 dense: the target forward over a batched step (decode/verify rows and prefill chunks of
+// many sequences) and the MTP block, written once against the kernel interfaces so that the same
+// code runs on every device. It reads the step and the cache through model/step.h.
+// Not here: sampling, acceptance and commit (src/spec), pools (src/cache), requests (src/engine).
 #pragma once
 
 #include <memory>
 
-#include "cache/sequence_state.h"
 #include "core/exec_context.h"
 #include "model/activation_observer.h"
 #include "model/arch/qwen35_weights.h"
 #include "model/config.h"
+#include "model/step.h"
 
 namespace tandem {
-
-enum class StepKind {
-  kPrefill,  // chunked GDN, compact conv history; the state lands in column 0 (next n_acc = 1)
-  kVerify,   // recurrent GDN, one state column per query token (a plain decode is 1 token)
-};
 
 struct ForwardScratch;
 namespace kernels {
@@ -25,8 +21,9 @@ struct LinearArgs;
 
 class Qwen35Model {
  public:
+  // max_step_rows: the most rows one step may carry (activation scratch is sized for it).
   Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecContext& ctx,
-              int64_t max_step_tokens);
+              int64_t max_step_rows);
   ~Qwen35Model();
 
   const ModelConfig& config() const { return cfg_; }
@@ -34,41 +31,41 @@ class Qwen35Model {
   const ExecContext& context() const { return ctx_; }
   DType act_dtype() const { return act_; }
   bool has_mtp() const { return w_.mtp.has_value(); }
-  int64_t max_step_tokens() const;
+  int64_t max_step_rows() const;
   void set_observer(ActivationObserver* obs) { obs_ = obs; }
   bool has_observer() const { return obs_ != nullptr; }
 
-  // Target forward over n tokens already planned in st.target (positions start .. start+n-1).
-  // Afterwards hidden(n) holds the post-final-norm hidden rows; the logits of rows
-  // [logits_from, n) are written to `logits` (f32 [n - logits_from, vocab]) when it is defined.
-  void forward(SequenceState& st, int64_t n, StepKind kind, int64_t start, const Tensor& logits,
-               int64_t logits_from);
-  Tensor hidden(int64_t n) const;
+  // Target forward over the step's rows. Afterwards hidden(n_rows) holds the post-final-norm
+  // hidden rows; the logits of the step's logit rows are written to `logits` (f32
+  // [n_logit_rows, vocab]) when it is defined.
+  void forward(const StepBatch& step, const CacheViews& cache, const Tensor& logits);
+  Tensor hidden(int64_t n_rows) const;
 
-  // MTP block over n pairs planned in st.mtp (token x_{t+1} at position t) with hidden_in rows h_t
-  // (post-final-norm target hidden, or the MTP's own output when chaining). Writes the
-  // post-mtp.norm hidden to hidden_out [n, hidden] and the logits of rows [logits_from, n) to
-  // `logits` (f32 [n - logits_from, vocab]).
-  void mtp_forward(SequenceState& st, int64_t n, const Tensor& hidden_in, const Tensor& hidden_out,
-                   const Tensor& logits, int64_t logits_from);
+  // MTP block over the step's rows, pairs (h_t, x_{t+1}) at position t: token x_{t+1} in the
+  // step's token ids, hidden_in rows h_t (post-final-norm target hidden, or the MTP's own output
+  // when chaining), the MTP layer's KV in cache.mtp. Writes the post-mtp.norm hidden to hidden_out
+  // [n_rows, hidden] and the logits of the step's logit rows to `logits`.
+  void mtp_forward(const StepBatch& step, const CacheViews& cache, const Tensor& hidden_in,
+                   const Tensor& hidden_out, const Tensor& logits);
 
  private:
-  void decoder_layer(const DecoderLayerWeights& w, int64_t layer, SequenceState& st,
-                     const KvLayerCache* kv, const StepMeta& meta, int64_t n, StepKind kind,
-                     int64_t start, bool pending_add);
-  void gdn_mixer(const DecoderLayerWeights& w, int64_t layer, SequenceState& st, int64_t n,
-                 StepKind kind, int64_t start);
-  void attention_mixer(const DecoderLayerWeights& w, int64_t layer, const KvLayerCache& kv,
-                       SequenceState& st, const StepMeta& meta, int64_t n);
-  void mlp(const MlpWeights& w, int64_t layer, int64_t n);
+  void decoder_layer(const DecoderLayerWeights& w, int64_t layer, const StepBatch& b,
+                     const LayerCacheView& cache, const Tensor& workspace, bool pending_add);
+  void gdn_mixer(const DecoderLayerWeights& w, int64_t layer, const StepBatch& b,
+                 const LayerCacheView& cache);
+  void attention_mixer(const DecoderLayerWeights& w, int64_t layer, const StepBatch& b,
+                       const LayerCacheView& cache, const Tensor& workspace);
+  void mlp(const MlpWeights& w, int64_t layer, const StepBatch& b);
   // The last norm of a stack of blocks (final_norm, mtp.norm) into out.
   void final_norm(const Tensor& weight, const Tensor& out, int64_t n);
+  // lm_head over the step's logit rows of `hidden` (gathered into scratch unless all rows).
+  void logits_of(const StepBatch& b, const Tensor& hidden, const Tensor& logits);
   // A projection of a block's norm(residual) into out: the residual scaled by the linear itself
   // when the norms are folded into the weights, else the rows the separate norm wrote.
-  kernels::LinearArgs from_norm(const Tensor& weight, const Tensor& out, int64_t n) const;
+  kernels::LinearArgs from_norm(const Tensor& weight, const Tensor& out, const StepBatch& b) const;
   // A mixer's or the MLP's output projection, whose output joins the residual stream: added by
   // the linear when the norms are folded, else left in the scratch for the next norm to add.
-  kernels::LinearArgs to_residual(const Tensor& x, const Tensor& weight, int64_t n) const;
+  kernels::LinearArgs to_residual(const Tensor& x, const Tensor& weight, const StepBatch& b) const;
   void observe(std::string_view name, int64_t layer, const Tensor& t) {
     if (obs_) obs_->observe(name, layer, t);
   }

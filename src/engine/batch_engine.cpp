@@ -1,0 +1,478 @@
+// The batched engine's step: schedule, draft, plan, run, accept, commit, emit.
+#include "engine/batch_engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "kernels/argmax/argmax.h"
+#include "spec/acceptance.h"
+
+namespace tandem {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+BatchEngine::BatchEngine(Qwen35Model& model, std::unique_ptr<Drafter> drafter,
+                         BatchEngineOptions opt)
+    : model_(model), drafter_(std::move(drafter)), opt_(opt), k_max_(opt.num_speculative_tokens) {
+  TANDEM_CHECK(k_max_ >= 0 && k_max_ <= 8, "--num-speculative-tokens must be in [0, 8], got {}",
+               k_max_);
+  TANDEM_CHECK(k_max_ == 0 || drafter_ != nullptr, "speculative decoding with k={} needs a drafter",
+               k_max_);
+  TANDEM_CHECK(opt_.max_num_seqs >= 1, "--max-num-seqs must be at least 1, got {}",
+               opt_.max_num_seqs);
+  TANDEM_CHECK(opt_.max_model_len >= 2, "--max-model-len must be at least 2, got {}",
+               opt_.max_model_len);
+  const int64_t step_rows = k_max_ + 1;
+  if (opt_.max_num_batched_tokens == 0) opt_.max_num_batched_tokens = model.max_step_rows();
+  TANDEM_CHECK(opt_.max_num_batched_tokens <= model.max_step_rows(),
+               "--max-num-batched-tokens {} exceeds the model's step buffer of {} rows",
+               opt_.max_num_batched_tokens, model.max_step_rows());
+  TANDEM_CHECK(opt_.max_num_seqs * step_rows <= opt_.max_num_batched_tokens,
+               "--max-num-seqs {} x {} rows (1 + --num-speculative-tokens) exceed "
+               "--max-num-batched-tokens {}",
+               opt_.max_num_seqs, step_rows, opt_.max_num_batched_tokens);
+  const Device device = model.context().device;
+  const DType act = model.act_dtype();
+  CacheConfig cc{.block_size = opt_.block_size,
+                 .num_blocks = opt_.kv_blocks,
+                 .num_slots = opt_.max_num_seqs,
+                 .step_rows = step_rows,
+                 .max_model_len = opt_.max_model_len,
+                 .with_mtp = model.has_mtp()};
+  const int64_t table_width = (opt_.max_model_len + step_rows + cc.block_size - 1) / cc.block_size;
+  const int64_t max_logit_rows = opt_.max_num_seqs * (step_rows + 1);
+  if (cc.num_blocks == 0) {
+    if (device == Device::kCpu) {
+      cc.num_blocks = opt_.max_num_seqs * table_width;
+    } else {
+      // What the engine allocates besides the pools: logits and the step buffers.
+      const int64_t other = max_logit_rows * model.config().vocab_size * 4 + (64 << 20);
+      const DeviceMemoryInfo mem = device_memory_info(device);
+      const auto budget =
+          static_cast<int64_t>(static_cast<double>(mem.free_bytes) * opt_.gpu_memory_utilization) -
+          other;
+      cc = fit_cache_to_budget(model.config(), cc, act, budget);
+    }
+  }
+  TANDEM_CHECK(cc.num_blocks >= cc.max_blocks_per_seq(),
+               "--kv-blocks {} cannot hold one sequence of --max-model-len {} ({} blocks of {})",
+               cc.num_blocks, cc.max_model_len, cc.max_blocks_per_seq(), cc.block_size);
+  pool_ = std::make_unique<StatePool>(model.config(), cc, model.context(), act,
+                                      opt_.max_num_seqs * step_rows);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{.max_num_seqs = opt_.max_num_seqs,
+                      .max_num_batched_tokens = opt_.max_num_batched_tokens,
+                      .max_model_len = opt_.max_model_len,
+                      .granule = 64},
+      *pool_);
+  buffers_ = std::make_unique<StepBuffers>(model.max_step_rows(), opt_.max_num_seqs, table_width,
+                                           cc.block_size, pool_->scratch_block(),
+                                           pool_->scratch_slot(), device);
+  logits_ = Tensor::zeros({max_logit_rows, model.config().vocab_size}, DType::kF32, device);
+  argmax_ids_ = Tensor::zeros({max_logit_rows}, DType::kI32, device);
+  // Graph buckets: 1, 2, 4, 8, then every 8 sequences (a step pads to the next bucket, and padded
+  // rows still cost the row-wise kernels: a decode-linear group reads every weight again).
+  for (int64_t b = 1; b < std::min<int64_t>(opt_.max_num_seqs, 8); b *= 2) buckets_.push_back(b);
+  for (int64_t b = 8; b < opt_.max_num_seqs; b += 8) buckets_.push_back(b);
+  buckets_.push_back(opt_.max_num_seqs);
+  counters_.accepted_per_position.assign(k_max_, 0);
+  const bool graphs = opt_.cuda_graphs && device == Device::kCuda && !model.has_observer();
+  if (drafter_) {
+    drafter_->prepare(DrafterSetup{.cache = &pool_->views(),
+                                   .block_size = cc.block_size,
+                                   .table_width = table_width,
+                                   .scratch_block = pool_->scratch_block(),
+                                   .scratch_slot = pool_->scratch_slot(),
+                                   .max_seqs = opt_.max_num_seqs,
+                                   .k_max = k_max_,
+                                   .cuda_graphs = graphs});
+  }
+  if (graphs) capture_graphs();
+}
+
+BatchEngine::~BatchEngine() = default;
+
+int64_t BatchEngine::bucket_of(int64_t n) const {
+  for (int64_t b : buckets_)
+    if (b >= n) return b;
+  return buckets_.back();
+}
+
+void BatchEngine::capture_graphs() {
+  // One graph per (batch bucket, drafts per sequence): the target forward and the argmax of every
+  // row. Capture records launches only; each replay reads the metadata planned into the same
+  // buffers (padding sequences point at the scratch slot and block).
+  void* stream = model_.context().cuda_stream;
+  for (int64_t b : buckets_) {
+    for (int k = 0; k <= k_max_; ++k) {
+      const int64_t rows = b * (k + 1);
+      if (rows > opt_.max_num_batched_tokens) continue;
+      std::vector<PlannedSeq> planned(b, PlannedSeq{.decode = true, .logits = LogitRows::kAll});
+      const StepPlan plan = buffers_->plan(planned, {.rows = rows, .max_decode_rows = k + 1});
+      auto g = std::make_unique<CudaGraph>();
+      g->begin_capture(stream);
+      model_.forward(plan.batch, pool_->views(), logits_.slice(0, 0, rows));
+      kernels::argmax({logits_.slice(0, 0, rows), argmax_ids_.slice(0, 0, rows)}, model_.context());
+      g->end_capture(stream);
+      graphs_[{b, k}] = std::move(g);
+    }
+  }
+}
+
+std::string BatchEngine::describe() const {
+  std::string s = describe_cache(model_.config(), pool_->config(), model_.act_dtype());
+  s += fmt::format(
+      "\nengine: --max-num-seqs {}, --max-num-batched-tokens {}, --max-model-len {}, "
+      "speculation k={} ({}), decode steps: {}",
+      opt_.max_num_seqs, opt_.max_num_batched_tokens, opt_.max_model_len, k_max_,
+      opt_.control == ControlMode::kAdaptive ? "adaptive" : "fixed",
+      graphs_.empty() ? std::string("eager launches")
+                      : fmt::format("{} CUDA graphs (batch buckets up to {} x k = 0..{})",
+                                    graphs_.size(), buckets_.back(), k_max_));
+  return s;
+}
+
+Sequence& BatchEngine::seq(RequestId id) {
+  auto it = seqs_.find(id);
+  TANDEM_CHECK(it != seqs_.end(), "unknown request {}", id);
+  return *it->second;
+}
+const Sequence& BatchEngine::seq(RequestId id) const {
+  auto it = seqs_.find(id);
+  TANDEM_CHECK(it != seqs_.end(), "unknown request {}", id);
+  return *it->second;
+}
+const GenerationStats& BatchEngine::stats(RequestId id) const { return seq(id).stats; }
+const std::vector<int32_t>& BatchEngine::generated(RequestId id) const { return seq(id).generated; }
+const SequenceCache& BatchEngine::cache(RequestId id) const { return seq(id).cache; }
+
+RequestId BatchEngine::add(Request req) {
+  const int64_t n = static_cast<int64_t>(req.prompt.size());
+  const int64_t vocab = model_.config().vocab_size;
+  TANDEM_CHECK(n >= 1, "the prompt is empty");
+  for (int32_t id : req.prompt)
+    TANDEM_CHECK(id >= 0 && id < vocab, "prompt token id {} is outside the vocabulary [0, {})", id,
+                 vocab);
+  TANDEM_CHECK(n + 1 <= opt_.max_model_len,
+               "the prompt has {} tokens but the model length is {} (raise --max-model-len)", n,
+               opt_.max_model_len);
+  TANDEM_CHECK(req.max_tokens >= 1, "max_tokens must be >= 1, got {}", req.max_tokens);
+  check_sampling_params(req.sampling);
+  auto s = std::make_unique<Sequence>();
+  s->id = next_id_++;
+  s->order = next_order_++;
+  s->req = std::move(req);
+  s->stats.prompt_tokens = n;
+  s->stats.accepted_per_position.assign(k_max_, 0);
+  s->stats.steps_per_k.assign(k_max_ + 1, 0);
+  s->admitted_at = now_seconds();
+  Sequence* raw = s.get();
+  seqs_[raw->id] = std::move(s);
+  scheduler_->add(raw);
+  return raw->id;
+}
+
+void BatchEngine::finish(Sequence& s, const std::string& reason, std::vector<RequestOutput>& out) {
+  (void)out;
+  s.finish_reason = reason;
+  scheduler_->remove(&s);
+  if (drafter_ && s.drafting) drafter_->end_sequence(s.id);
+  s.drafting = false;
+  s.stats.generated_tokens = static_cast<int64_t>(s.generated.size());
+  const double t = now_seconds();
+  s.stats.decode_seconds = s.first_token_at > 0 ? t - s.first_token_at : 0.0;
+  s.stats.prefill_seconds = s.first_token_at > 0 ? s.first_token_at - s.admitted_at : 0.0;
+}
+
+void BatchEngine::cancel(RequestId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second->phase == Phase::kFinished) return;
+  RequestOutput o{.id = id, .finished = true, .finish_reason = "cancelled"};
+  finish(*it->second, "cancelled", pending_);
+  pending_.push_back(std::move(o));
+}
+
+bool BatchEngine::emit(Sequence& s, std::span<const int32_t> tokens, RequestOutput& o) {
+  for (int32_t tok : tokens) {
+    s.generated.push_back(tok);
+    o.new_tokens.push_back(tok);
+    ++counters_.generation_tokens;
+    const auto& stop = s.req.stop_ids;
+    if (std::find(stop.begin(), stop.end(), tok) != stop.end()) {
+      o.finish_reason = "stop";
+      return true;
+    }
+    if (static_cast<int64_t>(s.generated.size()) >= s.req.max_tokens) {
+      o.finish_reason = "length";
+      return true;
+    }
+  }
+  if (s.cache.n_past >= opt_.max_model_len) {  // no position left for the next token's row
+    o.finish_reason = "length";
+    return true;
+  }
+  return false;
+}
+
+std::vector<RequestOutput> BatchEngine::step() {
+  std::vector<RequestOutput> out = std::move(pending_);
+  pending_.clear();
+  const double t0 = now_seconds();
+  int64_t n_decoding = 0;
+  for (const auto& [id, s] : seqs_) n_decoding += s->phase == Phase::kDecode;
+  int k_step = 0;
+  if (k_max_ > 0 && n_decoding > 0) {
+    k_step =
+        control_.try_emplace(bucket_of(n_decoding), k_max_, opt_.control).first->second.choose();
+  }
+  ScheduledStep sched = scheduler_->schedule(1 + k_step);
+  counters_.preemptions += static_cast<int64_t>(sched.preempted.size());
+  if (sched.empty()) {
+    TANDEM_CHECK(scheduler_->idle(),
+                 "the engine cannot make progress: {} requests wait but none fits the pools",
+                 scheduler_->waiting());
+    return out;
+  }
+  const int64_t n_decode = static_cast<int64_t>(sched.decode.size());
+  const int64_t bucket = bucket_of(std::max<int64_t>(n_decode, 1));
+  for (const PrefillChunk& c : sched.prefill) {  // admitted now: the drafter follows them
+    if (drafter_ && !c.seq->drafting) {
+      drafter_->begin_sequence(c.seq->id);
+      c.seq->drafting = true;
+    }
+  }
+
+  // Drafts: 0..k_step per sequence (fewer where the model length leaves no room).
+  std::vector<std::vector<int32_t>> drafts(n_decode);
+  double catch_up_seconds = 0.0;
+  if (k_step > 0) {
+    std::vector<DraftAsk> asks;
+    std::vector<int64_t> ask_of;
+    std::vector<SeqId> ids;
+    for (int64_t i = 0; i < n_decode; ++i) {
+      Sequence& s = *sched.decode[i];
+      const int64_t room = opt_.max_model_len - 1 - s.cache.n_past;
+      const int k = static_cast<int>(std::clamp<int64_t>(room, 0, k_step));
+      if (k == 0) continue;
+      asks.push_back({s.id, &s.cache, k, s.generated});
+      ask_of.push_back(i);
+      ids.push_back(s.id);
+    }
+    if (!asks.empty()) {
+      if (prev_k_ == 0) {
+        const double c0 = now_seconds();
+        drafter_->catch_up(ids, /*keep_rows=*/1);  // the last step's rows: this step's own pass
+        catch_up_seconds = now_seconds() - c0;
+      }
+      std::vector<std::vector<int32_t>> got = drafter_->propose(asks);
+      for (size_t a = 0; a < asks.size(); ++a) {
+        got[a].resize(std::min<size_t>(got[a].size(), static_cast<size_t>(asks[a].k)));
+        drafts[ask_of[a]] = std::move(got[a]);
+      }
+    }
+  }
+  if (n_decode > 0) prev_k_ = k_step;
+
+  // The step's layout: decoding sequences (padded to the bucket's shape when a graph replays:
+  // padding sequences without rows, orphan rows at the end), then prefill chunks.
+  const bool pure_decode = sched.prefill.empty();
+  const auto graph = graphs_.find({bucket, k_step});
+  const bool use_graph = pure_decode && graph != graphs_.end() && !model_.has_observer();
+  std::vector<std::vector<int32_t>> rows_tokens(n_decode);
+  std::vector<PlannedSeq> planned;
+  std::vector<RequestId> planned_ids;
+  for (int64_t i = 0; i < n_decode; ++i) {
+    Sequence& s = *sched.decode[i];
+    rows_tokens[i].push_back(s.last);
+    rows_tokens[i].insert(rows_tokens[i].end(), drafts[i].begin(), drafts[i].end());
+    planned.push_back({.cache = &s.cache,
+                       .tokens = rows_tokens[i],
+                       .rows = static_cast<int64_t>(rows_tokens[i].size()),
+                       .start = s.cache.n_past,
+                       .decode = true,
+                       .logits = LogitRows::kAll});
+    planned_ids.push_back(s.id);
+  }
+  for (int64_t i = n_decode; use_graph && i < bucket; ++i) {
+    planned.push_back({.decode = true, .logits = LogitRows::kAll});
+    planned_ids.push_back(-1);
+  }
+  const int64_t first_chunk = static_cast<int64_t>(planned.size());
+  for (const PrefillChunk& c : sched.prefill) {
+    planned.push_back(
+        {.cache = &c.seq->cache,
+         .tokens = std::span<const int32_t>(c.seq->req.prompt.data() + c.start, c.rows),
+         .rows = c.rows,
+         .start = c.start,
+         .decode = false,
+         .logits = c.last() ? LogitRows::kLast : LogitRows::kNone});
+    planned_ids.push_back(c.seq->id);
+  }
+  const StepPlan plan =
+      use_graph
+          ? buffers_->plan(planned, {.rows = bucket * (1 + k_step), .max_decode_rows = 1 + k_step})
+          : buffers_->plan(planned);
+  if (before_step) before_step(plan, planned_ids);
+
+  // Run.
+  const int64_t n_logit = plan.batch.n_logit_rows;
+  const Tensor logits = logits_.slice(0, 0, n_logit);
+  if (use_graph) {
+    graph->second->launch(model_.context().cuda_stream);
+    ++counters_.graph_steps;
+  } else {
+    model_.forward(plan.batch, pool_->views(), logits);
+    if (n_logit > 0) kernels::argmax({logits, argmax_ids_.slice(0, 0, n_logit)}, model_.context());
+  }
+  ++counters_.steps;
+  const Tensor ids_t = n_logit > 0 ? argmax_ids_.slice(0, 0, n_logit).host() : Tensor();
+  const int32_t* ids = n_logit > 0 ? ids_t.data<const int32_t>() : nullptr;
+  // Sampled sequences read their own logits rows on the host; greedy ones only the argmax ids.
+  auto host_rows = [&](int64_t begin, int64_t end) { return logits.slice(0, begin, end).host(); };
+
+  // Acceptance and commit.
+  std::vector<std::vector<int32_t>> next_tokens(planned.size());
+  std::vector<TargetRows> target_rows;
+  std::vector<int> n_accs;
+  std::vector<RequestOutput> step_out;
+  for (int64_t i = 0; i < n_decode; ++i) {
+    Sequence& s = *sched.decode[i];
+    const int k = static_cast<int>(drafts[i].size());
+    const int64_t lr = plan.logit_start[i];
+    const Verdict v = s.req.sampling.greedy()
+                          ? accept_greedy(std::span<const int32_t>(ids + lr, k + 1), drafts[i])
+                          : accept_sampled(host_rows(lr, lr + k + 1), drafts[i], s.req.sampling,
+                                           s.cache.n_past + 1);
+    const int64_t start = s.cache.n_past;
+    s.cache.commit_verify(v.n_acc);  // the commit: one integer
+    GenerationStats& st = s.stats;
+    ++st.steps;
+    ++st.steps_per_k[k];
+    if (k > 0) {
+      ++st.drafting_steps;
+      st.draft_tokens += k;
+      st.accepted_tokens += v.n_acc - 1;
+      ++counters_.drafting_steps;
+      counters_.draft_tokens += k;
+      counters_.accepted_tokens += v.n_acc - 1;
+      for (int j = 0; j < v.n_acc - 1; ++j) {
+        ++st.accepted_per_position[j];
+        ++counters_.accepted_per_position[j];
+      }
+    }
+    if (k == k_step) n_accs.push_back(v.n_acc);
+    if (opt_.trace) {
+      *opt_.trace << nlohmann::json{{"step", st.steps - 1},      {"request", s.id},
+                                    {"position", start - 1},     {"drafts", drafts[i]},
+                                    {"target", v.target_tokens}, {"n_acc", v.n_acc},
+                                    {"batch", n_decode},         {"seconds", now_seconds() - t0}}
+                         .dump()
+                  << "\n";
+    }
+    next_tokens[i] = v.emitted;
+    target_rows.push_back({s.id, &s.cache, plan.row_start[i], start, next_tokens[i]});
+    if (after_commit) after_commit(s.id, st.steps - 1, s.cache.n_past);
+    RequestOutput o{.id = s.id};
+    const bool done = emit(s, v.emitted, o);
+    s.last = v.emitted.back();
+    o.finished = done;
+    step_out.push_back(std::move(o));
+  }
+  for (size_t c = 0; c < sched.prefill.size(); ++c) {
+    const PrefillChunk& ch = sched.prefill[c];
+    Sequence& s = *ch.seq;
+    const int64_t p = first_chunk + static_cast<int64_t>(c);
+    s.cache.commit_prefill(ch.rows);
+    s.prefilled += ch.rows;
+    counters_.prompt_tokens += ch.rows;
+    const auto& prompt = s.req.prompt;
+    std::vector<int32_t>& next = next_tokens[p];
+    next.assign(prompt.begin() + ch.start + 1, prompt.begin() + ch.start + ch.rows);
+    if (ch.last()) {
+      const int64_t lr = plan.logit_start[p];
+      const int32_t first =
+          s.req.sampling.greedy()
+              ? ids[lr]
+              : draw(target_distribution(host_rows(lr, lr + 1).data<const float>(),
+                                         model_.config().vocab_size, s.req.sampling),
+                     uniform_at(s.req.sampling.seed, s.prompt_len()));
+      next.push_back(first);
+      s.phase = Phase::kDecode;
+      s.last = first;
+      s.first_token_at = now_seconds();
+      if (after_commit) after_commit(s.id, -1, s.cache.n_past);
+      RequestOutput o{.id = s.id};
+      o.finished = emit(s, std::span<const int32_t>(&first, 1), o);
+      step_out.push_back(std::move(o));
+    } else {
+      next.push_back(prompt[ch.start + ch.rows]);
+    }
+    target_rows.push_back({s.id, &s.cache, plan.row_start[p], ch.start, next});
+  }
+  if (drafter_) drafter_->after_target_step(target_rows);
+  if (pure_decode && k_max_ > 0 && n_decode > 0) {
+    control_.try_emplace(bucket, k_max_, opt_.control)
+        .first->second.record_batch(k_step, n_accs, now_seconds() - t0, catch_up_seconds);
+  }
+  for (RequestOutput& o : step_out) {
+    if (o.finished) finish(seq(o.id), o.finish_reason, out);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+std::vector<GenerateResult> BatchEngine::run(std::vector<Request> reqs) {
+  std::vector<RequestId> ids;
+  for (Request& r : reqs) ids.push_back(add(std::move(r)));
+  while (!idle()) step();
+  std::vector<GenerateResult> results;
+  for (RequestId id : ids) {
+    Sequence& s = seq(id);
+    results.push_back({s.generated, s.stats, s.finish_reason});
+    seqs_.erase(id);
+  }
+  return results;
+}
+
+Tensor BatchEngine::score(const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size()), vocab = model_.config().vocab_size;
+  TANDEM_CHECK(n >= 1, "the prompt is empty");
+  for (int32_t id : ids)
+    TANDEM_CHECK(id >= 0 && id < vocab, "prompt token id {} is outside the vocabulary [0, {})", id,
+                 vocab);
+  TANDEM_CHECK(n <= opt_.max_model_len,
+               "the prompt has {} tokens but the model length is {} (raise --max-model-len)", n,
+               opt_.max_model_len);
+  SequenceCache cache;
+  TANDEM_CHECK(pool_->acquire(cache), "score: no free sequence slot");
+  Tensor out = Tensor::zeros({n, vocab}, DType::kF32);
+  const int64_t chunk = std::max<int64_t>(opt_.max_num_batched_tokens / 64 * 64, 64);
+  Tensor chunk_logits = Tensor::zeros({std::min(chunk, n), vocab}, DType::kF32, pool_->device());
+  for (int64_t s = 0; s < n; s += chunk) {
+    const int64_t rows = std::min(chunk, n - s);
+    TANDEM_CHECK(pool_->reserve(cache, s + rows), "score: the pool has too few KV blocks");
+    const PlannedSeq q{.cache = &cache,
+                       .tokens = std::span<const int32_t>(ids.data() + s, rows),
+                       .rows = rows,
+                       .start = s,
+                       .decode = false,
+                       .logits = LogitRows::kAll};
+    const StepPlan plan = buffers_->plan(std::span<const PlannedSeq>(&q, 1));
+    model_.forward(plan.batch, pool_->views(), chunk_logits.slice(0, 0, rows));
+    out.slice(0, s, s + rows).copy_from(chunk_logits.slice(0, 0, rows).host());
+    cache.commit_prefill(rows);
+  }
+  pool_->release(cache);
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,47 @@
+// What a caller hands the engine (a request) and what it gets back (tokens, finish, stats).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spec/sampler.h"
+
+namespace tandem {
+
+using RequestId = int64_t;
+
+struct Request {
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;  // generated tokens, the first one (from the prompt's last row) included
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+};
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;  // admission to first token, then to the end
+  int64_t steps = 0, drafting_steps = 0, draft_tokens = 0, accepted_tokens = 0;
+  int64_t preemptions = 0;
+  std::vector<int64_t> accepted_per_position;  // [k]
+  std::vector<int64_t> steps_per_k;            // [k + 1]: steps that drafted 0..k tokens
+  double mean_acceptance_length() const {
+    return drafting_steps ? 1.0 + static_cast<double>(accepted_tokens) / drafting_steps : 1.0;
+  }
+};
+
+// What one engine step produced for one request.
+struct RequestOutput {
+  RequestId id = -1;
+  std::vector<int32_t> new_tokens;
+  bool finished = false;
+  std::string finish_reason;  // "stop" | "length" | "cancelled"
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  GenerationStats stats;
+  std::string finish_reason;  // "stop" | "length" | "cancelled"
+};
+
+}  // namespace tandem

@@ -1,0 +1,113 @@
+// Continuous batching: admission, chunked prefill, preemption by swapping.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tandem {
+
+Scheduler::Scheduler(SchedulerConfig cfg, StatePool& pool) : cfg_(cfg), pool_(pool) {
+  TANDEM_CHECK(cfg.granule >= 1 && cfg.max_num_batched_tokens >= cfg.granule,
+               "--max-num-batched-tokens {} must be at least the prefill granule {}",
+               cfg.max_num_batched_tokens, cfg.granule);
+}
+
+void Scheduler::add(Sequence* seq) {
+  seq->phase = Phase::kWaiting;
+  waiting_.push_back(seq);
+}
+
+void Scheduler::remove(Sequence* seq) {
+  std::erase(resident_, seq);
+  std::erase(waiting_, seq);
+  std::erase(swapped_, seq);
+  if (seq->cache.resident()) pool_.release(seq->cache);
+  seq->swapped.reset();
+  seq->phase = Phase::kFinished;
+}
+
+int64_t Scheduler::chunk_rows(int64_t start, int64_t prompt_len, int64_t budget) const {
+  const int64_t remaining = prompt_len - start;
+  if (remaining <= budget) return remaining;
+  const int64_t end = (start + budget) / cfg_.granule * cfg_.granule;
+  return std::max<int64_t>(end - start, 0);
+}
+
+void Scheduler::preempt(Sequence* victim) {
+  victim->swapped = std::make_unique<SwappedState>(pool_.swap_out(victim->cache));
+  victim->resume_phase = victim->phase;
+  victim->phase = Phase::kSwapped;
+  ++victim->stats.preemptions;
+  std::erase(resident_, victim);
+  swapped_.push_back(victim);
+}
+
+bool Scheduler::swap_in(Sequence* seq) {
+  // Some headroom beyond its own blocks, so that it does not push a sequence out at once.
+  if (pool_.free_blocks() < seq->swapped->n_blocks + 1) return false;
+  if (!pool_.swap_in(seq->cache, *seq->swapped)) return false;
+  seq->swapped.reset();
+  seq->phase = seq->resume_phase;
+  const auto at =
+      std::upper_bound(resident_.begin(), resident_.end(), seq,
+                       [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
+  resident_.insert(at, seq);
+  return true;
+}
+
+ScheduledStep Scheduler::schedule(int64_t decode_rows) {
+  ScheduledStep out;
+  for (int attempt = 0; attempt < 2 && out.empty(); ++attempt) {
+    while (!swapped_.empty() && static_cast<int64_t>(resident_.size()) < cfg_.max_num_seqs &&
+           swap_in(swapped_.front()))
+      swapped_.pop_front();
+    // Decoding sequences first, each growing by its step's rows (capped at the model length:
+    // rows past it go to the scratch block, like any rejected draft).
+    const std::vector<Sequence*> resident = resident_;
+    for (Sequence* s : resident) {
+      if (s->phase != Phase::kDecode) continue;
+      const int64_t need = std::min(s->cache.n_past + decode_rows, cfg_.max_model_len);
+      while (!pool_.reserve(s->cache, need)) {
+        Sequence* victim = resident_.back();  // the most recently admitted
+        preempt(victim);
+        out.preempted.push_back(victim);
+        if (victim == s) break;
+      }
+      if (s->phase == Phase::kDecode) out.decode.push_back(s);
+    }
+    int64_t budget =
+        cfg_.max_num_batched_tokens - static_cast<int64_t>(out.decode.size()) * decode_rows;
+    for (Sequence* s : std::vector<Sequence*>(resident_)) {
+      if (s->phase != Phase::kPrefill || budget <= 0) continue;
+      const int64_t rows = chunk_rows(s->prefilled, s->prompt_len(), budget);
+      if (rows == 0 || !pool_.reserve(s->cache, s->prefilled + rows)) continue;
+      out.prefill.push_back({s, s->prefilled, rows});
+      budget -= rows;
+    }
+    while (!waiting_.empty() && static_cast<int64_t>(resident_.size()) < cfg_.max_num_seqs &&
+           budget > 0 && swapped_.empty()) {
+      Sequence* s = waiting_.front();
+      const int64_t rows = chunk_rows(0, s->prompt_len(), budget);
+      if (rows == 0 || pool_.free_slots() == 0 || pool_.free_blocks() < pool_.blocks_for(rows))
+        break;
+      TANDEM_CHECK(pool_.acquire(s->cache) && pool_.reserve(s->cache, rows),
+                   "scheduler: admission of request {} failed", s->id);
+      s->phase = Phase::kPrefill;
+      s->prefilled = 0;
+      resident_.push_back(s);
+      waiting_.pop_front();
+      out.prefill.push_back({s, 0, rows});
+      budget -= rows;
+    }
+    // Nothing could run (partial prefills holding every block): free the newest and retry.
+    if (out.empty() && !resident_.empty() && attempt == 0) {
+      Sequence* victim = resident_.back();
+      preempt(victim);
+      out.preempted.push_back(victim);
+    }
+  }
+  return out;
+}
+
+}  // namespace tandem

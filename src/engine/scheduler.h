@@ -1,0 +1,67 @@
+// Continuous batching (issue 14 item 5): which sequences run in the next step and how many rows
+// each gets. Requests join and leave at step boundaries. Every step runs all resident decoding
+// sequences first (each 1 + k rows, k the step's draft depth), then prefill chunks within the
+// step's token budget (--max-num-batched-tokens). A chunk ends at a multiple of the granule counted
+// from the sequence start (or at the prompt's end), so a row's GDN chunk and every kernel's work
+// split never depend on the budget or on other requests (DESIGN.md invariant 2). When a decoding
+// sequence cannot get the blocks its step needs, the most recently admitted resident sequence is
+// preempted: its state is swapped to host memory (bit-exact) and swapped back in, ahead of new
+// admissions, when slots and blocks allow. New requests wait while slots or blocks are short.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "cache/state_pool.h"
+#include "engine/sequence.h"
+
+namespace tandem {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 8;
+  int64_t max_num_batched_tokens = 512;
+  int64_t max_model_len = 4096;
+  int64_t granule = 64;  // prefill chunk boundaries (the GDN chunk size)
+};
+
+struct PrefillChunk {
+  Sequence* seq;
+  int64_t start, rows;
+  bool last() const { return start + rows == seq->prompt_len(); }
+};
+
+struct ScheduledStep {
+  std::vector<Sequence*> decode;  // resident, kDecode, in admission order
+  std::vector<PrefillChunk> prefill;
+  std::vector<Sequence*> preempted;  // swapped out by this schedule
+  bool empty() const { return decode.empty() && prefill.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig cfg, StatePool& pool);
+
+  void add(Sequence* seq);     // a new request: waits for admission
+  void remove(Sequence* seq);  // finished or cancelled: releases what it holds
+  // The next step, for decoding sequences taking `decode_rows` rows each (1 + drafts).
+  ScheduledStep schedule(int64_t decode_rows);
+  bool idle() const { return resident_.empty() && waiting_.empty() && swapped_.empty(); }
+  int64_t running() const { return static_cast<int64_t>(resident_.size()); }
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size() + swapped_.size()); }
+  const SchedulerConfig& config() const { return cfg_; }
+  // Rows of a prefill chunk starting at `start` under `budget` (0: none fits).
+  int64_t chunk_rows(int64_t start, int64_t prompt_len, int64_t budget) const;
+
+ private:
+  void preempt(Sequence* victim);
+  bool swap_in(Sequence* seq);
+
+  SchedulerConfig cfg_;
+  StatePool& pool_;
+  std::vector<Sequence*> resident_;  // admission order
+  std::deque<Sequence*> waiting_;
+  std::deque<Sequence*> swapped_;  // preemption order
+};
+
+}  // namespace tandem

@@ -1,0 +1,107 @@
+// Helpers of the batched exactness tests (CPU and CUDA): requests arriving at random steps, each
+// run alone without speculation for reference, and a batched run of all of them.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/batch_engine.h"
+#include "engine/generator.h"
+
+namespace tandem::testing {
+
+constexpr int64_t kMaxModelLen = 700;
+
+struct Arrival {
+  int64_t step;  // engine step at which the request is added
+  Request req;
+};
+
+inline std::vector<Arrival> random_arrivals(const Qwen35Model& m, int n, uint64_t seed,
+                                            bool sampled, int64_t max_prompt = 600) {
+  std::mt19937_64 rng(seed);
+  std::vector<Arrival> out;
+  for (int i = 0; i < n; ++i) {
+    Arrival a;
+    a.step = static_cast<int64_t>(rng() % 80);
+    const int64_t len = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(max_prompt));
+    for (int64_t t = 0; t < len; ++t)
+      a.req.prompt.push_back(static_cast<int32_t>(rng() % m.config().vocab_size));
+    a.req.max_tokens = 1 + static_cast<int>(rng() % 48);
+    a.req.stop_ids = m.config().eos_token_ids;
+    if (sampled && i % 2 == 1) {
+      a.req.sampling = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 1000u + i};
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// Each request alone, without speculation.
+inline std::vector<std::vector<int32_t>> solo(Qwen35Model& m,
+                                              const std::vector<Arrival>& arrivals) {
+  Generator gen(m, nullptr, GeneratorOptions{.max_context = kMaxModelLen});
+  std::vector<std::vector<int32_t>> out;
+  for (const Arrival& a : arrivals) out.push_back(gen.generate(a.req).tokens);
+  return out;
+}
+
+struct BatchRun {
+  std::vector<std::vector<int32_t>> tokens;
+  EngineCounters counters;
+  int64_t max_running = 0;
+};
+
+inline BatchRun run_batch(BatchEngine& engine, const std::vector<Arrival>& arrivals,
+                          const std::function<void(BatchEngine&, int64_t step)>& each_step = {}) {
+  std::map<RequestId, size_t> index;
+  BatchRun r;
+  r.tokens.resize(arrivals.size());
+  size_t added = 0;
+  std::vector<size_t> order(arrivals.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return arrivals[a].step < arrivals[b].step; });
+  for (int64_t step = 0; added < arrivals.size() || !engine.idle(); ++step) {
+    while (added < arrivals.size() && arrivals[order[added]].step <= step) {
+      index[engine.add(arrivals[order[added]].req)] = order[added];
+      ++added;
+    }
+    if (each_step) each_step(engine, step);
+    for (const RequestOutput& o : engine.step()) {
+      auto& t = r.tokens[index.at(o.id)];
+      t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+    r.max_running = std::max(r.max_running, engine.running());
+  }
+  r.counters = engine.counters();
+  return r;
+}
+
+inline BatchEngineOptions batch_options(int k, ControlMode control, int64_t max_seqs = 16,
+                                        int64_t budget = 256) {
+  return BatchEngineOptions{.num_speculative_tokens = k,
+                            .control = control,
+                            .max_num_seqs = max_seqs,
+                            .max_num_batched_tokens = budget,
+                            .max_model_len = kMaxModelLen};
+}
+
+inline int mismatches(const std::vector<std::vector<int32_t>>& a,
+                      const std::vector<std::vector<int32_t>>& b, const std::string& what) {
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    ++bad;
+    ADD_FAILURE() << what << ": request " << i << " differs from its solo run";
+  }
+  return bad;
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,180 @@
+// Invariant 1 under load, on the CPU reference with the shipped model (issue 14): requests arrive
+// at random steps and share every step with others (continuous batching, chunked prefill under a
+// token budget, 1..k+1 verify rows per sequence), and each one's output is bit-identical to the
+// same request run alone without speculation: plain, MTP k = 1..3 and adaptive control, greedy
+// and seeded sampling; the committed GDN state and KV of sampled sequences equal their solo runs
+// after every commit; forced preemption (a pool too small for the batch) and cancellation change
+// nothing for the others.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "batch_support.h"
+#include "engine/batch_engine.h"
+#include "engine/committed_state.h"
+#include "engine/generator.h"
+#include "spec/mtp_drafter.h"
+#include "test_support.h"
+
+namespace tandem {
+namespace {
+
+using namespace testing;
+
+std::unique_ptr<Drafter> mtp_or_none(Qwen35Model& m, int k) {
+  return k > 0 ? std::make_unique<MtpDrafter>(m) : nullptr;
+}
+
+TEST(BatchExactness, SixtyFourGreedyRequestsEqualTheirSoloRuns) {
+  auto model = testing::load_fixture(testing::kTrainedModel, 256);
+  const std::vector<Arrival> arrivals = random_arrivals(*model, 64, 14, false);
+  const auto reference = solo(*model, arrivals);
+  struct Config {
+    int k;
+    ControlMode control;
+    const char* name;
+  };
+  for (const Config& c :
+       {Config{0, ControlMode::kFixed, "plain"}, Config{1, ControlMode::kFixed, "mtp k=1"},
+        Config{2, ControlMode::kFixed, "mtp k=2"}, Config{3, ControlMode::kFixed, "mtp k=3"},
+        Config{3, ControlMode::kAdaptive, "mtp k<=3 adaptive"}}) {
+    BatchEngine engine(*model, mtp_or_none(*model, c.k), batch_options(c.k, c.control));
+    const BatchRun r = run_batch(engine, arrivals);
+    std::printf(
+        "[batch exactness] %s: 64 requests, %lld steps, up to %lld running, %lld drafts, %lld "
+        "accepted, %d of 64 differ\n",
+        c.name, static_cast<long long>(r.counters.steps), static_cast<long long>(r.max_running),
+        static_cast<long long>(r.counters.draft_tokens),
+        static_cast<long long>(r.counters.accepted_tokens),
+        mismatches(r.tokens, reference, c.name));
+    EXPECT_GE(r.max_running, 8) << c.name << ": the requests did share steps";
+    if (c.k > 0 && c.control == ControlMode::kFixed) {
+      EXPECT_GT(r.counters.accepted_tokens, 0) << c.name;
+    }
+  }
+}
+
+// The committed state of a sequence after each commit, by n_past.
+using States = std::map<int64_t, std::vector<float>>;
+std::vector<float> flat(const Qwen35Model& m, StatePool& pool, const SequenceCache& seq) {
+  std::vector<float> out;
+  for (const NamedState& s : committed_state(m, pool, seq, /*with_mtp_kv=*/false))
+    out.insert(out.end(), s.values.begin(), s.values.end());
+  return out;
+}
+
+TEST(BatchExactness, SampledRequestsAreReproducibleAndKeepTheirSoloState) {
+  auto model = testing::load_fixture(testing::kTrainedModel, 256);
+  std::vector<Arrival> arrivals = random_arrivals(*model, 24, 15, /*sampled=*/true);
+  const auto reference = solo(*model, arrivals);
+  // The solo committed states of two sampled requests.
+  const std::vector<size_t> watched{1, 3};
+  std::map<size_t, States> solo_states;
+  for (size_t w : watched) {
+    Generator gen(*model, nullptr, GeneratorOptions{.max_context = kMaxModelLen});
+    gen.after_commit = [&](int64_t, int64_t n_past) {
+      solo_states[w][n_past] = flat(*model, gen.engine().pool(), gen.engine().cache(gen.current()));
+    };
+    ASSERT_EQ(gen.generate(arrivals[w].req).tokens, reference[w]);
+  }
+  for (int k : {0, 3}) {
+    BatchEngine engine(*model, mtp_or_none(*model, k), batch_options(k, ControlMode::kFixed));
+    std::map<RequestId, size_t> watched_ids;
+    int checks = 0, bad = 0;
+    engine.after_commit = [&](RequestId id, int64_t, int64_t n_past) {
+      auto w = watched_ids.find(id);
+      if (w == watched_ids.end()) return;
+      const States& st = solo_states[w->second];
+      auto it = st.find(n_past);
+      // Only the last step may commit past the solo run's end (tokens after a stop are dropped).
+      if (it == st.end()) {
+        EXPECT_GT(n_past, st.rbegin()->first) << "n_past " << n_past;
+        return;
+      }
+      const std::vector<float> s = flat(*model, engine.pool(), engine.cache(id));
+      ++checks;
+      bad += s.size() != it->second.size() ||
+             std::memcmp(s.data(), it->second.data(), s.size() * sizeof(float)) != 0;
+    };
+    // Request ids follow the order of add(); watch the two sampled requests.
+    std::vector<size_t> order(arrivals.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return arrivals[a].step < arrivals[b].step; });
+    for (size_t i = 0; i < order.size(); ++i) {
+      for (size_t w : watched) {
+        if (order[i] == w) watched_ids[static_cast<RequestId>(i)] = w;
+      }
+    }
+    const BatchRun r = run_batch(engine, arrivals);
+    EXPECT_EQ(mismatches(r.tokens, reference, "sampled k=" + std::to_string(k)), 0);
+    std::printf("[sampled batch] k=%d: 24 requests (12 sampled), %d state checks, %d differ\n", k,
+                checks, bad);
+    EXPECT_GT(checks, 20);
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(BatchExactness, ForcedPreemptionChangesNoOutput) {
+  auto model = testing::load_fixture(testing::kTrainedModel, 256);
+  std::vector<Arrival> arrivals = random_arrivals(*model, 20, 16, /*sampled=*/true);
+  for (Arrival& a : arrivals) {  // long generations, all at once: the pool must run out
+    a.step = 0;
+    a.req.max_tokens = 64;
+    a.req.stop_ids.clear();
+  }
+  const auto reference = solo(*model, arrivals);
+  for (int k : {0, 2}) {
+    BatchEngineOptions o = batch_options(k, ControlMode::kFixed);
+    o.max_num_seqs = 8;
+    o.kv_blocks = 24;  // 8 sequences of up to ~660 positions need far more
+    BatchEngine engine(*model, mtp_or_none(*model, k), o);
+    const BatchRun r = run_batch(engine, arrivals);
+    std::printf("[preemption] k=%d: %lld preemptions, %lld steps\n", k,
+                static_cast<long long>(r.counters.preemptions),
+                static_cast<long long>(r.counters.steps));
+    EXPECT_GT(r.counters.preemptions, 0);
+    EXPECT_EQ(mismatches(r.tokens, reference, "preemption k=" + std::to_string(k)), 0);
+    EXPECT_EQ(engine.pool().used_blocks(), 0);
+    EXPECT_EQ(engine.pool().used_slots(), 0);
+  }
+}
+
+TEST(BatchExactness, CancelFreesSlotAndBlocksAtOnce) {
+  auto model = testing::load_fixture(testing::kTrainedModel, 256);
+  std::vector<Arrival> arrivals = random_arrivals(*model, 6, 17, false);
+  for (Arrival& a : arrivals) a.step = 0, a.req.max_tokens = 40, a.req.stop_ids.clear();
+  const auto reference = solo(*model, arrivals);
+  BatchEngine engine(*model, std::make_unique<MtpDrafter>(*model),
+                     batch_options(2, ControlMode::kFixed));
+  const RequestId victim = 2;  // the third request added
+  bool cancelled = false;
+  std::vector<std::vector<int32_t>> got;
+  std::string victim_reason;
+  const BatchRun r = run_batch(engine, arrivals, [&](BatchEngine& e, int64_t step) {
+    if (step != 12 || cancelled) return;
+    const int64_t slots = e.pool().used_slots(), blocks = e.pool().used_blocks();
+    const int64_t held = static_cast<int64_t>(e.cache(victim).blocks.size());
+    ASSERT_GT(held, 0);
+    e.cancel(victim);
+    cancelled = true;
+    EXPECT_EQ(e.pool().used_slots(), slots - 1);
+    EXPECT_EQ(e.pool().used_blocks(), blocks - held);
+  });
+  EXPECT_TRUE(cancelled);
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    if (static_cast<RequestId>(i) == victim) {
+      EXPECT_LT(r.tokens[i].size(), reference[i].size());
+      EXPECT_TRUE(std::equal(r.tokens[i].begin(), r.tokens[i].end(), reference[i].begin()));
+    } else {
+      EXPECT_EQ(r.tokens[i], reference[i]) << "request " << i;
+    }
+  }
+  EXPECT_EQ(engine.pool().used_slots(), 0);
+}
+
+}  // namespace
+}  // namespace tandem
