@@ -40,13 +40,19 @@ if ! { cmake -S . -B $B "${cmake_args[@]}" >> "$OUT/build.log" 2>&1 &&
 fi
 summary "build ok ($(stamp))"
 
-timeout "${TESTS_LIMIT:-170}" $B/tests/cuda_tests --gtest_filter="${FILTER:-*}" > "$OUT/cuda_tests.log" 2>&1
-summary "cuda_tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_tests.log" | tr '\n' ' ') ($(stamp))"
-grep -E '^\[  FAILED  \]|batch exactness|gpu vs cpu' "$OUT/cuda_tests.log" | head -30
-sed -n '/^op  *cases/,$p' "$OUT/cuda_tests.log" | head -40
+# The engine first (it needs every kernel), then the kernels' conformance and invariance.
+timeout "${ENGINE_LIMIT:-70}" stdbuf -oL $B/tests/cuda_tests --gtest_filter='*EngineCuda*' \
+  > "$OUT/cuda_engine.log" 2>&1
+summary "cuda engine tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_engine.log" | tr '\n' ' ') ($(stamp))"
+grep -E '^\[  FAILED  \]|batch exactness|gpu vs cpu' "$OUT/cuda_engine.log" | head -20
+timeout "${TESTS_LIMIT:-100}" stdbuf -oL $B/tests/cuda_tests --gtest_filter='-*EngineCuda*' \
+  > "$OUT/cuda_tests.log" 2>&1
+summary "cuda kernel tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_tests.log" | tr '\n' ' ') ($(stamp))"
+grep -E '^\[  FAILED  \]' "$OUT/cuda_tests.log" | head -30
+sed -n '/^op  *cases/,$p' "$OUT/cuda_tests.log" | head -45
 
-timeout "${BENCH_LIMIT:-120}" $B/tandem bench --device cuda --synthetic configs/qwen3.5-27b.json \
-  --context 1024 --batch "${BATCHES:-1,8,32}" --num-speculative-tokens 3 --steps "${STEPS:-8}" \
+timeout "${BENCH_LIMIT:-90}" stdbuf -oL $B/tandem bench --device cuda --synthetic configs/qwen3.5-27b.json \
+  --context 1024 --batch "${BATCHES:-1,8,32}" --num-speculative-tokens 3 --steps "${STEPS:-6}" \
   --commit "${COMMIT:-unknown}" --json "$OUT/bench_27b.json" > "$OUT/bench_27b.log" 2>&1
 summary "bench 27B rc=$? ($(stamp))"
 grep -v '^model:\|^attention:\|^gdn:\|^tied' "$OUT/bench_27b.log" | tail -8
@@ -57,7 +63,7 @@ r = random.Random(5)
 for i in range(12):
     print(json.dumps({"prompt_ids": [r.randrange(2048) for _ in range(r.randrange(1, 90))], "max_tokens": 12}))
 PY
-timeout "${MEMCHECK_LIMIT:-90}" compute-sanitizer --tool memcheck --error-exitcode 9 $B/tandem generate \
+timeout "${MEMCHECK_LIMIT:-50}" compute-sanitizer --tool memcheck --error-exitcode 9 $B/tandem generate \
   --device cuda --model tests/fixtures/models/small --prompts /tmp/prompts.jsonl --max-num-seqs 4 \
   --ignore-eos --speculative oracle --oracle-pattern none --num-speculative-tokens 8 \
   --max-num-batched-tokens 128 --output "$OUT/memcheck_results.jsonl" > "$OUT/memcheck.log" 2>&1
@@ -70,7 +76,7 @@ for i in range(256):
     print(json.dumps({"prompt_ids": [r.randrange(8192) for _ in range(r.randrange(8, 200))], "max_tokens": 96}))
 PY
 for spec in "--speculative none" "--speculative mtp --num-speculative-tokens 3"; do
-  timeout 60 $B/tandem generate --device cuda --model models/tandem-tiny-qwen35 --prompts /tmp/tiny.jsonl \
+  timeout 25 $B/tandem generate --device cuda --model models/tandem-tiny-qwen35 --prompts /tmp/tiny.jsonl \
     --ignore-eos --max-num-seqs 64 $spec --output /tmp/tiny_out.jsonl > /dev/null 2>> "$OUT/tiny_batch.log"
   summary "tiny batch 256 x 96 ($spec): $(tail -1 "$OUT/tiny_batch.log") ($(stamp))"
 done
