@@ -45,13 +45,13 @@ timeout "${ENGINE_LIMIT:-70}" stdbuf -oL $B/tests/cuda_tests --gtest_filter='*En
   > "$OUT/cuda_engine.log" 2>&1
 summary "cuda engine tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_engine.log" | tr '\n' ' ') ($(stamp))"
 grep -E '^\[  FAILED  \]|batch exactness|gpu vs cpu' "$OUT/cuda_engine.log" | head -20
-timeout "${TESTS_LIMIT:-100}" stdbuf -oL $B/tests/cuda_tests --gtest_filter='-*EngineCuda*' \
+timeout "${TESTS_LIMIT:-100}" stdbuf -oL $B/tests/cuda_tests --gtest_filter="${KERNEL_FILTER:--*EngineCuda*}" \
   > "$OUT/cuda_tests.log" 2>&1
 summary "cuda kernel tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_tests.log" | tr '\n' ' ') ($(stamp))"
 grep -E '^\[  FAILED  \]' "$OUT/cuda_tests.log" | head -30
 sed -n '/^op  *cases/,$p' "$OUT/cuda_tests.log" | head -45
 
-timeout "${BENCH_LIMIT:-90}" stdbuf -oL $B/tandem bench --device cuda --synthetic configs/qwen3.5-27b.json \
+[[ ${BENCH_LIMIT:-90} -gt 0 ]] && timeout "${BENCH_LIMIT:-90}" stdbuf -oL $B/tandem bench --device cuda --synthetic configs/qwen3.5-27b.json \
   --context 1024 --batch "${BATCHES:-1,8,32}" --num-speculative-tokens 3 --steps "${STEPS:-6}" \
   --commit "${COMMIT:-unknown}" --json "$OUT/bench_27b.json" > "$OUT/bench_27b.log" 2>&1
 summary "bench 27B rc=$? ($(stamp))"
@@ -76,7 +76,7 @@ for i in range(256):
     print(json.dumps({"prompt_ids": [r.randrange(8192) for _ in range(r.randrange(8, 200))], "max_tokens": 96}))
 PY
 for spec in "--speculative none" "--speculative mtp --num-speculative-tokens 3"; do
-  timeout 25 $B/tandem generate --device cuda --model models/tandem-tiny-qwen35 --prompts /tmp/tiny.jsonl \
+  timeout "${TINY_LIMIT:-25}" $B/tandem generate --device cuda --model models/tandem-tiny-qwen35 --prompts /tmp/tiny.jsonl \
     --ignore-eos --max-num-seqs 64 $spec --output /tmp/tiny_out.jsonl > /dev/null 2>> "$OUT/tiny_batch.log"
   summary "tiny batch 256 x 96 ($spec): $(tail -1 "$OUT/tiny_batch.log") ($(stamp))"
 done

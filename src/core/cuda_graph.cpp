@@ -55,6 +55,7 @@ void cuda_stream_destroy(void*) {}
 CudaGraph::~CudaGraph() = default;
 void CudaGraph::begin_capture(void*) { no_cuda(); }
 void CudaGraph::end_capture(void*) { no_cuda(); }
+void CudaGraph::abort_capture(void*) {}
 void CudaGraph::launch(void*) const { no_cuda(); }
 #endif
 

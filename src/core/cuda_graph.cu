@@ -82,6 +82,17 @@ void CudaGraph::end_capture(void* stream) {
   check(cudaGraphUpload(e, static_cast<cudaStream_t>(stream)), "cudaGraphUpload");
 }
 
+void CudaGraph::abort_capture(void* stream) {
+  cudaGraph_t g = nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) == cudaSuccess &&
+      status != cudaStreamCaptureStatusNone) {
+    cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &g);
+  }
+  if (g) cudaGraphDestroy(g);
+  (void)cudaGetLastError();  // the capture's error is the caller's exception, not a sticky one
+}
+
 void CudaGraph::launch(void* stream) const {
   check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream)),
         "cudaGraphLaunch");

@@ -26,6 +26,9 @@ class CudaGraph {
   ~CudaGraph();
   void begin_capture(void* stream);
   void end_capture(void* stream);  // instantiates and uploads the graph on `stream`
+  // Ends a capture that failed (an exception while recording), so that the stream can be used and
+  // freed again and the exception reaches the caller.
+  static void abort_capture(void* stream);
   void launch(void* stream) const;
   bool ready() const { return exec_ != nullptr; }
 

@@ -23,6 +23,7 @@ std::unique_ptr<Qwen35Model> load_on(const std::string& name, Device d) {
   o.model_dir = testing::fixture_dir(name);
   o.device = d;
   o.n_threads = 8;
+  o.max_step_rows = 512;
   return load_model(o);
 }
 

@@ -94,12 +94,18 @@ struct Gemm {
           cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
                                                sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
         continue;
-      cublasLtMatmulHeuristicResult_t check{};
-      if (cublasLtMatmulAlgoCheck(handle, desc, ref.a, ref.b, ref.d, ref.d, &a, &check) !=
-              CUBLAS_STATUS_SUCCESS ||
-          check.workspaceSize > ws)
-        continue;
-      return algos.emplace(key, a).first->second;
+      // Valid for every row count a step may bring (probed), or not pinned.
+      bool valid = true;
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{64}, int64_t{111},
+                        int64_t{300}, kRefRows, int64_t{8192}}) {
+        const Layouts probe(in, out_f, n, in, out_f, out);
+        cublasLtMatmulHeuristicResult_t check{};
+        valid = valid &&
+                cublasLtMatmulAlgoCheck(handle, desc, probe.a, probe.b, probe.d, probe.d, &a,
+                                        &check) == CUBLAS_STATUS_SUCCESS &&
+                check.workspaceSize <= ws;
+      }
+      if (valid) return algos.emplace(key, a).first->second;
     }
     fail("linear_cuda (prefill GEMM): cuBLASLt has no split-K-free algorithm for [{}, {}]", out_f,
          in);
@@ -112,12 +118,30 @@ void gemm(const LinearShape& s, cudaDataType out_type, cudaStream_t stream) {
   const cublasLtMatmulAlgo_t& algo = g->algo(s.in, s.out_f, out_type);
   const Layouts l(s.in, s.out_f, s.n, s.x_stride, s.out_stride, out_type);
   cublasLtMatmulHeuristicResult_t check{};
-  check_cublas(cublasLtMatmulAlgoCheck(g->handle, g->desc, l.a, l.b, l.d, l.d, &algo, &check),
-               "cublasLtMatmulAlgoCheck (the pinned prefill algorithm for this row count)");
   const float alpha = 1.f, beta = 0.f;
+  if (cublasLtMatmulAlgoCheck(g->handle, g->desc, l.a, l.b, l.d, l.d, &algo, &check) ==
+          CUBLAS_STATUS_SUCCESS &&
+      check.workspaceSize <= Gemm::kWorkspaceBytes) {
+    check_cublas(cublasLtMatmul(g->handle, g->desc, &alpha, s.w, l.a, s.x, l.b, &beta, s.out, l.d,
+                                s.out, l.d, &algo, g->workspace, Gemm::kWorkspaceBytes, stream),
+                 "cublasLtMatmul");
+    return;
+  }
+  // The pinned algorithm does not take this call's layout (strides, alignment): cuBLASLt's own
+  // choice for it, said once, since such rows may then depend on the row count (invariant 6).
+  static bool said = false;
+  if (!said) {
+    std::fprintf(
+        stderr,
+        "linear_cuda (prefill GEMM): the pinned algorithm rejects [%lld, %lld] x %lld rows "
+        "(x stride %lld); using cuBLASLt's heuristic for such calls\n",
+        static_cast<long long>(s.out_f), static_cast<long long>(s.in), static_cast<long long>(s.n),
+        static_cast<long long>(s.x_stride));
+    said = true;
+  }
   check_cublas(cublasLtMatmul(g->handle, g->desc, &alpha, s.w, l.a, s.x, l.b, &beta, s.out, l.d,
-                              s.out, l.d, &algo, g->workspace, Gemm::kWorkspaceBytes, stream),
-               "cublasLtMatmul");
+                              s.out, l.d, nullptr, g->workspace, Gemm::kWorkspaceBytes, stream),
+               "cublasLtMatmul (heuristic)");
 }
 
 }  // namespace
