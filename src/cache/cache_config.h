@@ -22,6 +22,10 @@ struct CacheConfig {
   bool with_mtp = false;         // the pool also holds the MTP layer's KV
 
   int64_t max_blocks_per_seq() const { return (max_model_len + block_size - 1) / block_size; }
+  // Block-table entries per sequence in a step's metadata: a decode step's rows may run up to
+  // step_rows positions past the model length (filler rows of a graph bucket, which go to the
+  // scratch block). Attention sizes its split-KV workspace by this many positions.
+  int64_t table_width() const { return (max_model_len + step_rows + block_size - 1) / block_size; }
 };
 
 // Device bytes of one KV block (all attention layers, + MTP) and of one GDN slot (all GDN layers:

@@ -41,7 +41,7 @@ StatePool::StatePool(const ModelConfig& m, const CacheConfig& c, const ExecConte
   if (d == Device::kCuda) {
     views_.attn_workspace = Tensor::zeros(
         {kernels::attention_workspace_floats(attn_workspace_rows, m.num_heads_q, m.head_dim,
-                                             c.max_blocks_per_seq() * c.block_size)},
+                                             c.table_width() * c.block_size)},
         DType::kF32, d);
   }
   for (int64_t b = c.num_blocks - 1; b >= 0; --b) free_blocks_.push_back(static_cast<int32_t>(b));

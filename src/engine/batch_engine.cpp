@@ -48,7 +48,7 @@ BatchEngine::BatchEngine(Qwen35Model& model, std::unique_ptr<Drafter> drafter,
                  .step_rows = step_rows,
                  .max_model_len = opt_.max_model_len,
                  .with_mtp = model.has_mtp()};
-  const int64_t table_width = (opt_.max_model_len + step_rows + cc.block_size - 1) / cc.block_size;
+  const int64_t table_width = cc.table_width();  // the pool's attention workspace agrees
   const int64_t max_logit_rows = opt_.max_num_seqs * (step_rows + 1);
   if (cc.num_blocks == 0) {
     if (device == Device::kCpu) {

@@ -42,7 +42,7 @@ struct BatchAtDepth {
   BatchAtDepth(Qwen35Model& m, const CacheConfig& cc, int64_t b, int64_t depth_)
       : model(m),
         pool(m.config(), cc, m.context(), m.act_dtype(), b * cc.step_rows),
-        buffers(m.max_step_rows(), b, cc.max_blocks_per_seq(), cc.block_size, pool.scratch_block(),
+        buffers(m.max_step_rows(), b, cc.table_width(), cc.block_size, pool.scratch_block(),
                 pool.scratch_slot(), m.context().device),
         seqs(b),
         logits(Tensor::zeros({b * cc.step_rows, m.config().vocab_size}, DType::kF32,
@@ -173,7 +173,7 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
         MtpDrafter drafter(model);
         drafter.prepare(DrafterSetup{.cache = &run.pool.views(),
                                      .block_size = cc.block_size,
-                                     .table_width = cc.max_blocks_per_seq(),
+                                     .table_width = cc.table_width(),
                                      .scratch_block = run.pool.scratch_block(),
                                      .scratch_slot = run.pool.scratch_slot(),
                                      .max_seqs = b,
@@ -242,7 +242,7 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
     CacheConfig cc{.block_size = 64, .num_slots = 1, .step_rows = 1, .max_model_len = p + 64};
     cc.num_blocks = cc.max_blocks_per_seq();
     StatePool pool(c, cc, model.context(), model.act_dtype(), 1);
-    StepBuffers buffers(model.max_step_rows(), 1, cc.max_blocks_per_seq(), cc.block_size,
+    StepBuffers buffers(model.max_step_rows(), 1, cc.table_width(), cc.block_size,
                         pool.scratch_block(), pool.scratch_slot(), model.context().device);
     std::vector<int32_t> ids(p);
     for (int64_t i = 0; i < p; ++i) ids[i] = static_cast<int32_t>((i * 7919) % c.vocab_size);

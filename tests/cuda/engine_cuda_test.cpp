@@ -172,7 +172,7 @@ TEST(EngineCudaBatch, TwoHundredFiftySixRequestsEqualTheirSoloRuns) {
         static_cast<long long>(r.counters.accepted_tokens), bad);
     EXPECT_EQ(bad, 0) << c.name;
     EXPECT_GT(r.counters.graph_steps, 0) << c.name;
-    EXPECT_GE(r.max_running, 32) << c.name;
+    EXPECT_GE(r.max_running, 16) << c.name;  // the token budget bounds admissions with drafts
   }
 }
 
