@@ -59,28 +59,15 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
   }
   BatchEngineOptions eo = engine_options(g, k, std::max<int64_t>(g.max_num_seqs, 1));
   eo.trace = trace;
-  BatchEngine engine(model, std::move(drafter), eo);
+  Generator gen(model, std::move(drafter), eo);
   if (!g.json) {
-    std::fprintf(stderr, "%s\n", engine.describe().c_str());
+    std::fprintf(stderr, "%s\n", gen.engine().describe().c_str());
     if (model.context().device == Device::kCuda) {
       std::fprintf(stderr, "programmatic dependent launch %s\n",
                    cuda_programmatic_launch() ? "on" : "off");
     }
   }
-  const RequestId id = engine.add(req);
-  GenerateResult res;
-  while (!engine.idle()) {
-    for (const RequestOutput& o : engine.step()) {
-      if (o.id != id) continue;
-      for (int32_t t : o.new_tokens) {
-        res.tokens.push_back(t);
-        if (on_token) on_token(t);
-      }
-      if (o.finished) res.finish_reason = o.finish_reason;
-    }
-  }
-  res.stats = engine.stats(id);
-  return res;
+  return gen.generate(req, on_token);  // the engine's first request: the oracle's reference 0
 }
 
 void add_generate_command(CLI::App& app) {

@@ -16,6 +16,21 @@
 
 namespace tandem::testing {
 
+// The speculation settings every batched exactness test runs: plain, MTP k = 1..3, adaptive.
+struct SpecConfig {
+  int k;
+  ControlMode control;
+  const char* name;
+};
+inline const std::vector<SpecConfig>& spec_configs() {
+  static const std::vector<SpecConfig> c{{0, ControlMode::kFixed, "plain"},
+                                         {1, ControlMode::kFixed, "mtp k=1"},
+                                         {2, ControlMode::kFixed, "mtp k=2"},
+                                         {3, ControlMode::kFixed, "mtp k=3"},
+                                         {3, ControlMode::kAdaptive, "mtp k<=3 adaptive"}};
+  return c;
+}
+
 constexpr int64_t kMaxModelLen = 700;
 
 struct Arrival {

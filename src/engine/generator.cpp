@@ -16,7 +16,10 @@ BatchEngineOptions single(const Qwen35Model& model, const GeneratorOptions& o) {
 }  // namespace
 
 Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, GeneratorOptions opt)
-    : engine_(model, std::move(drafter), single(model, opt)) {
+    : Generator(model, std::move(drafter), single(model, opt)) {}
+
+Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, BatchEngineOptions opt)
+    : engine_(model, std::move(drafter), opt) {
   engine_.after_commit = [this](RequestId id, int64_t step, int64_t n_past) {
     if (id == current_ && after_commit) after_commit(step, n_past);
   };

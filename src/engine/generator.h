@@ -25,6 +25,8 @@ class Generator {
  public:
   // drafter may be null when num_speculative_tokens == 0.
   Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, GeneratorOptions opt);
+  // With the engine's own options (the command line's pools and limits).
+  Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, BatchEngineOptions opt);
 
   // on_token is called with each emitted token in order (streaming).
   GenerateResult generate(const GenerateRequest& req,

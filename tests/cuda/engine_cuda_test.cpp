@@ -148,15 +148,7 @@ TEST(EngineCudaBatch, TwoHundredFiftySixRequestsEqualTheirSoloRuns) {
   const std::vector<testing::Arrival> arrivals =
       testing::random_arrivals(*gpu, 256, 24, /*sampled=*/true);
   const auto reference = testing::solo(*gpu, arrivals);
-  struct Config {
-    int k;
-    ControlMode control;
-    const char* name;
-  };
-  for (const Config& c :
-       {Config{0, ControlMode::kFixed, "plain"}, Config{1, ControlMode::kFixed, "mtp k=1"},
-        Config{2, ControlMode::kFixed, "mtp k=2"}, Config{3, ControlMode::kFixed, "mtp k=3"},
-        Config{3, ControlMode::kAdaptive, "mtp k<=3 adaptive"}}) {
+  for (const testing::SpecConfig& c : testing::spec_configs()) {
     std::unique_ptr<Drafter> d;
     if (c.k > 0) d = std::make_unique<MtpDrafter>(*gpu);
     BatchEngine engine(*gpu, std::move(d), testing::batch_options(c.k, c.control, 64, 512));

@@ -32,15 +32,7 @@ TEST(BatchExactness, SixtyFourGreedyRequestsEqualTheirSoloRuns) {
   auto model = testing::load_fixture(testing::kTrainedModel, 256);
   const std::vector<Arrival> arrivals = random_arrivals(*model, 64, 14, false);
   const auto reference = solo(*model, arrivals);
-  struct Config {
-    int k;
-    ControlMode control;
-    const char* name;
-  };
-  for (const Config& c :
-       {Config{0, ControlMode::kFixed, "plain"}, Config{1, ControlMode::kFixed, "mtp k=1"},
-        Config{2, ControlMode::kFixed, "mtp k=2"}, Config{3, ControlMode::kFixed, "mtp k=3"},
-        Config{3, ControlMode::kAdaptive, "mtp k<=3 adaptive"}}) {
+  for (const testing::SpecConfig& c : testing::spec_configs()) {
     BatchEngine engine(*model, mtp_or_none(*model, c.k), batch_options(c.k, c.control));
     const BatchRun r = run_batch(engine, arrivals);
     std::printf(
