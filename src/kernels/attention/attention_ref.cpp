@@ -5,6 +5,10 @@
 #include <cmath>
 #include <vector>
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/attention/attention.h"
 #include "kernels/ref_common.h"
 
@@ -51,7 +55,8 @@ void attention_ref(const AttentionArgs& a, const ExecContext& ctx) {
     work += n * kv_len;
   }
   const int64_t n_tasks = static_cast<int64_t>(tasks.size());
-#pragma omp parallel for num_threads(ref::threads_for(ctx, work* hq* d)) schedule(static) \
+  const int64_t kv_stride = hkv * d;  // between consecutive positions of one block
+#pragma omp parallel for num_threads(ref::threads_for(ctx, work* hq* d)) schedule(dynamic) \
     collapse(2)
   for (int64_t ti = 0; ti < n_tasks; ++ti) {
     for (int64_t h = 0; h < hq; ++h) {
@@ -64,28 +69,55 @@ void attention_ref(const AttentionArgs& a, const ExecContext& ctx) {
       };
       const int64_t i = task.row, last = task.last, hk = h / group;
       const float* q = a.q.data<const float>() + i * a.q.stride(0) + h * a.q.stride(1);
-      std::vector<float> p(last + 1);
+      const float* kc = a.k_cache.data<const float>();
+      const float* vc = a.v_cache.data<const float>();
+      thread_local ref::ScratchBuffer scratch;
+      float* p = scratch.get(last + 1 + 8);
+      // Scores p_j = (q . k_j) scale, each dot ref::dot's (8 keys at a time, the same bits).
+      int64_t j = 0;
+      for (; j + 8 <= last + 1; j += 8) {
+        const float* keys[8];
+        for (int r = 0; r < 8; ++r) keys[r] = kc + slot(j + r, hk);
+        ref::dot8_f32(q, keys, d, p + j);
+      }
+      for (; j <= last; ++j) p[j] = ref::dot_f32(q, kc + slot(j, hk), d);
       float m = -INFINITY;
-      for (int64_t j = 0; j <= last; ++j) {
-        p[j] = ref::dot(q, a.k_cache.data<const float>() + slot(j, hk), d) * scale;
+      for (j = 0; j <= last; ++j) {
+        p[j] *= scale;
         m = std::max(m, p[j]);
       }
+      // p_j = e^(p_j - m), then their sum in order.
+      j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+      for (; j + 8 <= last + 1; j += 8)
+        _mm256_storeu_ps(p + j,
+                         ref::exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j), _mm256_set1_ps(m))));
+#endif
+      for (; j <= last; ++j) p[j] = ref::exp(p[j] - m);
       float sum = 0.f;
-      for (int64_t j = 0; j <= last; ++j) {
-        p[j] = std::exp(p[j] - m);
-        sum += p[j];
-      }
+      for (j = 0; j <= last; ++j) sum += p[j];
+      // o = sum_j p_j v_j: one FMA chain per element over j in order, fed a block of positions
+      // at a time (positions of one block are kv_stride apart).
       float* o = a.out.data<float>() + i * a.out.stride(0) + h * a.out.stride(1);
       std::fill(o, o + d, 0.f);
-      for (int64_t j = 0; j <= last; ++j) {
-        const float* v = a.v_cache.data<const float>() + slot(j, hk);
-        for (int64_t e = 0; e < d; ++e) o[e] += p[j] * v[e];
+      for (int64_t j0 = 0; j0 <= last;) {
+        const int64_t len = std::min(block_size - j0 % block_size, last + 1 - j0);
+        ref::fma_rank_update(o, d, p + j0, 0, 1, vc + slot(j0, hk), kv_stride, 1, len, d);
+        j0 += len;
       }
       const float inv = 1.f / sum;
       const float* g =
           gated ? a.gate.data<const float>() + i * a.gate.stride(0) + h * a.gate.stride(1)
                 : nullptr;
-      for (int64_t e = 0; e < d; ++e) {
+      int64_t e = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+      for (; e + 8 <= d; e += 8) {  // the loop below, 8 elements at a time (the same bits)
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(o + e), _mm256_set1_ps(inv));
+        if (gated) v = _mm256_mul_ps(v, ref::sigmoid8(_mm256_loadu_ps(g + e)));
+        _mm256_storeu_ps(o + e, v);
+      }
+#endif
+      for (; e < d; ++e) {
         o[e] *= inv;
         if (gated) o[e] *= ref::sigmoid(g[e]);
       }

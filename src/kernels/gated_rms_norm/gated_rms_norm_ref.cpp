@@ -11,6 +11,8 @@ void gated_rms_norm_ref(const GatedRmsNormArgs& a, const ExecContext& ctx) {
   const int64_t n = a.o.dim(0), heads = a.o.dim(1), dv = a.o.dim(2);
   TANDEM_CHECK(a.weight.numel() == dv, "gated_rms_norm: weight {} does not match d_v {}",
                a.weight.describe(), dv);
+  thread_local ref::ScratchBuffer scratch;
+  float* gate = scratch.get(dv);  // silu(z) of one row and head
   ref::with_weight_type(a.weight, [&](const auto* w) {
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t h = 0; h < heads; ++h) {
@@ -20,7 +22,8 @@ void gated_rms_norm_ref(const GatedRmsNormArgs& a, const ExecContext& ctx) {
         float ss = 0.f;
         for (int64_t i = 0; i < dv; ++i) ss += o[i] * o[i];
         const float inv = 1.f / std::sqrt(ss / static_cast<float>(dv) + a.eps);
-        for (int64_t i = 0; i < dv; ++i) y[i] = ((o[i] * inv) * to_f32(w[i])) * ref::silu(z[i]);
+        ref::silu_rows(z, gate, dv);
+        for (int64_t i = 0; i < dv; ++i) y[i] = ((o[i] * inv) * to_f32(w[i])) * gate[i];
       }
     }
   });
