@@ -65,8 +65,8 @@ class Solo {
   explicit Solo(Qwen35Model& m, int64_t max_len = 512, int64_t step_rows = 4)
       : model_(m),
         pool_(m.config(), config(m, max_len, step_rows), m.context(), m.act_dtype(), step_rows),
-        buffers_(m.max_step_rows(), 1, pool_.config().table_width(), 64,
-                 pool_.scratch_block(), pool_.scratch_slot(), m.context().device) {
+        buffers_(m.max_step_rows(), 1, pool_.config().table_width(), 64, pool_.scratch_block(),
+                 pool_.scratch_slot(), m.context().device) {
     TANDEM_CHECK(pool_.acquire(seq_) && pool_.reserve(seq_, max_len), "Solo: pool too small");
   }
   // Runs the rows (decode: the verify family; else a prefill chunk) and returns the logits of
