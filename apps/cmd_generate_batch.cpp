@@ -39,8 +39,9 @@ T field(const nlohmann::json& j, const char* name, T fallback, int64_t line) {
   }
 }
 
+// tokenizer may be null (tokenizer_error says why): then a text prompt is an error.
 std::vector<BatchItem> read_requests(const GenerateOptions& g, const tok::Tokenizer* tokenizer,
-                                     bool* needs_tokenizer) {
+                                     const std::string& tokenizer_error) {
   std::ifstream in(g.prompts);
   TANDEM_CHECK(in.good(), "cannot read --prompts file '{}'", g.prompts);
   std::vector<BatchItem> items;
@@ -62,11 +63,8 @@ std::vector<BatchItem> read_requests(const GenerateOptions& g, const tok::Tokeni
     TANDEM_CHECK(has_text != has_ids, "--prompts line {}: give exactly one of prompt, prompt_ids",
                  line);
     if (has_text) {
-      *needs_tokenizer = true;
-      if (tokenizer == nullptr) {  // first pass: only validate
-        items.push_back(std::move(it));
-        continue;
-      }
+      TANDEM_CHECK(tokenizer != nullptr, "--prompts line {}: a text prompt needs the tokenizer: {}",
+                   line, tokenizer_error);
       std::string p = field<std::string>(j, "prompt", "", line);
       if (field<bool>(j, "chat", g.chat, line)) {
         const nlohmann::ordered_json messages =
@@ -111,16 +109,15 @@ void progress(int64_t done, int64_t total, int64_t tokens, double seconds) {
 void run_batch(const GenerateOptions& g) {
   TANDEM_CHECK(g.prompt.empty() && g.prompt_ids.empty(),
                "--prompts replaces --prompt and --prompt-ids");
-  bool needs_tokenizer = false;
-  read_requests(g, nullptr, &needs_tokenizer);  // validate before loading anything large
-  std::unique_ptr<tok::Tokenizer> tokenizer;    // for text prompts, and the results' text
+  std::unique_ptr<tok::Tokenizer> tokenizer;  // for text prompts, and the results' text
+  std::string tokenizer_error;
   try {
     tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_dir(g.model_dir));
   } catch (const Error& e) {
-    TANDEM_CHECK(!needs_tokenizer, "--prompts has text prompts but the tokenizer fails: {}",
-                 e.what());
+    tokenizer_error = e.what();
   }
-  std::vector<BatchItem> items = read_requests(g, tokenizer.get(), &needs_tokenizer);
+  // Every line is checked before the model loads.
+  std::vector<BatchItem> items = read_requests(g, tokenizer.get(), tokenizer_error);
   auto model = open_model(g, true);
   std::vector<int32_t> stop = g.ignore_eos ? std::vector<int32_t>{} : model->config().eos_token_ids;
   for (BatchItem& it : items) it.req.stop_ids = stop;

@@ -112,16 +112,37 @@ void BatchEngine::capture_graphs() {
   // row. Capture records launches only; each replay reads the metadata planned into the same
   // buffers (padding sequences point at the scratch slot and block).
   void* stream = model_.context().cuda_stream;
+  auto plan = [&](int64_t b, int k) {  // b padding sequences: the scratch slot and block
+    const std::vector<PlannedSeq> planned(b, PlannedSeq{.decode = true, .logits = LogitRows::kAll});
+    return buffers_->plan(planned, {.rows = b * (k + 1), .max_decode_rows = k + 1});
+  };
+  auto run = [&](const StepPlan& p) {
+    const int64_t rows = p.batch.n_rows;
+    model_.forward(p.batch, pool_->views(), logits_.slice(0, 0, rows));
+    kernels::argmax({logits_.slice(0, 0, rows), argmax_ids_.slice(0, 0, rows)}, model_.context());
+  };
+  // Eager steps first, so that every kernel configuration's one-time set-up (occupancy queries,
+  // shared-memory attributes) runs outside a capture: each depth at the smallest buckets (the
+  // linear's 1-4, 8 and 16-row configurations) and at the largest (its 32-row one).
+  for (int64_t b : buckets_) {
+    if (b > 4 && b != buckets_.back()) continue;
+    for (int k = 0; k <= k_max_; ++k) {
+      if (b * (k + 1) <= opt_.max_num_batched_tokens) run(plan(b, k));
+    }
+  }
+  device_synchronize(Device::kCuda);
   for (int64_t b : buckets_) {
     for (int k = 0; k <= k_max_; ++k) {
-      const int64_t rows = b * (k + 1);
-      if (rows > opt_.max_num_batched_tokens) continue;
-      std::vector<PlannedSeq> planned(b, PlannedSeq{.decode = true, .logits = LogitRows::kAll});
-      const StepPlan plan = buffers_->plan(planned, {.rows = rows, .max_decode_rows = k + 1});
+      if (b * (k + 1) > opt_.max_num_batched_tokens) continue;
+      const StepPlan p = plan(b, k);  // the metadata upload stays outside the capture
       auto g = std::make_unique<CudaGraph>();
       g->begin_capture(stream);
-      model_.forward(plan.batch, pool_->views(), logits_.slice(0, 0, rows));
-      kernels::argmax({logits_.slice(0, 0, rows), argmax_ids_.slice(0, 0, rows)}, model_.context());
+      try {
+        run(p);
+      } catch (...) {  // end the capture, so that the stream is usable and the error surfaces
+        CudaGraph::abort_capture(stream);
+        throw;
+      }
       g->end_capture(stream);
       graphs_[{b, k}] = std::move(g);
     }
@@ -181,8 +202,7 @@ RequestId BatchEngine::add(Request req) {
   return raw->id;
 }
 
-void BatchEngine::finish(Sequence& s, const std::string& reason, std::vector<RequestOutput>& out) {
-  (void)out;
+void BatchEngine::finish(Sequence& s, const std::string& reason) {
   s.finish_reason = reason;
   scheduler_->remove(&s);
   if (drafter_ && s.drafting) drafter_->end_sequence(s.id);
@@ -197,7 +217,7 @@ void BatchEngine::cancel(RequestId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second->phase == Phase::kFinished) return;
   RequestOutput o{.id = id, .finished = true, .finish_reason = "cancelled"};
-  finish(*it->second, "cancelled", pending_);
+  finish(*it->second, "cancelled");
   pending_.push_back(std::move(o));
 }
 
@@ -227,12 +247,12 @@ std::vector<RequestOutput> BatchEngine::step() {
   std::vector<RequestOutput> out = std::move(pending_);
   pending_.clear();
   const double t0 = now_seconds();
-  int64_t n_decoding = 0;
-  for (const auto& [id, s] : seqs_) n_decoding += s->phase == Phase::kDecode;
+  const int64_t n_decoding = scheduler_->decoding();
+  SpeculationControl* control = nullptr;  // the controller of this batch size: chooses, records
   int k_step = 0;
   if (k_max_ > 0 && n_decoding > 0) {
-    k_step =
-        control_.try_emplace(bucket_of(n_decoding), k_max_, opt_.control).first->second.choose();
+    control = &control_.try_emplace(bucket_of(n_decoding), k_max_, opt_.control).first->second;
+    k_step = control->choose();
   }
   ScheduledStep sched = scheduler_->schedule(1 + k_step);
   counters_.preemptions += static_cast<int64_t>(sched.preempted.size());
@@ -419,12 +439,11 @@ std::vector<RequestOutput> BatchEngine::step() {
     target_rows.push_back({s.id, &s.cache, plan.row_start[p], ch.start, next});
   }
   if (drafter_) drafter_->after_target_step(target_rows);
-  if (pure_decode && k_max_ > 0 && n_decode > 0) {
-    control_.try_emplace(bucket, k_max_, opt_.control)
-        .first->second.record_batch(k_step, n_accs, now_seconds() - t0, catch_up_seconds);
+  if (pure_decode && control != nullptr && n_decode > 0) {
+    control->record_batch(k_step, n_accs, now_seconds() - t0, catch_up_seconds);
   }
   for (RequestOutput& o : step_out) {
-    if (o.finished) finish(seq(o.id), o.finish_reason, out);
+    if (o.finished) finish(seq(o.id), o.finish_reason);
     out.push_back(std::move(o));
   }
   return out;

@@ -94,7 +94,7 @@ class BatchEngine {
   const Sequence& seq(RequestId id) const;
   int64_t bucket_of(int64_t n) const;
   void capture_graphs();
-  void finish(Sequence& s, const std::string& reason, std::vector<RequestOutput>& out);
+  void finish(Sequence& s, const std::string& reason);
   // Appends tokens to s one by one until a stop condition; true when it finished.
   bool emit(Sequence& s, std::span<const int32_t> tokens, RequestOutput& o);
 

@@ -49,13 +49,12 @@ struct BatchAtDepth {
                              m.context().device)),
         ids(Tensor::zeros({b * cc.step_rows}, DType::kI32, m.context().device)),
         depth(depth_) {
-    randomize(pool, 1000 + static_cast<uint64_t>(depth));
     for (SequenceCache& s : seqs) {
       TANDEM_CHECK(pool.acquire(s) && pool.reserve(s, cc.max_model_len), "bench: pool too small");
       s.n_past = depth;
       s.n_acc = 1;  // every step folds one row, as a decode step after a decode step does
     }
-    randomize(pool, 2000 + static_cast<uint64_t>(depth));  // acquire zeroed the states
+    randomize(pool, 1000 + static_cast<uint64_t>(depth));  // after acquire, which zeroes states
   }
 
   StepPlan plan(int64_t rows, int64_t start) {

@@ -1,6 +1,8 @@
 // A batch of one through the engine.
 #include "engine/generator.h"
 
+#include <algorithm>
+
 namespace tandem {
 
 namespace {
@@ -23,12 +25,9 @@ Generator::Generator(Qwen35Model& model, std::unique_ptr<Drafter> drafter, Batch
   engine_.after_commit = [this](RequestId id, int64_t step, int64_t n_past) {
     if (id == current_ && after_commit) after_commit(step, n_past);
   };
-  engine_.before_step = [this](const StepPlan& plan, std::span<const RequestId> ids) {
-    if (!before_step) return;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] == current_)
-        before_step(plan.batch.n_rows > 0 ? engine_.cache(current_).n_past : 0);
-    }
+  engine_.before_step = [this](const StepPlan&, std::span<const RequestId> ids) {
+    if (before_step && std::find(ids.begin(), ids.end(), current_) != ids.end())
+      before_step(engine_.cache(current_).n_past);  // the step's first position for the request
   };
 }
 

@@ -27,6 +27,11 @@ void Scheduler::remove(Sequence* seq) {
   seq->phase = Phase::kFinished;
 }
 
+int64_t Scheduler::decoding() const {
+  return std::count_if(resident_.begin(), resident_.end(),
+                       [](const Sequence* s) { return s->phase == Phase::kDecode; });
+}
+
 int64_t Scheduler::chunk_rows(int64_t start, int64_t prompt_len, int64_t budget) const {
   const int64_t remaining = prompt_len - start;
   if (remaining <= budget) return remaining;

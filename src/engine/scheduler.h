@@ -48,6 +48,7 @@ class Scheduler {
   ScheduledStep schedule(int64_t decode_rows);
   bool idle() const { return resident_.empty() && waiting_.empty() && swapped_.empty(); }
   int64_t running() const { return static_cast<int64_t>(resident_.size()); }
+  int64_t decoding() const;  // resident sequences past their prompt
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size() + swapped_.size()); }
   const SchedulerConfig& config() const { return cfg_; }
   // Rows of a prefill chunk starting at `start` under `budget` (0: none fits).

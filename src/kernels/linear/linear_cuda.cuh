@@ -25,7 +25,7 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 // Decode/verify rows per launch of the narrow configurations (one or two B tiles; the other
 // decode kernels: linear_mma_cuda.cu, linear_stream_cuda.cu) and of the persistent kernel's wide
 // one (four B tiles, one pass over the weights for 32 rows).
-constexpr int64_t kSkinnyMaxTokens = 16;
+constexpr int64_t kSkinnyMaxTokens = kLinearDecodeMaxTokens;  // linear.h
 constexpr int64_t kWideMaxTokens = 32;
 // The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
 // configurations only) instead of kWideMaxTokens. A row's bits are the same either way.
