@@ -16,6 +16,21 @@ struct Request {
   int max_tokens = 16;  // generated tokens, the first one (from the prompt's last row) included
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+  // Log-probabilities of each generated token (of the model's raw distribution, before
+  // penalties, temperature and top-k/p, as vLLM reports them): -1 off, else also this many of
+  // the most likely tokens per position (0..20).
+  int logprobs = -1;
+};
+
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.f;
+};
+
+// One generated token's log-probability and the `Request::logprobs` most likely alternatives.
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // most likely first
 };
 
 struct GenerationStats {
@@ -34,6 +49,7 @@ struct GenerationStats {
 struct RequestOutput {
   RequestId id = -1;
   std::vector<int32_t> new_tokens;
+  std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for them
   bool finished = false;
   std::string finish_reason;  // "stop" | "length" | "cancelled"
 };

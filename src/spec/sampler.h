@@ -17,7 +17,16 @@ struct SamplingParams {
   int top_k = 0;            // 0: off
   float top_p = 1.f;        // 1: off
   uint64_t seed = 0;
+  // Penalties on the logits before the distribution, as vLLM applies them: presence and frequency
+  // count the generated tokens (subtract presence once, frequency per occurrence); repetition
+  // divides positive logits (multiplies negative ones) of every token in prompt or output.
+  float presence_penalty = 0.f;    // [-2, 2]; 0: off
+  float frequency_penalty = 0.f;   // [-2, 2]; 0: off
+  float repetition_penalty = 1.f;  // (0, 2]; 1: off
   bool greedy() const { return temperature <= 0.f; }
+  bool penalized() const {
+    return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f;
+  }
 };
 
 // Validates the parameters (temperature >= 0, top_k >= 0, 0 < top_p <= 1); throws Error.
