@@ -188,7 +188,11 @@ RequestId BatchEngine::add(Request req) {
                opt_.max_model_len);
   TANDEM_CHECK(req.max_tokens >= 1, "max_tokens must be >= 1, got {}", req.max_tokens);
   check_sampling_params(req.sampling);
+  TANDEM_CHECK(req.logprobs >= -1 && req.logprobs <= kMaxTopLogprobs,
+               "logprobs must be -1 (off) or 0..{} top tokens, got {}", kMaxTopLogprobs,
+               req.logprobs);
   auto s = std::make_unique<Sequence>();
+  if (req.sampling.penalized()) s->penalties = PenaltyState(req.sampling, req.prompt);
   s->id = next_id_++;
   s->order = next_order_++;
   s->req = std::move(req);
@@ -216,31 +220,60 @@ void BatchEngine::finish(Sequence& s, const std::string& reason) {
 void BatchEngine::cancel(RequestId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second->phase == Phase::kFinished) return;
-  RequestOutput o{.id = id, .finished = true, .finish_reason = "cancelled"};
   finish(*it->second, "cancelled");
-  pending_.push_back(std::move(o));
+  pending_.push_back(
+      {.id = id, .finished = true, .finish_reason = "cancelled", .stats = it->second->stats});
+  if (!opt_.keep_finished) seqs_.erase(it);
 }
 
-bool BatchEngine::emit(Sequence& s, std::span<const int32_t> tokens, RequestOutput& o) {
-  for (int32_t tok : tokens) {
-    s.generated.push_back(tok);
-    o.new_tokens.push_back(tok);
-    ++counters_.generation_tokens;
-    const auto& stop = s.req.stop_ids;
-    if (std::find(stop.begin(), stop.end(), tok) != stop.end()) {
-      o.finish_reason = "stop";
-      return true;
+bool BatchEngine::emit(Sequence& s, std::span<const int32_t> tokens, RequestOutput& o,
+                       std::vector<TokenLogprobs> lps) {
+  auto finished = [&] {
+    for (int32_t tok : tokens) {
+      s.generated.push_back(tok);
+      o.new_tokens.push_back(tok);
+      if (s.req.sampling.penalized()) s.penalties.add(tok);
+      ++counters_.generation_tokens;
+      const auto& stop = s.req.stop_ids;
+      if (std::find(stop.begin(), stop.end(), tok) != stop.end()) {
+        o.finish_reason = "stop";
+        return true;
+      }
+      if (static_cast<int64_t>(s.generated.size()) >= s.req.max_tokens) {
+        o.finish_reason = "length";
+        return true;
+      }
     }
-    if (static_cast<int64_t>(s.generated.size()) >= s.req.max_tokens) {
+    if (s.cache.n_past >= opt_.max_model_len) {  // no position left for the next token's row
       o.finish_reason = "length";
       return true;
     }
+    return false;
+  }();
+  if (s.req.logprobs >= 0) {
+    lps.resize(o.new_tokens.size());
+    o.logprobs = std::move(lps);
   }
-  if (s.cache.n_past >= opt_.max_model_len) {  // no position left for the next token's row
-    o.finish_reason = "length";
-    return true;
+  return finished;
+}
+
+int32_t BatchEngine::choose_on_host(const Sequence& s, const float* row,
+                                    std::span<const int32_t> pending, int64_t position,
+                                    int32_t device_argmax, std::vector<TokenLogprobs>& lps) {
+  const int64_t vocab = model_.config().vocab_size;
+  const SamplingParams& p = s.req.sampling;
+  const float* chosen_from = row;
+  if (p.penalized()) {
+    scratch_.assign(row, row + vocab);
+    s.penalties.apply(scratch_.data(), vocab, pending);
+    chosen_from = scratch_.data();
   }
-  return false;
+  const int32_t tok =
+      device_argmax >= 0 ? device_argmax
+      : p.greedy()       ? kernels::ref::argmax_row(chosen_from, vocab)
+                   : draw(target_distribution(chosen_from, vocab, p), uniform_at(p.seed, position));
+  if (s.req.logprobs >= 0) lps.push_back(token_logprobs(row, vocab, tok, s.req.logprobs));
+  return tok;
 }
 
 std::vector<RequestOutput> BatchEngine::step() {
@@ -368,10 +401,19 @@ std::vector<RequestOutput> BatchEngine::step() {
     Sequence& s = *sched.decode[i];
     const int k = static_cast<int>(drafts[i].size());
     const int64_t lr = plan.logit_start[i];
-    const Verdict v = s.req.sampling.greedy()
-                          ? accept_greedy(std::span<const int32_t>(ids + lr, k + 1), drafts[i])
-                          : accept_sampled(host_rows(lr, lr + k + 1), drafts[i], s.req.sampling,
-                                           s.cache.n_past + 1);
+    std::vector<TokenLogprobs> lps;
+    Verdict v;
+    if (!s.needs_host_logits()) {
+      v = accept_greedy(std::span<const int32_t>(ids + lr, k + 1), drafts[i]);
+    } else {
+      const Tensor rows = host_rows(lr, lr + k + 1);
+      const bool device_choice = s.req.sampling.greedy() && !s.req.sampling.penalized();
+      const std::span<const int32_t> d = drafts[i];
+      v = accept_each(d, [&](int j) {
+        return choose_on_host(s, rows.data<const float>() + j * rows.stride(0), d.first(j),
+                              s.cache.n_past + 1 + j, device_choice ? ids[lr + j] : -1, lps);
+      });
+    }
     const int64_t start = s.cache.n_past;
     s.cache.commit_verify(v.n_acc);  // the commit: one integer
     GenerationStats& st = s.stats;
@@ -402,7 +444,7 @@ std::vector<RequestOutput> BatchEngine::step() {
     target_rows.push_back({s.id, &s.cache, plan.row_start[i], start, next_tokens[i]});
     if (after_commit) after_commit(s.id, st.steps - 1, s.cache.n_past);
     RequestOutput o{.id = s.id};
-    const bool done = emit(s, v.emitted, o);
+    const bool done = emit(s, v.emitted, o, std::move(lps));
     s.last = v.emitted.back();
     o.finished = done;
     step_out.push_back(std::move(o));
@@ -419,19 +461,19 @@ std::vector<RequestOutput> BatchEngine::step() {
     next.assign(prompt.begin() + ch.start + 1, prompt.begin() + ch.start + ch.rows);
     if (ch.last()) {
       const int64_t lr = plan.logit_start[p];
-      const int32_t first =
-          s.req.sampling.greedy()
-              ? ids[lr]
-              : draw(target_distribution(host_rows(lr, lr + 1).data<const float>(),
-                                         model_.config().vocab_size, s.req.sampling),
-                     uniform_at(s.req.sampling.seed, s.prompt_len()));
+      std::vector<TokenLogprobs> lps;
+      const bool device_choice = s.req.sampling.greedy() && !s.req.sampling.penalized();
+      const int32_t first = !s.needs_host_logits()
+                                ? ids[lr]
+                                : choose_on_host(s, host_rows(lr, lr + 1).data<const float>(), {},
+                                                 s.prompt_len(), device_choice ? ids[lr] : -1, lps);
       next.push_back(first);
       s.phase = Phase::kDecode;
       s.last = first;
       s.first_token_at = now_seconds();
       if (after_commit) after_commit(s.id, -1, s.cache.n_past);
       RequestOutput o{.id = s.id};
-      o.finished = emit(s, std::span<const int32_t>(&first, 1), o);
+      o.finished = emit(s, std::span<const int32_t>(&first, 1), o, std::move(lps));
       step_out.push_back(std::move(o));
     } else {
       next.push_back(prompt[ch.start + ch.rows]);
@@ -443,7 +485,12 @@ std::vector<RequestOutput> BatchEngine::step() {
     control->record_batch(k_step, n_accs, now_seconds() - t0, catch_up_seconds);
   }
   for (RequestOutput& o : step_out) {
-    if (o.finished) finish(seq(o.id), o.finish_reason);
+    if (o.finished) {
+      Sequence& s = seq(o.id);
+      finish(s, o.finish_reason);
+      o.stats = s.stats;
+      if (!opt_.keep_finished) seqs_.erase(o.id);
+    }
     out.push_back(std::move(o));
   }
   return out;

@@ -37,6 +37,9 @@ struct BatchEngineOptions {
   double gpu_memory_utilization = 0.9;  // cuda: fraction of the free memory the cache may take
   int64_t block_size = 64;
   std::ostream* trace = nullptr;  // JSONL, one line per sequence per decode step
+  // false (servers): a request is forgotten once its final output is returned, which carries
+  // its statistics; stats(), generated() and cache() then no longer know it.
+  bool keep_finished = true;
 };
 
 // Engine-wide counters (what a metrics endpoint reads).
@@ -95,8 +98,15 @@ class BatchEngine {
   int64_t bucket_of(int64_t n) const;
   void capture_graphs();
   void finish(Sequence& s, const std::string& reason);
-  // Appends tokens to s one by one until a stop condition; true when it finished.
-  bool emit(Sequence& s, std::span<const int32_t> tokens, RequestOutput& o);
+  // Appends tokens to s one by one until a stop condition; true when it finished. lps: the
+  // tokens' logprobs (when asked for), kept for those emitted.
+  bool emit(Sequence& s, std::span<const int32_t> tokens, RequestOutput& o,
+            std::vector<TokenLogprobs> lps = {});
+  // The target's token from a host logits row of s (sampled, penalised or with logprobs):
+  // pending are the step's drafts before this row, position the token's; device_argmax the
+  // device's choice where it is the answer (greedy without penalties), else -1.
+  int32_t choose_on_host(const Sequence& s, const float* row, std::span<const int32_t> pending,
+                         int64_t position, int32_t device_argmax, std::vector<TokenLogprobs>& lps);
 
   Qwen35Model& model_;
   std::unique_ptr<Drafter> drafter_;
@@ -109,6 +119,7 @@ class BatchEngine {
   Tensor argmax_ids_;  // i32 [max logit rows]
   std::map<RequestId, std::unique_ptr<Sequence>> seqs_;
   std::vector<RequestOutput> pending_;  // cancellations reported by the next step
+  std::vector<float> scratch_;          // a penalised logits row
   RequestId next_id_ = 0;
   int64_t next_order_ = 0;
   std::vector<int64_t> buckets_;  // graph batch sizes, ascending

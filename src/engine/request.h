@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "spec/logprobs.h"
 #include "spec/sampler.h"
 
 namespace tandem {
@@ -20,17 +21,6 @@ struct Request {
   // penalties, temperature and top-k/p, as vLLM reports them): -1 off, else also this many of
   // the most likely tokens per position (0..20).
   int logprobs = -1;
-};
-
-struct TokenLogprob {
-  int32_t id = -1;
-  float logprob = 0.f;
-};
-
-// One generated token's log-probability and the `Request::logprobs` most likely alternatives.
-struct TokenLogprobs {
-  TokenLogprob chosen;
-  std::vector<TokenLogprob> top;  // most likely first
 };
 
 struct GenerationStats {
@@ -52,6 +42,7 @@ struct RequestOutput {
   std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for them
   bool finished = false;
   std::string finish_reason;  // "stop" | "length" | "cancelled"
+  GenerationStats stats;      // when finished: the request's statistics
 };
 
 struct GenerateResult {

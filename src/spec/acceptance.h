@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -28,6 +29,10 @@ struct Verdict {
 // produces the token at position first_position + j.
 Verdict accept_sampled(const Tensor& logits, std::span<const int32_t> drafts,
                        const SamplingParams& p, int64_t first_position);
+
+// The general form: choose(j) is the target's token of row j, given drafts 1..j were accepted
+// (rows are examined in order and stop at the first mismatch).
+Verdict accept_each(std::span<const int32_t> drafts, const std::function<int32_t(int)>& choose);
 
 // Greedy acceptance from the target's argmax of every row (n_drafts + 1 ids), e.g. computed on
 // the device so that only the ids cross to the host.

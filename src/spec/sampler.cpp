@@ -15,6 +15,12 @@ void check_sampling_params(const SamplingParams& p) {
                "temperature must be >= 0, got {}", p.temperature);
   TANDEM_CHECK(p.top_k >= 0, "top_k must be >= 0, got {}", p.top_k);
   TANDEM_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "top_p must be in (0, 1], got {}", p.top_p);
+  TANDEM_CHECK(std::isfinite(p.presence_penalty) && std::abs(p.presence_penalty) <= 2.f,
+               "presence_penalty must be in [-2, 2], got {}", p.presence_penalty);
+  TANDEM_CHECK(std::isfinite(p.frequency_penalty) && std::abs(p.frequency_penalty) <= 2.f,
+               "frequency_penalty must be in [-2, 2], got {}", p.frequency_penalty);
+  TANDEM_CHECK(p.repetition_penalty > 0.f && p.repetition_penalty <= 2.f,
+               "repetition_penalty must be in (0, 2], got {}", p.repetition_penalty);
 }
 
 std::vector<float> target_distribution(const float* logits, int64_t vocab,

@@ -1,0 +1,34 @@
+// Log-probabilities of a logits row (logprobs.h).
+#include "spec/logprobs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tandem {
+
+TokenLogprobs token_logprobs(const float* row, int64_t vocab, int32_t chosen, int top_n) {
+  TANDEM_CHECK(chosen >= 0 && chosen < vocab, "logprobs: token {} outside [0, {})", chosen, vocab);
+  TANDEM_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "logprobs: top {} outside [0, {}]", top_n,
+               kMaxTopLogprobs);
+  const float m = *std::max_element(row, row + vocab);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
+  const double lse = m + std::log(sum);
+  auto logprob = [&](int32_t i) { return static_cast<float>(row[i] - lse); };
+  TokenLogprobs out{.chosen = {chosen, logprob(chosen)}};
+  if (top_n > 0) {
+    std::vector<int32_t> idx(vocab);
+    std::iota(idx.begin(), idx.end(), 0);
+    const int64_t n = std::min<int64_t>(top_n, vocab);
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    for (int64_t i = 0; i < n; ++i) out.top.push_back({idx[i], logprob(idx[i])});
+  }
+  return out;
+}
+
+}  // namespace tandem
