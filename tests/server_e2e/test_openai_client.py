@@ -1,0 +1,316 @@
+"""The official openai Python client against a real `tandem serve`: chat and completions, streaming
+and not, usage, stop strings, seeds, logprobs, penalties, tools, and every error surfacing as the
+client's own exception type with the contract's param and code. Exactness against `tandem
+generate` over many prompts is test_equivalence.py's; here one or two prompts per feature."""
+
+import time
+
+import openai
+import pytest
+
+from prompts import CHAT, TEXT
+from support import MODEL, chat_template_ids, generate_batch, request
+
+MAX = 24
+
+
+def client_for(server, api_key="unused"):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return client_for(server)
+
+
+@pytest.fixture(scope="module")
+def mtp_client(mtp_server):
+    return client_for(mtp_server)
+
+
+@pytest.fixture(scope="module")
+def refs(binary):
+    reqs = [{"prompt": p, "max_tokens": MAX} for p in TEXT[:2]]
+    reqs += [{"prompt": p, "chat": True, "max_tokens": MAX} for p in CHAT[:2]]
+    out = generate_batch(binary, reqs)
+    return {"text": out[:2], "chat": out[2:]}
+
+
+def chat(client, prompt, **kw):
+    kw.setdefault("temperature", 0)
+    if "max_completion_tokens" not in kw:
+        kw.setdefault("max_tokens", MAX)
+    return client.chat.completions.create(model=MODEL, messages=[{"role": "user",
+                                                                  "content": prompt}], **kw)
+
+
+def complete(client, prompt, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", MAX)
+    return client.completions.create(model=MODEL, prompt=prompt, **kw)
+
+
+def test_models_list_names_the_served_model(client):
+    models = client.models.list().data
+    assert [m.id for m in models] == [MODEL]  # --served-model-name defaults to --model as given
+    assert models[0].object == "model"
+    assert models[0].owned_by == "tandem"
+    assert models[0].model_extra["max_model_len"] == 1024
+
+
+def test_chat_completion_greedy_equals_generate_with_usage(client, refs):
+    ref = refs["chat"][0]
+    r = chat(client, CHAT[0])
+    assert r.id.startswith("chatcmpl-")
+    assert r.object == "chat.completion"
+    assert r.model == MODEL
+    assert abs(r.created - time.time()) < 600
+    assert len(r.choices) == 1 and r.choices[0].index == 0
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == ref["text"]
+    assert r.choices[0].finish_reason == ref["finish_reason"] == "length"
+    assert r.usage.prompt_tokens == ref["stats"]["prompt_tokens"]
+    assert r.usage.completion_tokens == len(ref["tokens"]) == MAX
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    spec = r.model_extra["speculation"]
+    assert set(spec) >= {"draft_tokens", "accepted_tokens", "drafting_steps",
+                         "mean_acceptance_length"}
+    assert spec["draft_tokens"] == 0  # a plain server drafts nothing
+
+
+def test_completion_greedy_equals_generate_with_usage(client, refs):
+    ref = refs["text"][0]
+    r = complete(client, TEXT[0])
+    assert r.id.startswith("cmpl-")
+    assert r.object == "text_completion"
+    assert r.choices[0].text == ref["text"]
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.prompt_tokens == ref["stats"]["prompt_tokens"]
+    assert r.usage.completion_tokens == MAX
+    assert r.usage.total_tokens == r.usage.prompt_tokens + MAX
+
+
+def test_mtp_server_gives_the_same_greedy_text_and_reports_speculation(mtp_client, refs):
+    r = chat(mtp_client, CHAT[1])
+    assert r.choices[0].message.content == refs["chat"][1]["text"]
+    spec = r.model_extra["speculation"]
+    assert spec["drafting_steps"] > 0 and spec["draft_tokens"] >= spec["drafting_steps"]
+    assert 0 <= spec["accepted_tokens"] <= spec["draft_tokens"]
+    expect = 1 + spec["accepted_tokens"] / spec["drafting_steps"]
+    assert spec["mean_acceptance_length"] == pytest.approx(expect, rel=1e-6)
+
+
+def test_streaming_chat_with_usage(client, refs):
+    ref = refs["chat"][0]
+    chunks = list(chat(client, CHAT[0], stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert len({c.id for c in chunks}) == 1 and chunks[0].id.startswith("chatcmpl-")
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == ref["text"]
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices
+                and c.choices[0].finish_reason]
+    assert finishes == ["length"]
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.completion_tokens == MAX
+    assert last.usage.prompt_tokens == ref["stats"]["prompt_tokens"]
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_streaming_completion_without_usage(client, refs):
+    chunks = list(complete(client, TEXT[1], stream=True))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == refs["text"][1]["text"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and
+            c.choices[0].finish_reason] == ["length"]
+    assert all(c.usage is None for c in chunks)  # only with stream_options.include_usage
+    assert all(c.choices for c in chunks)
+
+
+def stop_case(text):
+    """A stop string inside the reference text and the text expected before it."""
+    for start in range(6, len(text) - 4):
+        s = text[start:start + 4]
+        if s.strip() and text.find(s) == start:
+            return s, text[:start]
+    pytest.skip("no usable stop string in the reference")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_string_ends_the_text_before_it(client, refs, stream):
+    stop, expect = stop_case(refs["text"][0]["text"])
+    if stream:
+        chunks = list(complete(client, TEXT[0], stop=[stop], stream=True))
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and
+                  c.choices[0].finish_reason]
+        assert finish == ["stop"]
+    else:
+        r = complete(client, TEXT[0], stop=stop)
+        text = r.choices[0].text
+        assert r.choices[0].finish_reason == "stop"
+    assert text == expect
+
+
+def test_chat_stop_list_earliest_match_wins(client, refs):
+    ref = refs["chat"][1]["text"]
+    stop, expect = stop_case(ref)
+    late = ref[len(ref) - 3:]
+    r = chat(client, CHAT[1], stop=[late, stop])
+    assert r.choices[0].message.content == expect
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_stop_token_ids(client, refs):
+    ref = refs["text"][1]
+    stop_id = ref["tokens"][3]
+    r = complete(client, TEXT[1], extra_body={"stop_token_ids": [stop_id]})
+    assert r.choices[0].finish_reason == "stop"
+    first = ref["tokens"].index(stop_id)
+    assert r.usage.completion_tokens in (first, first + 1)  # with or without the stop token
+    assert ref["text"].startswith(r.choices[0].text)
+
+
+def test_max_completion_tokens(client):
+    r = chat(client, CHAT[2], max_completion_tokens=5)
+    assert r.usage.completion_tokens == 5
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_seeded_sampling_is_reproducible_and_exact_under_mtp(client, mtp_client):
+    kw = dict(temperature=1.0, top_p=0.95, max_tokens=32)
+    a = complete(client, TEXT[0], seed=1234, **kw).choices[0].text
+    b = complete(client, TEXT[0], seed=1234, **kw).choices[0].text
+    assert a == b
+    others = {complete(client, TEXT[0], seed=s, **kw).choices[0].text for s in (1, 2, 3)}
+    assert len(others | {a}) > 1, "different seeds all gave the same sample"
+    # Seeded sampling emits the same tokens with and without speculation (README).
+    assert complete(mtp_client, TEXT[0], seed=1234, **kw).choices[0].text == a
+
+
+def test_completion_logprobs_greedy(client, refs):
+    r = complete(client, TEXT[0], logprobs=2, max_tokens=8)
+    lp = r.choices[0].logprobs
+    assert lp is not None
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 8
+    assert "".join(lp.tokens) == r.choices[0].text
+    assert refs["text"][0]["text"].startswith(r.choices[0].text)
+    for tok, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert logprob <= 0
+        assert 1 <= len(top) <= 2
+        assert max(top.values()) == pytest.approx(logprob, abs=1e-5)  # greedy takes the argmax
+        assert tok in top
+
+
+def test_chat_logprobs_greedy(client):
+    r = chat(client, CHAT[0], logprobs=True, top_logprobs=3, max_tokens=8)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 8
+    for entry in content:
+        assert entry.logprob <= 0
+        assert len(entry.top_logprobs) == 3
+        tops = [t.logprob for t in entry.top_logprobs]
+        assert tops == sorted(tops, reverse=True)
+        assert tops[0] == pytest.approx(entry.logprob, abs=1e-5)
+        assert entry.top_logprobs[0].token == entry.token
+    assert "".join(e.token for e in content) == r.choices[0].message.content
+
+
+def test_repetition_penalty_changes_a_repetitive_greedy_output(client):
+    plain = chat(client, "Hello", max_tokens=32).choices[0].message.content
+    assert plain.count("y") > 20  # the toy model repeats 'y'; a penalty must break that
+    pen = chat(client, "Hello", max_tokens=32,
+               extra_body={"repetition_penalty": 1.8}).choices[0].message.content
+    assert pen != plain
+    pen2 = chat(client, "Hello", max_tokens=32, frequency_penalty=1.5).choices[0].message.content
+    assert pen2 != plain
+
+
+def test_tools_are_passed_to_the_template(client, binary):
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "weather",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}}}}}]
+    messages = [{"role": "user", "content": CHAT[0]}]
+    r = client.chat.completions.create(model=MODEL, messages=messages, tools=tools,
+                                       tool_choice="auto", temperature=0, max_tokens=4)
+    assert r.usage.prompt_tokens == len(chat_template_ids(binary, messages, tools))
+
+
+def test_multi_turn_chat_counts_the_rendered_prompt(client, binary):
+    messages = [{"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": CHAT[0]}]
+    r = client.chat.completions.create(model=MODEL, messages=messages, temperature=0,
+                                       max_tokens=4)
+    assert r.usage.prompt_tokens == len(chat_template_ids(binary, messages))
+
+
+# --- errors as the client's exception types ---------------------------------------------------
+
+
+def test_n_above_one_is_a_bad_request_naming_n(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, CHAT[0], n=2)
+    assert e.value.param == "n"
+    assert e.value.type == "invalid_request_error"
+
+
+def test_unknown_model_is_not_found(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user",
+                                                                         "content": "hi"}])
+    assert e.value.code == "model_not_found"
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", 2.5), ("top_p", 0), ("top_p", 1.5), ("presence_penalty", 2.5),
+    ("frequency_penalty", -3), ("top_logprobs", 21),
+])
+def test_out_of_range_chat_field_names_the_field(client, field, value):
+    kw = {field: value}
+    if field == "top_logprobs":
+        kw["logprobs"] = True
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, CHAT[0], **kw)
+    assert e.value.param == field
+
+
+def test_completion_logprobs_above_five_names_logprobs(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        complete(client, TEXT[0], logprobs=6)
+    assert e.value.param == "logprobs"
+
+
+def test_response_format_other_than_text_names_it(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, CHAT[1], response_format={"type": "json_object"})
+    assert e.value.param == "response_format"
+    assert chat(client, CHAT[1], response_format={"type": "text"}, max_tokens=2).choices
+
+
+def test_prompt_plus_max_tokens_beyond_the_context_names_both_numbers(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        complete(client, TEXT[0], max_tokens=5000)
+    msg = str(e.value)
+    assert "1024" in msg and "5000" in msg, msg
+
+
+def test_wrong_api_key_is_an_authentication_error(pool):
+    s = pool.start(["--api-key", "sekrit", "--max-model-len", "256"])
+    with pytest.raises(openai.AuthenticationError) as e:
+        client_for(s, "wrong").models.list()
+    assert e.value.type == "authentication_error"
+    ok = client_for(s, "sekrit")
+    assert ok.completions.create(model=MODEL, prompt="Hi", max_tokens=2,
+                                 temperature=0).usage.completion_tokens == 2
+    # /health and /metrics need no key.
+    assert request(s.port, "GET", "/health").status == 200
+    assert request(s.port, "GET", "/metrics").status == 200
+
+
+def test_api_key_from_the_environment(pool):
+    s = pool.start(["--max-model-len", "256"], env={"TANDEM_API_KEY": "envkey"})
+    with pytest.raises(openai.AuthenticationError):
+        client_for(s, "nope").models.list()
+    assert [m.id for m in client_for(s, "envkey").models.list().data] == [MODEL]
