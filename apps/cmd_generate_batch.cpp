@@ -204,6 +204,16 @@ void run_batch(const GenerateOptions& g) {
     std::fprintf(stderr, " | mean acceptance length %.2f (k=%d)",
                  1.0 + static_cast<double>(c.accepted_tokens) / c.drafting_steps, k);
   }
+  if (k > 0) {  // what speculation control chose, and what drafting cost
+    std::string per_k;
+    for (int64_t n : c.decode_steps_per_k)
+      per_k += fmt::format("{}{}", per_k.empty() ? "" : "/", n);
+    std::fprintf(stderr,
+                 " | decode steps by drafts 0..%d: %s (%lld with prefill) | steps %.3f s, drafting "
+                 "%.3f s, catch-up %.3f s",
+                 k, per_k.c_str(), static_cast<long long>(c.mixed_steps), c.step_seconds,
+                 c.draft_seconds, c.catch_up_seconds);
+  }
   std::fprintf(stderr, "\n");
 }
 

@@ -85,6 +85,7 @@ BatchEngine::BatchEngine(Qwen35Model& model, std::unique_ptr<Drafter> drafter,
   for (int64_t b = 8; b < opt_.max_num_seqs; b += 8) buckets_.push_back(b);
   buckets_.push_back(opt_.max_num_seqs);
   counters_.accepted_per_position.assign(k_max_, 0);
+  counters_.decode_steps_per_k.assign(k_max_ + 1, 0);
   const bool graphs = opt_.cuda_graphs && device == Device::kCuda && !model.has_observer();
   if (drafter_) {
     drafter_->prepare(DrafterSetup{.cache = &pool_->views(),
@@ -326,14 +327,21 @@ std::vector<RequestOutput> BatchEngine::step() {
         drafter_->catch_up(ids, /*keep_rows=*/1);  // the last step's rows: this step's own pass
         catch_up_seconds = now_seconds() - c0;
       }
+      const double d0 = now_seconds();
       std::vector<std::vector<int32_t>> got = drafter_->propose(asks);
+      counters_.draft_seconds += now_seconds() - d0;
+      counters_.catch_up_seconds += catch_up_seconds;
       for (size_t a = 0; a < asks.size(); ++a) {
         got[a].resize(std::min<size_t>(got[a].size(), static_cast<size_t>(asks[a].k)));
         drafts[ask_of[a]] = std::move(got[a]);
       }
     }
   }
-  if (n_decode > 0) prev_k_ = k_step;
+  if (n_decode > 0) {
+    prev_k_ = k_step;
+    ++counters_.decode_steps_per_k[k_step];
+    counters_.mixed_steps += !sched.prefill.empty();
+  }
 
   // The step's layout: decoding sequences (padded to the bucket's shape when a graph replays:
   // padding sequences without rows, orphan rows at the end), then prefill chunks.
@@ -481,6 +489,7 @@ std::vector<RequestOutput> BatchEngine::step() {
     target_rows.push_back({s.id, &s.cache, plan.row_start[p], ch.start, next});
   }
   if (drafter_) drafter_->after_target_step(target_rows);
+  counters_.step_seconds += now_seconds() - t0;
   if (pure_decode && control != nullptr && n_decode > 0) {
     control->record_batch(k_step, n_accs, now_seconds() - t0, catch_up_seconds);
   }

@@ -47,6 +47,12 @@ struct EngineCounters {
   int64_t steps = 0, graph_steps = 0, prompt_tokens = 0, generation_tokens = 0;
   int64_t drafting_steps = 0, draft_tokens = 0, accepted_tokens = 0, preemptions = 0;
   std::vector<int64_t> accepted_per_position;
+  // Where the time goes (what speculation control weighs): steps with decode rows by the drafts
+  // they asked for (0..k), those that also carried prefill chunks, and the seconds of all steps,
+  // of drafting and of the drafter's catch-up after k = 0 steps.
+  std::vector<int64_t> decode_steps_per_k;
+  int64_t mixed_steps = 0;
+  double step_seconds = 0, draft_seconds = 0, catch_up_seconds = 0;
 };
 
 class BatchEngine {
