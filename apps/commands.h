@@ -16,5 +16,6 @@ void add_diverge_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_chat_template_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace tandem::app

@@ -9,43 +9,30 @@
 
 namespace tandem::app {
 
-void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
+void add_engine_flags(CLI::App* cmd, EngineFlags& g, const std::string& max_num_seqs_help,
+                      bool oracle) {
   add_common_options(cmd, g);
-  cmd->add_option("--prompt-ids", g.prompt_ids, "comma-separated prompt token ids");
-  cmd->add_option("--prompt", g.prompt, "prompt text (tokenized with the model's tokenizer.json)");
-  cmd->add_flag("--chat", g.chat, "apply the model's chat template to --prompt (one user message)");
-  cmd->add_option("--max-tokens", g.max_tokens, "tokens to generate")->capture_default_str();
-  cmd->add_flag("--json", g.json, "print {\"tokens\": [...], \"stats\": {...}}");
-  cmd->add_option("--speculative", g.speculative, "mtp | none | oracle (tests)")
+  cmd->add_option("--speculative", g.speculative,
+                  oracle ? "mtp | none | oracle (tests)" : "mtp | none")
       ->capture_default_str();
   cmd->add_option("--num-speculative-tokens", g.num_speculative_tokens, "drafts per step, 1..8")
       ->capture_default_str();
-  cmd->add_option("--oracle-pattern", g.oracle_pattern,
-                  "oracle acceptance: all | none | first:J | random:SEED | seq:a,b,..")
-      ->capture_default_str();
+  if (oracle) {
+    cmd->add_option("--oracle-pattern", g.oracle_pattern,
+                    "oracle acceptance: all | none | first:J | random:SEED | seq:a,b,..")
+        ->capture_default_str();
+  }
   cmd->add_option(
          "--speculation-control", g.speculation_control,
          "adaptive: drafts per step chosen in 0..K from measured costs and acceptance (never "
          "slower than plain); fixed: always K")
       ->capture_default_str();
-  cmd->add_option("--spec-trace", g.spec_trace, "write one JSON line per step to this file");
-  cmd->add_option("--temperature", g.temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", g.top_k, "0 = off")->capture_default_str();
-  cmd->add_option("--top-p", g.top_p, "1 = off")->capture_default_str();
-  cmd->add_option("--seed", g.seed, "sampling seed")->capture_default_str();
-  cmd->add_flag("--ignore-eos", g.ignore_eos, "do not stop at the model's end-of-sequence tokens");
   cmd->add_flag("--no-cuda-graphs", g.no_cuda_graphs,
                 "on cuda, launch decode/verify steps and MTP drafts eagerly");
   cmd->add_flag("--no-pdl", g.no_pdl,
                 "on cuda, launch each kernel only after the previous one has finished (no "
                 "programmatic dependent launch)");
-  cmd->add_option("--prompts", g.prompts,
-                  "offline batch mode: a JSONL file, one request per line ({\"prompt\": text} or "
-                  "{\"prompt_ids\": [...]}, optional max_tokens, temperature, top_k, top_p, seed, "
-                  "id); results come out one JSON line per request, in input order");
-  cmd->add_option("--output", g.output, "write the --prompts results here instead of stdout");
-  cmd->add_option("--max-num-seqs", g.max_num_seqs,
-                  "sequences resident at once (default 1 for --prompt, 8 for --prompts)");
+  cmd->add_option("--max-num-seqs", g.max_num_seqs, max_num_seqs_help);
   cmd->add_option("--kv-blocks", g.kv_blocks,
                   "KV cache blocks of 64 positions (default: from --gpu-memory-utilization on "
                   "cuda, every sequence at --max-model-len on cpu)");
@@ -54,7 +41,28 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
       ->capture_default_str();
 }
 
-BatchEngineOptions engine_options(const GenerateOptions& g, int k, int64_t max_num_seqs) {
+void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
+  add_engine_flags(cmd, g, "sequences resident at once (default 1 for --prompt, 8 for --prompts)",
+                   /*oracle=*/true);
+  cmd->add_option("--prompt-ids", g.prompt_ids, "comma-separated prompt token ids");
+  cmd->add_option("--prompt", g.prompt, "prompt text (tokenized with the model's tokenizer.json)");
+  cmd->add_flag("--chat", g.chat, "apply the model's chat template to --prompt (one user message)");
+  cmd->add_option("--max-tokens", g.max_tokens, "tokens to generate")->capture_default_str();
+  cmd->add_flag("--json", g.json, "print {\"tokens\": [...], \"stats\": {...}}");
+  cmd->add_option("--spec-trace", g.spec_trace, "write one JSON line per step to this file");
+  cmd->add_option("--temperature", g.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", g.top_k, "0 = off")->capture_default_str();
+  cmd->add_option("--top-p", g.top_p, "1 = off")->capture_default_str();
+  cmd->add_option("--seed", g.seed, "sampling seed")->capture_default_str();
+  cmd->add_flag("--ignore-eos", g.ignore_eos, "do not stop at the model's end-of-sequence tokens");
+  cmd->add_option("--prompts", g.prompts,
+                  "offline batch mode: a JSONL file, one request per line ({\"prompt\": text} or "
+                  "{\"prompt_ids\": [...]}, optional max_tokens, temperature, top_k, top_p, seed, "
+                  "id); results come out one JSON line per request, in input order");
+  cmd->add_option("--output", g.output, "write the --prompts results here instead of stdout");
+}
+
+BatchEngineOptions engine_options(const EngineFlags& g, int k, int64_t max_num_seqs) {
   TANDEM_CHECK(g.gpu_memory_utilization > 0 && g.gpu_memory_utilization <= 1,
                "--gpu-memory-utilization must be in (0, 1], got {}", g.gpu_memory_utilization);
   TANDEM_CHECK(g.kv_blocks >= 0, "--kv-blocks must be >= 0, got {}", g.kv_blocks);
@@ -71,7 +79,7 @@ BatchEngineOptions engine_options(const GenerateOptions& g, int k, int64_t max_n
                             .gpu_memory_utilization = g.gpu_memory_utilization};
 }
 
-std::unique_ptr<Drafter> make_drafter(const GenerateOptions& g, Qwen35Model& model) {
+std::unique_ptr<Drafter> make_drafter(const EngineFlags& g, Qwen35Model& model) {
   if (g.speculative == "none") return nullptr;
   TANDEM_CHECK(g.num_speculative_tokens >= 1 && g.num_speculative_tokens <= 8,
                "--num-speculative-tokens must be in [1, 8] with --speculative {}, got {}",

@@ -13,41 +13,49 @@
 
 namespace tandem::app {
 
-struct GenerateOptions : CommonOptions {
+// What builds a BatchEngine: speculation and the pools (shared by `generate` and `serve`).
+struct EngineFlags : CommonOptions {
+  std::string speculative = "none";
+  int num_speculative_tokens = 3;
+  std::string oracle_pattern = "all";
+  std::string speculation_control = "adaptive";
+  bool no_cuda_graphs = false;
+  bool no_pdl = false;       // cuda: no programmatic dependent launch (docs/cuda.md)
+  int64_t max_num_seqs = 0;  // 0: the command's default
+  int64_t kv_blocks = 0;
+  double gpu_memory_utilization = 0.9;
+};
+
+struct GenerateOptions : EngineFlags {
   std::string prompt_ids;
   std::string prompt;  // text, tokenized with the checkpoint's tokenizer.json
   bool chat = false;   // wrap --prompt as a user message with the model's chat template
   int max_tokens = 32;
   bool json = false;
-  std::string speculative = "none";
-  int num_speculative_tokens = 3;
-  std::string oracle_pattern = "all";
-  std::string speculation_control = "adaptive";
   std::string spec_trace;
   float temperature = 0.f;
   int top_k = 0;
   float top_p = 1.f;
   uint64_t seed = 0;
   bool ignore_eos = false;
-  bool no_cuda_graphs = false;
-  bool no_pdl = false;  // cuda: no programmatic dependent launch (docs/cuda.md)
   // The batched engine.
-  std::string prompts;       // JSONL file of requests (offline batch mode)
-  std::string output;        // JSONL results of --prompts (default: stdout)
-  int64_t max_num_seqs = 0;  // 0: 1 for one prompt, 8 for --prompts
-  int64_t kv_blocks = 0;
-  double gpu_memory_utilization = 0.9;
+  std::string prompts;  // JSONL file of requests (offline batch mode)
+  std::string output;   // JSONL results of --prompts (default: stdout)
 };
 
 // The engine options these flags describe, for k drafts per step (0: plain).
-BatchEngineOptions engine_options(const GenerateOptions& g, int k, int64_t max_num_seqs);
+BatchEngineOptions engine_options(const EngineFlags& g, int k, int64_t max_num_seqs);
 // The stats of one result as JSON (prefill/decode speed, acceptance, drafts).
 nlohmann::json stats_json(const GenerateResult& r, int k);
 // `tandem generate --prompts FILE.jsonl`: the offline batch mode.
 void run_batch(const GenerateOptions& g);
 // The drafter --speculative names (null for none; the oracle's references are set by the caller).
-std::unique_ptr<Drafter> make_drafter(const GenerateOptions& g, Qwen35Model& model);
+std::unique_ptr<Drafter> make_drafter(const EngineFlags& g, Qwen35Model& model);
 
+// --model, --device, ... (CommonOptions) and the engine's flags; max_num_seqs_help says what the
+// command's default is. oracle: whether --speculative oracle and --oracle-pattern exist (tests).
+void add_engine_flags(CLI::App* cmd, EngineFlags& g, const std::string& max_num_seqs_help,
+                      bool oracle);
 void add_generate_options(CLI::App* cmd, GenerateOptions& g);
 // Builds the request; text prompts are tokenized with `tokenizer` (required when --prompt is set).
 GenerateRequest build_request(const GenerateOptions& g, const tok::Tokenizer* tokenizer = nullptr);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   tandem::app::add_bench_command(app);
   tandem::app::add_tokenize_command(app);
   tandem::app::add_chat_template_command(app);
+  tandem::app::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,136 @@
+// `tandem serve`: the OpenAI-compatible HTTP server (docs/server.md) over the batched engine.
+// Loads the tokenizer and the model, builds the BatchEngine from the same flags as `generate`,
+// starts the engine loop and the HTTP server, prints `tandem serve: listening on http://HOST:PORT`
+// and serves until SIGINT/SIGTERM: then it stops accepting, aborts what is in flight (streams end
+// with finish_reason "abort" and [DONE]) and returns, so the process exits 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "apps/cli_common.h"
+#include "apps/commands.h"
+#include "apps/generate_options.h"
+#include "apps/serve_codec.h"
+#include "core/exec_context.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+
+namespace tandem::app {
+
+namespace {
+
+struct ServeOptions : EngineFlags {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string served_model_name;
+  std::string api_key;
+  int64_t max_queue = 1024;
+  int64_t max_body_bytes = 8 << 20;
+};
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+void serve(ServeOptions& o) {
+  // Every thread started from here on (OpenMP's, the engine loop's, httplib's) inherits a mask
+  // that blocks the stop signals, so they reach the sigwait below and nothing else.
+  const sigset_t stops = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &stops, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a signal
+
+  TANDEM_CHECK(o.speculative == "mtp" || o.speculative == "none",
+               "--speculative must be mtp or none for serve, got '{}'", o.speculative);
+  TANDEM_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got {}", o.port);
+  TANDEM_CHECK(o.max_queue >= 0, "--max-queue must be >= 0, got {}", o.max_queue);
+  TANDEM_CHECK(o.max_body_bytes >= 1, "--max-body-bytes must be >= 1, got {}", o.max_body_bytes);
+  TANDEM_CHECK(o.max_num_seqs >= 0, "--max-num-seqs must be >= 1, got {}", o.max_num_seqs);
+  if (o.api_key.empty()) {
+    if (const char* env = std::getenv("TANDEM_API_KEY")) o.api_key = env;
+  }
+  if (o.served_model_name.empty()) o.served_model_name = o.model_dir;  // as vLLM does
+
+  TokenizerCodec codec(tok::Tokenizer::from_dir(o.model_dir));
+  auto model = open_model(o, true);
+  const int k = o.speculative == "none" ? 0 : o.num_speculative_tokens;
+  set_cuda_programmatic_launch(!o.no_pdl);  // before the graphs are captured
+  std::unique_ptr<Drafter> drafter = make_drafter(o, *model);
+  const int64_t max_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : 8;
+  BatchEngineOptions eo = engine_options(o, k, max_seqs);
+  eo.keep_finished = false;  // a final output carries the statistics; nothing piles up
+  BatchEngine engine(*model, std::move(drafter), eo);
+  std::fprintf(stderr, "%s\n", engine.describe().c_str());
+
+  server::ServerOptions so{.host = o.host,
+                           .port = o.port,
+                           .served_model_name = o.served_model_name,
+                           .api_key = o.api_key,
+                           .max_queue = o.max_queue,
+                           .max_body_bytes = o.max_body_bytes,
+                           .max_model_len = o.max_context,
+                           .max_num_seqs = max_seqs,
+                           .eos_ids = model->config().eos_token_ids};
+  std::fprintf(stderr,
+               "serve: model name '%s', max queue %lld, max body %lld bytes, %lld HTTP threads, "
+               "API key %s\n",
+               so.served_model_name.c_str(), static_cast<long long>(so.max_queue),
+               static_cast<long long>(so.max_body_bytes),
+               static_cast<long long>(server::http_threads(so)),
+               so.api_key.empty() ? "off" : "required");
+  server::Metrics metrics;
+  server::EngineLoop loop(engine, metrics, so.max_queue);
+  server::HttpServer http(codec, loop, metrics, so);
+  const int port = http.bind();
+  std::fprintf(stderr, "tandem serve: listening on http://%s:%d\n", so.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::atomic<bool> stopping{false};
+  std::thread listener([&] {
+    const bool ok = http.serve();
+    if (!stopping) {  // it ended on its own: wake the signal wait below
+      std::fprintf(stderr, "tandem serve: the HTTP server stopped (%s)\n", ok ? "ok" : "failed");
+      kill(getpid(), SIGTERM);
+    }
+  });
+  int sig = 0;
+  sigwait(&stops, &sig);
+  stopping = true;
+  std::fprintf(stderr, "tandem serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  http.stop();      // no new connections
+  loop.shutdown();  // in-flight requests end with "abort"; their handlers finish the responses
+  listener.join();  // every connection has ended
+  std::fprintf(stderr, "tandem serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/server.md)");
+  auto o = std::make_shared<ServeOptions>();
+  add_engine_flags(cmd, *o, "sequences resident at once (default 8)", /*oracle=*/false);
+  cmd->add_option("--host", o->host, "address to bind")->capture_default_str();
+  cmd->add_option("--port", o->port, "port to bind (0: a free one, printed)")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", o->served_model_name,
+                  "the model name clients send (default: --model as given)");
+  cmd->add_option("--api-key", o->api_key,
+                  "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize "
+                  "(default: $TANDEM_API_KEY)");
+  cmd->add_option("--max-queue", o->max_queue,
+                  "requests that may wait for a slot; more get 503 with Retry-After")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "largest request body; larger get 413")
+      ->capture_default_str();
+  cmd->callback([o] { serve(*o); });
+}
+
+}  // namespace tandem::app

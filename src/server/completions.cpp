@@ -1,0 +1,302 @@
+// The generation endpoints: a validated request becomes an engine Request (prompt tokenized or
+// rendered through the chat template, length checked against --max-model-len), goes to the engine
+// loop, and its tokens come back through a TextStream (UTF-8 and stop-string holdback) into one
+// JSON response or an SSE stream. A stop string cancels the engine request; a client that goes
+// away mid-stream cancels it too (seen by the next delivery, i.e. within one step).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/handler_context.h"
+#include "server/openai_render.h"
+#include "server/text_stream.h"
+
+namespace tandem::server {
+
+namespace {
+
+constexpr auto kPoll = std::chrono::milliseconds(50);
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The engine request of a validated body.
+Request engine_request(const HandlerContext& ctx, const GenerationRequest& g) {
+  Request r;
+  const bool chat = g.endpoint == Endpoint::kChat;
+  const char* prompt_param = chat ? "messages" : "prompt";
+  try {
+    if (chat) {
+      r.prompt = ctx.codec.encode(ctx.codec.render_chat(g.messages, true, g.template_extra));
+    } else if (g.prompt_text) {
+      r.prompt = ctx.codec.encode(*g.prompt_text);
+    } else {
+      r.prompt = g.prompt_ids;
+    }
+  } catch (const Error& e) {
+    throw bad_request(prompt_param, e.what());
+  }
+  const auto n = static_cast<int64_t>(r.prompt.size());
+  const int64_t max_len = ctx.opt.max_model_len;
+  if (n == 0) throw bad_request(prompt_param, "the prompt has no tokens");
+  if (g.max_tokens) {
+    if (n + *g.max_tokens > max_len) {
+      throw ApiError(
+          400,
+          fmt::format("This model's maximum context length is {} tokens. However, you "
+                      "requested {} tokens ({} in the {}, {} in the completion). "
+                      "Please reduce the length of the {} or of the completion.",
+                      max_len, n + *g.max_tokens, n, prompt_param, *g.max_tokens, prompt_param),
+          "invalid_request_error", "max_tokens", "context_length_exceeded");
+    }
+    r.max_tokens = static_cast<int>(*g.max_tokens);
+  } else {
+    if (n + 1 > max_len) {
+      throw ApiError(400,
+                     fmt::format("This model's maximum context length is {} tokens. However, the "
+                                 "{} has {} tokens, which leaves no room for a completion.",
+                                 max_len, prompt_param, n),
+                     "invalid_request_error", prompt_param, "context_length_exceeded");
+    }
+    r.max_tokens = static_cast<int>(max_len - n);
+  }
+  r.sampling = g.sampling;
+  if (!g.ignore_eos) r.stop_ids = ctx.opt.eos_ids;
+  for (int32_t id : g.stop_token_ids) {
+    if (std::find(r.stop_ids.begin(), r.stop_ids.end(), id) == r.stop_ids.end()) {
+      r.stop_ids.push_back(id);
+    }
+  }
+  r.logprobs = g.logprobs;
+  return r;
+}
+
+// One request in flight: turns deliveries into text, logprobs and the final state.
+class Generation {
+ public:
+  Generation(const HandlerContext& ctx, const GenerationRequest& g, std::vector<int32_t> stop_ids,
+             std::shared_ptr<Channel> ch)
+      : ctx_(ctx),
+        endpoint_(g.endpoint),
+        want_logprobs_(g.logprobs >= 0),
+        stop_ids_(std::move(stop_ids)),
+        stream_(ctx.codec, g.stop),
+        ch_(std::move(ch)) {}
+
+  // Text made safe by d; its tokens' logprobs go to lps_.
+  std::string absorb(const Delivery& d) {
+    std::string text;
+    size_t n = d.tokens.size();
+    // A stop token ends generation but is not part of the text (it still counts as generated).
+    if (d.finished && d.finish_reason == "stop" && n > 0 &&
+        std::find(stop_ids_.begin(), stop_ids_.end(), d.tokens[n - 1]) != stop_ids_.end()) {
+      --n;
+      if (!stream_.stopped()) stop_token_ = true;
+    }
+    for (size_t i = 0; i < n && !stream_.stopped(); ++i) {
+      text += stream_.push(d.tokens[i]);
+      if (want_logprobs_ && i < d.logprobs.size()) lps_.push_back(d.logprobs[i]);
+      if (stream_.stopped()) {
+        stop_token_ = false;
+        ctx_.loop.cancel(ch_);  // the rest of the engine's work is not wanted
+      }
+    }
+    if (d.finished) {
+      finished_ = true;
+      stats_ = d.stats;
+      if (stream_.stopped()) {
+        finish_ = "stop";
+      } else if (d.finish_reason == "cancelled") {
+        finish_ = "abort";
+      } else {
+        finish_ = d.finish_reason;
+      }
+      text += stream_.finish();
+    }
+    return text;
+  }
+
+  bool finished() const { return finished_; }
+  const std::string& finish_reason() const { return finish_; }
+  const GenerationStats& stats() const { return stats_; }
+  int64_t completion_tokens() const { return stream_.tokens() + (stop_token_ ? 1 : 0); }
+  // The logprobs gathered since the last call, in the endpoint's format (null when not asked).
+  Json take_logprobs(int64_t text_offset) {
+    if (!want_logprobs_) return nullptr;
+    Json j = logprobs_json(endpoint_, ctx_.codec, lps_, text_offset);
+    lps_.clear();
+    return j;
+  }
+  bool has_logprobs() const { return !lps_.empty(); }
+
+ private:
+  const HandlerContext& ctx_;
+  Endpoint endpoint_;
+  bool want_logprobs_;
+  std::vector<int32_t> stop_ids_;
+  TextStream stream_;
+  std::shared_ptr<Channel> ch_;
+  std::vector<TokenLogprobs> lps_;
+  bool finished_ = false, stop_token_ = false;
+  std::string finish_;
+  GenerationStats stats_;
+};
+
+void record_end(const HandlerContext& ctx, const Generation& gen, int64_t prompt_tokens) {
+  AccessRecord& rec = access_record();
+  rec.prompt_tokens = prompt_tokens;
+  rec.completion_tokens = gen.completion_tokens();
+  rec.finish_reason = gen.finish_reason();
+  if (gen.finish_reason() == "stop" || gen.finish_reason() == "length" ||
+      gen.finish_reason() == "abort") {
+    ctx.metrics.request_finished(gen.finish_reason());
+  }
+}
+
+// Waits for the engine to take or refuse the request; the first delivery may carry tokens too.
+Delivery await_acceptance(const std::shared_ptr<Channel>& ch) {
+  Delivery d;
+  while (!ch->wait(kPoll, d) || (!d.accepted && !d.finished)) {
+  }
+  if (d.error) throw bad_request({}, *d.error);
+  return d;
+}
+
+void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta, Generation& gen, Delivery d,
+                   const std::shared_ptr<Channel>& ch, int64_t prompt_tokens,
+                   httplib::Response& res) {
+  std::string text = gen.absorb(d);
+  while (!gen.finished()) {
+    if (ch->wait(kPoll, d)) text += gen.absorb(d);
+  }
+  if (d.error) {  // the engine failed after taking the request
+    throw ApiError(500, *d.error, "internal_error");
+  }
+  record_end(ctx, gen, prompt_tokens);
+  const Json body = response_json(meta, text, gen.finish_reason(), gen.take_logprobs(0),
+                                  prompt_tokens, gen.completion_tokens(), gen.stats());
+  res.status = 200;
+  res.set_content(dump(body), "application/json");
+}
+
+struct StreamState {
+  ResponseMeta meta;
+  Generation gen;
+  std::shared_ptr<Channel> ch;
+  Delivery first;
+  int64_t prompt_tokens;
+  bool include_usage;
+};
+
+// The whole stream in one provider call: httplib stops calling a provider once the server
+// shuts down, and a stream must still end with its abort chunk and [DONE].
+bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& sink) {
+  const bool chat = s.meta.endpoint == Endpoint::kChat;
+  auto send = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
+  bool first = true;
+  int64_t offset = 0;  // completion text bytes sent (logprobs' text_offset)
+  if (chat) {
+    if (!send(sse_event(chunk_json(s.meta, "", true, nullptr, "")))) return false;
+    first = false;
+  }
+  Delivery d = std::move(s.first);
+  bool have = true;
+  for (;;) {
+    if (have) {
+      std::string text = s.gen.absorb(d);
+      if (!text.empty() && !s.gen.finished()) {
+        const Json lps = s.gen.take_logprobs(offset);
+        if (!send(sse_event(chunk_json(s.meta, text, first, lps, "")))) break;
+        offset += static_cast<int64_t>(text.size());
+        first = false;
+      } else if (s.gen.finished()) {
+        Json last =
+            chunk_json(s.meta, text, first, s.gen.take_logprobs(offset), s.gen.finish_reason());
+        if (!s.include_usage) last["speculation"] = speculation_json(s.gen.stats());
+        record_end(ctx, s.gen, s.prompt_tokens);
+        if (!send(sse_event(last))) return false;
+        if (s.include_usage) {
+          Json usage = usage_chunk_json(s.meta, s.prompt_tokens, s.gen.completion_tokens());
+          usage["speculation"] = speculation_json(s.gen.stats());
+          if (!send(sse_event(usage))) return false;
+        }
+        if (!send(kSseDone)) return false;
+        sink.done();
+        return true;
+      }
+    }
+    if (!sink.is_writable()) break;  // the client went away
+    have = s.ch->wait(kPoll, d);
+  }
+  // Disconnected: free the engine's slot and blocks at the next step boundary.
+  ctx.loop.cancel(s.ch);
+  ctx.metrics.request_cancelled();
+  AccessRecord& rec = access_record();
+  rec.prompt_tokens = s.prompt_tokens;
+  rec.completion_tokens = s.gen.completion_tokens();
+  rec.finish_reason = "cancelled";
+  return false;
+}
+
+}  // namespace
+
+void handle_generation(const HandlerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+                       httplib::Response& res) {
+  const double arrival = EngineLoop::now();
+  const Json body = parse_body(req.body);
+  const GenerationRequest g = parse_generation_request(body, endpoint, ctx.limits);
+  Request r = engine_request(ctx, g);
+  const auto prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  const ResponseMeta meta{.endpoint = endpoint,
+                          .id = random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"),
+                          .created = unix_now(),
+                          .model = ctx.opt.served_model_name};
+  access_record().id = meta.id;
+  access_record().prompt_tokens = prompt_tokens;
+  std::vector<int32_t> stop_ids = r.stop_ids;
+  std::shared_ptr<Channel> ch = ctx.loop.submit(std::move(r), arrival);
+  Delivery first = await_acceptance(ch);
+  if (!g.stream) {
+    Generation gen(ctx, g, std::move(stop_ids), ch);
+    respond_whole(ctx, meta, gen, std::move(first), ch, prompt_tokens, res);
+    return;
+  }
+  auto state =
+      std::make_shared<StreamState>(StreamState{.meta = meta,
+                                                .gen = Generation(ctx, g, std::move(stop_ids), ch),
+                                                .ch = ch,
+                                                .first = std::move(first),
+                                                .prompt_tokens = prompt_tokens,
+                                                .include_usage = g.include_usage});
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [&ctx, state](size_t, httplib::DataSink& sink) {
+        try {
+          return write_stream(ctx, *state, sink);
+        } catch (const std::exception& e) {  // nothing may escape into httplib's writer
+          std::fprintf(stderr, "tandem serve: stream %s failed: %s\n", state->meta.id.c_str(),
+                       e.what());
+          ctx.loop.cancel(state->ch);
+          return false;
+        }
+      },
+      [&ctx, state](bool success) {
+        // The provider never ran (the connection failed first): the request must not linger.
+        if (!success && !state->gen.finished()) ctx.loop.cancel(state->ch);
+      });
+}
+
+}  // namespace tandem::server

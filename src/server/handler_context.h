@@ -1,0 +1,41 @@
+// What every request handler shares (internal to src/server): the codec, the engine loop, the
+// metrics, the options, and the access-log record of the request being served on this thread.
+#pragma once
+
+#include <httplib.h>
+
+#include <string>
+
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/protocol.h"
+#include "server/text_codec.h"
+
+namespace tandem::server {
+
+struct HandlerContext {
+  const TextCodec& codec;
+  EngineLoop& loop;
+  Metrics& metrics;
+  const ServerOptions& opt;
+  ProtocolLimits limits;
+  int64_t created;  // server start, Unix seconds (/v1/models)
+};
+
+// Filled while a request is served; httplib calls the logger on the same thread once the
+// response (a whole stream included) has been written.
+struct AccessRecord {
+  double started = 0;
+  std::string id;
+  int64_t prompt_tokens = -1, completion_tokens = -1;
+  std::string finish_reason;
+};
+AccessRecord& access_record();  // this thread's
+
+// POST /v1/chat/completions and /v1/completions: validation, submission, then one JSON response
+// or an SSE stream. Throws ApiError for the handler's error path (before anything is sent).
+void handle_generation(const HandlerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+                       httplib::Response& res);
+
+}  // namespace tandem::server

@@ -1,0 +1,273 @@
+// Routes, authentication, errors and the access log of `tandem serve` (http_server.h), on
+// cpp-httplib 0.11's threaded server. The generation endpoints live in completions.cpp.
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/handler_context.h"
+#include "server/openai_render.h"
+
+namespace tandem::server {
+
+namespace {
+
+struct Route {
+  const char* path;
+  const char* method;
+  bool auth;  // needs the API key when one is set
+};
+constexpr Route kRoutes[] = {
+    {"/v1/chat/completions", "POST", true},
+    {"/v1/completions", "POST", true},
+    {"/v1/models", "GET", true},
+    {"/health", "GET", false},
+    {"/metrics", "GET", false},
+    {"/tokenize", "POST", true},
+    {"/detokenize", "POST", true},
+};
+
+const Route* find_route(const std::string& path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
+}
+
+bool needs_auth(const std::string& path) {
+  if (const Route* r = find_route(path)) return r->auth;
+  return path.rfind("/v1/", 0) == 0;
+}
+
+// Compares without an early exit, so that the time taken does not reveal the key's prefix.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % std::max<size_t>(b.size(), 1)];
+  return diff == 0 && !b.empty();
+}
+
+void write_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 503) res.set_header("Retry-After", "1");
+  if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(dump(error_body(e)), "application/json");
+}
+
+double now() { return EngineLoop::now(); }
+
+}  // namespace
+
+AccessRecord& access_record() {
+  thread_local AccessRecord record;
+  return record;
+}
+
+int64_t http_threads(const ServerOptions& o) {
+  return std::max<int64_t>(600, o.max_num_seqs + o.max_queue + 64);
+}
+
+struct HttpServer::Impl {
+  Impl(const TextCodec& codec, EngineLoop& loop, Metrics& metrics, ServerOptions o)
+      : opt(std::move(o)),
+        ctx{.codec = codec,
+            .loop = loop,
+            .metrics = metrics,
+            .opt = opt,
+            .limits = {.served_model = opt.served_model_name, .vocab_size = codec.vocab_size()},
+            .created = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count()} {}
+
+  void check_auth(const httplib::Request& req) const {
+    if (opt.api_key.empty() || !needs_auth(req.path)) return;
+    const std::string given = req.get_header_value("Authorization");
+    if (!same_secret(given, "Bearer " + opt.api_key)) {
+      throw ApiError(
+          401,
+          given.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
+          "authentication_error", {}, "invalid_api_key");
+    }
+  }
+
+  // Every handler runs behind this: authentication, and errors as OpenAI JSON.
+  template <typename Fn>
+  httplib::Server::Handler wrap(Fn fn) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        check_auth(req);
+        fn(req, res);
+      } catch (const ApiError& e) {
+        write_error(res, e);
+      } catch (const Error& e) {
+        write_error(res, bad_request({}, e.what()));
+      } catch (const std::exception& e) {
+        write_error(res,
+                    ApiError(500, fmt::format("internal error: {}", e.what()), "internal_error"));
+      }
+    };
+  }
+
+  void tokenize(const httplib::Request& req, httplib::Response& res) const {
+    const TokenizeRequest t = parse_tokenize_request(parse_body(req.body));
+    std::vector<int32_t> ids;
+    try {
+      ids = t.prompt ? ctx.codec.encode(*t.prompt)
+                     : ctx.codec.encode(ctx.codec.render_chat(t.messages, t.add_generation_prompt,
+                                                              Json::object()));
+    } catch (const Error& e) {
+      throw bad_request(t.prompt ? "prompt" : "messages", e.what());
+    }
+    const Json out = {{"count", ids.size()}, {"max_model_len", opt.max_model_len}, {"tokens", ids}};
+    res.set_content(dump(out), "application/json");
+  }
+
+  void detokenize(const httplib::Request& req, httplib::Response& res) const {
+    const std::vector<int32_t> ids = parse_detokenize_request(parse_body(req.body), ctx.limits);
+    res.set_content(dump(Json{{"prompt", ctx.codec.decode(ids, false)}}), "application/json");
+  }
+
+  // Errors httplib produced itself (no route, body too large, bad request line), as JSON; an
+  // unknown method on a known path is a 405.
+  httplib::Server::HandlerResponse on_error(const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.is_chunked_content_provider_) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    try {
+      if (res.status == 404) {
+        check_auth(req);
+        if (const Route* r = find_route(req.path)) {
+          res.set_header("Allow", r->method);
+          throw ApiError(405,
+                         fmt::format("method {} is not allowed on {}; use {}", req.method, req.path,
+                                     r->method),
+                         "invalid_request_error", {}, 405);
+        }
+        throw ApiError(404, fmt::format("no such endpoint: {} {}", req.method, req.path),
+                       "not_found_error", {}, 404);
+      }
+      if (res.status == 413) {
+        throw ApiError(
+            413,
+            fmt::format("the request body exceeds {} bytes (--max-body-bytes)", opt.max_body_bytes),
+            "invalid_request_error", {}, 413);
+      }
+      throw ApiError(res.status,
+                     fmt::format("the HTTP request was not understood (status {})", res.status),
+                     "invalid_request_error", {}, res.status);
+    } catch (const ApiError& e) {
+      write_error(res, e);
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  void log(const httplib::Request& req, const httplib::Response& res) {
+    AccessRecord& rec = access_record();
+    if (opt.access_log) {
+      auto count = [](int64_t n) { return n >= 0 ? Json(n) : Json(); };
+      const Json line = {
+          {"id", rec.id.empty() ? Json() : Json(rec.id)},
+          {"method", req.method},
+          {"path", req.path},
+          {"status", res.status},
+          {"prompt_tokens", count(rec.prompt_tokens)},
+          {"completion_tokens", count(rec.completion_tokens)},
+          {"finish_reason", rec.finish_reason.empty() ? Json() : Json(rec.finish_reason)},
+          {"seconds", rec.started > 0 ? now() - rec.started : 0.0}};
+      const std::string text = dump(line) + "\n";
+      static std::mutex mu;
+      std::lock_guard lock(mu);
+      std::fwrite(text.data(), 1, text.size(), stderr);
+    }
+    rec = AccessRecord{};
+  }
+
+  void install() {
+    const size_t threads = static_cast<size_t>(http_threads(opt));
+    svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    svr.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
+    svr.set_keep_alive_max_count(100000);
+    svr.set_keep_alive_timeout(5);
+    svr.set_tcp_nodelay(true);  // stream chunks go out as they are written
+    svr.set_socket_options([this](socket_t s) {
+      const int yes = 1;
+      setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // no SO_REUSEPORT: a
+      if (listen_fd < 0) listen_fd = s;  // second server on the port must fail to bind
+    });
+    svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+      access_record() = AccessRecord{.started = now()};
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    svr.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request& req, httplib::Response& res) {
+          return on_error(req, res);
+        }));
+    svr.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+          write_error(res, ApiError(500, "internal error", "internal_error"));
+        });
+    svr.set_logger(
+        [this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
+
+    auto generation = [this](Endpoint e) {
+      return wrap([this, e](const httplib::Request& req, httplib::Response& res) {
+        handle_generation(ctx, e, req, res);
+      });
+    };
+    svr.Post("/v1/chat/completions", generation(Endpoint::kChat));
+    svr.Post("/v1/completions", generation(Endpoint::kCompletion));
+    svr.Get("/v1/models", wrap([this](const httplib::Request&, httplib::Response& res) {
+              res.set_content(
+                  dump(models_json(opt.served_model_name, ctx.created, opt.max_model_len)),
+                  "application/json");
+            }));
+    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+    svr.Get("/metrics", wrap([this](const httplib::Request&, httplib::Response& res) {
+              res.set_content(ctx.metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
+            }));
+    svr.Post("/tokenize", wrap([this](const httplib::Request& req, httplib::Response& res) {
+               tokenize(req, res);
+             }));
+    svr.Post("/detokenize", wrap([this](const httplib::Request& req, httplib::Response& res) {
+               detokenize(req, res);
+             }));
+  }
+
+  ServerOptions opt;
+  HandlerContext ctx;
+  httplib::Server svr;
+  socket_t listen_fd = -1;
+};
+
+HttpServer::HttpServer(const TextCodec& codec, EngineLoop& loop, Metrics& metrics,
+                       ServerOptions opt)
+    : impl_(std::make_unique<Impl>(codec, loop, metrics, std::move(opt))) {
+  impl_->install();
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  Impl& m = *impl_;
+  int port = m.opt.port;
+  if (port == 0) {
+    port = m.svr.bind_to_any_port(m.opt.host);
+  } else if (!m.svr.bind_to_port(m.opt.host, port)) {
+    port = -1;
+  }
+  TANDEM_CHECK(port > 0, "cannot listen on {}:{} (address in use or not available)", m.opt.host,
+               m.opt.port);
+  // httplib listens with a backlog of 5: hundreds of clients connecting at once would see
+  // refused or retried connections. Listening again only raises the backlog.
+  if (m.listen_fd >= 0) ::listen(m.listen_fd, 4096);
+  return port;
+}
+
+bool HttpServer::serve() { return impl_->svr.listen_after_bind(); }
+
+void HttpServer::stop() { impl_->svr.stop(); }
+
+}  // namespace tandem::server

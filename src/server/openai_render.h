@@ -1,0 +1,54 @@
+// The OpenAI response shapes the server writes (docs/server.md, "Responses" and "Streaming"):
+// chat.completion, text_completion, their stream chunks, usage, logprobs in each endpoint's
+// format, the `speculation` extension field, and SSE framing. JSON is written with invalid UTF-8
+// replaced, so that rendering never throws.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "engine/request.h"
+#include "server/protocol.h"
+#include "server/text_codec.h"
+
+namespace tandem::server {
+
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kCompletion;
+  std::string id;  // chatcmpl-... / cmpl-...
+  int64_t created = 0;
+  std::string model;
+};
+
+// Serialises without ever throwing (ill-formed UTF-8 becomes U+FFFD).
+std::string dump(const Json& j);
+// "data: {json}\n\n"
+std::string sse_event(const Json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+Json speculation_json(const GenerationStats& s);
+
+// Logprobs of tokens in the endpoint's format; text_offset: bytes of completion text before the
+// first of them (completions only). Chat: {"content": [...]}; completions: {"tokens",
+// "token_logprobs", "top_logprobs", "text_offset"}.
+Json logprobs_json(Endpoint endpoint, const TextCodec& codec, std::span<const TokenLogprobs> lps,
+                   int64_t text_offset = 0);
+
+// A whole response. logprobs: null when not asked for.
+Json response_json(const ResponseMeta& m, const std::string& text, const std::string& finish,
+                   const Json& logprobs, int64_t prompt_tokens, int64_t completion_tokens,
+                   const GenerationStats& stats);
+
+// One stream chunk with a text delta (and the assistant role on a chat stream's first chunk);
+// finish: empty while the stream goes on.
+Json chunk_json(const ResponseMeta& m, const std::string& text, bool first, const Json& logprobs,
+                const std::string& finish);
+// The last chunk of stream_options.include_usage: empty choices, usage.
+Json usage_chunk_json(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
+
+Json models_json(const std::string& name, int64_t created, int64_t max_model_len);
+
+}  // namespace tandem::server

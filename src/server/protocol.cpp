@@ -1,0 +1,412 @@
+// Parsing and validation of the OpenAI request bodies (docs/server.md, "Request fields").
+#include "server/protocol.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "server/api_error.h"
+
+namespace tandem::server {
+
+namespace {
+
+// Depth and widest object of a JSON text, outside strings; malformed structure is left to the
+// parser. Linear in the body, no recursion.
+void check_shape(std::string_view body) {
+  std::vector<std::pair<char, int64_t>> open;  // bracket, keys seen (objects)
+  bool in_string = false, escape = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escape) {
+        escape = false;
+      } else if (c == '\\') {
+        escape = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        break;
+      case '{':
+      case '[':
+        open.emplace_back(c, 0);
+        if (static_cast<int>(open.size()) > kMaxJsonDepth) {
+          throw bad_request(
+              {}, fmt::format("the JSON body nests deeper than {} levels", kMaxJsonDepth));
+        }
+        break;
+      case '}':
+      case ']':
+        if (!open.empty()) open.pop_back();
+        break;
+      case ':':
+        if (!open.empty() && open.back().first == '{' && ++open.back().second > kMaxObjectKeys) {
+          throw bad_request(
+              {}, fmt::format("a JSON object of the body has more than {} keys", kMaxObjectKeys));
+        }
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// A field that is present and not null, else nullptr (null means absent, as in OpenAI).
+const Json* find(const Json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const Json& v) {
+  throw bad_request(param, fmt::format("'{}' must be {}, got {}", param, expected, v.type_name()));
+}
+
+bool get_bool(const Json& body, const char* name, bool fallback) {
+  const Json* v = find(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+double as_number(const Json& v, const std::string& param) {
+  if (!v.is_number()) wrong_type(param, "a number", v);
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) throw bad_request(param, fmt::format("'{}' must be finite", param));
+  return d;
+}
+
+// Integers, or floats with an integral value (as pydantic accepts them), within int64.
+int64_t as_int(const Json& v, const std::string& param) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw bad_request(param, fmt::format("'{}' is out of range, got {}", param, u));
+    }
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e18) {
+      return static_cast<int64_t>(d);
+    }
+    throw bad_request(param, fmt::format("'{}' must be an integer, got {}", param, v.dump()));
+  }
+  wrong_type(param, "an integer", v);
+}
+
+std::optional<double> get_number(const Json& body, const char* name) {
+  const Json* v = find(body, name);
+  if (!v) return std::nullopt;
+  return as_number(*v, name);
+}
+
+std::optional<int64_t> get_int(const Json& body, const char* name) {
+  const Json* v = find(body, name);
+  if (!v) return std::nullopt;
+  return as_int(*v, name);
+}
+
+double in_range(std::optional<double> v, double fallback, double lo, double hi, bool lo_open,
+                const char* name) {
+  if (!v) return fallback;
+  if (*v > hi || *v < lo || (lo_open && *v == lo)) {
+    throw bad_request(name, fmt::format("'{}' must be in {}{}, {}], got {}", name,
+                                        lo_open ? "(" : "[", lo, hi, *v));
+  }
+  return *v;
+}
+
+int32_t token_id(const Json& v, const std::string& param, int32_t vocab) {
+  const int64_t id = as_int(v, param);
+  if (id < 0 || id >= vocab) {
+    throw bad_request(param,
+                      fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab));
+  }
+  return static_cast<int32_t>(id);
+}
+
+std::vector<int32_t> token_ids(const Json& v, const std::string& param, int32_t vocab) {
+  if (!v.is_array()) wrong_type(param, "an array of token ids", v);
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    ids.push_back(token_id(v[i], fmt::format("{}[{}]", param, i), vocab));
+  return ids;
+}
+
+// One message with its content normalised to a string (text parts joined by newlines, as vLLM
+// does for templates that expect strings); other keys (name, tool_calls, ...) are kept.
+Json normalise_message(const Json& m, size_t i) {
+  const std::string at = fmt::format("messages[{}]", i);
+  if (!m.is_object()) wrong_type(at, "an object", m);
+  const Json* role = find(m, "role");
+  if (!role) throw bad_request(at + ".role", fmt::format("'{}.role' is required", at));
+  if (!role->is_string()) wrong_type(at + ".role", "a string", *role);
+  Json out = m;
+  const Json* content = find(m, "content");
+  if (!content) {
+    out["content"] = "";
+  } else if (content->is_array()) {
+    std::string text;
+    for (size_t j = 0; j < content->size(); ++j) {
+      const Json& part = (*content)[j];
+      const std::string pat = fmt::format("{}.content[{}]", at, j);
+      if (!part.is_object()) wrong_type(pat, "an object", part);
+      const Json* type = find(part, "type");
+      const Json* t = find(part, "text");
+      if (!type || !type->is_string() || type->get<std::string>() != "text" || !t) {
+        throw bad_request(pat, fmt::format("'{}' must be a text part ({{\"type\": \"text\", "
+                                           "\"text\": ...}}); other content is not supported",
+                                           pat));
+      }
+      if (!t->is_string()) wrong_type(pat + ".text", "a string", *t);
+      if (j) text += "\n";
+      text += t->get<std::string>();
+    }
+    out["content"] = text;
+  } else if (!content->is_string()) {
+    wrong_type(at + ".content", "a string or an array of text parts", *content);
+  }
+  return out;
+}
+
+Json parse_messages(const Json& body) {
+  const Json* messages = find(body, "messages");
+  if (!messages) throw bad_request("messages", "'messages' is required");
+  if (!messages->is_array()) wrong_type("messages", "an array", *messages);
+  if (messages->empty()) throw bad_request("messages", "'messages' must not be empty");
+  Json out = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) out.push_back(normalise_message((*messages)[i], i));
+  return out;
+}
+
+std::vector<std::string> parse_stop(const Json& body) {
+  const Json* stop = find(body, "stop");
+  if (!stop) return {};
+  std::vector<std::string> out;
+  auto add = [&](const Json& s, const std::string& param) {
+    if (!s.is_string()) wrong_type(param, "a string", s);
+    std::string text = s.get<std::string>();
+    if (text.empty()) throw bad_request(param, "stop strings must not be empty");
+    out.push_back(std::move(text));
+  };
+  if (stop->is_string()) {
+    add(*stop, "stop");
+  } else if (stop->is_array()) {
+    if (stop->size() > kMaxStopStrings) {
+      throw bad_request("stop", fmt::format("'stop' holds at most {} strings, got {}",
+                                            kMaxStopStrings, stop->size()));
+    }
+    for (size_t i = 0; i < stop->size(); ++i) add((*stop)[i], fmt::format("stop[{}]", i));
+  } else {
+    wrong_type("stop", "a string or an array of strings", *stop);
+  }
+  return out;
+}
+
+// prompt: a string, a list of one string, a list of token ids, or a list of one such list.
+void parse_prompt(const Json& body, const ProtocolLimits& limits, GenerationRequest& r) {
+  const Json* p = find(body, "prompt");
+  if (!p) throw bad_request("prompt", "'prompt' is required");
+  const Json* one = p;
+  if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    if (p->size() != 1) {
+      throw bad_request("prompt",
+                        fmt::format("only one prompt per request is supported, got {}", p->size()));
+    }
+    one = &(*p)[0];
+  }
+  if (one->is_string()) {
+    if (one->get_ref<const std::string&>().empty()) {
+      throw bad_request("prompt", "'prompt' must not be empty");
+    }
+    r.prompt_text = one->get<std::string>();
+    return;
+  }
+  if (!one->is_array()) wrong_type("prompt", "a string or an array of token ids", *one);
+  r.prompt_ids = token_ids(*one, "prompt", limits.vocab_size);
+  if (r.prompt_ids.empty()) throw bad_request("prompt", "'prompt' must not be empty");
+}
+
+void parse_logprobs(const Json& body, Endpoint endpoint, GenerationRequest& r) {
+  if (endpoint == Endpoint::kChat) {
+    const bool on = get_bool(body, "logprobs", false);
+    const std::optional<int64_t> top = get_int(body, "top_logprobs");
+    if (top && (*top < 0 || *top > kMaxChatTopLogprobs)) {
+      throw bad_request("top_logprobs", fmt::format("'top_logprobs' must be in [0, {}], got {}",
+                                                    kMaxChatTopLogprobs, *top));
+    }
+    if (top && *top > 0 && !on) {
+      throw bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+    r.logprobs = on ? static_cast<int>(top.value_or(0)) : -1;
+    return;
+  }
+  const Json* v = find(body, "logprobs");
+  if (!v) return;
+  if (v->is_boolean()) wrong_type("logprobs", "an integer", *v);
+  const int64_t n = as_int(*v, "logprobs");
+  if (n < 0 || n > kMaxCompletionLogprobs) {
+    throw bad_request("logprobs", fmt::format("'logprobs' must be in [0, {}], got {}",
+                                              kMaxCompletionLogprobs, n));
+  }
+  r.logprobs = static_cast<int>(n);
+}
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+}  // namespace
+
+Json parse_body(std::string_view body) {
+  check_shape(body);
+  Json j;
+  try {
+    j = Json::parse(body.begin(), body.end());
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_request({}, fmt::format("the body is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) throw bad_request({}, "the body must be a JSON object");
+  return j;
+}
+
+GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
+                                           const ProtocolLimits& limits) {
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  r.model = limits.served_model;
+  if (const Json* m = find(body, "model")) {
+    if (!m->is_string()) wrong_type("model", "a string", *m);
+    if (m->get_ref<const std::string&>() != limits.served_model) {
+      throw ApiError(404,
+                     fmt::format("The model '{}' does not exist; this server serves '{}'",
+                                 m->get<std::string>(), limits.served_model),
+                     "invalid_request_error", "model", "model_not_found");
+    }
+  }
+  if (endpoint == Endpoint::kChat) {
+    r.messages = parse_messages(body);
+    if (const Json* tools = find(body, "tools")) {
+      if (!tools->is_array()) wrong_type("tools", "an array", *tools);
+      r.template_extra["tools"] = *tools;
+    }
+    if (const Json* choice = find(body, "tool_choice")) {
+      if (!choice->is_string() && !choice->is_object()) {
+        wrong_type("tool_choice", "a string or an object", *choice);
+      }
+      r.template_extra["tool_choice"] = *choice;
+    }
+    if (const Json* kw = find(body, "chat_template_kwargs")) {
+      if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
+      for (auto it = kw->begin(); it != kw->end(); ++it) r.template_extra[it.key()] = it.value();
+    }
+  } else {
+    parse_prompt(body, limits, r);
+  }
+  if (const std::optional<int64_t> n = get_int(body, "n")) {
+    if (*n < 1) throw bad_request("n", fmt::format("'n' must be >= 1, got {}", *n));
+    if (*n > 1) {
+      throw bad_request("n", fmt::format("'n' > 1 is not supported (one choice per request), "
+                                         "got {}",
+                                         *n));
+    }
+  }
+  const char* max_name = "max_tokens";
+  std::optional<int64_t> max_tokens = get_int(body, "max_tokens");
+  if (endpoint == Endpoint::kChat) {
+    if (std::optional<int64_t> m = get_int(body, "max_completion_tokens")) {
+      max_tokens = m;
+      max_name = "max_completion_tokens";
+    }
+  }
+  if (max_tokens && *max_tokens < 1) {
+    throw bad_request(max_name, fmt::format("'{}' must be >= 1, got {}", max_name, *max_tokens));
+  }
+  r.max_tokens = max_tokens;
+
+  SamplingParams& s = r.sampling;
+  s.temperature = static_cast<float>(
+      in_range(get_number(body, "temperature"), 1.0, 0, 2, false, "temperature"));
+  s.top_p = static_cast<float>(in_range(get_number(body, "top_p"), 1.0, 0, 1, true, "top_p"));
+  if (const std::optional<int64_t> k = get_int(body, "top_k")) {
+    if (*k < -1)
+      throw bad_request("top_k", fmt::format("'top_k' must be -1, 0 (off) or >= 1, "
+                                             "got {}",
+                                             *k));
+    s.top_k = *k <= 0 ? 0 : static_cast<int>(std::min<int64_t>(*k, limits.vocab_size));
+  }
+  if (const Json* seed = find(body, "seed")) {
+    if (seed->is_number_unsigned()) {
+      s.seed = seed->get<uint64_t>();
+    } else {
+      s.seed = static_cast<uint64_t>(as_int(*seed, "seed"));
+    }
+  } else {
+    s.seed = random_seed();
+  }
+  s.presence_penalty = static_cast<float>(
+      in_range(get_number(body, "presence_penalty"), 0, -2, 2, false, "presence_penalty"));
+  s.frequency_penalty = static_cast<float>(
+      in_range(get_number(body, "frequency_penalty"), 0, -2, 2, false, "frequency_penalty"));
+  s.repetition_penalty = static_cast<float>(
+      in_range(get_number(body, "repetition_penalty"), 1, 0, 2, true, "repetition_penalty"));
+
+  r.stop = parse_stop(body);
+  if (const Json* ids = find(body, "stop_token_ids")) {
+    r.stop_token_ids = token_ids(*ids, "stop_token_ids", limits.vocab_size);
+  }
+  r.ignore_eos = get_bool(body, "ignore_eos", false);
+  parse_logprobs(body, endpoint, r);
+  if (const Json* rf = find(body, "response_format")) {
+    if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
+    const Json* type = find(*rf, "type");
+    if (!type || !type->is_string() || type->get<std::string>() != "text") {
+      throw bad_request("response_format",
+                        "only 'response_format' {\"type\": \"text\"} is supported (structured "
+                        "output is not implemented)");
+    }
+  }
+  r.stream = get_bool(body, "stream", false);
+  if (const Json* so = find(body, "stream_options")) {
+    if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+    r.include_usage = get_bool(*so, "include_usage", false);
+  }
+  return r;
+}
+
+TokenizeRequest parse_tokenize_request(const Json& body) {
+  TokenizeRequest r;
+  const Json* prompt = find(body, "prompt");
+  const bool has_messages = find(body, "messages") != nullptr;
+  if ((prompt != nullptr) == has_messages) {
+    throw bad_request(prompt ? "messages" : "prompt",
+                      "give exactly one of 'prompt' and 'messages'");
+  }
+  if (prompt) {
+    if (!prompt->is_string()) wrong_type("prompt", "a string", *prompt);
+    r.prompt = prompt->get<std::string>();
+  } else {
+    r.messages = parse_messages(body);
+  }
+  r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
+  r.add_special_tokens = get_bool(body, "add_special_tokens", true);
+  return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(const Json& body, const ProtocolLimits& limits) {
+  const Json* tokens = find(body, "tokens");
+  if (!tokens) throw bad_request("tokens", "'tokens' is required");
+  return token_ids(*tokens, "tokens", limits.vocab_size);
+}
+
+}  // namespace tandem::server

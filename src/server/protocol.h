@@ -1,0 +1,72 @@
+// The OpenAI request bodies the server accepts, parsed and validated into plain structs: every
+// field of docs/server.md with its type and range; anything wrong is an ApiError naming the field
+// (400, or 404 for an unknown model). Unknown fields are ignored, as OpenAI does. The body is
+// checked for depth and object size before nlohmann parses it, so that hostile input cannot
+// exhaust the stack or take quadratic time.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spec/sampler.h"
+
+namespace tandem::server {
+
+using Json = nlohmann::ordered_json;
+
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr int kMaxChatTopLogprobs = 20;
+inline constexpr int kMaxCompletionLogprobs = 5;
+inline constexpr int kMaxJsonDepth = 256;
+inline constexpr int64_t kMaxObjectKeys = 4096;
+
+enum class Endpoint { kChat, kCompletion };
+
+// One generation request of either endpoint, before tokenization of a text prompt.
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletion;
+  std::string model;
+  // Chat: the messages (content normalised to strings) and template variables (tools, ...).
+  Json messages;
+  Json template_extra = Json::object();
+  // Completions: text or token ids.
+  std::optional<std::string> prompt_text;
+  std::vector<int32_t> prompt_ids;
+  std::optional<int64_t> max_tokens;  // absent: the rest of the context
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1 off, else top alternatives per token (Request::logprobs)
+  bool stream = false;
+  bool include_usage = false;
+};
+
+struct TokenizeRequest {
+  std::optional<std::string> prompt;
+  Json messages;  // when prompt is absent
+  bool add_generation_prompt = true;
+  bool add_special_tokens = true;
+};
+
+// Parses a body into JSON: 400 for malformed JSON, invalid UTF-8, too deep or too wide a body,
+// or a top level that is not an object.
+Json parse_body(std::string_view body);
+
+// What the validation needs to know of the server: the only accepted `model` (absent means it
+// too, as in vLLM) and the vocabulary size token ids must stay below.
+struct ProtocolLimits {
+  std::string served_model;
+  int32_t vocab_size = 0;
+};
+
+GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
+                                           const ProtocolLimits& limits);
+TokenizeRequest parse_tokenize_request(const Json& body);
+std::vector<int32_t> parse_detokenize_request(const Json& body, const ProtocolLimits& limits);
+
+}  // namespace tandem::server

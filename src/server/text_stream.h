@@ -1,0 +1,64 @@
+// Generated tokens to the text a client may see, incrementally: token bytes are assembled so that
+// a piece never ends inside a UTF-8 character (ill-formed bytes become U+FFFD, as a full decode
+// gives them), and text that could begin a stop string is held back until it cannot; a stop
+// string itself is never emitted. The concatenation of every piece equals the full decode cut
+// before the first stop string. One object per request; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/text_codec.h"
+
+namespace tandem::server {
+
+// UTF-8 helpers (the server does not depend on the tokenizer layer).
+// Length of the well-formed sequence at s[i], 0 when the bytes there are none.
+size_t utf8_sequence_length(std::string_view s, size_t i);
+// Trailing bytes of s that begin a well-formed sequence still missing bytes (0..3).
+size_t utf8_incomplete_tail(std::string_view s);
+// s with every maximal ill-formed subpart replaced by U+FFFD.
+std::string utf8_lossy(std::string_view s);
+
+// Holds back text that could begin one of the stop strings.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  // Adds text (whole characters); returns what can be emitted now. After a stop string the
+  // matcher is stopped and returns nothing more.
+  std::string push(std::string_view text);
+  // No more text comes: the held-back rest.
+  std::string flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+class TextStream {
+ public:
+  TextStream(const TextCodec& codec, std::vector<std::string> stops)
+      : codec_(&codec), stops_(std::move(stops)) {}
+  // Adds one generated token; returns the text it makes safe to emit (often empty). Ignored once
+  // stopped.
+  std::string push(int32_t id);
+  // The end of generation: the rest of an incomplete character (as U+FFFD) and the held-back
+  // text.
+  std::string finish();
+  // A stop string was found: generation should end.
+  bool stopped() const { return stops_.stopped(); }
+  // Tokens consumed, up to and including the one that completed a stop string.
+  int64_t tokens() const { return tokens_; }
+
+ private:
+  const TextCodec* codec_;
+  StopMatcher stops_;
+  std::string bytes_;  // an incomplete UTF-8 character (at most 3 bytes)
+  int64_t tokens_ = 0;
+};
+
+}  // namespace tandem::server
