@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run HERE (the development machine), not on the H200: copies the Debian dev packages the H200 image
-# lacks (pcre2, utf8proc; with --all also nlohmann-json, CLI11, fmt, gtest, pkgconf) into .devdeps/
+# lacks (pcre2, utf8proc, cpp-httplib; with --all also nlohmann-json, CLI11, fmt, gtest, pkgconf,
+# libssl, zlib) into .devdeps/
 # with the /usr layout kept, so that their CMake configs and .pc files resolve relative to it. The H200 image
 # has cmake, ninja and nvcc but not these; run_all.sh uses .devdeps/ when the system lacks them.
 # .devdeps/ is ignored (.git/info/exclude) and travels with the device call's `carry`. Re-run after
@@ -15,6 +16,16 @@ mkdir -p "$dst/include" "$dst/lib/$arch/pkgconfig" .devdeps/bin
 cp /usr/include/{pcre2.h,utf8proc.h} "$dst/include/"
 cp -P /usr/lib/$arch/libpcre2-8.so* /usr/lib/$arch/libutf8proc.so* "$dst/lib/$arch/"
 cp /usr/lib/$arch/pkgconfig/{libpcre2-8,libutf8proc}.pc "$dst/lib/$arch/pkgconfig/"
+# cpp-httplib (tandem serve): Debian ships it compiled (libcpp-httplib.so) with a pkg-config file
+# whose Cflags carry the macros it was built with (OpenSSL, zlib, brotli support), so httplib.h
+# includes those headers and pkg-config wants their .pc files. The runtime libssl3 and zlib are
+# taken from the image (its Python links them); --all packs them too. Brotli's libraries are small.
+cp /usr/include/httplib.h /usr/include/{zlib.h,zconf.h} "$dst/include/"
+cp -r /usr/include/openssl /usr/include/brotli "$dst/include/"
+cp /usr/include/$arch/openssl/*.h "$dst/include/openssl/"  # configuration.h, opensslconf.h
+cp -P /usr/lib/$arch/libcpp-httplib.so* /usr/lib/$arch/libbrotli*.so* "$dst/lib/$arch/"
+cp /usr/lib/$arch/pkgconfig/{cpp-httplib,openssl,libssl,libcrypto,zlib}.pc \
+   /usr/lib/$arch/pkgconfig/libbrotli{common,dec,enc}.pc "$dst/lib/$arch/pkgconfig/"
 # ICU: a declaration-only stand-in (icu_shim/uchar.h says why), never the 30 MB data library.
 mkdir -p "$dst/include/unicode"
 cp scripts/device/icu_shim/uchar.h "$dst/include/unicode/uchar.h"
@@ -25,7 +36,8 @@ if [[ ${1:-} == --all ]]; then
   mkdir -p "$dst/lib/$arch/cmake" "$dst/share/cmake"
   cp -r /usr/include/{nlohmann,CLI,fmt,gtest} "$dst/include/"
   cp -P /usr/lib/$arch/libfmt.so* /usr/lib/$arch/libgtest*.a /usr/lib/$arch/libgmock*.a \
-        /usr/lib/$arch/libpkgconf.so* "$dst/lib/$arch/"
+        /usr/lib/$arch/libpkgconf.so* /usr/lib/$arch/libssl.so* /usr/lib/$arch/libcrypto.so* \
+        /usr/lib/$arch/libz.so* "$dst/lib/$arch/"
   cp -r /usr/lib/$arch/cmake/{fmt,GTest} "$dst/lib/$arch/cmake/"
   cp -r /usr/share/cmake/{CLI11,nlohmann_json} "$dst/share/cmake/"
   cp /usr/lib/$arch/pkgconfig/fmt.pc "$dst/lib/$arch/pkgconfig/"
