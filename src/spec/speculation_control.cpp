@@ -39,7 +39,8 @@ int SpeculationControl::best_measured() const {
   for (int k = 0; k <= k_max_; ++k) {
     if (cost_[k] < 0) continue;
     const double rate = expected_tokens(k) / cost_[k];
-    if (rate > best_rate) best_rate = rate, best = k;
+    const double bar = best == 0 && best_rate > 0 ? 1.0 + kMargin : 1.0;  // ties go to plain
+    if (rate > best_rate * bar) best_rate = rate, best = k;
   }
   return best;
 }
@@ -54,7 +55,8 @@ int SpeculationControl::choose() {
   if (top < 1 || (best == top && top < k_max_)) return top + 1;
   if (probe_interval_ > 0 && step_ >= next_probe_) {
     next_probe_ = step_ + probe_gap_;
-    probe_gap_ = std::min<int64_t>(2 * probe_gap_, probe_interval_);
+    probe_gap_ = std::min<int64_t>(
+        2 * probe_gap_, best == 0 ? kPlainProbeFactor * probe_interval_ : probe_interval_);
     // Probe the less recently measured neighbour of the best k (costs follow the context depth).
     const int lo = std::max(best - 1, 0), hi = std::min(best + 1, k_max_);
     if (lo == best) return hi;
