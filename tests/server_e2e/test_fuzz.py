@@ -133,7 +133,7 @@ def cases(port):
                 yield "json", http_post(port, COMP, body), False
     yield "http", b"POST /v1/comp\x00letions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", True
     yield "http", b"GET /health HTTP/1.1\r\nHost: x\r\nX-N\x00ul: a\x00b\r\n\r\n", True
-    yield "json", b"\x00" * 64, True
+    yield "http", b"\x00" * 64, True
     # 6. Invalid UTF-8 in every string field.
     for i in range(120):
         bad = rng.choice(INVALID_UTF8) * rng.randint(1, 3)
