@@ -85,7 +85,7 @@ std::shared_ptr<Channel> EngineLoop::submit(Request req, double arrival) {
     if (stop_) {
       throw ApiError(503, "the server is shutting down", "server_error", {}, "shutting_down");
     }
-    const int64_t waiting = static_cast<int64_t>(subs_.size()) + engine_waiting_.load();
+    const int64_t waiting = in_transit_ + engine_waiting_;
     if (waiting >= max_queue_) {
       throw ApiError(503,
                      fmt::format("the server is busy: {} requests wait (--max-queue {}); retry "
@@ -94,6 +94,7 @@ std::shared_ptr<Channel> EngineLoop::submit(Request req, double arrival) {
                      "server_error", {}, "queue_full");
     }
     subs_.emplace_back(ch, std::move(req));
+    ++in_transit_;
   }
   cv_.notify_one();
   return ch;
@@ -132,6 +133,10 @@ void EngineLoop::admit(std::deque<std::pair<std::shared_ptr<Channel>, Request>>&
       ch->end("error", std::string(e.what()));
     }
   }
+  // What waits moves from the queue to the scheduler in one step for submit()'s count.
+  std::lock_guard lock(mu_);
+  in_transit_ -= static_cast<int64_t>(subs.size());
+  engine_waiting_ = engine_.waiting();
   subs.clear();
 }
 
@@ -196,9 +201,9 @@ void EngineLoop::publish() {
   s.accepted_per_position = k.accepted_per_position;
   {
     std::lock_guard lock(mu_);
-    s.waiting += static_cast<int64_t>(subs_.size());
+    engine_waiting_ = s.waiting;
+    s.waiting += in_transit_;
   }
-  engine_waiting_ = engine_.waiting();
   metrics_.set_engine(s);
 }
 
@@ -217,6 +222,10 @@ void EngineLoop::run() {
       cancels.swap(cancels_);
     }
     if (stop) {
+      {
+        std::lock_guard lock(mu_);
+        in_transit_ -= static_cast<int64_t>(subs.size());
+      }
       abort_all(subs);
       publish();
       return;
@@ -229,7 +238,12 @@ void EngineLoop::run() {
     admit(subs);
     if (!engine_.idle()) {
       try {
-        route(engine_.step());
+        std::vector<RequestOutput> outs = engine_.step();
+        {
+          std::lock_guard lock(mu_);  // counted before anyone hears of the step
+          engine_waiting_ = engine_.waiting();
+        }
+        route(std::move(outs));
       } catch (const std::exception& e) {
         // An engine failure is not a request's fault: every request in flight ends with it.
         std::fprintf(stderr, "tandem serve: engine step failed: %s\n", e.what());

@@ -93,7 +93,8 @@ class EngineLoop {
   std::condition_variable cv_;
   std::deque<std::pair<std::shared_ptr<Channel>, Request>> subs_;
   std::vector<std::shared_ptr<Channel>> cancels_;
-  std::atomic<int64_t> engine_waiting_{0};
+  int64_t in_transit_ = 0;      // submitted, not yet handed to the engine
+  int64_t engine_waiting_ = 0;  // the scheduler's waiting requests, as last seen
   std::atomic<bool> stopping_{false};
   bool stop_ = false;
   std::map<RequestId, std::shared_ptr<Channel>> active_;  // engine thread only

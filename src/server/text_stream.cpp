@@ -86,8 +86,17 @@ std::string StopMatcher::push(std::string_view text) {
   if (stopped_) return {};
   held_.append(text);
   if (stops_.empty()) return std::exchange(held_, {});
-  size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+  // The stop string completed first ends earliest (ties: the longest, which starts earliest):
+  // the answer does not depend on how the text was split into pieces.
+  size_t first = std::string::npos, first_end = std::string::npos;
+  for (const std::string& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at == std::string::npos) continue;
+    if (at + s.size() < first_end || (at + s.size() == first_end && at < first)) {
+      first = at;
+      first_end = at + s.size();
+    }
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = held_.substr(0, first);

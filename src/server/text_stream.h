@@ -1,8 +1,10 @@
 // Generated tokens to the text a client may see, incrementally: token bytes are assembled so that
 // a piece never ends inside a UTF-8 character (ill-formed bytes become U+FFFD, as a full decode
 // gives them), and text that could begin a stop string is held back until it cannot; a stop
-// string itself is never emitted. The concatenation of every piece equals the full decode cut
-// before the first stop string. One object per request; not thread-safe.
+// string itself is never emitted. Generation stops at the stop string completed first (the one
+// ending earliest; of those ending together, the longest), so the concatenation of every piece is
+// the full decode cut before that stop string, however the text was split. One object per
+// request; not thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,281 @@
+// Request parsing and validation (server/protocol.h): every field of docs/server.md is mapped onto
+// the engine's request, and every wrong body is an ApiError with the contract's status and the
+// field named in `param`.
+#include "server/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/api_error.h"
+
+namespace tandem::server {
+namespace {
+
+const ProtocolLimits kLimits{.served_model = "tiny", .vocab_size = 100};
+
+GenerationRequest parse(const std::string& body, Endpoint e) {
+  return parse_generation_request(parse_body(body), e, kLimits);
+}
+GenerationRequest chat(const std::string& fields) {
+  return parse(R"({"messages": [{"role": "user", "content": "hi"}])" + fields + "}",
+               Endpoint::kChat);
+}
+GenerationRequest completion(const std::string& fields) {
+  return parse(R"({"prompt": "hi")" + fields + "}", Endpoint::kCompletion);
+}
+
+struct BadCase {
+  const char* name;
+  Endpoint endpoint;
+  std::string body;
+  int status;
+  std::string param;  // "" : null
+};
+
+std::string show(const BadCase& c) { return std::string(c.name) + ": " + c.body; }
+
+TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
+  const Endpoint C = Endpoint::kChat, P = Endpoint::kCompletion;
+  const std::string m = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::string p = R"("prompt": "hi")";
+  const std::vector<BadCase> cases = {
+      {"malformed", P, R"({"prompt": )", 400, ""},
+      {"not an object", P, R"([1, 2])", 400, ""},
+      {"trailing garbage", P, R"({"prompt": "a"} x)", 400, ""},
+      {"invalid utf-8", P, "{\"prompt\": \"\xff\xfe\"}", 400, ""},
+      {"lone surrogate escape", P, R"({"prompt": "\ud800"})", 400, ""},
+      {"unknown model", P, "{" + p + R"(, "model": "other"})", 404, "model"},
+      {"model not a string", P, "{" + p + R"(, "model": 3})", 400, "model"},
+      {"missing messages", C, R"({"model": "tiny"})", 400, "messages"},
+      {"messages not an array", C, R"({"messages": "hi"})", 400, "messages"},
+      {"empty messages", C, R"({"messages": []})", 400, "messages"},
+      {"message not an object", C, R"({"messages": [3]})", 400, "messages[0]"},
+      {"missing role", C, R"({"messages": [{"content": "x"}]})", 400, "messages[0].role"},
+      {"role not a string", C, R"({"messages": [{"role": 1}]})", 400, "messages[0].role"},
+      {"content a number", C, R"({"messages": [{"role": "user", "content": 5}]})", 400,
+       "messages[0].content"},
+      {"image part", C,
+       R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
+       400, "messages[0].content[0]"},
+      {"text part not a string", C,
+       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]})", 400,
+       "messages[0].content[0].text"},
+      {"tools not an array", C, "{" + m + R"(, "tools": {}})", 400, "tools"},
+      {"tool_choice a number", C, "{" + m + R"(, "tool_choice": 1})", 400, "tool_choice"},
+      {"missing prompt", P, R"({"max_tokens": 3})", 400, "prompt"},
+      {"empty prompt", P, R"({"prompt": ""})", 400, "prompt"},
+      {"two prompts", P, R"({"prompt": ["a", "b"]})", 400, "prompt"},
+      {"prompt a number", P, R"({"prompt": 5})", 400, "prompt"},
+      {"empty id list", P, R"({"prompt": []})", 400, "prompt"},
+      {"id out of vocab", P, R"({"prompt": [1, 100]})", 400, "prompt[1]"},
+      {"negative id", P, R"({"prompt": [[-1]]})", 400, "prompt[0]"},
+      {"id not an integer", P, R"({"prompt": [1.5]})", 400, "prompt[0]"},
+      {"n = 2", P, "{" + p + R"(, "n": 2})", 400, "n"},
+      {"n = 0", P, "{" + p + R"(, "n": 0})", 400, "n"},
+      {"max_tokens 0", P, "{" + p + R"(, "max_tokens": 0})", 400, "max_tokens"},
+      {"max_tokens string", P, "{" + p + R"(, "max_tokens": "5"})", 400, "max_tokens"},
+      {"max_tokens fraction", P, "{" + p + R"(, "max_tokens": 2.5})", 400, "max_tokens"},
+      {"number overflow", P, "{" + p + R"(, "max_tokens": 1e400})", 400, ""},
+      {"max_tokens beyond int64", P, "{" + p + R"(, "max_tokens": 18446744073709551615})", 400,
+       "max_tokens"},
+      {"max_completion_tokens -1", C, "{" + m + R"(, "max_completion_tokens": -1})", 400,
+       "max_completion_tokens"},
+      {"temperature 2.5", P, "{" + p + R"(, "temperature": 2.5})", 400, "temperature"},
+      {"temperature -0.1", P, "{" + p + R"(, "temperature": -0.1})", 400, "temperature"},
+      {"temperature string", P, "{" + p + R"(, "temperature": "hot"})", 400, "temperature"},
+      {"top_p 0", P, "{" + p + R"(, "top_p": 0})", 400, "top_p"},
+      {"top_p 1.5", P, "{" + p + R"(, "top_p": 1.5})", 400, "top_p"},
+      {"top_k -2", P, "{" + p + R"(, "top_k": -2})", 400, "top_k"},
+      {"top_k bool", P, "{" + p + R"(, "top_k": true})", 400, "top_k"},
+      {"seed string", P, "{" + p + R"(, "seed": "1"})", 400, "seed"},
+      {"stop number", P, "{" + p + R"(, "stop": 5})", 400, "stop"},
+      {"stop empty string", P, "{" + p + R"(, "stop": ""})", 400, "stop"},
+      {"stop list item", P, "{" + p + R"(, "stop": ["a", 1]})", 400, "stop[1]"},
+      {"stop 17", P,
+       "{" + p +
+           R"(, "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
+       400, "stop"},
+      {"stop_token_ids out of vocab", P, "{" + p + R"(, "stop_token_ids": [5, 200]})", 400,
+       "stop_token_ids[1]"},
+      {"stop_token_ids not a list", P, "{" + p + R"(, "stop_token_ids": 5})", 400,
+       "stop_token_ids"},
+      {"ignore_eos string", P, "{" + p + R"(, "ignore_eos": "yes"})", 400, "ignore_eos"},
+      {"chat logprobs int", C, "{" + m + R"(, "logprobs": 3})", 400, "logprobs"},
+      {"top_logprobs 21", C, "{" + m + R"(, "logprobs": true, "top_logprobs": 21})", 400,
+       "top_logprobs"},
+      {"top_logprobs without logprobs", C, "{" + m + R"(, "top_logprobs": 2})", 400,
+       "top_logprobs"},
+      {"completion logprobs 6", P, "{" + p + R"(, "logprobs": 6})", 400, "logprobs"},
+      {"completion logprobs bool", P, "{" + p + R"(, "logprobs": true})", 400, "logprobs"},
+      {"presence_penalty 3", P, "{" + p + R"(, "presence_penalty": 3})", 400, "presence_penalty"},
+      {"frequency_penalty -2.5", P, "{" + p + R"(, "frequency_penalty": -2.5})", 400,
+       "frequency_penalty"},
+      {"repetition_penalty 0", P, "{" + p + R"(, "repetition_penalty": 0})", 400,
+       "repetition_penalty"},
+      {"repetition_penalty 2.1", P, "{" + p + R"(, "repetition_penalty": 2.1})", 400,
+       "repetition_penalty"},
+      {"response_format json", C, "{" + m + R"(, "response_format": {"type": "json_object"}})", 400,
+       "response_format"},
+      {"response_format string", C, "{" + m + R"(, "response_format": "text"})", 400,
+       "response_format"},
+      {"stream string", P, "{" + p + R"(, "stream": "true"})", 400, "stream"},
+      {"stream_options list", P, "{" + p + R"(, "stream": true, "stream_options": []})", 400,
+       "stream_options"},
+      {"include_usage number", P,
+       "{" + p + R"(, "stream": true, "stream_options": {"include_usage": 1}})", 400,
+       "include_usage"},
+  };
+  for (const BadCase& c : cases) {
+    try {
+      parse(c.body, c.endpoint);
+      ADD_FAILURE() << "accepted " << show(c);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, c.status) << show(c) << " -> " << e.what();
+      EXPECT_EQ(e.param, c.param) << show(c) << " -> " << e.what();
+      EXPECT_EQ(e.type, "invalid_request_error") << show(c);
+      const auto body = error_body(e);
+      ASSERT_TRUE(body["error"].is_object());
+      EXPECT_EQ(body["error"]["message"], std::string(e.what()));
+      EXPECT_EQ(body["error"]["param"].is_null(), c.param.empty()) << show(c);
+      EXPECT_TRUE(body["error"].contains("code"));
+    }
+  }
+}
+
+TEST(Protocol, ModelNotFoundHasItsCode) {
+  try {
+    completion(R"(, "model": "gpt-4")");
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 404);
+    EXPECT_EQ(e.code, "model_not_found");
+  }
+}
+
+TEST(Protocol, HostileShapesAreRefusedBeforeParsing) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THROW(parse_body(deep), ApiError);
+  std::string wide = "{";
+  for (int i = 0; i < 5000; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\": 0";
+  wide += "}";
+  EXPECT_THROW(parse_body(wide), ApiError);
+  // Brackets and colons inside strings do not count.
+  const std::string quoted =
+      "{\"a\": \"" + std::string(1000, '[') + "\\\"" + std::string(5000, ':') + "\"}";
+  EXPECT_NO_THROW(parse_body(quoted));
+  const auto nested = [](int depth) {
+    return "{\"a\": " + std::string(depth, '[') + std::string(depth, ']') + "}";
+  };
+  EXPECT_NO_THROW(parse_body(nested(kMaxJsonDepth - 1)));
+  EXPECT_THROW(parse_body(nested(kMaxJsonDepth)), ApiError);
+}
+
+TEST(Protocol, DefaultsFollowOpenAI) {
+  const GenerationRequest r = completion("");
+  EXPECT_EQ(r.model, "tiny");
+  EXPECT_EQ(*r.prompt_text, "hi");
+  EXPECT_FALSE(r.max_tokens.has_value());  // the rest of the context
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 1.f);
+  EXPECT_EQ(r.sampling.top_k, 0);
+  EXPECT_EQ(r.logprobs, -1);
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.include_usage);
+  EXPECT_FALSE(r.ignore_eos);
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_FALSE(r.sampling.penalized());
+  // Unseeded requests draw different seeds.
+  EXPECT_NE(completion("").sampling.seed, completion("").sampling.seed);
+}
+
+TEST(Protocol, EveryFieldMapsOntoTheRequest) {
+  const GenerationRequest r = completion(
+      R"(, "model": "tiny", "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 4,
+      "seed": -3, "stop": ["x", "yz"], "stop_token_ids": [9, 8], "ignore_eos": true, "n": 1,
+      "logprobs": 2, "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.5,
+      "response_format": {"type": "text"}, "stream": true, "stream_options": {"include_usage": true},
+      "user": {"anything": [1]}, "unknown_field": 1, "best_of": null)");
+  EXPECT_EQ(*r.max_tokens, 7);
+  EXPECT_TRUE(r.sampling.greedy());
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 4);
+  EXPECT_EQ(r.sampling.seed, static_cast<uint64_t>(int64_t{-3}));
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_EQ(r.stop_token_ids, (std::vector<int32_t>{9, 8}));
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -1.f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.5f);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+
+  EXPECT_EQ(completion(R"(, "top_k": -1)").sampling.top_k, 0);
+  EXPECT_EQ(completion(R"(, "top_k": 1000)").sampling.top_k, 100);  // at most the vocabulary
+  EXPECT_EQ(completion(R"(, "max_tokens": 3.0)").max_tokens, 3);
+  EXPECT_EQ(completion(R"(, "seed": 18446744073709551615)").sampling.seed, ~uint64_t{0});
+  EXPECT_EQ(completion(R"(, "stop": "end")").stop, std::vector<std::string>{"end"});
+  EXPECT_EQ(completion(R"(, "temperature": null, "max_tokens": null)").sampling.temperature, 1.f);
+  EXPECT_EQ(completion(R"(, "logprobs": 0)").logprobs, 0);
+}
+
+TEST(Protocol, PromptForms) {
+  EXPECT_EQ(*parse(R"({"prompt": ["one"]})", Endpoint::kCompletion).prompt_text, "one");
+  EXPECT_EQ(parse(R"({"prompt": [1, 2, 3]})", Endpoint::kCompletion).prompt_ids,
+            (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse(R"({"prompt": [[4, 5]]})", Endpoint::kCompletion).prompt_ids,
+            (std::vector<int32_t>{4, 5}));
+}
+
+TEST(Protocol, ChatFields) {
+  const GenerationRequest r = parse(
+      R"({"messages": [{"role": "system", "content": null},
+                       {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                    {"type": "text", "text": "b"}], "name": "u"}],
+          "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto",
+          "max_tokens": 9, "max_completion_tokens": 4, "logprobs": true, "top_logprobs": 3,
+          "chat_template_kwargs": {"enable_thinking": false}})",
+      Endpoint::kChat);
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0]["content"], "");
+  EXPECT_EQ(r.messages[1]["content"], "a\nb");
+  EXPECT_EQ(r.messages[1]["name"], "u");
+  EXPECT_EQ(r.template_extra["tools"][0]["function"]["name"], "f");
+  EXPECT_EQ(r.template_extra["tool_choice"], "auto");
+  EXPECT_EQ(r.template_extra["enable_thinking"], false);
+  EXPECT_EQ(*r.max_tokens, 4);  // max_completion_tokens wins
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(chat(R"(, "logprobs": true)").logprobs, 0);
+  EXPECT_EQ(chat(R"(, "logprobs": false, "top_logprobs": 0)").logprobs, -1);
+}
+
+TEST(Protocol, TokenizeAndDetokenize) {
+  TokenizeRequest t = parse_tokenize_request(parse_body(R"({"prompt": "abc"})"));
+  EXPECT_EQ(*t.prompt, "abc");
+  t = parse_tokenize_request(parse_body(
+      R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": false})"));
+  EXPECT_FALSE(t.prompt.has_value());
+  EXPECT_FALSE(t.add_generation_prompt);
+  auto bad = [](const std::string& body, const std::string& param) {
+    try {
+      parse_tokenize_request(parse_body(body));
+      ADD_FAILURE() << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.param, param) << body;
+    }
+  };
+  bad(R"({})", "prompt");
+  bad(R"({"prompt": "a", "messages": []})", "messages");
+  bad(R"({"prompt": 1})", "prompt");
+  bad(R"({"prompt": "a", "add_special_tokens": 1})", "add_special_tokens");
+  EXPECT_EQ(parse_detokenize_request(parse_body(R"({"tokens": [1, 99]})"), kLimits),
+            (std::vector<int32_t>{1, 99}));
+  for (const char* body : {R"({})", R"({"tokens": "1"})", R"({"tokens": [100]})"}) {
+    EXPECT_THROW(parse_detokenize_request(parse_body(body), kLimits), ApiError) << body;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::server

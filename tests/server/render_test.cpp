@@ -1,0 +1,137 @@
+// OpenAI rendering and SSE framing (server/openai_render.h): the shapes docs/server.md promises,
+// each endpoint's logprobs format, and serialisation that never throws.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "fake_codec.h"
+#include "server/api_error.h"
+#include "server/openai_render.h"
+
+namespace tandem::server {
+namespace {
+
+const ResponseMeta kChat{
+    .endpoint = Endpoint::kChat, .id = "chatcmpl-1", .created = 5, .model = "m"};
+const ResponseMeta kCompletion{
+    .endpoint = Endpoint::kCompletion, .id = "cmpl-1", .created = 5, .model = "m"};
+
+TEST(Sse, FramingIsOneDataLinePerEvent) {
+  const std::string e = sse_event(Json{{"a", "line1\nline2"}, {"b", 1}});
+  ASSERT_GE(e.size(), 8u);
+  EXPECT_EQ(e.rfind("data: ", 0), 0u);
+  EXPECT_EQ(e.substr(e.size() - 2), "\n\n");
+  // A newline in the text is escaped: the event is a single line.
+  EXPECT_EQ(e.find('\n'), e.size() - 2);
+  EXPECT_EQ(Json::parse(e.substr(6)), (Json{{"a", "line1\nline2"}, {"b", 1}}));
+  EXPECT_STREQ(kSseDone, "data: [DONE]\n\n");
+}
+
+TEST(Render, DumpReplacesIllFormedUtf8InsteadOfThrowing) {
+  const Json j = {{"text", std::string("a\xFF"
+                                       "b")}};
+  std::string out;
+  ASSERT_NO_THROW(out = dump(j));
+  EXPECT_EQ(out,
+            "{\"text\":\"a\xEF\xBF\xBD"
+            "b\"}");
+}
+
+TEST(Render, ChatResponseShape) {
+  GenerationStats st;
+  st.drafting_steps = 4;
+  st.draft_tokens = 12;
+  st.accepted_tokens = 6;
+  const Json r = response_json(kChat, "hello", "stop", nullptr, 7, 3, st);
+  EXPECT_EQ(r["id"], "chatcmpl-1");
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["created"], 5);
+  EXPECT_EQ(r["model"], "m");
+  ASSERT_EQ(r["choices"].size(), 1u);
+  EXPECT_EQ(r["choices"][0]["index"], 0);
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "hello");
+  EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["usage"],
+            (Json{{"prompt_tokens", 7}, {"completion_tokens", 3}, {"total_tokens", 10}}));
+  EXPECT_EQ(r["speculation"]["draft_tokens"], 12);
+  EXPECT_EQ(r["speculation"]["accepted_tokens"], 6);
+  EXPECT_EQ(r["speculation"]["drafting_steps"], 4);
+  EXPECT_DOUBLE_EQ(r["speculation"]["mean_acceptance_length"].get<double>(), 2.5);
+}
+
+TEST(Render, CompletionResponseAndChunks) {
+  const Json r = response_json(kCompletion, "t", "length", nullptr, 1, 2, {});
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], "t");
+  EXPECT_FALSE(r["choices"][0].contains("message"));
+  EXPECT_DOUBLE_EQ(r["speculation"]["mean_acceptance_length"].get<double>(), 1.0);
+
+  const Json c = chunk_json(kCompletion, "piece", false, nullptr, "");
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "piece");
+  EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+
+  const Json first = chunk_json(kChat, "", true, nullptr, "");
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  const Json next = chunk_json(kChat, "x", false, nullptr, "");
+  EXPECT_FALSE(next["choices"][0]["delta"].contains("role"));
+  EXPECT_EQ(next["choices"][0]["delta"]["content"], "x");
+  const Json last = chunk_json(kChat, "", false, nullptr, "abort");
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "abort");
+  EXPECT_EQ(last["choices"][0]["delta"], Json::object());
+
+  const Json u = usage_chunk_json(kChat, 4, 5);
+  EXPECT_TRUE(u["choices"].is_array());
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(u["usage"]["total_tokens"], 9);
+}
+
+TEST(Render, LogprobsInEachEndpointsFormat) {
+  const testing::FakeCodec codec({"a", "\xC3", "<s>"}, {2});
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::vector<TokenLogprobs> lps = {
+      {.chosen = {0, -0.5f}, .top = {{0, -0.5f}, {1, -1.5f}}},
+      {.chosen = {1, ninf}, .top = {}},
+  };
+  const Json chat = logprobs_json(Endpoint::kChat, codec, lps);
+  ASSERT_EQ(chat["content"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["token"], "a");
+  EXPECT_DOUBLE_EQ(chat["content"][0]["logprob"].get<double>(), -0.5);
+  EXPECT_EQ(chat["content"][0]["bytes"], Json::array({97}));
+  ASSERT_EQ(chat["content"][0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["bytes"], Json::array({0xC3}));
+  // A partial character: its bytes are exact, its text valid UTF-8; -inf is written as -9999.
+  EXPECT_EQ(chat["content"][1]["token"], "\xEF\xBF\xBD");
+  EXPECT_EQ(chat["content"][1]["bytes"], Json::array({0xC3}));
+  EXPECT_DOUBLE_EQ(chat["content"][1]["logprob"].get<double>(), -9999.0);
+  EXPECT_NO_THROW(dump(chat));
+
+  const Json comp = logprobs_json(Endpoint::kCompletion, codec, lps, 10);
+  EXPECT_EQ(comp["tokens"], Json::array({"a", "\xEF\xBF\xBD"}));
+  EXPECT_EQ(comp["token_logprobs"][0], -0.5);
+  EXPECT_EQ(comp["text_offset"], Json::array({10, 11}));
+  ASSERT_EQ(comp["top_logprobs"].size(), 2u);
+  EXPECT_EQ(comp["top_logprobs"][0].size(), 2u);  // the two alternatives (the chosen among them)
+  EXPECT_EQ(comp["top_logprobs"][1].size(), 1u);  // the chosen token alone
+}
+
+TEST(Render, ModelsAndErrors) {
+  const Json m = models_json("tiny", 3, 4096);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["owned_by"], "tandem");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 4096);
+  const auto e = error_body(ApiError(503, "busy", "server_error", {}, "queue_full"));
+  EXPECT_EQ(e["error"]["message"], "busy");
+  EXPECT_EQ(e["error"]["type"], "server_error");
+  EXPECT_TRUE(e["error"]["param"].is_null());
+  EXPECT_EQ(e["error"]["code"], "queue_full");
+}
+
+}  // namespace
+}  // namespace tandem::server

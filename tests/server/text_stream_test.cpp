@@ -1,0 +1,216 @@
+// Streaming text (server/text_stream.h): pieces never end inside a UTF-8 character, a stop string
+// is never emitted even in part, and the pieces add up to the full decode cut before the first
+// stop string, however the text is split into tokens.
+#include "server/text_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "fake_codec.h"
+
+namespace tandem::server {
+namespace {
+
+using testing::FakeCodec;
+
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence_length(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+TEST(Utf8, SequenceLengthsAndTails) {
+  EXPECT_EQ(utf8_sequence_length("a", 0), 1u);
+  EXPECT_EQ(utf8_sequence_length("\xC3\xA9", 0), 2u);
+  EXPECT_EQ(utf8_sequence_length("\xE2\x82\xAC", 0), 3u);
+  EXPECT_EQ(utf8_sequence_length("\xF0\x9F\x98\x80", 0), 4u);
+  EXPECT_EQ(utf8_sequence_length("\xC0\x80", 0), 0u);          // overlong
+  EXPECT_EQ(utf8_sequence_length("\xED\xA0\x80", 0), 0u);      // surrogate
+  EXPECT_EQ(utf8_sequence_length("\xF4\x90\x80\x80", 0), 0u);  // above U+10FFFF
+  EXPECT_EQ(utf8_sequence_length("\xE2\x82", 0), 0u);          // truncated
+  EXPECT_EQ(utf8_incomplete_tail("ab\xE2\x82"), 2u);
+  EXPECT_EQ(utf8_incomplete_tail("ab\xF0"), 1u);
+  EXPECT_EQ(utf8_incomplete_tail("ab\xF0\x9F\x98"), 3u);
+  EXPECT_EQ(utf8_incomplete_tail("ab\xF0\x9F\x98\x80"), 0u);  // complete
+  EXPECT_EQ(utf8_incomplete_tail("ab\xE0\x80"), 0u);          // can never complete
+  EXPECT_EQ(utf8_incomplete_tail("ab\x80"), 0u);              // a stray continuation
+  EXPECT_EQ(utf8_lossy("a\xFF"
+                       "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  // One U+FFFD per maximal ill-formed subpart (as Rust's from_utf8_lossy and HF decode).
+  EXPECT_EQ(utf8_lossy("\xF0\x9F\x98z"), "\xEF\xBF\xBDz");
+  EXPECT_EQ(utf8_lossy("\xC0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST(StopMatcher, HoldsBackOnlyWhatCouldStartAStop) {
+  StopMatcher m({"STOP", "\n\n"});
+  EXPECT_EQ(m.push("hello S"), "hello ");
+  EXPECT_EQ(m.push("T"), "");
+  EXPECT_EQ(m.push("x"), "STx");  // not a stop after all: released at once
+  EXPECT_EQ(m.push("a\n"), "a");
+  EXPECT_EQ(m.push("b"), "\nb");
+  EXPECT_EQ(m.push("ST"), "");
+  EXPECT_EQ(m.push("OP and more"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.push("later"), "");
+  EXPECT_EQ(m.flush(), "");
+
+  StopMatcher n({"abc"});
+  EXPECT_EQ(n.push("xab"), "x");
+  EXPECT_EQ(n.flush(), "ab");  // the end of generation releases a partial match
+  StopMatcher none({});
+  EXPECT_EQ(none.push("anything"), "anything");
+}
+
+TEST(StopMatcher, OverlappingStopsCutAtTheEarliest) {
+  StopMatcher m({"bcd", "abcx", "c"});
+  EXPECT_EQ(m.push("zab"), "z");  // "ab" could begin "abcx"
+  EXPECT_EQ(m.push("cd"), "ab");  // "c" is completed first, though "bcd" begins earlier
+  EXPECT_TRUE(m.stopped());
+}
+
+// Cuts text before the stop string completed first: the shortest prefix of text that ends with a
+// stop string, cut before the longest stop string it ends with.
+std::string expected_output(const std::string& text, const std::vector<std::string>& stops,
+                            bool* stopped) {
+  for (size_t end = 1; end <= text.size(); ++end) {
+    size_t cut = std::string::npos;
+    for (const auto& s : stops) {
+      if (s.size() <= end && text.compare(end - s.size(), s.size(), s) == 0) {
+        cut = std::min(cut, end - s.size());
+      }
+    }
+    if (cut != std::string::npos) {
+      *stopped = true;
+      return text.substr(0, cut);
+    }
+  }
+  *stopped = false;
+  return text;
+}
+
+TEST(StopMatcher, ArbitrarySplitsGiveTheSameTextAndNeverLeakAStop) {
+  std::mt19937 rng(7);
+  const std::string alphabet = "abcab \n";
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    const int len = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < len; ++i) text += alphabet[rng() % alphabet.size()];
+    std::vector<std::string> stops;
+    const int n_stops = static_cast<int>(rng() % 4);
+    for (int s = 0; s < n_stops; ++s) {
+      std::string stop;
+      const int sl = 1 + static_cast<int>(rng() % 4);
+      for (int i = 0; i < sl; ++i) stop += alphabet[rng() % alphabet.size()];
+      stops.push_back(stop);
+    }
+    bool should_stop = false;
+    const std::string want = expected_output(text, stops, &should_stop);
+    StopMatcher m(stops);
+    std::string got;
+    for (size_t pos = 0; pos < text.size() && !m.stopped();) {
+      const size_t piece = 1 + rng() % 5;
+      got += m.push(std::string_view(text).substr(pos, piece));
+      pos += piece;
+      // Whatever was emitted so far is a prefix of the answer: no stop string, not even its
+      // beginning, ever goes out.
+      ASSERT_EQ(want.compare(0, got.size(), got), 0)
+          << "text '" << text << "' emitted '" << got << "' stops "
+          << ::testing::PrintToString(stops);
+    }
+    got += m.flush();
+    EXPECT_EQ(got, want) << "text '" << text << "'";
+    EXPECT_EQ(m.stopped(), should_stop);
+  }
+}
+
+TEST(TextStream, MultiByteCharactersSplitAcrossTokensAreNeverCut) {
+  // "é€😀" as single bytes: every token is one byte of a multi-byte character.
+  const FakeCodec codec = FakeCodec::bytes();
+  const std::string text = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80z";
+  TextStream s(codec, {});
+  std::vector<std::string> pieces;
+  for (unsigned char c : text) pieces.push_back(s.push(c));
+  pieces.push_back(s.finish());
+  std::string joined;
+  for (const std::string& p : pieces) {
+    EXPECT_TRUE(valid_utf8(p)) << p;
+    joined += p;
+  }
+  EXPECT_EQ(joined, text);
+  // Held back until complete: the first byte of "é" gives nothing, its second the character.
+  EXPECT_EQ(pieces[1], "");
+  EXPECT_EQ(pieces[2], "\xC3\xA9");
+  EXPECT_EQ(pieces[6], "");
+  EXPECT_EQ(pieces[7], "");
+  EXPECT_EQ(pieces[8], "");
+  EXPECT_EQ(pieces[9], "\xF0\x9F\x98\x80");
+}
+
+TEST(TextStream, IllFormedBytesBecomeReplacementCharacters) {
+  const FakeCodec codec = FakeCodec::bytes();
+  TextStream s(codec, {});
+  std::string out;
+  for (unsigned char c : std::string("x\xE2\x82y\xFF\xF0")) out += s.push(c);
+  out += s.finish();  // the trailing incomplete "\xF0" too
+  EXPECT_EQ(out, "x\xEF\xBF\xBDy\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(out, utf8_lossy("x\xE2\x82y\xFF\xF0"));
+}
+
+TEST(TextStream, RandomTokenisationsOfUnicodeWithStops) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> chars = {
+      "a", "b", " ", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xFF"};
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 20);
+    for (int i = 0; i < n; ++i) text += chars[rng() % chars.size()];
+    // Tokens are random byte ranges of the text, so characters are split anywhere.
+    std::vector<std::string> tokens;
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t len = 1 + rng() % 4;
+      tokens.push_back(text.substr(pos, len));
+      pos += len;
+    }
+    const FakeCodec codec(tokens);
+    std::vector<std::string> stops;
+    if (trial % 2) stops.push_back(chars[rng() % 6] + chars[rng() % 6]);  // valid UTF-8 stops
+    bool should_stop = false;
+    const std::string want = expected_output(utf8_lossy(text), stops, &should_stop);
+    TextStream s(codec, stops);
+    std::string got;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const std::string piece = s.push(static_cast<int32_t>(i));
+      EXPECT_TRUE(valid_utf8(piece));
+      got += piece;
+      ASSERT_EQ(want.compare(0, got.size(), got), 0);
+    }
+    got += s.finish();
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(s.stopped(), should_stop);
+  }
+}
+
+TEST(TextStream, CountsTokensUpToTheStopAndSkipsSpecialTokens) {
+  const FakeCodec codec({"he", "llo", " wor", "ld", "<eos>"}, /*special=*/{4});
+  TextStream s(codec, {"o w"});
+  EXPECT_EQ(s.push(0), "he");
+  EXPECT_EQ(s.push(1), "ll");  // "o" could begin "o w"
+  EXPECT_EQ(s.push(2), "");
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.push(3), "");  // ignored once stopped
+  EXPECT_EQ(s.tokens(), 3);
+  EXPECT_EQ(s.finish(), "");
+
+  TextStream t(codec, {});
+  EXPECT_EQ(t.push(4), "");  // special tokens are skipped, as vLLM's skip_special_tokens
+  EXPECT_EQ(t.push(0), "he");
+}
+
+}  // namespace
+}  // namespace tandem::server
