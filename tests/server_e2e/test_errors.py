@@ -227,8 +227,8 @@ def test_body_over_the_limit_is_413(small_body_server):
 
 def test_chunked_body_over_the_limit_is_413(small_body_server):
     """A chunked body has no Content-Length to check up front; the limit must still hold, or any
-    client can make the server buffer an unbounded body. SERVER BUG at 1e94f18: a 4 KB chunked
-    body passes --max-body-bytes 2000 (the request then fails later, as too long a prompt)."""
+    client can make the server buffer an unbounded body (at 1e94f18 a 4 KB chunked body passed
+    --max-body-bytes 2000 and failed later, as too long a prompt)."""
     port = small_body_server.port
     data = raw_request_bytes("POST", COMP, None, port=port,
                              headers={"Content-Type": "application/json",
@@ -259,9 +259,9 @@ def open_stream(port, body):
 def test_full_queue_is_503_with_retry_after(fresh_pool):
     """--max-num-seqs 1 --max-queue 1: one request runs, one waits, and every further request is
     a 503 with Retry-After at once, not a hang; three rounds, each ended by both clients going
-    away. SERVER BUG at 1e94f18: in the third round the first probe is queued as a second waiting
-    request (metrics: running 1, waiting 2) and hangs; the count that --max-queue checks drifts
-    after requests are cancelled."""
+    away. (At 1e94f18 a probe was at times queued as a second waiting request, metrics showing
+    running 1 and waiting 2, and hung: submissions taken by the engine loop and not yet admitted
+    were counted nowhere; 11dfabc counts them.)"""
     s = fresh_pool.start(["--max-num-seqs", "1", "--max-queue", "1", "--max-model-len", "4096"])
     long = comp(prompt=TEXT[0], max_tokens=4000, ignore_eos=True, stream=True)
     for round_ in range(3):
