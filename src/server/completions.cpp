@@ -251,10 +251,10 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
 
 }  // namespace
 
-void handle_generation(const HandlerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string_view raw,
                        httplib::Response& res) {
   const double arrival = EngineLoop::now();
-  const Json body = parse_body(req.body);
+  const Json body = parse_body(raw);
   const GenerationRequest g = parse_generation_request(body, endpoint, ctx.limits);
   Request r = engine_request(ctx, g);
   const auto prompt_tokens = static_cast<int64_t>(r.prompt.size());

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <string>
+#include <string_view>
 
 #include "server/engine_loop.h"
 #include "server/http_server.h"
@@ -35,7 +36,7 @@ AccessRecord& access_record();  // this thread's
 
 // POST /v1/chat/completions and /v1/completions: validation, submission, then one JSON response
 // or an SSE stream. Throws ApiError for the handler's error path (before anything is sent).
-void handle_generation(const HandlerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string_view body,
                        httplib::Response& res);
 
 }  // namespace tandem::server

@@ -111,8 +111,51 @@ struct HttpServer::Impl {
     };
   }
 
-  void tokenize(const httplib::Request& req, httplib::Response& res) const {
-    const TokenizeRequest t = parse_tokenize_request(parse_body(req.body));
+  // POST bodies are read here, through httplib's content reader, so that the size limit holds for
+  // chunked bodies too (httplib 0.11 checks it only against Content-Length).
+  template <typename Fn>
+  httplib::Server::HandlerWithContentReader wrap_post(Fn fn) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res,
+                      const httplib::ContentReader& reader) {
+      try {
+        check_auth(req);
+        if (req.is_multipart_form_data()) {
+          throw bad_request({},
+                            "the body must be JSON (application/json), not multipart form data");
+        }
+        // Past the limit the rest is read and dropped (up to kMaxDrained), so that the
+        // connection stays in step for its next request; httplib 0.11 cannot close it here.
+        constexpr size_t kMaxDrained = size_t{64} << 20;
+        const auto limit = static_cast<size_t>(opt.max_body_bytes);
+        std::string body;
+        size_t seen = 0;
+        const bool ok = reader([&](const char* data, size_t n) {
+          seen += n;
+          if (seen <= limit) body.append(data, n);
+          return seen <= limit + kMaxDrained;
+        });
+        if (seen > limit || res.status == 413) {
+          throw ApiError(413,
+                         fmt::format("the request body exceeds {} bytes (--max-body-bytes)",
+                                     opt.max_body_bytes),
+                         "invalid_request_error", {}, 413);
+        }
+        if (!ok) throw bad_request({}, "the request body could not be read");
+        res.status = -1;
+        fn(req, body, res);
+      } catch (const ApiError& e) {
+        write_error(res, e);
+      } catch (const Error& e) {
+        write_error(res, bad_request({}, e.what()));
+      } catch (const std::exception& e) {
+        write_error(res,
+                    ApiError(500, fmt::format("internal error: {}", e.what()), "internal_error"));
+      }
+    };
+  }
+
+  void tokenize(std::string_view raw, httplib::Response& res) const {
+    const TokenizeRequest t = parse_tokenize_request(parse_body(raw));
     std::vector<int32_t> ids;
     try {
       ids = t.prompt ? ctx.codec.encode(*t.prompt)
@@ -125,9 +168,22 @@ struct HttpServer::Impl {
     res.set_content(dump(out), "application/json");
   }
 
-  void detokenize(const httplib::Request& req, httplib::Response& res) const {
-    const std::vector<int32_t> ids = parse_detokenize_request(parse_body(req.body), ctx.limits);
+  void detokenize(std::string_view raw, httplib::Response& res) const {
+    const std::vector<int32_t> ids = parse_detokenize_request(parse_body(raw), ctx.limits);
     res.set_content(dump(Json{{"prompt", ctx.codec.decode(ids, false)}}), "application/json");
+  }
+
+  // A request no route takes: 405 (with Allow) on a known path, else 404.
+  static ApiError no_route(const httplib::Request& req, httplib::Response& res) {
+    if (const Route* r = find_route(req.path)) {
+      res.set_header("Allow", r->method);
+      return ApiError(
+          405,
+          fmt::format("method {} is not allowed on {}; use {}", req.method, req.path, r->method),
+          "invalid_request_error", {}, 405);
+    }
+    return ApiError(404, fmt::format("no such endpoint: {} {}", req.method, req.path),
+                    "not_found_error", {}, 404);
   }
 
   // Errors httplib produced itself (no route, body too large, bad request line), as JSON; an
@@ -139,15 +195,7 @@ struct HttpServer::Impl {
     try {
       if (res.status == 404) {
         check_auth(req);
-        if (const Route* r = find_route(req.path)) {
-          res.set_header("Allow", r->method);
-          throw ApiError(405,
-                         fmt::format("method {} is not allowed on {}; use {}", req.method, req.path,
-                                     r->method),
-                         "invalid_request_error", {}, 405);
-        }
-        throw ApiError(404, fmt::format("no such endpoint: {} {}", req.method, req.path),
-                       "not_found_error", {}, 404);
+        throw no_route(req, res);
       }
       if (res.status == 413) {
         throw ApiError(
@@ -213,9 +261,8 @@ struct HttpServer::Impl {
         [this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
 
     auto generation = [this](Endpoint e) {
-      return wrap([this, e](const httplib::Request& req, httplib::Response& res) {
-        handle_generation(ctx, e, req, res);
-      });
+      return wrap_post([this, e](const httplib::Request&, std::string_view body,
+                                 httplib::Response& res) { handle_generation(ctx, e, body, res); });
     };
     svr.Post("/v1/chat/completions", generation(Endpoint::kChat));
     svr.Post("/v1/completions", generation(Endpoint::kCompletion));
@@ -228,12 +275,17 @@ struct HttpServer::Impl {
     svr.Get("/metrics", wrap([this](const httplib::Request&, httplib::Response& res) {
               res.set_content(ctx.metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
             }));
-    svr.Post("/tokenize", wrap([this](const httplib::Request& req, httplib::Response& res) {
-               tokenize(req, res);
-             }));
-    svr.Post("/detokenize", wrap([this](const httplib::Request& req, httplib::Response& res) {
-               detokenize(req, res);
-             }));
+    svr.Post("/tokenize", wrap_post([this](const httplib::Request&, std::string_view body,
+                                           httplib::Response& res) { tokenize(body, res); }));
+    svr.Post("/detokenize", wrap_post([this](const httplib::Request&, std::string_view body,
+                                             httplib::Response& res) { detokenize(body, res); }));
+    // Any other body-carrying request: its body is read under the same limit, then 404 or 405.
+    auto unrouted = wrap_post([](const httplib::Request& req, std::string_view,
+                                 httplib::Response& res) { throw no_route(req, res); });
+    svr.Post(".*", unrouted);
+    svr.Put(".*", unrouted);
+    svr.Patch(".*", unrouted);
+    svr.Delete(".*", unrouted);
   }
 
   ServerOptions opt;

@@ -271,6 +271,56 @@ TEST_F(HttpTest, LogprobsAndTokenizeRoundTrip) {
   EXPECT_GT(chat_tok["count"].get<int>(), 3);
 }
 
+// A raw TCP connection to the server (for what httplib's client does not send).
+int connect_raw(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads one response with a Content-Length body.
+std::string read_response(int fd) {
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    const size_t head = got.find("\r\n\r\n");
+    if (head != std::string::npos) {
+      const size_t cl = got.find("Content-Length: ");
+      const size_t len = cl == std::string::npos ? 0 : std::stoul(got.substr(cl + 16));
+      if (got.size() >= head + 4 + len) return got;
+    }
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
+TEST_F(HttpTest, AChunkedBodyOverTheLimitIs413AndTheConnectionStaysUsable) {
+  const int fd = connect_raw(server_->port);
+  ASSERT_GE(fd, 0);
+  std::string wire = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                     std::string(kKey) +
+                     "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string piece(1000, ' ');
+  for (int i = 0; i < 100; ++i) wire += "3e8\r\n" + piece + "\r\n";  // 100 KB > 64 KiB
+  wire += "0\r\n\r\n";
+  ASSERT_EQ(send(fd, wire.data(), wire.size(), 0), static_cast<ssize_t>(wire.size()));
+  const std::string first = read_response(fd);
+  EXPECT_EQ(first.rfind("HTTP/1.1 413", 0), 0u) << first;
+  EXPECT_NE(first.find("--max-body-bytes"), std::string::npos);
+  const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(send(fd, health.data(), health.size(), 0), static_cast<ssize_t>(health.size()));
+  EXPECT_EQ(read_response(fd).rfind("HTTP/1.1 200", 0), 0u);
+  close(fd);
+}
+
 TEST_F(HttpTest, AClientThatGoesAwayHasItsRequestCancelled) {
   const Json req = {{"prompt", "Once"},
                     {"max_tokens", 200},
@@ -278,13 +328,8 @@ TEST_F(HttpTest, AClientThatGoesAwayHasItsRequestCancelled) {
                     {"temperature", 0},
                     {"stream", true}};
   // A raw connection: send the request, read until a few events came, hang up.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = connect_raw(server_->port);
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   const std::string body = req.dump();
   const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
                            std::string(kKey) + "\r\nContent-Type: application/json\r\n" +
