@@ -82,38 +82,46 @@ std::string utf8_lossy(std::string_view s) {
   return out;
 }
 
+StopMatcher::StopMatcher(std::vector<std::string> stops) {
+  for (std::string& text : stops) {
+    if (text.empty()) continue;  // matches nowhere useful; the protocol refuses it anyway
+    Stop st{.text = std::move(text)};
+    st.fail.assign(st.text.size(), 0);
+    for (size_t i = 1, k = 0; i < st.text.size(); ++i) {
+      while (k > 0 && st.text[i] != st.text[k]) k = st.fail[k - 1];
+      if (st.text[i] == st.text[k]) ++k;
+      st.fail[i] = k;
+    }
+    stops_.push_back(std::move(st));
+  }
+}
+
 std::string StopMatcher::push(std::string_view text) {
   if (stopped_) return {};
+  const size_t base = held_.size();
   held_.append(text);
   if (stops_.empty()) return std::exchange(held_, {});
-  // The stop string completed first ends earliest (ties: the longest, which starts earliest):
-  // the answer does not depend on how the text was split into pieces.
-  size_t first = std::string::npos, first_end = std::string::npos;
-  for (const std::string& s : stops_) {
-    const size_t at = held_.find(s);
-    if (at == std::string::npos) continue;
-    if (at + s.size() < first_end || (at + s.size() == first_end && at < first)) {
-      first = at;
-      first_end = at + s.size();
+  for (size_t i = base; i < held_.size(); ++i) {
+    const char c = held_[i];
+    // The stop string completed first ends at the earliest byte; of those ending there, the
+    // longest starts earliest. So the answer does not depend on how the text was split.
+    size_t cut = std::string::npos;
+    for (Stop& st : stops_) {
+      while (st.state > 0 && st.text[st.state] != c) st.state = st.fail[st.state - 1];
+      if (st.text[st.state] == c) ++st.state;
+      if (st.state == st.text.size()) cut = std::min(cut, i + 1 - st.text.size());
+    }
+    if (cut != std::string::npos) {
+      stopped_ = true;
+      std::string out = held_.substr(0, cut);
+      held_.clear();
+      return out;
     }
   }
-  if (first != std::string::npos) {
-    stopped_ = true;
-    std::string out = held_.substr(0, first);
-    held_.clear();
-    return out;
-  }
-  // Keep the longest tail of held_ that is a proper prefix of a stop string. Such a tail starts
-  // where a stop string starts, so the cut falls on a character boundary.
+  // Keep what could still become a stop string: the longest matched prefix. It starts where a
+  // stop string starts, so the cut falls on a character boundary.
   size_t hold = 0;
-  for (const std::string& s : stops_) {
-    for (size_t len = std::min(s.size() - 1, held_.size()); len > hold; --len) {
-      if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
-        hold = len;
-        break;
-      }
-    }
-  }
+  for (const Stop& st : stops_) hold = std::max(hold, st.state);
   std::string out = held_.substr(0, held_.size() - hold);
   held_.erase(0, held_.size() - hold);
   return out;

@@ -24,10 +24,12 @@ size_t utf8_incomplete_tail(std::string_view s);
 // s with every maximal ill-formed subpart replaced by U+FFFD.
 std::string utf8_lossy(std::string_view s);
 
-// Holds back text that could begin one of the stop strings.
+// Holds back text that could begin one of the stop strings. Each stop string has a KMP automaton
+// whose state is the longest prefix of it that the text ends with, so the work is linear in the
+// text whatever the stop strings are (hostile ones included).
 class StopMatcher {
  public:
-  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  explicit StopMatcher(std::vector<std::string> stops);
   // Adds text (whole characters); returns what can be emitted now. After a stop string the
   // matcher is stopped and returns nothing more.
   std::string push(std::string_view text);
@@ -36,8 +38,13 @@ class StopMatcher {
   bool stopped() const { return stopped_; }
 
  private:
-  std::vector<std::string> stops_;
-  std::string held_;
+  struct Stop {
+    std::string text;
+    std::vector<size_t> fail;  // KMP: longest proper border of text[0..i]
+    size_t state = 0;          // text[0..state) is a suffix of everything pushed
+  };
+  std::vector<Stop> stops_;
+  std::string held_;  // pushed, not yet emitted: the longest state among the stops, at most
   bool stopped_ = false;
 };
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 
 #include "fake_codec.h"
@@ -127,6 +128,25 @@ TEST(StopMatcher, ArbitrarySplitsGiveTheSameTextAndNeverLeakAStop) {
     EXPECT_EQ(got, want) << "text '" << text << "'";
     EXPECT_EQ(m.stopped(), should_stop);
   }
+}
+
+TEST(StopMatcher, LinearOnHostileStops) {
+  // Text that keeps matching a long stop string's prefix: a quadratic matcher would take minutes.
+  const std::string stop = std::string(200000, 'a') + "b";
+  StopMatcher m({stop, std::string(150000, 'a') + "c", "zz"});
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string out;
+  for (int i = 0; i < 200000; ++i) out += m.push("a");
+  EXPECT_TRUE(out.empty());  // everything could still begin the first stop string
+  out += m.push("a");        // now the oldest "a" cannot
+  EXPECT_EQ(out, "a");
+  out += m.flush();
+  EXPECT_EQ(out.size(), 200001u);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  StopMatcher hit({stop});
+  EXPECT_EQ(hit.push(std::string(5, 'a')), "");
+  EXPECT_EQ(hit.push(std::string(199995, 'a') + "b tail"), "");
+  EXPECT_TRUE(hit.stopped());
 }
 
 TEST(TextStream, MultiByteCharactersSplitAcrossTokensAreNeverCut) {
