@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 
+import openai
 import pytest
 
 from prompts import TEXT
@@ -284,6 +285,11 @@ def test_full_queue_is_503_with_retry_after(fresh_pool):
             retry = r.header("Retry-After")
             assert retry is not None and retry.strip().isdigit(), r.headers
         assert request(s.port, "GET", "/health").status == 200  # the HTTP side still answers
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=5)
+        with pytest.raises(openai.InternalServerError) as e:  # the client's type for a 5xx
+            client.completions.create(model=MODEL, prompt="Hi", max_tokens=2)
+        assert e.value.status_code == 503
+        client.close()
         a.close()
         b.close()
         wait_for(lambda: (lambda m: m.get("tandem:num_requests_running") == 0 and

@@ -18,14 +18,18 @@ def client_for(server, api_key="unused"):
     return openai.OpenAI(base_url=server.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
 
 
+# Clients are closed before their servers stop: an idle keep-alive connection would hold a
+# stopping server for its keep-alive timeout.
 @pytest.fixture(scope="module")
 def client(server):
-    return client_for(server)
+    with client_for(server) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
 def mtp_client(mtp_server):
-    return client_for(mtp_server)
+    with client_for(mtp_server) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
@@ -298,12 +302,12 @@ def test_prompt_plus_max_tokens_beyond_the_context_names_both_numbers(client):
 
 def test_wrong_api_key_is_an_authentication_error(pool):
     s = pool.start(["--api-key", "sekrit", "--max-model-len", "256"])
-    with pytest.raises(openai.AuthenticationError) as e:
-        client_for(s, "wrong").models.list()
+    with client_for(s, "wrong") as bad, pytest.raises(openai.AuthenticationError) as e:
+        bad.models.list()
     assert e.value.type == "authentication_error"
-    ok = client_for(s, "sekrit")
-    assert ok.completions.create(model=MODEL, prompt="Hi", max_tokens=2,
-                                 temperature=0).usage.completion_tokens == 2
+    with client_for(s, "sekrit") as ok:
+        assert ok.completions.create(model=MODEL, prompt="Hi", max_tokens=2,
+                                     temperature=0).usage.completion_tokens == 2
     # /health and /metrics need no key.
     assert request(s.port, "GET", "/health").status == 200
     assert request(s.port, "GET", "/metrics").status == 200
@@ -311,6 +315,7 @@ def test_wrong_api_key_is_an_authentication_error(pool):
 
 def test_api_key_from_the_environment(pool):
     s = pool.start(["--max-model-len", "256"], env={"TANDEM_API_KEY": "envkey"})
-    with pytest.raises(openai.AuthenticationError):
-        client_for(s, "nope").models.list()
-    assert [m.id for m in client_for(s, "envkey").models.list().data] == [MODEL]
+    with client_for(s, "nope") as bad, pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    with client_for(s, "envkey") as ok:
+        assert [m.id for m in ok.models.list().data] == [MODEL]
