@@ -4,16 +4,19 @@
 # and runs offline batches, plain, adaptive and fixed k, printing the engine's counters.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
-D=$PWD/.devdeps/usr A=x86_64-linux-gnu
-mkdir -p /tmp/devdeps-pc
-for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done
-export PKG_CONFIG_PATH=/tmp/devdeps-pc LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
-args=(-G Ninja -DTANDEM_CUDA=ON -DTANDEM_TESTS=OFF -DCMAKE_BUILD_TYPE=Release)
-echo 'int main(){}' | g++ -Wno-error=dangling-reference -Werror -x c++ - -o /dev/null 2>/dev/null &&
-  args+=("-DCMAKE_CXX_FLAGS=-Wno-error=dangling-reference")
-B=/tmp/build-head
-cmake -S .devdeps/head -B $B "${args[@]}" > "$OUT/build.log" 2>&1 && ninja -C $B -j16 tandem >> "$OUT/build.log" 2>&1 ||
-  { tail -30 "$OUT/build.log"; exit 1; }
+if [[ -z ${TANDEM_BIN:-} ]]; then  # else: a binary built already (run_serve.sh)
+  D=$PWD/.devdeps/usr A=x86_64-linux-gnu
+  mkdir -p /tmp/devdeps-pc
+  for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done
+  export PKG_CONFIG_PATH=/tmp/devdeps-pc LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
+  args=(-G Ninja -DTANDEM_CUDA=ON -DTANDEM_TESTS=OFF -DCMAKE_BUILD_TYPE=Release)
+  echo 'int main(){}' | g++ -Wno-error=dangling-reference -Werror -x c++ - -o /dev/null 2>/dev/null &&
+    args+=("-DCMAKE_CXX_FLAGS=-Wno-error=dangling-reference")
+  B=/tmp/build-head
+  cmake -S .devdeps/head -B $B "${args[@]}" > "$OUT/build.log" 2>&1 && ninja -C $B -j16 tandem >> "$OUT/build.log" 2>&1 ||
+    { tail -30 "$OUT/build.log"; exit 1; }
+  TANDEM_BIN=$B/tandem
+fi
 for spec in "${NTOK:-96}:64" "${LONG:-400}:64" "${LONG:-400}:256"; do
   n=${spec%%:*} seqs=${spec##*:}
   python3 -c "
@@ -24,7 +27,7 @@ for i in range(256):
 " > /tmp/p.jsonl
   for s in "none" "mtp --num-speculative-tokens 3" "mtp --num-speculative-tokens 3 --speculation-control fixed" \
            "mtp --num-speculative-tokens 1 --speculation-control fixed"; do
-    echo "256 x $n, --max-num-seqs $seqs, --speculative $s: $($B/tandem generate --device cuda \
+    echo "256 x $n, --max-num-seqs $seqs, --speculative $s: $($TANDEM_BIN generate --device cuda \
       --model models/tandem-tiny-qwen35 --prompts /tmp/p.jsonl --ignore-eos --max-num-seqs $seqs \
       --speculative $s --output /tmp/o.jsonl 2>&1 > /dev/null | tail -1)" | tee -a "$OUT/diag.txt"
   done

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs ON the H200 machine (device tool), carry .devdeps (scripts/device/pack_deps.sh): the server
+# and the batched engine's closing checks in one call, logs to $OUT as they finish.
+#   1. build tandem and cuda_tests from the working tree;
+#   2. the GPU engine tests (spec == plain, graphs == eager, 256 requests batched == solo);
+#   3. bench/canary.py through `tandem serve --device cuda`: N requests (default 10,000) at
+#      concurrency 64, plain and MTP k = 3, each response bit for bit against plain decoding alone;
+#   4. speculation control against plain on the shipped model's offline batches (diag_control.sh);
+#   5. tandem bench on the Qwen3.5-27B shape at 32K (batch 1 / 8) with an 8K prefill.
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "$(( $(date +%s) - t0 ))s"; }
+summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
+D=$PWD/.devdeps/usr A=x86_64-linux-gnu
+cmake_args=(-G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release)
+mkdir -p /tmp/devdeps-pc
+for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done
+export PKG_CONFIG_PATH=/tmp/devdeps-pc LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
+echo 'int main(){}' | g++ -Wno-error=dangling-reference -Werror -x c++ - -o /dev/null 2>/dev/null &&
+  cmake_args+=("-DCMAKE_CXX_FLAGS=-Wno-error=dangling-reference")
+B=/tmp/build-cuda
+if ! { cmake -S . -B $B "${cmake_args[@]}" > "$OUT/build.log" 2>&1 &&
+       ninja -C $B -j16 cuda_tests tandem >> "$OUT/build.log" 2>&1; }; then
+  summary "build FAIL ($(stamp))"; grep -B2 -A6 -m4 'error' "$OUT/build.log" | tail -40; exit 1
+fi
+summary "build ok ($(stamp))"
+
+timeout "${ENGINE_LIMIT:-90}" stdbuf -oL $B/tests/cuda_tests --gtest_filter='*EngineCuda*' \
+  > "$OUT/cuda_engine.log" 2>&1
+summary "cuda engine tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_engine.log" | tr '\n' ' ') ($(stamp))"
+grep -E '^\[  FAILED  \]|batch exactness|gpu vs cpu' "$OUT/cuda_engine.log" | head -20
+
+timeout "${CANARY_LIMIT:-300}" python3 bench/canary.py --binary $B/tandem --model models/tandem-tiny-qwen35 \
+  -n "${CANARY_N:-10000}" -c 64 -k 3 --server-args "--device cuda" --out "$OUT/canary.json" \
+  > "$OUT/canary.log" 2>&1
+summary "canary rc=$? $(tail -1 "$OUT/canary.log") ($(stamp))"
+grep -iE 'diverg|error|tok/s|req/s' "$OUT/canary.log" | head -20
+
+TANDEM_BIN=$B/tandem timeout "${DIAG_LIMIT:-120}" bash scripts/device/diag_control.sh > /dev/null 2>&1
+summary "control diag rc=$? ($(stamp))"; cat "$OUT/diag.txt" 2>/dev/null
+
+[[ ${BENCH_LIMIT:-150} -gt 0 ]] && timeout "${BENCH_LIMIT:-150}" stdbuf -oL $B/tandem bench --device cuda \
+  --synthetic configs/qwen3.5-27b.json --context 32768 --batch 1,8 --num-speculative-tokens 3 \
+  --steps 6 --prefill-tokens 8192 --commit "${COMMIT:-unknown}" --json "$OUT/bench_27b_32k.json" \
+  > "$OUT/bench_27b_32k.log" 2>&1
+summary "bench 27B 32K rc=$? ($(stamp))"
+grep -v '^model:\|^attention:\|^gdn:\|^tied' "$OUT/bench_27b_32k.log" | tail -8
