@@ -33,6 +33,8 @@ struct ServeOptions : EngineFlags {
   int64_t max_body_bytes = 8 << 20;
 };
 
+void on_stop_signal(int) {}
+
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -44,8 +46,12 @@ sigset_t stop_signals() {
 void serve(ServeOptions& o) {
   // Every thread started from here on (OpenMP's, the engine loop's, httplib's) inherits a mask
   // that blocks the stop signals, so they reach the sigwait below and nothing else.
+  // A shell starts background jobs with SIGINT ignored, and an ignored signal never reaches
+  // sigwait: give both a handler of their own first (it never runs while they are blocked).
   const sigset_t stops = stop_signals();
   pthread_sigmask(SIG_BLOCK, &stops, nullptr);
+  signal(SIGINT, on_stop_signal);
+  signal(SIGTERM, on_stop_signal);
   signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a signal
 
   TANDEM_CHECK(o.speculative == "mtp" || o.speculative == "none",
