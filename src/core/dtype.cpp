@@ -1,6 +1,9 @@
 // IEEE half <-> float conversions (the only non-trivial scalar conversions in core).
 #include "core/dtype.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace tandem {
 
 float f16_to_f32(f16 v) {
@@ -51,6 +54,23 @@ f16 f32_to_f16(float f) {
   uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
   r += 0xfffu + ((r >> 13) & 1u);
   return f16{static_cast<uint16_t>(sign | (r >> 13))};
+}
+
+f8e4m3 f32_to_f8e4m3(float f) {
+  if (std::isnan(f)) return f8e4m3{0x7f};
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (a >= 448.f) return f8e4m3{static_cast<uint8_t>(sign | 0x7e)};
+  // The quantum of a's binade (2^(E-3), or 2^-9 below the normal range); a / quantum is exact, and
+  // nearbyint rounds it to nearest even in the default rounding mode.
+  int ex = 0;
+  std::frexp(a, &ex);  // a = fr 2^ex, fr in [0.5, 1): binade E = ex - 1
+  const float quantum = std::ldexp(1.f, std::max(ex - 1, -6) - 3);
+  const float v = std::nearbyint(a / quantum) * quantum;
+  if (v < 0x1p-6f) return f8e4m3{static_cast<uint8_t>(sign | static_cast<uint8_t>(v * 0x1p9f))};
+  const float fr = std::frexp(v, &ex);  // v = (2 fr) 2^(ex - 1)
+  const int mant = static_cast<int>((2.f * fr - 1.f) * 8.f);
+  return f8e4m3{static_cast<uint8_t>(sign | ((ex - 1 + 7) << 3) | mant)};
 }
 
 }  // namespace tandem

@@ -131,6 +131,9 @@ Tensor Tensor::to_f32() const {
     case DType::kI32:
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(host.data<int32_t>()[i]);
       break;
+    case DType::kF8E4M3:  // the raw e4m3 values; block scales are the caller's (model/fp8.h)
+      for (int64_t i = 0; i < n; ++i) o[i] = f8e4m3_to_f32(host.data<f8e4m3>()[i]);
+      break;
   }
   return out;
 }

@@ -100,10 +100,7 @@ struct BatchAtDepth {
   }
 };
 
-int64_t matrix_params(const Qwen35Model& model) {
-  return weight_bytes_per_step(model.weights()) /
-         static_cast<int64_t>(dtype_size(model.weights().lm_head.dtype()));
-}
+int64_t matrix_params(const Qwen35Model& model) { return weight_params_per_step(model.weights()); }
 
 }  // namespace
 

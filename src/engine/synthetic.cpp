@@ -1,5 +1,12 @@
-// Synthetic weights: every tensor of the real layout, filled by fill_uniform on the device.
+// Synthetic weights: every tensor of the real layout, filled by fill_uniform on the device. A
+// config with an FP8 quantization_config gets FP8 matrices on the CPU, quantised from the same
+// uniform values with the released recipe (per 128x128 block, scale = amax / 448, e4m3 round to
+// nearest even); on CUDA, bf16 ones, as the loader dequantises FP8 there (docs/fp8.md).
 #include "engine/synthetic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "core/cuda_graph.h"
 
@@ -9,17 +16,46 @@ namespace {
 
 class Maker {
  public:
-  Maker(Device d, uint64_t seed) : device_(d), seed_(seed) {}
+  Maker(Device d, uint64_t seed, bool fp8) : device_(d), seed_(seed), fp8_(fp8) {}
   Tensor operator()(const Shape& shape, float lo, float hi, DType dt = DType::kBF16) {
     Tensor t = Tensor::zeros(shape, dt, device_);
     fill_uniform(t, seed_++, lo, hi);
     return t;
   }
-  Tensor matrix(const Shape& shape) { return (*this)(shape, -0.035f, 0.035f); }  // std ~0.02
+  bool fp8() const { return fp8_; }
+  LinearWeight matrix(const Shape& shape) {  // std ~0.02
+    if (!fp8_) return {.weight = (*this)(shape, -0.035f, 0.035f)};
+    return quantized((*this)(shape, -0.035f, 0.035f, DType::kF32));
+  }
 
  private:
+  // FP8 e4m3 with one scale per 128x128 block (scale = block amax / 448).
+  static LinearWeight quantized(const Tensor& f) {
+    constexpr int64_t kB = 128;
+    const int64_t rows = f.dim(0), cols = f.dim(1), rb = (rows + kB - 1) / kB,
+                  cb = (cols + kB - 1) / kB;
+    Tensor w = Tensor::zeros({rows, cols}, DType::kF8E4M3);
+    Tensor s = Tensor::zeros({rb, cb}, DType::kF32);
+    const float* v = f.data<const float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < rb * cb; ++b) {
+      const int64_t r0 = b / cb * kB, c0 = b % cb * kB, r1 = std::min(rows, r0 + kB),
+                    c1 = std::min(cols, c0 + kB);
+      float amax = 0.f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(v[r * cols + c]));
+      const float scale = std::max(amax, 1e-12f) / 448.f;
+      s.data<float>()[b] = scale;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          w.data<f8e4m3>()[r * cols + c] = f32_to_f8e4m3(v[r * cols + c] / scale);
+    }
+    return {.weight = w, .scale_inv = s};
+  }
+
   Device device_;
   uint64_t seed_;
+  bool fp8_;
 };
 
 DecoderLayerWeights layer(Maker& m, const ModelConfig& c, LayerType type) {
@@ -30,13 +66,17 @@ DecoderLayerWeights layer(Maker& m, const ModelConfig& c, LayerType type) {
   w.post_attention_norm = m({h}, -0.1f, 0.1f);
   if (type == LayerType::kFullAttention) {
     const int64_t q = c.num_heads_q * c.head_dim, kv = c.num_heads_kv * c.head_dim;
-    w.attn.qkv_proj = m.matrix({2 * q + 2 * kv, h});
+    w.attn.qkv_proj = {m.matrix({2 * q + 2 * kv, h})};
     w.attn.o_proj = m.matrix({h, q});
     w.attn.q_norm = m({c.head_dim}, -0.1f, 0.1f);
     w.attn.k_norm = m({c.head_dim}, -0.1f, 0.1f);
   } else {
     const int64_t ch = c.gdn_conv_channels(), vd = c.gdn_value_dim(), hv = c.gdn_heads_v;
-    w.gdn.in_proj = m.matrix({ch + vd + 2 * hv, h});
+    if (m.fp8()) {  // qkv|z FP8, b|a bf16 (as released FP8 checkpoints keep them): two parts
+      w.gdn.in_proj = {m.matrix({ch + vd, h}), {.weight = m({2 * hv, h}, -0.035f, 0.035f)}};
+    } else {
+      w.gdn.in_proj = {m.matrix({ch + vd + 2 * hv, h})};
+    }
     w.gdn.conv1d = m({ch, 1, c.conv_kernel}, -0.5f, 0.5f);
     w.gdn.a_log = m({hv}, 0.f, 2.7f, DType::kF32);  // A in [1, 15]
     w.gdn.dt_bias = m({hv}, -1.f, 1.f, DType::kF32);
@@ -48,12 +88,31 @@ DecoderLayerWeights layer(Maker& m, const ModelConfig& c, LayerType type) {
   return w;
 }
 
-int64_t layer_bytes(const DecoderLayerWeights& w) {
-  int64_t b = w.input_norm.nbytes() + w.post_attention_norm.nbytes();
-  for (const Tensor* t : {&w.attn.qkv_proj, &w.attn.o_proj, &w.attn.q_norm, &w.attn.k_norm,
-                          &w.gdn.in_proj, &w.gdn.conv1d, &w.gdn.a_log, &w.gdn.dt_bias, &w.gdn.norm,
-                          &w.gdn.out_proj, &w.mlp.gate_up_proj, &w.mlp.down_proj})
-    if (t->raw()) b += t->nbytes();
+// The bytes (or, with params, the elements) of every tensor of a layer.
+int64_t layer_size(const DecoderLayerWeights& w, bool params) {
+  auto of = [&](const Tensor& t) { return t.raw() ? (params ? t.numel() : t.nbytes()) : 0; };
+  auto lin = [&](const LinearWeight& l) {
+    return l.weight.raw() ? (params ? l.numel() : l.nbytes()) : 0;
+  };
+  int64_t b = of(w.input_norm) + of(w.post_attention_norm);
+  for (const Tensor* t :
+       {&w.attn.q_norm, &w.attn.k_norm, &w.gdn.conv1d, &w.gdn.a_log, &w.gdn.dt_bias, &w.gdn.norm})
+    b += of(*t);
+  for (const StackedWeight* s : {&w.attn.qkv_proj, &w.gdn.in_proj})
+    for (const LinearWeight& l : *s) b += lin(l);
+  for (const LinearWeight* l :
+       {&w.attn.o_proj, &w.gdn.out_proj, &w.mlp.gate_up_proj, &w.mlp.down_proj})
+    b += lin(*l);
+  return b;
+}
+
+int64_t step_size(const Qwen35Weights& w, bool params) {
+  const int64_t row =
+      params ? w.embed_tokens.dim(1) : w.embed_tokens.nbytes() / w.embed_tokens.dim(0);
+  int64_t b = (params ? w.final_norm.numel() + w.lm_head.numel()
+                      : w.final_norm.nbytes() + w.lm_head.nbytes()) +
+              row;
+  for (const auto& l : w.layers) b += layer_size(l, params);
   return b;
 }
 
@@ -61,7 +120,12 @@ int64_t layer_bytes(const DecoderLayerWeights& w) {
 
 Qwen35Weights synthetic_qwen35_weights(const ModelConfig& c, Device device, uint64_t seed,
                                        bool with_mtp) {
-  Maker m(device, seed);
+  const bool fp8 = c.quantization.fp8 && device == Device::kCpu;
+  if (c.quantization.fp8 && device != Device::kCpu)
+    std::fprintf(stderr,
+                 "fp8: CUDA FP8 kernels are not built yet: synthetic weights are bf16 (bf16 "
+                 "memory and speed)\n");
+  Maker m(device, seed, fp8);
   const int64_t h = c.hidden_size;
   Qwen35Weights w;
   // Random projections stand for folded ones as well as for plain ones: the CUDA forward takes
@@ -70,10 +134,12 @@ Qwen35Weights synthetic_qwen35_weights(const ModelConfig& c, Device device, uint
   w.embed_tokens = m({c.vocab_size, h}, -0.1f, 0.1f);
   for (int64_t i = 0; i < c.num_layers; ++i) w.layers.push_back(layer(m, c, c.layer_types[i]));
   w.final_norm = m({h}, -0.1f, 0.1f);
-  w.lm_head = c.tie_word_embeddings ? w.embed_tokens : m.matrix({c.vocab_size, h});
+  // lm_head stays bf16 in released FP8 checkpoints
+  w.lm_head = {.weight =
+                   c.tie_word_embeddings ? w.embed_tokens : m({c.vocab_size, h}, -0.035f, 0.035f)};
   if (with_mtp) {
     MtpWeights mtp;
-    mtp.fc = m.matrix({h, 2 * h});
+    mtp.fc = {.weight = m({h, 2 * h}, -0.035f, 0.035f)};  // bf16, as in released FP8 checkpoints
     mtp.pre_fc_norm_embedding = m({h}, -0.1f, 0.1f);
     mtp.pre_fc_norm_hidden = m({h}, -0.1f, 0.1f);
     mtp.norm = m({h}, -0.1f, 0.1f);
@@ -84,11 +150,8 @@ Qwen35Weights synthetic_qwen35_weights(const ModelConfig& c, Device device, uint
   return w;
 }
 
-int64_t weight_bytes_per_step(const Qwen35Weights& w) {
-  int64_t b =
-      w.final_norm.nbytes() + w.lm_head.nbytes() + w.embed_tokens.nbytes() / w.embed_tokens.dim(0);
-  for (const auto& l : w.layers) b += layer_bytes(l);
-  return b;
-}
+int64_t weight_bytes_per_step(const Qwen35Weights& w) { return step_size(w, false); }
+
+int64_t weight_params_per_step(const Qwen35Weights& w) { return step_size(w, true); }
 
 }  // namespace tandem

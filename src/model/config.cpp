@@ -42,6 +42,41 @@ struct Reader {  // field access that names the file and field on error
   }
 };
 
+// quantization_config (top level, or in text_config): only released block-scaled FP8.
+QuantizationConfig parse_quantization(const json& q, const std::string& path) {
+  const std::string where = path + ": quantization_config";
+  TANDEM_CHECK(q.is_object(), "{} must be an object, got {}", where, q.dump());
+  const Reader r{q, where};
+  QuantizationConfig out;
+  const std::string method = r.value_or<std::string>("quant_method", "");
+  TANDEM_CHECK(!method.empty(), "{} has no quant_method", where);
+  TANDEM_CHECK(method == "fp8",
+               "{}: quant_method '{}' is not supported (supported: 'fp8', block-scaled e4m3 with "
+               "weight_block_size [128, 128])",
+               where, method);
+  const std::string fmt = r.value_or<std::string>("fmt", "e4m3");
+  TANDEM_CHECK(fmt == "e4m3", "{}: fmt '{}' is not supported (supported: 'e4m3')", where, fmt);
+  const std::string act = r.value_or<std::string>("activation_scheme", "dynamic");
+  TANDEM_CHECK(act == "dynamic",
+               "{}: activation_scheme '{}' is not supported (supported: 'dynamic'; tandem keeps "
+               "activations in fp32/bf16 and reads no activation scales)",
+               where, act);
+  auto bs = q.find("weight_block_size");
+  TANDEM_CHECK(bs != q.end() && !bs->is_null(),
+               "{}: no weight_block_size: per-tensor FP8 is not supported (supported: "
+               "weight_block_size [128, 128])",
+               where);
+  const bool ok = bs->is_array() && bs->size() == 2 && (*bs)[0].is_number_integer() &&
+                  (*bs)[1].is_number_integer() && (*bs)[0].get<int64_t>() == 128 &&
+                  (*bs)[1].get<int64_t>() == 128;
+  TANDEM_CHECK(ok, "{}: weight_block_size {} is not supported (supported: [128, 128])", where,
+               bs->dump());
+  out.fp8 = true;
+  out.modules_to_not_convert =
+      r.value_or<std::vector<std::string>>("modules_to_not_convert", std::vector<std::string>{});
+  return out;
+}
+
 }  // namespace
 
 int64_t ModelConfig::num_gdn_layers() const {
@@ -150,6 +185,13 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
                "{}: partial_rotary_factor {} gives rotary dim {} for head_dim {}", path, factor,
                c.rotary_dim, c.head_dim);
 
+  for (const json* src : std::initializer_list<const json*>{&root, text}) {
+    auto it = src->find("quantization_config");
+    if (it == src->end() || it->is_null()) continue;
+    c.quantization = parse_quantization(*it, path);
+    break;
+  }
+
   for (const json* src : std::initializer_list<const json*>{text, &root}) {
     auto it = src->find("eos_token_id");
     if (it == src->end() || it->is_null() || !c.eos_token_ids.empty()) continue;
@@ -167,10 +209,14 @@ std::string ModelConfig::summary() const {
       "model: {} | vocab {} hidden {} layers {} ({} GDN + {} attention) mlp {}\n"
       "attention: {} q heads, {} kv heads, head_dim {}, rotary {} theta {:g}\n"
       "gdn: {} k heads, {} v heads, d_k {}, d_v {}, conv {}\n"
-      "tied embeddings: {}, mtp layers: {}",
+      "tied embeddings: {}, mtp layers: {}\n"
+      "weights: {}",
       model_type, vocab_size, hidden_size, num_layers, num_gdn_layers(), num_attention_layers(),
       intermediate_size, num_heads_q, num_heads_kv, head_dim, rotary_dim, rope_theta, gdn_heads_k,
-      gdn_heads_v, gdn_d_k, gdn_d_v, conv_kernel, tie_word_embeddings, mtp_num_layers);
+      gdn_heads_v, gdn_d_k, gdn_d_v, conv_kernel, tie_word_embeddings, mtp_num_layers,
+      quantization.fp8 ? fmt::format("fp8 e4m3, {}x{} block scales", quantization.block_rows,
+                                     quantization.block_cols)
+                       : std::string("as stored (bf16/f16/f32)"));
 }
 
 }  // namespace tandem

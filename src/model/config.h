@@ -1,6 +1,6 @@
 // ModelConfig: the typed view of a Hugging Face config.json for Qwen3.5 dense models, in both
 // released layouts (qwen3_5 VL wrapper with text_config, and qwen3_5_text). Everything the engine
-// needs is resolved here once (layer types, RoPE fields, tying, weight-name prefix).
+// needs is resolved here once (layer types, RoPE fields, tying, weight-name prefix, quantization).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,18 @@
 namespace tandem {
 
 enum class LayerType { kLinearAttention, kFullAttention };
+
+// config.json's quantization_config. The one layout accepted is the released block-scaled FP8 one
+// (quant_method "fp8", fmt "e4m3", weight_block_size [128, 128], activation_scheme "dynamic"):
+// F8_E4M3 linear weights, each with an f32 `<weight>_scale_inv` of one scale per block
+// (docs/fp8.md). Anything else is refused at load, naming the field.
+struct QuantizationConfig {
+  bool fp8 = false;  // false: no quantization_config, every tensor is bf16/f16/f32
+  int64_t block_rows = 128, block_cols = 128;
+  // Module names (weight name without ".weight") or parts of them that the checkpoint keeps in
+  // bf16; a listed module stored F8_E4M3 is an error.
+  std::vector<std::string> modules_to_not_convert;
+};
 
 struct ModelConfig {
   std::string model_type;     // as in config.json: qwen3_5 | qwen3_5_text
@@ -29,6 +41,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int64_t mtp_num_layers = 0;
   std::vector<int32_t> eos_token_ids;
+  QuantizationConfig quantization;
 
   int64_t gdn_key_dim() const { return gdn_heads_k * gdn_d_k; }
   int64_t gdn_value_dim() const { return gdn_heads_v * gdn_d_v; }

@@ -80,9 +80,11 @@ class SafetensorsFile {
         e.dtype = DType::kF32;
       } else if (dt == "I32") {
         e.dtype = DType::kI32;
+      } else if (dt == "F8_E4M3") {  // block-scaled FP8 weights (model/fp8.h checks their scales)
+        e.dtype = DType::kF8E4M3;
       } else {
-        fail("'{}': tensor '{}' has unsupported dtype {} (supported: BF16, F16, F32)", path_, name,
-             dt);
+        fail("'{}': tensor '{}' has unsupported dtype {} (supported: BF16, F16, F32, F8_E4M3)",
+             path_, name, dt);
       }
       e.shape = info.at("shape").get<Shape>();
       const auto offsets = info.at("data_offsets").get<std::vector<size_t>>();

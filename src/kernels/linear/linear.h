@@ -1,5 +1,6 @@
 // Linear layer y = x W^T with fp32 accumulation, W in the PyTorch [out, in] layout, optionally
-// followed by an epilogue on y.
+// followed by an epilogue on y. W may be block-scaled FP8 (f8_e4m3 with weight_scale_inv, below):
+// the reference computes exactly the linear of its fp32 dequantisation (docs/fp8.md).
 // Row invariance (DESIGN.md inv. 2): every output element is one dot product computed by the same
 // code in the same order whatever n_tokens is; any k-split is fixed by the weight shape alone.
 #pragma once
@@ -28,9 +29,19 @@ enum class LinearEpilogue {
   kAddToOut,
 };
 
+// Columns of an FP8 weight's scale block (the released checkpoints' 128 x 128 blocks).
+constexpr int64_t kFp8BlockCols = 128;
+
 struct LinearArgs {
   Tensor x;       // act [n_tokens, in]   (row stride may exceed in; last dim contiguous)
-  Tensor weight;  // bf16|f16|f32 [out, in], contiguous
+  Tensor weight;  // bf16|f16|f32|f8_e4m3 [out, in], contiguous
+  // f8_e4m3 weights only (CPU reference; the CUDA loader dequantises FP8 to bf16): the block
+  // scales, f32 [ceil(out / scale_block_rows), ceil(in / kFp8BlockCols)], contiguous. Element
+  // (o, i) of the matrix is w[o, i] * weight_scale_inv[o / scale_block_rows, i / kFp8BlockCols],
+  // one fp32 multiply; blocks at the right and bottom edges may be partial. scale_block_rows is
+  // 128 as stored in a checkpoint, less where the loader interleaved rows (gate|up: 8).
+  Tensor weight_scale_inv;
+  int64_t scale_block_rows = 128;
   // act or f32 [n_tokens, out] (row stride may exceed out); kSwiGluPairs: act [n_tokens, out / 2]
   Tensor out;
   LinearEpilogue epilogue = LinearEpilogue::kNone;

@@ -10,7 +10,13 @@
 // The epilogues: y goes into `scratch`, then each thread runs swiglu_ref over its own whole pair
 // groups (kSwiGluPairs) or out += y over its own features (kAddToOut). With input_rms each row of
 // y is scaled by its x row's inverse RMS first.
+// FP8 weights (f8_e4m3 with block scales): each thread dequantises its features in blocks of rows
+// into an f32 scratch (w * scale, one fp32 multiply per element, the specification of linear.h) and
+// runs the f32 product above on it, so every output is dot(x row, dequantised weight row) bit for
+// bit, with the same row invariance, whatever the scale layout (128-row blocks, or the 8-row groups
+// of an interleaved gate|up).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
 #include <utility>
@@ -201,6 +207,56 @@ void linear_range(const float* x, int64_t xs, const W* w, int64_t in, float* y, 
 #endif
 }
 
+// Every e4m3 code as f32 (exact; 0x7f and 0xff are NaN).
+const float* fp8_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = f8e4m3_to_f32(f8e4m3{static_cast<uint8_t>(i)});
+    return t;
+  }();
+  return table.data();
+}
+
+// Rows [f0, f1) of an FP8 weight dequantised into out [f1 - f0, in]: w * scale of its block.
+void dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows, int64_t in,
+                     int64_t f0, int64_t f1, float* out) {
+  const float* table = fp8_table();
+  const int64_t kb = (in + kFp8BlockCols - 1) / kFp8BlockCols;
+  for (int64_t f = f0; f < f1; ++f) {
+    const uint8_t* wr = &w[f * in].bits;
+    const float* sr = scale + (f / block_rows) * kb;
+    float* o = out + (f - f0) * in;
+    for (int64_t c0 = 0; c0 < in; c0 += kFp8BlockCols) {
+      const int64_t c1 = std::min(in, c0 + kFp8BlockCols);
+      const float s = sr[c0 / kFp8BlockCols];
+      int64_t i = c0;
+#ifdef TANDEM_LINEAR_AVX2
+      const __m256 vs = _mm256_set1_ps(s);
+      for (; i + 8 <= c1; i += 8) {  // the same table values and the same multiply, 8 at a time
+        const __m256i idx =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wr + i)));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_i32gather_ps(table, idx, 4), vs));
+      }
+#endif
+      for (; i < c1; ++i) o[i] = table[wr[i]] * s;
+    }
+  }
+}
+
+// linear_range for an FP8 weight: blocks of rows (~64 KB of f32) dequantised, then multiplied.
+void linear_range_fp8(const float* x, int64_t xs, const f8e4m3* w, const float* scale,
+                      int64_t block_rows, int64_t in, float* y, int64_t ys, int64_t n_rows,
+                      int64_t f0, int64_t f1) {
+  thread_local std::vector<float> buf;
+  const int64_t block = std::max<int64_t>(8, (64 << 10) / (in * 4) / 8 * 8);
+  for (int64_t b0 = f0; b0 < f1; b0 += block) {
+    const int64_t b1 = std::min(f1, b0 + block);
+    buf.resize(static_cast<size_t>((b1 - b0) * in));
+    dequantize_rows(w, scale, block_rows, in, b0, b1, buf.data());
+    linear_range(x, xs, buf.data(), in, y + b0, ys, n_rows, 0, b1 - b0);
+  }
+}
+
 }  // namespace
 
 void fold_rms_norm(Tensor& weight, const Tensor& norm, bool zero_centred) {
@@ -247,6 +303,19 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   TANDEM_CHECK(a.weight.dim(1) == in && yt.dim(0) == n_tokens && yt.dim(1) == out_f,
                "linear: x {} weight {} y {} do not agree", a.x.describe(), a.weight.describe(),
                yt.describe());
+  const bool fp8 = a.weight.dtype() == DType::kF8E4M3;
+  if (fp8) {
+    const int64_t r = a.scale_block_rows;
+    const Shape scale_shape{r > 0 ? (out_f + r - 1) / r : 0,
+                            (in + kFp8BlockCols - 1) / kFp8BlockCols};
+    TANDEM_CHECK(
+        r > 0 && a.weight_scale_inv.raw() != nullptr && a.weight_scale_inv.dtype() == DType::kF32 &&
+            a.weight_scale_inv.is_contiguous() && a.weight_scale_inv.shape() == scale_shape,
+        "linear: FP8 weight {} needs weight_scale_inv f32 [ceil(out / {}), ceil(in / "
+        "{})] = [{}, {}], got {}",
+        a.weight.describe(), r, kFp8BlockCols, scale_shape[0], scale_shape[1],
+        a.weight_scale_inv.describe());
+  }
   if (swiglu) {
     TANDEM_CHECK(a.out.dim(0) == n_tokens && a.out.dim(1) == out_f / 2,
                  "linear (swiglu epilogue): out {} must be [n_tokens={}, {}]", a.out.describe(),
@@ -273,7 +342,7 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   const int64_t n_units = (out_f + unit - 1) / unit;
   const int n_threads =
       static_cast<int>(std::min<int64_t>(ref::threads_for(ctx, out_f * in * n_tokens), n_units));
-  ref::with_weight_type(a.weight, [&](const auto* w) {
+  auto run = [&](const auto* w) {
 #pragma omp parallel num_threads(n_threads)
     {
 #ifdef _OPENMP
@@ -284,7 +353,13 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
       const int64_t f0 = std::min(out_f, n_units * id / nt * unit);
       const int64_t f1 = std::min(out_f, n_units * (id + 1) / nt * unit);
       if (f0 < f1) {
-        linear_range(x, xs, w, in, y, ys, n_tokens, f0, f1);
+        if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(w)>>,
+                                     f8e4m3>) {
+          linear_range_fp8(x, xs, w, a.weight_scale_inv.data<const float>(), a.scale_block_rows, in,
+                           y, ys, n_tokens, f0, f1);
+        } else {
+          linear_range(x, xs, w, in, y, ys, n_tokens, f0, f1);
+        }
         for (int64_t t = 0; a.input_rms && t < n_tokens; ++t)
           for (int64_t f = f0; f < f1; ++f) y[t * ys + f] *= inv_rms[t];
         if (swiglu) {  // this thread's whole pair groups: columns [f0, f1) of y -> [f0/2, f1/2)
@@ -297,7 +372,9 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
         }
       }
     }
-  });
+  };
+  if (fp8) return run(a.weight.data<const f8e4m3>());
+  ref::with_weight_type(a.weight, run);
 }
 
 }  // namespace tandem::kernels

@@ -71,37 +71,55 @@ struct ForwardScratch {
 namespace {
 Tensor rows(const Tensor& t, int64_t n) { return t.slice(0, 0, n); }
 
+// The weight fields of a linear call (FP8 weights bring their block scales).
+k::LinearArgs with_weight(k::LinearArgs a, const LinearWeight& w) {
+  a.weight = w.weight;
+  a.weight_scale_inv = w.scale_inv;
+  a.scale_block_rows = w.scale_block_rows;
+  return a;
+}
+
 }  // namespace
 
-k::LinearArgs Qwen35Model::from_norm(const Tensor& weight, const Tensor& out,
+k::LinearArgs Qwen35Model::from_norm(const LinearWeight& weight, const Tensor& out,
                                      const StepBatch& b) const {
   const ForwardScratch& s = *s_;
   const int64_t n = b.n_rows;
   if (w_.norms_folded) {
-    return {.x = rows(s.residual, n),
-            .weight = weight,
-            .out = out,
-            .input_rms = true,
-            .input_rms_eps = cfg_.rms_norm_eps,
-            .input_scratch = rows(s.normed, n),
-            .decode_rows = b.decode_rows};
+    return with_weight({.x = rows(s.residual, n),
+                        .out = out,
+                        .input_rms = true,
+                        .input_rms_eps = cfg_.rms_norm_eps,
+                        .input_scratch = rows(s.normed, n),
+                        .decode_rows = b.decode_rows},
+                       weight);
   }
-  return {.x = rows(s.normed, n), .weight = weight, .out = out, .decode_rows = b.decode_rows};
+  return with_weight({.x = rows(s.normed, n), .out = out, .decode_rows = b.decode_rows}, weight);
 }
 
-k::LinearArgs Qwen35Model::to_residual(const Tensor& x, const Tensor& weight,
+void Qwen35Model::project(const StackedWeight& weight, const Tensor& out, const StepBatch& b) {
+  int64_t col = 0;  // each part computes its own columns of out
+  for (const LinearWeight& part : weight) {
+    k::linear(from_norm(part, out.slice(1, col, col + part.out()), b), ctx_);
+    col += part.out();
+  }
+  TANDEM_CHECK(col == out.dim(1), "project: parts of {} rows for an output {}", col,
+               out.describe());
+}
+
+k::LinearArgs Qwen35Model::to_residual(const Tensor& x, const LinearWeight& weight,
                                        const StepBatch& b) const {
   const ForwardScratch& s = *s_;
   const int64_t n = b.n_rows;
   if (w_.norms_folded) {
-    return {.x = x,
-            .weight = weight,
-            .out = rows(s.residual, n),
-            .epilogue = k::LinearEpilogue::kAddToOut,
-            .scratch = rows(s.mixed, n),
-            .decode_rows = b.decode_rows};
+    return with_weight({.x = x,
+                        .out = rows(s.residual, n),
+                        .epilogue = k::LinearEpilogue::kAddToOut,
+                        .scratch = rows(s.mixed, n),
+                        .decode_rows = b.decode_rows},
+                       weight);
   }
-  return {.x = x, .weight = weight, .out = rows(s.mixed, n), .decode_rows = b.decode_rows};
+  return with_weight({.x = x, .out = rows(s.mixed, n), .decode_rows = b.decode_rows}, weight);
 }
 
 // The last norm of a stack of blocks (final_norm, mtp.norm) into out: the pending residual add
@@ -127,7 +145,8 @@ void Qwen35Model::logits_of(const StepBatch& b, const Tensor& hidden, const Tens
     k::embedding({.ids = b.logit_rows, .table = hidden, .out = x}, ctx_);
   }
   const int64_t decode_logit_rows = b.logits_all_rows ? b.decode_rows : b.n_decode_logit_rows;
-  k::linear({.x = x, .weight = w_.lm_head, .out = logits, .decode_rows = decode_logit_rows}, ctx_);
+  k::linear(with_weight({.x = x, .out = logits, .decode_rows = decode_logit_rows}, w_.lm_head),
+            ctx_);
   observe("logits", -1, logits);
 }
 
@@ -229,7 +248,7 @@ void Qwen35Model::gdn_mixer(const DecoderLayerWeights& w, int64_t layer, const S
   ForwardScratch& s = *s_;
   const GdnWeights& g = w.gdn;
   const int64_t n = b.n_rows;
-  k::linear(from_norm(g.in_proj, rows(s.gdn_in, n), b), ctx_);  // qkv|z|b|a
+  project(g.in_proj, rows(s.gdn_in, n), b);  // qkv|z|b|a
   // Decode/verify sequences keep their rows in the conv history and the replay buffer (the next
   // step folds the accepted ones); prefill chunks fold everything at once (next n_acc = 0).
   struct Part {
@@ -290,7 +309,7 @@ void Qwen35Model::attention_mixer(const DecoderLayerWeights& w, int64_t layer, c
   const AttentionWeights& a = w.attn;
   const int64_t n = b.n_rows;
   const int64_t hq = cfg_.num_heads_q, hkv = cfg_.num_heads_kv, d = cfg_.head_dim;
-  k::linear(from_norm(a.qkv_proj, rows(s.attn_in, n), b), ctx_);  // q|k|v
+  project(a.qkv_proj, rows(s.attn_in, n), b);  // q|k|v
   // q_proj rows are per head [query | gate]: view [T, Nq, 2D] and split the last dim.
   const Tensor qg = rows(s.q_gate, n).split_heads(hq);  // [T, Nq, 2D]
   const Tensor q = qg.slice(2, 0, d), gate = qg.slice(2, d, 2 * d);
@@ -367,7 +386,7 @@ void Qwen35Model::mtp_forward(const StepBatch& b, const CacheViews& cache, const
                .out = in.slice(1, h, 2 * h),
                .eps = cfg_.rms_norm_eps},
               ctx_);
-  k::linear({.x = in, .weight = m.fc, .out = rows(s.residual, n), .decode_rows = b.decode_rows},
+  k::linear(with_weight({.x = in, .out = rows(s.residual, n), .decode_rows = b.decode_rows}, m.fc),
             ctx_);
   observe("mtp_fc", layer, rows(s.residual, n));
   decoder_layer(m.layer, layer, b, cache.mtp, cache.attn_workspace, false);

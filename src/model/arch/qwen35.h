@@ -62,10 +62,14 @@ class Qwen35Model {
   void logits_of(const StepBatch& b, const Tensor& hidden, const Tensor& logits);
   // A projection of a block's norm(residual) into out: the residual scaled by the linear itself
   // when the norms are folded into the weights, else the rows the separate norm wrote.
-  kernels::LinearArgs from_norm(const Tensor& weight, const Tensor& out, const StepBatch& b) const;
+  kernels::LinearArgs from_norm(const LinearWeight& weight, const Tensor& out,
+                                const StepBatch& b) const;
+  // from_norm for every part of a stacked projection, each into its own columns of out.
+  void project(const StackedWeight& weight, const Tensor& out, const StepBatch& b);
   // A mixer's or the MLP's output projection, whose output joins the residual stream: added by
   // the linear when the norms are folded, else left in the scratch for the next norm to add.
-  kernels::LinearArgs to_residual(const Tensor& x, const Tensor& weight, const StepBatch& b) const;
+  kernels::LinearArgs to_residual(const Tensor& x, const LinearWeight& weight,
+                                  const StepBatch& b) const;
   void observe(std::string_view name, int64_t layer, const Tensor& t) {
     if (obs_) obs_->observe(name, layer, t);
   }

@@ -1,70 +1,204 @@
-// Name mapping and shape checks for Qwen3.5 dense checkpoints (both layouts) and mtp.* tensors.
+// Name mapping and shape checks for Qwen3.5 dense checkpoints (both layouts) and mtp.* tensors,
+// and the checks of block-scaled FP8 checkpoints (every F8_E4M3 weight's `_scale_inv`).
 #include "model/arch/qwen35_weights.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/linear/linear.h"  // fold_rms_norm
 #include "kernels/swiglu/swiglu.h"
+#include "model/fp8.h"
 
 namespace tandem {
 
+int64_t LinearWeight::nbytes() const {
+  return weight.nbytes() + (scale_inv.raw() != nullptr ? scale_inv.nbytes() : 0);
+}
+
 namespace {
+
+// A matrix as read from the checkpoint: FP8 ones with their scales (f32, block_rows-row blocks).
+struct HostMatrix {
+  std::string name;
+  Tensor w;
+  Tensor scale;  // f8_e4m3 only
+  bool fp8() const { return w.dtype() == DType::kF8E4M3; }
+};
 
 class Loader {
  public:
-  Loader(const Checkpoint& ck, Device device, const LoadProgress& progress)
-      : ck_(ck), device_(device), progress_(progress) {}
+  Loader(const Checkpoint& ck, const ModelConfig& cfg, Device device, const LoadProgress& progress)
+      : ck_(ck), q_(cfg.quantization), device_(device), progress_(progress) {}
 
   bool folds_norms() const { return device_ == Device::kCuda; }
 
+  // A tensor that is not a linear weight (norms, conv1d, A_log, dt_bias, embeddings).
   Tensor operator()(const std::string& name, const Shape& shape) {
-    return on_device(host(name, shape));
+    Tensor t = host(name, shape);
+    TANDEM_CHECK(t.dtype() != DType::kF8E4M3,
+                 "checkpoint '{}': tensor '{}' is F8_E4M3, but only linear-layer weights may be "
+                 "FP8 (embeddings, norms, conv1d, A_log and dt_bias stay bf16 in released FP8 "
+                 "checkpoints)",
+                 ck_.dir(), name);
+    return on_device(t);
   }
 
-  // Matrices [rows_i, cols] stacked by rows into one [sum rows_i, cols] tensor, in the given order;
-  // with folds_norms(), the zero-centred RMSNorm `norm` [cols] is folded in.
-  Tensor stacked(const std::vector<std::pair<std::string, Shape>>& parts, const std::string& norm) {
-    std::vector<Tensor> h;
-    int64_t rows = 0;
-    for (const auto& [name, shape] : parts) {
-      h.push_back(host(name, shape));
-      rows += shape[0];
+  LinearWeight linear(const std::string& name, const Shape& shape) {
+    return stacked({{name, shape}}, "")[0];
+  }
+
+  // Matrices [rows_i, cols] stacked by rows into one [sum rows_i, cols] weight, in the given order;
+  // with folds_norms(), the zero-centred RMSNorm `norm` [cols] is folded in. Runs of FP8 and of
+  // other matrices become separate parts (StackedWeight).
+  StackedWeight stacked(const std::vector<std::pair<std::string, Shape>>& parts,
+                        const std::string& norm) {
+    std::vector<HostMatrix> h;
+    for (const auto& [name, shape] : parts) h.push_back(matrix(name, shape));
+    StackedWeight out;
+    for (size_t b = 0; b < h.size();) {
+      size_t e = b + 1;
+      while (e < h.size() && h[e].fp8() == h[b].fp8()) ++e;
+      const std::vector<HostMatrix> run(h.begin() + b, h.begin() + e);
+      out.push_back(h[b].fp8() ? stack_fp8(run) : stack_plain(run, norm));
+      b = e;
     }
-    const bool same =
-        std::all_of(h.begin(), h.end(), [&](const Tensor& t) { return t.dtype() == h[0].dtype(); });
-    Tensor all = Tensor::zeros({rows, h[0].dim(1)}, same ? h[0].dtype() : DType::kF32);
-    int64_t r = 0;
-    for (const Tensor& t : h) {
-      all.slice(0, r, r + t.dim(0)).copy_from(same ? t : t.to_f32());
-      r += t.dim(0);
-    }
-    return on_device(folded(all, norm));
+    return out;
   }
 
   // Two matrices a, b [rows, cols] interleaved by row groups of `group`: rows [2 group i, 2 group i
   // + group) of the result are a's rows [group i, group (i + 1)), the next `group` rows b's. rows
   // must be a multiple of group.
-  Tensor interleaved(const std::string& a_name, const std::string& b_name, const Shape& shape,
-                     int64_t group, const std::string& norm) {
-    const Tensor a = host(a_name, shape), b = host(b_name, shape);
+  LinearWeight interleaved(const std::string& a_name, const std::string& b_name, const Shape& shape,
+                           int64_t group, const std::string& norm) {
+    const HostMatrix a = matrix(a_name, shape), b = matrix(b_name, shape);
     TANDEM_CHECK(shape[0] % group == 0,
                  "tensor '{}' (and '{}') has {} rows, which is not a multiple of {}: the fused "
                  "gate|up projection interleaves them in groups of {} rows",
                  a_name, b_name, shape[0], group, group);
-    const bool same = a.dtype() == b.dtype();
-    const Tensor a2 = same ? a : a.to_f32(), b2 = same ? b : b.to_f32();
+    TANDEM_CHECK(a.fp8() == b.fp8(),
+                 "checkpoint '{}': '{}' is {} but '{}' is {}: the fused gate|up projection needs "
+                 "both FP8 or neither",
+                 ck_.dir(), a_name, dtype_name(a.w.dtype()), b_name, dtype_name(b.w.dtype()));
+    const bool same = a.w.dtype() == b.w.dtype();
+    const Tensor a2 = same ? a.w : a.w.to_f32(), b2 = same ? b.w : b.w.to_f32();
     Tensor all = Tensor::zeros({2 * shape[0], shape[1]}, a2.dtype());
     for (int64_t r = 0; r < shape[0]; r += group) {
       all.slice(0, 2 * r, 2 * r + group).copy_from(a2.slice(0, r, r + group));
       all.slice(0, 2 * r + group, 2 * r + 2 * group).copy_from(b2.slice(0, r, r + group));
     }
-    return on_device(folded(all, norm));
+    if (!a.fp8()) return {.weight = on_device(folded(all, norm))};
+    // Scales regrouped to the interleave's rows (r divides group), then interleaved the same way.
+    const int64_t r = std::gcd(q_.block_rows, group), per = group / r;
+    const Tensor sa = fp8_scale_rows(a.scale, shape[0], q_.block_rows, r);
+    const Tensor sb = fp8_scale_rows(b.scale, shape[0], q_.block_rows, r);
+    Tensor s = Tensor::zeros({2 * sa.dim(0), sa.dim(1)}, DType::kF32);
+    for (int64_t g = 0; g < sa.dim(0); g += per) {
+      s.slice(0, 2 * g, 2 * g + per).copy_from(sa.slice(0, g, g + per));
+      s.slice(0, 2 * g + per, 2 * g + 2 * per).copy_from(sb.slice(0, g, g + per));
+    }
+    return {.weight = all, .scale_inv = s, .scale_block_rows = r};
   }
 
  private:
+  // A linear weight and, if it is FP8, its checked scale tensor; on CUDA FP8 is dequantised here.
+  HostMatrix matrix(const std::string& name, const Shape& shape) {
+    HostMatrix m{name, host(name, shape), {}};
+    const std::string sname = name + "_scale_inv";
+    if (!m.fp8()) {
+      TANDEM_CHECK(!ck_.has(sname),
+                   "checkpoint '{}': tensor '{}' is stored {} but has a scale tensor '{}' (only "
+                   "F8_E4M3 weights carry scales)",
+                   ck_.dir(), name, dtype_name(m.w.dtype()), sname);
+      return m;
+    }
+    TANDEM_CHECK(q_.fp8,
+                 "checkpoint '{}': tensor '{}' is F8_E4M3 but config.json has no "
+                 "quantization_config (expected quant_method 'fp8', fmt 'e4m3', "
+                 "weight_block_size [128, 128])",
+                 ck_.dir(), name);
+    const std::string module = name.substr(0, name.rfind(".weight"));
+    for (const std::string& keep : q_.modules_to_not_convert)
+      TANDEM_CHECK(module.find(keep) == std::string::npos,
+                   "checkpoint '{}': tensor '{}' is F8_E4M3 but quantization_config."
+                   "modules_to_not_convert lists '{}'",
+                   ck_.dir(), name, keep);
+    const Shape expected{(shape[0] + q_.block_rows - 1) / q_.block_rows,
+                         (shape[1] + q_.block_cols - 1) / q_.block_cols};
+    TANDEM_CHECK(ck_.has(sname),
+                 "checkpoint '{}': FP8 weight '{}' {} has no scale tensor '{}' (f32 {}, one scale "
+                 "per {}x{} block)",
+                 ck_.dir(), name, shape_str(shape), sname, shape_str(expected), q_.block_rows,
+                 q_.block_cols);
+    const Tensor s = host(sname, {});
+    TANDEM_CHECK(s.dtype() == DType::kF32 || s.dtype() == DType::kBF16 || s.dtype() == DType::kF16,
+                 "checkpoint '{}': scale tensor '{}' is {}, expected f32 (or bf16/f16)", ck_.dir(),
+                 sname, dtype_name(s.dtype()));
+    TANDEM_CHECK(s.shape() == expected,
+                 "checkpoint '{}': scale tensor '{}' has shape {}, expected {} for weight '{}' {} "
+                 "in {}x{} blocks",
+                 ck_.dir(), sname, shape_str(s.shape()), shape_str(expected), name,
+                 shape_str(shape), q_.block_rows, q_.block_cols);
+    m.scale = s.to_f32();  // bf16/f16 scales widen exactly
+    if (device_ == Device::kCuda) {
+      if (!noticed_) {
+        std::fprintf(stderr,
+                     "fp8: CUDA FP8 kernels are not built yet: FP8 weights are dequantised to "
+                     "bf16 at load (bf16 memory and speed)\n");
+        noticed_ = true;
+      }
+      m.w = fp8_dequantize(m.w, m.scale, q_.block_rows);
+      m.scale = Tensor();
+    }
+    return m;
+  }
+
+  // A run of non-FP8 matrices: one dtype if they agree, else f32 (exact); folded on CUDA.
+  LinearWeight stack_plain(const std::vector<HostMatrix>& h, const std::string& norm) {
+    if (h.size() == 1 && (norm.empty() || !folds_norms())) return {.weight = on_device(h[0].w)};
+    const bool same = std::all_of(
+        h.begin(), h.end(), [&](const HostMatrix& t) { return t.w.dtype() == h[0].w.dtype(); });
+    Tensor all = Tensor::zeros({rows_of(h), h[0].w.dim(1)}, same ? h[0].w.dtype() : DType::kF32);
+    int64_t r = 0;
+    for (const HostMatrix& t : h) {
+      all.slice(0, r, r + t.w.dim(0)).copy_from(same ? t.w : t.w.to_f32());
+      r += t.w.dim(0);
+    }
+    return {.weight = on_device(norm.empty() ? all : folded(all, norm))};
+  }
+
+  // A run of FP8 matrices (CPU only: CUDA dequantised them): the bytes stacked as they are and the
+  // scales regrouped to rows of r = gcd(block rows, every part's first row), so that each group
+  // lies inside one block of its own part.
+  LinearWeight stack_fp8(const std::vector<HostMatrix>& h) const {
+    if (h.size() == 1) return {.weight = h[0].w, .scale_inv = h[0].scale};
+    int64_t r = q_.block_rows, at = 0;
+    for (const HostMatrix& t : h) {
+      r = std::gcd(r, at);
+      at += t.w.dim(0);
+    }
+    Tensor all = Tensor::zeros({rows_of(h), h[0].w.dim(1)}, DType::kF8E4M3);
+    Tensor s = Tensor::zeros({(all.dim(0) + r - 1) / r, h[0].scale.dim(1)}, DType::kF32);
+    int64_t row = 0;
+    for (const HostMatrix& t : h) {
+      const int64_t n = t.w.dim(0);
+      all.slice(0, row, row + n).copy_from(t.w);
+      const Tensor g = fp8_scale_rows(t.scale, n, q_.block_rows, r);
+      s.slice(0, row / r, row / r + g.dim(0)).copy_from(g);
+      row += n;
+    }
+    return {.weight = all, .scale_inv = s, .scale_block_rows = r};
+  }
+
+  static int64_t rows_of(const std::vector<HostMatrix>& h) {
+    int64_t rows = 0;
+    for (const HostMatrix& t : h) rows += t.w.dim(0);
+    return rows;
+  }
+
   Tensor folded(Tensor host_matrix, const std::string& norm) const {
     if (folds_norms()) {
       if (host_matrix.dtype() != DType::kBF16) host_matrix = host_matrix.to_f32();
@@ -74,8 +208,9 @@ class Loader {
     return host_matrix;
   }
 
+  // The named tensor, its shape checked unless `shape` is empty.
   Tensor host(const std::string& name, const Shape& shape) {
-    Tensor host = ck_.get(name, shape);
+    Tensor host = shape.empty() ? ck_.get(name) : ck_.get(name, shape);
     done_ += static_cast<size_t>(host.nbytes());
     if (progress_) progress_(done_, ck_.total_bytes());
     return host;
@@ -94,9 +229,11 @@ class Loader {
   }
 
   const Checkpoint& ck_;
+  const QuantizationConfig& q_;
   Device device_;
   const LoadProgress& progress_;
   size_t done_ = 0;
+  bool noticed_ = false;
 };
 
 DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::string& p,
@@ -112,7 +249,7 @@ DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::st
                                     {p + "self_attn.k_proj.weight", {kv, h}},
                                     {p + "self_attn.v_proj.weight", {kv, h}}},
                                    p + "input_layernorm.weight");
-    w.attn.o_proj = load(p + "self_attn.o_proj.weight", {h, q});
+    w.attn.o_proj = load.linear(p + "self_attn.o_proj.weight", {h, q});
     w.attn.q_norm = load(p + "self_attn.q_norm.weight", {c.head_dim});
     w.attn.k_norm = load(p + "self_attn.k_norm.weight", {c.head_dim});
   } else {
@@ -126,12 +263,12 @@ DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::st
     w.gdn.a_log = load(p + "linear_attn.A_log", {hv});
     w.gdn.dt_bias = load(p + "linear_attn.dt_bias", {hv});
     w.gdn.norm = load(p + "linear_attn.norm.weight", {c.gdn_d_v});
-    w.gdn.out_proj = load(p + "linear_attn.out_proj.weight", {h, vd});
+    w.gdn.out_proj = load.linear(p + "linear_attn.out_proj.weight", {h, vd});
   }
   w.mlp.gate_up_proj = load.interleaved(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
                                         {c.intermediate_size, h}, kernels::kSwigluPairGroup,
                                         p + "post_attention_layernorm.weight");
-  w.mlp.down_proj = load(p + "mlp.down_proj.weight", {h, c.intermediate_size});
+  w.mlp.down_proj = load.linear(p + "mlp.down_proj.weight", {h, c.intermediate_size});
   return w;
 }
 
@@ -139,7 +276,7 @@ DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::st
 
 Qwen35Weights load_qwen35_weights(const Checkpoint& ck, const ModelConfig& c, Device device,
                                   const LoadProgress& progress) {
-  Loader load(ck, device, progress);
+  Loader load(ck, c, device, progress);
   const std::string& p = c.weight_prefix;
   const int64_t h = c.hidden_size;
   Qwen35Weights w;
@@ -150,13 +287,13 @@ Qwen35Weights load_qwen35_weights(const Checkpoint& ck, const ModelConfig& c, De
         load_layer(load, c, p + "layers." + std::to_string(i) + ".", c.layer_types[i]));
   w.final_norm = load(p + "norm.weight", {h});
   if (c.tie_word_embeddings && !ck.has("lm_head.weight")) {
-    w.lm_head = w.embed_tokens;
+    w.lm_head = {.weight = w.embed_tokens};
   } else {
-    w.lm_head = load("lm_head.weight", {c.vocab_size, h});
+    w.lm_head = load.linear("lm_head.weight", {c.vocab_size, h});
   }
   if (ck.has("mtp.fc.weight")) {
     MtpWeights m;
-    m.fc = load("mtp.fc.weight", {h, 2 * h});
+    m.fc = load.linear("mtp.fc.weight", {h, 2 * h});
     m.pre_fc_norm_embedding = load("mtp.pre_fc_norm_embedding.weight", {h});
     m.pre_fc_norm_hidden = load("mtp.pre_fc_norm_hidden.weight", {h});
     m.norm = load("mtp.norm.weight", {h});

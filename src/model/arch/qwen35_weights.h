@@ -8,6 +8,10 @@
 // the projections that read them (kernels::fold_rms_norm: in_proj or qkv_proj, and gate|up), so
 // that a step has no norm launches of its own: the linear scales by the residual's inverse RMS
 // (LinearArgs::input_rms). The norm tensors stay loaded, unused by the folded forward.
+// Block-scaled FP8 checkpoints (docs/fp8.md): on the CPU, FP8 matrices stay FP8 with their block
+// scales (stacking and the gate|up interleave move whole rows and regroup the scales to match,
+// model/fp8.h; parts that the checkpoint keeps in bf16, GDN's in_proj_b/a, stay a separate part of
+// the projection); on CUDA they are dequantised to bf16 at load, with a notice.
 #pragma once
 
 #include <functional>
@@ -20,30 +24,46 @@
 
 namespace tandem {
 
+// A linear layer's weight as kernels::LinearArgs takes it.
+struct LinearWeight {
+  Tensor weight;     // [out, in] bf16|f16|f32|f8_e4m3
+  Tensor scale_inv;  // f8_e4m3 only: f32 [ceil(out / scale_block_rows), ceil(in / 128)]
+  int64_t scale_block_rows = 128;
+
+  int64_t out() const { return weight.dim(0); }
+  int64_t nbytes() const;  // the matrix and its scales
+  int64_t numel() const { return weight.numel(); }
+};
+
+// Projections of one input stacked by rows: one part (one linear call) unless the checkpoint stores
+// some of them in another dtype (an FP8 checkpoint keeping in_proj_b/a in bf16): then one part per
+// run of like dtypes, each computing its own columns of the output.
+using StackedWeight = std::vector<LinearWeight>;
+
 struct AttentionWeights {
   // [2 q + 2 kv, hidden], q = n_heads_q * head_dim, kv = n_heads_kv * head_dim: q_proj (rows per
   // head [query | gate]), then k_proj, then v_proj.
-  Tensor qkv_proj;
-  Tensor o_proj;          // [hidden, n_heads_q * head_dim]
+  StackedWeight qkv_proj;
+  LinearWeight o_proj;    // [hidden, n_heads_q * head_dim]
   Tensor q_norm, k_norm;  // [head_dim], zero-centred
 };
 
 struct GdnWeights {
   // [(2 kd + vd) + vd + 2 n_heads_v, hidden]: in_proj_qkv (rows [q | k | v]), in_proj_z,
   // in_proj_b, in_proj_a.
-  Tensor in_proj;
+  StackedWeight in_proj;
   Tensor conv1d;          // [2 kd + vd, 1, conv_kernel]
   Tensor a_log, dt_bias;  // [n_heads_v]
   Tensor norm;            // [d_v], plain (not zero-centred)
-  Tensor out_proj;        // [hidden, vd]
+  LinearWeight out_proj;  // [hidden, vd]
 };
 
 struct MlpWeights {
   // [2 inter, hidden] in the pair layout of swiglu.h (inter a multiple of 8): rows 16g..16g+7 are
   // gate_proj rows 8g..8g+7, rows 16g+8..16g+15 up_proj rows 8g..8g+7; read by linear with
-  // LinearEpilogue::kSwiGluPairs.
-  Tensor gate_up_proj;
-  Tensor down_proj;  // [hidden, inter]
+  // LinearEpilogue::kSwiGluPairs. FP8: scale rows in groups of 8 (the interleave's unit).
+  LinearWeight gate_up_proj;
+  LinearWeight down_proj;  // [hidden, inter]
 };
 
 struct DecoderLayerWeights {
@@ -55,15 +75,15 @@ struct DecoderLayerWeights {
 };
 
 struct MtpWeights {
-  Tensor fc;  // [hidden, 2 * hidden], input [norm_e(embed(x_{t+1})) ; norm_h(h_t)]
+  LinearWeight fc;  // [hidden, 2 * hidden], input [norm_e(embed(x_{t+1})) ; norm_h(h_t)]
   Tensor pre_fc_norm_embedding, pre_fc_norm_hidden, norm;  // [hidden], zero-centred
   DecoderLayerWeights layer;                               // a full-attention decoder layer
 };
 
 struct Qwen35Weights {
-  Tensor embed_tokens;  // [vocab, hidden]
-  Tensor final_norm;    // [hidden]
-  Tensor lm_head;       // [vocab, hidden] (= embed_tokens when tied)
+  Tensor embed_tokens;   // [vocab, hidden] (never FP8)
+  Tensor final_norm;     // [hidden]
+  LinearWeight lm_head;  // [vocab, hidden] (= embed_tokens when tied)
   std::vector<DecoderLayerWeights> layers;
   std::optional<MtpWeights> mtp;  // present when the checkpoint has mtp.* tensors
   bool norms_folded = false;      // input_norm and post_attention_norm are in the projections

@@ -1,0 +1,42 @@
+// Host-side FP8 helpers for the loader (model/fp8.h).
+#include "model/fp8.h"
+
+#include "kernels/linear/linear.h"  // kFp8BlockCols
+
+namespace tandem {
+
+Tensor fp8_dequantize(const Tensor& w, const Tensor& scale, int64_t block_rows) {
+  TANDEM_CHECK(w.dtype() == DType::kF8E4M3 && w.ndim() == 2 && w.is_contiguous() &&
+                   scale.dtype() == DType::kF32 && scale.is_contiguous() &&
+                   scale.dim(0) == (w.dim(0) + block_rows - 1) / block_rows &&
+                   scale.dim(1) == (w.dim(1) + kernels::kFp8BlockCols - 1) / kernels::kFp8BlockCols,
+               "fp8_dequantize: weight {} and scale {} (rows of {}) disagree", w.describe(),
+               scale.describe(), block_rows);
+  const Tensor hw = w.host(), hs = scale.host();
+  const int64_t rows = w.dim(0), cols = w.dim(1), kb = scale.dim(1);
+  Tensor out = Tensor::zeros({rows, cols}, DType::kF32);
+  const f8e4m3* src = hw.data<const f8e4m3>();
+  const float* s = hs.data<const float>();
+  float* dst = out.data<float>();
+  for (int64_t o = 0; o < rows; ++o)
+    for (int64_t i = 0; i < cols; ++i)
+      dst[o * cols + i] =
+          f8e4m3_to_f32(src[o * cols + i]) * s[(o / block_rows) * kb + i / kernels::kFp8BlockCols];
+  return out;
+}
+
+Tensor fp8_scale_rows(const Tensor& scale, int64_t rows, int64_t block_rows, int64_t r) {
+  TANDEM_CHECK(r > 0 && block_rows % r == 0 && scale.dtype() == DType::kF32 &&
+                   scale.is_contiguous() && scale.dim(0) == (rows + block_rows - 1) / block_rows,
+               "fp8_scale_rows: scale {} of {} rows in blocks of {} cannot be regrouped by {}",
+               scale.describe(), rows, block_rows, r);
+  const Tensor hs = scale.host();
+  const int64_t groups = (rows + r - 1) / r, kb = scale.dim(1);
+  Tensor out = Tensor::zeros({groups, kb}, DType::kF32);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t j = 0; j < kb; ++j)
+      out.data<float>()[g * kb + j] = hs.data<const float>()[(g * r / block_rows) * kb + j];
+  return out;
+}
+
+}  // namespace tandem
