@@ -141,3 +141,26 @@ def test_sigterm_aborts_streams_and_exits_0(fresh_pool):
     assert finishes[-1] == "abort", finishes[-3:]
     assert s.proc.wait(30) == 0
     conn.close()
+
+
+def test_sigterm_aborts_waiting_requests_too(fresh_pool):
+    s = fresh_pool.start(["--max-model-len", "4096", "--max-num-seqs", "1"])
+    body = json.dumps({"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 4000,
+                       "ignore_eos": True, "temperature": 0, "stream": True})
+    conns = []
+    for _ in range(2):
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        conn.request("POST", COMP, body=body, headers={"Content-Type": "application/json"})
+        conns.append(conn)
+    wait_for(lambda: (lambda m: m.get("tandem:num_requests_running") == 1 and
+                      m.get("tandem:num_requests_waiting") == 1)(scrape(s.port)), 20,
+             "one running and one waiting")
+    s.proc.send_signal(signal.SIGTERM)
+    for conn in conns:
+        resp = conn.getresponse()
+        assert resp.status == 200
+        chunks = parse_sse(resp.read())
+        finishes = [c["choices"][0].get("finish_reason") for c in chunks if c.get("choices")]
+        assert finishes and finishes[-1] == "abort", finishes[-3:]
+        conn.close()
+    assert s.proc.wait(30) == 0

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import BASE_ARGS, MTP_ARGS
 from prompts import CHAT, INVALID_UTF8_TEXT, TEXT
-from support import MODEL, generate_batch, parse_sse, post, stream_text
+from support import MODEL, generate_batch, parse_sse, post, scrape, stream_text
 
 MAX = 48
 CASES = [("text", p) for p in TEXT + [INVALID_UTF8_TEXT]] + [("chat", p) for p in CHAT]
@@ -108,3 +108,51 @@ def test_stop_string_across_token_boundaries_is_never_emitted(any_server, refs):
                 text = text_of(kind, r.json())
                 assert r.json()["choices"][0]["finish_reason"] == "stop"
             assert text == expect, (stop, stream)
+
+
+def test_seeded_sample_amid_other_requests_equals_it_alone(pool):
+    """Each request's output is bit-identical to the same request run alone (README), sampled
+    ones included: a seeded request among 15 others in flight gives the text it gives alone."""
+    s = pool.start(BASE_ARGS + MTP_ARGS + ["--max-num-seqs", "16"])
+    probe = body("text", TEXT[0], temperature=0.8, top_k=50, seed=99, max_tokens=40)
+    alone = post(s.port, path("text"), probe).json()["choices"][0]["text"]
+    others = [body(k, p, temperature=1.0, seed=i, max_tokens=60) for i, (k, p) in
+              enumerate(CASES * 2)][:15]
+    with cf.ThreadPoolExecutor(16) as ex:
+        futs = [ex.submit(post, s.port, path("chat" if "messages" in o else "text"), o)
+                for o in others]
+        mid = ex.submit(post, s.port, path("text"), probe)
+        assert all(f.result().status == 200 for f in futs)
+        assert mid.result().json()["choices"][0]["text"] == alone
+
+
+def test_preemption_keeps_outputs_exact(pool, binary):
+    """A KV pool far too small for the batch: the scheduler preempts (swaps) sequences, and every
+    output still equals its prompt decoded alone."""
+    s = pool.start(["--max-model-len", "512", "--max-num-seqs", "8", "--kv-blocks", "12",
+                    "--max-num-batched-tokens", "128"] + MTP_ARGS)
+    n = 8
+    reqs = [body(k, p, max_tokens=300) for k, p in CASES[:n]]
+    want = generate_batch(binary, [dict({"prompt": p, "max_tokens": 300},
+                                        **({"chat": True} if k == "chat" else {}))
+                                   for k, p in CASES[:n]])
+    with cf.ThreadPoolExecutor(n) as ex:
+        got = list(ex.map(lambda i: post(s.port, path(CASES[i][0]), reqs[i], timeout=180),
+                          range(n)))
+    m = scrape(s.port)
+    assert m.get("tandem:num_preemptions_total") > 0, "the pool was meant to force preemption"
+    for i, r in enumerate(got):
+        assert r.status == 200, r
+        assert text_of(CASES[i][0], r.json()) == want[i]["text"], CASES[i]
+
+
+def test_multibyte_stop_string_split_over_byte_tokens(any_server, refs):
+    """δ comes out as two byte tokens: neither its first byte nor a replacement character may
+    leak before the stop."""
+    i = CASES.index(("text", TEXT[3]))
+    ref = refs[i][0]
+    assert "δ" in ref
+    for stream in (False, True):
+        r = one(any_server, "text", TEXT[3], stop="δ", stream=stream)
+        text = stream_text(parse_sse(r.body), False) if stream else text_of("text", r.json())
+        assert text == ref[:ref.find("δ")], stream

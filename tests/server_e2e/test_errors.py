@@ -296,3 +296,19 @@ def test_full_queue_is_503_with_retry_after(fresh_pool):
                           m.get("tandem:num_requests_waiting") == 0)(scrape(s.port)), 30,
                  "the closed streams to be cancelled")
     assert post(s.port, COMP, comp(), timeout=20).status == 200
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/tokenize", {"prompt": 5}, "prompt"),
+    ("/tokenize", {}, None),  # prompt or messages
+    ("/tokenize", {"messages": "x"}, "messages"),
+    ("/detokenize", {"tokens": "x"}, "tokens"),
+    ("/detokenize", {"tokens": [-1]}, "tokens"),
+    ("/detokenize", {"tokens": [8192]}, "tokens"),
+    ("/detokenize", {"tokens": [1.5]}, "tokens"),
+    ("/detokenize", {}, "tokens"),
+])
+def test_tokenizer_endpoints_reject_bad_input(server, path, body, param):
+    e = assert_error(post(server.port, path, body), 400, param=param,
+                     etype="invalid_request_error")
+    assert e["param"] in (("prompt", "messages") if param is None else (e["param"],)), e

@@ -319,3 +319,29 @@ def test_api_key_from_the_environment(pool):
         bad.models.list()
     with client_for(s, "envkey") as ok:
         assert [m.id for m in ok.models.list().data] == [MODEL]
+
+
+def test_max_tokens_defaults_to_the_rest_of_the_context(pool):
+    s = pool.start(["--max-model-len", "128"])
+    with client_for(s) as c:
+        r = c.completions.create(model=MODEL, prompt=TEXT[0], temperature=0,
+                                 extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.total_tokens == 128
+
+
+def test_streamed_logprobs_match_the_non_streamed_ones(client):
+    whole = complete(client, TEXT[1], logprobs=2, max_tokens=10).choices[0].logprobs
+    chunks = [c for c in complete(client, TEXT[1], logprobs=2, max_tokens=10, stream=True)
+              if c.choices]
+    tokens = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    lps = [x for c in chunks if c.choices[0].logprobs for x in c.choices[0].logprobs.token_logprobs]
+    assert tokens == whole.tokens
+    assert lps == whole.token_logprobs  # the same bits, streamed or not
+    chat_whole = chat(client, CHAT[1], logprobs=True, top_logprobs=2, max_tokens=10)
+    chat_chunks = [c for c in chat(client, CHAT[1], logprobs=True, top_logprobs=2,
+                                   max_tokens=10, stream=True) if c.choices]
+    streamed = [e for c in chat_chunks if c.choices[0].logprobs and c.choices[0].logprobs.content
+                for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == \
+        [(e.token, e.logprob) for e in chat_whole.choices[0].logprobs.content]
