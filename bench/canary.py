@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The seeds' endpoint canaries as a harness (issue 15): N greedy requests at concurrency C through
-`tandem serve` -- a JSON-output prompt, a short-answer (color) prompt and a mix of others -- each
-response compared bit for bit with the plain decoding of its prompt run alone (`tandem generate
---prompts --max-num-seqs 1`). Prints every divergence with its request ids, writes a JSON summary
+`tandem serve` -- a JSON-output prompt, a short-answer (color) prompt and a mix of others, every
+fourth one streamed -- each response (text, completion tokens, finish reason) compared bit for bit
+with the plain decoding of its prompt run alone (`tandem generate --prompts --max-num-seqs 1`). Prints every divergence with its request ids, writes a JSON summary
 (machine, commit, command, N, C, k, divergences, throughput) and exits 1 on any divergence or
 failed request. Standard library only, so it runs wherever the server does.
 
@@ -147,15 +147,37 @@ def auth_headers():
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def run(url, model_name, prompts, n, concurrency, timeout):
+def sse_text(data, chat):
+    """Concatenated choice-0 text, finish reason, usage and speculation of an SSE body."""
+    text, finish, usage, spec = [], None, None, {}
+    events = data.decode("utf-8").split("\n\n")
+    if events[-2:] != ["data: [DONE]", ""]:
+        raise ValueError(f"stream does not end with [DONE]: {data[-200:]!r}")
+    for ev in events[:-2]:
+        if not ev.startswith("data: "):
+            raise ValueError(f"not an SSE data event: {ev[:200]!r}")
+        j = json.loads(ev[6:])
+        for c in j.get("choices", []):
+            text.append((c.get("delta") or {}).get("content") or "" if chat else c.get("text", ""))
+            finish = c.get("finish_reason") or finish
+        usage = j.get("usage") or usage
+        spec = j.get("speculation") or spec
+    return "".join(text), finish, usage, spec
+
+
+def run(url, model_name, prompts, n, concurrency, timeout, stream_every):
     """Sends n requests (prompt i % len(prompts)) with at most `concurrency` in flight, each on
-    its own keep-alive connection per worker. Returns the results in request order."""
+    its own keep-alive connection per worker; request i streams when stream_every divides i + 1.
+    Returns the results in request order."""
     u = urllib.parse.urlparse(url)
     local = threading.local()
 
     def send(i):
         kind, endpoint, prompt, max_tokens = prompts[i % len(prompts)]
+        stream = bool(stream_every) and (i + 1) % stream_every == 0
         body = {"model": model_name, "max_tokens": max_tokens, "temperature": 0}
+        if stream:
+            body.update(stream=True, stream_options={"include_usage": True})
         if endpoint == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
             path = "/v1/chat/completions"
@@ -181,11 +203,22 @@ def run(url, model_name, prompts, n, concurrency, timeout):
         if r.status != 200:
             out["error"] = f"HTTP {r.status}: {data[:300]!r}"
             return out
-        j = json.loads(data)
-        c = j["choices"][0]
-        out.update(id=j["id"], text=c["message"]["content"] if endpoint == "chat" else c["text"],
-                   completion_tokens=j["usage"]["completion_tokens"],
-                   finish_reason=c["finish_reason"], speculation=j.get("speculation") or {})
+        out["stream"] = stream
+        try:
+            if stream:
+                text, finish, usage, spec = sse_text(data, endpoint == "chat")
+                first = json.loads(data.split(b"\n\n", 1)[0][6:])
+                out.update(id=first["id"], text=text, finish_reason=finish,
+                           completion_tokens=(usage or {}).get("completion_tokens"),
+                           speculation=spec)
+                return out
+            j = json.loads(data)
+            c = j["choices"][0]
+            out.update(id=j["id"], text=c["message"]["content"] if endpoint == "chat" else
+                       c["text"], completion_tokens=j["usage"]["completion_tokens"],
+                       finish_reason=c["finish_reason"], speculation=j.get("speculation") or {})
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            out["error"] = f"bad response ({type(e).__name__}: {e}): {data[:300]!r}"
         return out
 
     t0 = time.monotonic()
@@ -207,6 +240,7 @@ def compare(label, prompts, refs, results, seconds):
             at = next((i for i, (a, b) in enumerate(zip(got["text"], ref["text"])) if a != b),
                       min(len(got["text"]), len(ref["text"])))
             divergences.append({"request": r["index"], "id": r["id"], "kind": prompts[p][0],
+                                "stream": r["stream"],
                                 "first_difference_at_char": at,
                                 "got": got["text"][max(0, at - 20):at + 60],
                                 "expected": ref["text"][max(0, at - 20):at + 60],
@@ -235,7 +269,8 @@ def compare(label, prompts, refs, results, seconds):
           f"{summary['requests_per_second']} req/s, mean acceptance length "
           f"{summary['mean_acceptance_length']}", flush=True)
     for d in divergences[:20]:
-        print(f"  DIVERGED request {d['request']} ({d['id']}, {d['kind']}) at char "
+        print(f"  DIVERGED request {d['request']} ({d['id']}, {d['kind']}"
+              f"{', streamed' if d['stream'] else ''}) at char "
               f"{d['first_difference_at_char']}: got {d['got']!r} expected {d['expected']!r} "
               f"(tokens {d['got_tokens']}/{d['expected_tokens']}, finish {d['got_finish']}/"
               f"{d['expected_finish']})", flush=True)
@@ -264,6 +299,8 @@ def main():
     ap.add_argument("--max-num-seqs", type=int, default=None,
                     help="of the servers (default: max(16, concurrency))")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    ap.add_argument("--stream-every", type=int, default=4,
+                    help="every S-th request streams (SSE, text concatenated); 0: none")
     ap.add_argument("--out", default="canary.json", help="JSON summary")
     a = ap.parse_args()
 
@@ -272,7 +309,7 @@ def main():
     runs = []
     if a.url:
         results, seconds = run(a.url, served_model(a.url), PROMPTS, a.requests, a.concurrency,
-                               a.timeout)
+                               a.timeout, a.stream_every)
         runs.append(compare(a.label, PROMPTS, refs, results, seconds))
     else:
         seqs = a.max_num_seqs or max(16, a.concurrency)
@@ -287,7 +324,7 @@ def main():
             server = Server(a.binary, a.model, args)
             try:
                 results, seconds = run(server.url, served_model(server.url), PROMPTS, a.requests,
-                                       a.concurrency, a.timeout)
+                                       a.concurrency, a.timeout, a.stream_every)
             finally:
                 code = server.stop()
             s = compare(mode, PROMPTS, refs, results, seconds)
@@ -298,6 +335,7 @@ def main():
     summary = {"machine": machine(), "commit": commit(), "command": " ".join(sys.argv),
                "requests": a.requests, "concurrency": a.concurrency,
                "k": a.num_speculative_tokens, "speculation_control": a.speculation_control,
+               "streamed_every": a.stream_every,
                "prompts": [{"kind": k, "endpoint": e, "max_tokens": m, "reference": r["text"]}
                            for (k, e, _, m), r in zip(PROMPTS, refs)],
                "divergences": sum(r["divergences"] for r in runs),
