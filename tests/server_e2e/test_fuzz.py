@@ -271,3 +271,32 @@ def test_hostile_requests_never_break_the_server(fuzz_server):
     wait_for(lambda: (lambda m: m.get("tandem:num_requests_running") == 0 and
                       m.get("tandem:num_requests_waiting") == 0)(scrape(port)), 10,
              "no request left running or waiting")
+
+
+def test_hostile_requests_from_many_clients_at_once(fuzz_server):
+    """The same cases from 8 clients at once while greedy streams run beside them: the streams'
+    text is exactly what it is alone, and every hostile case is answered as above."""
+    import concurrent.futures as cf
+
+    from support import parse_sse, stream_text
+    port = fuzz_server.port
+    probe = dict(PROBE, stream=True)
+    alone = stream_text(parse_sse(post(port, COMP, probe).body), False)
+
+    def one(case):
+        kind, data, half_close = case
+        try:
+            check(kind, raw_exchange(port, data, shutdown_write=half_close, timeout=60))
+            return None
+        except Exception as e:  # noqa: BLE001
+            return f"({kind}) {data[:120]!r}: {type(e).__name__}: {e}"
+
+    with cf.ThreadPoolExecutor(10) as ex:
+        streams = [ex.submit(lambda: stream_text(parse_sse(post(port, COMP, probe).body), False))
+                   for _ in range(4)]
+        failures = [f for f in ex.map(one, list(cases(port))) if f]
+        texts = [s.result() for s in streams]
+    assert fuzz_server.alive(), fuzz_server.stderr_text()[-3000:]
+    assert not failures, f"{len(failures)} failed:\n" + "\n".join(failures[:20])
+    assert texts == [alone] * 4
+    assert request(port, "GET", "/health").status == 200
