@@ -67,6 +67,7 @@ AccessRecord& access_record() {
 }
 
 int64_t http_threads(const ServerOptions& o) {
+  if (o.threads > 0) return o.threads;
   return std::max<int64_t>(600, o.max_num_seqs + o.max_queue + 64);
 }
 

@@ -26,6 +26,7 @@ struct ServerOptions {
   int64_t max_num_seqs = 8;
   std::vector<int32_t> eos_ids;  // generation stops at these unless ignore_eos
   bool access_log = true;
+  int64_t threads = 0;  // HTTP threads; 0: http_threads() (tests take fewer)
 };
 
 // Threads serving connections: every open connection holds one (streams included), so enough for

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <random>
 #include <thread>
 
 #include "apps/serve_codec.h"
@@ -69,7 +70,8 @@ class HttpTest : public ::testing::Test {
                     .max_model_len = 256,
                     .max_num_seqs = 4,
                     .eos_ids = model_->config().eos_token_ids,
-                    .access_log = false};
+                    .access_log = false,
+                    .threads = 32};
     server_ = new Served(*model_, *codec_, o);
   }
   static void TearDownTestSuite() {
@@ -357,13 +359,63 @@ TEST_F(HttpTest, AClientThatGoesAwayHasItsRequestCancelled) {
   EXPECT_TRUE(cancelled) << server_->metrics.render();
 }
 
+TEST_F(HttpTest, HostileBodiesNeverBreakTheServer) {
+  const Json before = post("/v1/chat/completions", kChat, 200);
+  std::mt19937 rng(3);
+  const std::string valid = kChat.dump();
+  std::vector<std::string> bodies = {
+      "",
+      "null",
+      "[]",
+      "\"x\"",
+      "{}",
+      std::string(300, '{'),
+      std::string("{\"a\":\0}", 8),
+      R"({"messages": [{"role": "user", "content": "\u0000"}], "max_tokens": 1})",
+      R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e308})",
+      R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -9223372036854775808})",
+      R"({"messages": [{"role": "user", "content": "x"}], "stop": [[[]]]})",
+      R"({"messages": [{"role": "user", "content": "x"}], "temperature": NaN})",
+      R"({"prompt": [[1, 2], [3]]})",
+      R"({"prompt": [1, "a"]})",
+      R"({"tokens": [-1]})"};
+  for (int i = 0; i < 150; ++i) {
+    std::string b = valid.substr(0, rng() % valid.size());      // truncated
+    if (i % 3 == 0 && !b.empty()) b[rng() % b.size()] ^= 0x80;  // invalid UTF-8 somewhere
+    bodies.push_back(b);
+    std::string noise(rng() % 64, ' ');
+    for (char& c : noise) c = static_cast<char>(rng());
+    bodies.push_back(noise);
+  }
+  auto c = server_->client();
+  int answered = 0;
+  for (const std::string& b : bodies) {
+    for (const char* path :
+         {"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"}) {
+      auto res = c.Post(path, b, "application/json");
+      ASSERT_TRUE(res) << path << " " << b;
+      EXPECT_GE(res->status, 200);
+      EXPECT_LT(res->status, 500) << path << " " << b << " -> " << res->body;
+      if (res->status >= 400) {
+        EXPECT_TRUE(Json::parse(res->body)["error"].is_object());
+      }
+      ++answered;
+    }
+  }
+  EXPECT_GT(answered, 1000);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  const Json after = post("/v1/chat/completions", kChat, 200);
+  EXPECT_EQ(after["choices"][0]["message"]["content"], before["choices"][0]["message"]["content"]);
+}
+
 TEST_F(HttpTest, AFullQueueIsA503WithRetryAfter) {
   ServerOptions o{.port = 0,
                   .served_model_name = "tiny",
                   .max_queue = 0,
                   .max_model_len = 256,
                   .eos_ids = model_->config().eos_token_ids,
-                  .access_log = false};
+                  .access_log = false,
+                  .threads = 8};
   Served busy(*model_, *codec_, o);
   auto res = busy.client(false).Post("/v1/completions", R"({"prompt": "x"})", "application/json");
   ASSERT_TRUE(res);
