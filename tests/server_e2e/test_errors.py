@@ -5,7 +5,9 @@ body), and 503 with Retry-After when the queue is full; the server keeps serving
 
 import json
 import socket
+import subprocess
 import threading
+import time
 
 import openai
 import pytest
@@ -312,3 +314,29 @@ def test_tokenizer_endpoints_reject_bad_input(server, path, body, param):
     e = assert_error(post(server.port, path, body), 400, param=param,
                      etype="invalid_request_error")
     assert e["param"] in (("prompt", "messages") if param is None else (e["param"],)), e
+
+
+def test_huge_prompts_are_refused_quickly(server):
+    """A 1 MB text prompt and 100,000 token ids: a 400 naming the context, in seconds."""
+    for body in (comp(prompt="lorem ipsum " * 90000), comp(prompt=[1] * 100000)):
+        t0 = time.monotonic()
+        e = assert_error(post(server.port, COMP, body, timeout=60), 400)
+        assert "1024" in e["message"], e
+        assert time.monotonic() - t0 < 20
+    assert post(server.port, COMP, comp()).status == 200
+
+
+def test_bad_start_up_fails_clearly(binary):
+    """A port already taken and a missing model: exit non-zero with a message, no hang."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        p = subprocess.run([binary, "serve", "--model", MODEL, "--port", str(port)],
+                           capture_output=True, timeout=60)
+        assert p.returncode != 0
+        assert str(port) in p.stderr.decode(errors="replace"), p.stderr[-500:]
+    p = subprocess.run([binary, "serve", "--model", "/no/such/model", "--port", "0"],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1
+    assert b"/no/such/model" in p.stderr, p.stderr[-500:]

@@ -27,6 +27,7 @@ def chat_body(content=CHAT[0], **kw):
 
 
 def test_health_is_200_with_an_empty_body(server):
+    assert server.host == "127.0.0.1"  # the default bind address
     r = request(server.port, "GET", "/health")
     assert r.status == 200 and r.body == b""
 
