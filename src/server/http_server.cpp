@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -293,6 +295,8 @@ struct HttpServer::Impl {
   HandlerContext ctx;
   httplib::Server svr;
   socket_t listen_fd = -1;
+  std::atomic<bool> serving{false};         // serve() was called and has not returned
+  std::atomic<bool> stop_requested{false};  // stop() was called
 };
 
 HttpServer::HttpServer(const TextCodec& codec, EngineLoop& loop, Metrics& metrics,
@@ -319,8 +323,21 @@ int HttpServer::bind() {
   return port;
 }
 
-bool HttpServer::serve() { return impl_->svr.listen_after_bind(); }
+// httplib's stop() does nothing before its accept loop runs, so the two meet through atomics:
+// either serve() sees the request to stop, or stop() sees serve() and waits for the loop.
+bool HttpServer::serve() {
+  impl_->serving = true;
+  const bool ok = impl_->stop_requested || impl_->svr.listen_after_bind();
+  impl_->serving = false;
+  return ok;
+}
 
-void HttpServer::stop() { impl_->svr.stop(); }
+void HttpServer::stop() {
+  impl_->stop_requested = true;
+  while (impl_->serving && !impl_->svr.is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  impl_->svr.stop();
+}
 
 }  // namespace tandem::server
