@@ -59,7 +59,8 @@ void serve(ServeOptions& o) {
   TANDEM_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got {}", o.port);
   TANDEM_CHECK(o.max_queue >= 0, "--max-queue must be >= 0, got {}", o.max_queue);
   TANDEM_CHECK(o.max_body_bytes >= 1, "--max-body-bytes must be >= 1, got {}", o.max_body_bytes);
-  TANDEM_CHECK(o.max_num_seqs >= 0, "--max-num-seqs must be >= 1, got {}", o.max_num_seqs);
+  TANDEM_CHECK(o.max_num_seqs >= 0, "--max-num-seqs must be >= 1 (0: the default 8), got {}",
+               o.max_num_seqs);
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("TANDEM_API_KEY")) o.api_key = env;
   }
