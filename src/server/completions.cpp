@@ -138,7 +138,6 @@ class Generation {
     lps_.clear();
     return j;
   }
-  bool has_logprobs() const { return !lps_.empty(); }
 
  private:
   const HandlerContext& ctx_;
