@@ -68,8 +68,7 @@ def test_sse_framing(server, path, body):
     if chat:
         assert chunks[0]["choices"][0]["delta"].get("role") == "assistant"
     text = stream_text(chunks, chat)
-    key = "message" if chat else None
-    expect = plain["choices"][0]["message"]["content"] if key else plain["choices"][0]["text"]
+    expect = plain["choices"][0]["message"]["content"] if chat else plain["choices"][0]["text"]
     assert text == expect
     usage = chunks[-1]
     assert usage["choices"] == [] and usage["usage"] == plain["usage"]
