@@ -110,9 +110,9 @@ TEST(Fp8Linear, EqualsScalarDequantizeThenDot) {
         Tensor got = Tensor::zeros({n, s.out}, DType::kF32);
         k::linear_ref({.x = x,
                        .weight = m.w,
+                       .out = got,
                        .weight_scale_inv = m.scale,
-                       .scale_block_rows = s.r,
-                       .out = got},
+                       .scale_block_rows = s.r},
                       threads == 1 ? kOne : kTwo);
         EXPECT_TRUE(same_bits(got, want)) << name(s, n, threads);
       }
@@ -158,12 +158,12 @@ TEST(Fp8Linear, EpiloguesEqualTheDequantizedF32Linear) {
           const bool need_scratch = e != k::LinearEpilogue::kNone;
           k::linear_ref({.x = x,
                          .weight = m.w,
-                         .weight_scale_inv = m.scale,
-                         .scale_block_rows = s.r,
                          .out = a,
                          .epilogue = e,
                          .scratch = need_scratch ? sa : Tensor(),
-                         .input_rms = rms},
+                         .input_rms = rms,
+                         .weight_scale_inv = m.scale,
+                         .scale_block_rows = s.r},
                         kTwo);
           k::linear_ref({.x = x,
                          .weight = m.dequantized,
@@ -187,7 +187,7 @@ TEST(Fp8Linear, RefusesMissingOrMisShapedScales) {
   auto message = [&](const Tensor& scale, int64_t r) {
     try {
       k::linear_ref(
-          {.x = x, .weight = m.w, .weight_scale_inv = scale, .scale_block_rows = r, .out = y},
+          {.x = x, .weight = m.w, .out = y, .weight_scale_inv = scale, .scale_block_rows = r},
           kOne);
     } catch (const Error& e) {
       return std::string(e.what());

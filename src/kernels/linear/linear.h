@@ -35,13 +35,6 @@ constexpr int64_t kFp8BlockCols = 128;
 struct LinearArgs {
   Tensor x;       // act [n_tokens, in]   (row stride may exceed in; last dim contiguous)
   Tensor weight;  // bf16|f16|f32|f8_e4m3 [out, in], contiguous
-  // f8_e4m3 weights only (CPU reference; the CUDA loader dequantises FP8 to bf16): the block
-  // scales, f32 [ceil(out / scale_block_rows), ceil(in / kFp8BlockCols)], contiguous. Element
-  // (o, i) of the matrix is w[o, i] * weight_scale_inv[o / scale_block_rows, i / kFp8BlockCols],
-  // one fp32 multiply; blocks at the right and bottom edges may be partial. scale_block_rows is
-  // 128 as stored in a checkpoint, less where the loader interleaved rows (gate|up: 8).
-  Tensor weight_scale_inv;
-  int64_t scale_block_rows = 128;
   // act or f32 [n_tokens, out] (row stride may exceed out); kSwiGluPairs: act [n_tokens, out / 2]
   Tensor out;
   LinearEpilogue epilogue = LinearEpilogue::kNone;
@@ -64,6 +57,14 @@ struct LinearArgs {
   // prefill calls. -1: the rows' family follows n_tokens alone (all decode rows up to
   // kLinearDecodeMaxTokens, else all prefill rows), for callers that run one kind of row.
   int64_t decode_rows = -1;
+  // (Last, so that positional initialisers of the fields above stay valid.)
+  // f8_e4m3 weights only (CPU reference; the CUDA loader dequantises FP8 to bf16): the block
+  // scales, f32 [ceil(out / scale_block_rows), ceil(in / kFp8BlockCols)], contiguous. Element
+  // (o, i) of the matrix is w[o, i] * weight_scale_inv[o / scale_block_rows, i / kFp8BlockCols],
+  // one fp32 multiply; blocks at the right and bottom edges may be partial. scale_block_rows is
+  // 128 as stored in a checkpoint, less where the loader interleaved rows (gate|up: 8).
+  Tensor weight_scale_inv;
+  int64_t scale_block_rows = 128;
 };
 
 // Up to this many rows, a call with decode_rows = -1 takes the decode family.
