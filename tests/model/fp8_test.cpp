@@ -202,6 +202,71 @@ TEST(Fp8Model, MtpEqualsPlainForEveryK) {
   }
 }
 
+// Released checkpoints may store the scales in bf16 (Qwen3 -FP8 do): accepted, widened exactly.
+// Rounding a scale to bf16 moves each dequantised weight of its block by at most 2^-9 of itself,
+// so the logits stay within the bound of the bf16 test above.
+TEST(Fp8Model, Bf16ScalesLoadAndStayWithinTheirRounding) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_fp8_bf16_scales_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(fixtures() / "fp8/config.json", dir / "config.json");
+  {
+    const Checkpoint ck = Checkpoint::open((fixtures() / "fp8").string());
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const std::string& n : ck.names()) {
+      Tensor t = ck.get(n);
+      if (n.ends_with("_scale_inv")) {
+        const Tensor f = t.to_f32();
+        t = Tensor::zeros(f.shape(), DType::kBF16);
+        for (int64_t i = 0; i < f.numel(); ++i)
+          t.data<bf16>()[i] = f32_to_bf16(f.data<const float>()[i]);
+      }
+      tensors.emplace_back(n, t);
+    }
+    nlohmann::json header = nlohmann::json::object();
+    int64_t offset = 0;
+    for (const auto& [n, t] : tensors) {
+      const char* dt = t.dtype() == DType::kF8E4M3 ? "F8_E4M3"
+                       : t.dtype() == DType::kF32  ? "F32"
+                                                   : "BF16";
+      header[n] = {
+          {"dtype", dt}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
+      offset += t.nbytes();
+    }
+    const std::string h = header.dump();
+    const uint64_t len = h.size();
+    std::ofstream out(dir / "model.safetensors", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out << h;
+    for (const auto& [n, t] : tensors) out.write(static_cast<const char*>(t.raw()), t.nbytes());
+  }
+  EngineOptions o;
+  o.model_dir = dir.string();
+  o.n_threads = 1;
+  o.max_step_rows = 256;
+  auto bf16_scales = load_model(o);
+  auto fp8 = load("fp8");
+  const std::vector<int32_t> ids = prompts().back();
+  Generator a(*fp8, nullptr, GeneratorOptions{.max_context = 512});
+  Generator b(*bf16_scales, nullptr, GeneratorOptions{.max_context = 512});
+  const Tensor la = a.score(ids), lb = b.score(ids);
+  double worst = 0;
+  for (int64_t t = 0; t < la.dim(0); ++t) {
+    double err = 0, ref = 0;
+    for (int64_t i = 0; i < la.dim(1); ++i) {
+      const float x = la.data<const float>()[t * la.dim(1) + i],
+                  y = lb.data<const float>()[t * la.dim(1) + i];
+      err = std::max(err, std::fabs(static_cast<double>(x) - y));
+      ref = std::max(ref, std::fabs(static_cast<double>(x)));
+    }
+    worst = std::max(worst, err / ref);
+  }
+  std::printf("[fp8 bf16 scales] max|diff|/max|logit| per row %.3g\n", worst);
+  EXPECT_LE(worst, 32 * std::ldexp(1.0, -9));
+  fs::remove_all(dir);
+}
+
 // ---- refusals through the binary ----
 
 struct RunResult {
