@@ -32,6 +32,13 @@ int64_t Scheduler::decoding() const {
                        [](const Sequence* s) { return s->phase == Phase::kDecode; });
 }
 
+bool Scheduler::prefill_pending() const {
+  const bool admits = static_cast<int64_t>(resident_.size()) < cfg_.max_num_seqs &&
+                      !(waiting_.empty() && swapped_.empty());
+  return admits || std::any_of(resident_.begin(), resident_.end(),
+                               [](const Sequence* s) { return s->phase == Phase::kPrefill; });
+}
+
 int64_t Scheduler::chunk_rows(int64_t start, int64_t prompt_len, int64_t budget) const {
   const int64_t remaining = prompt_len - start;
   if (remaining <= budget) return remaining;

@@ -49,6 +49,9 @@ class Scheduler {
   bool idle() const { return resident_.empty() && waiting_.empty() && swapped_.empty(); }
   int64_t running() const { return static_cast<int64_t>(resident_.size()); }
   int64_t decoding() const;  // resident sequences past their prompt
+  // Whether the next step is likely to carry prefill rows: a resident sequence is mid-prompt, or
+  // one waits while a slot is free.
+  bool prefill_pending() const;
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size() + swapped_.size()); }
   const SchedulerConfig& config() const { return cfg_; }
   // Rows of a prefill chunk starting at `start` under `budget` (0: none fits).
