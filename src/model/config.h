@@ -18,8 +18,8 @@ enum class LayerType { kLinearAttention, kFullAttention };
 struct QuantizationConfig {
   bool fp8 = false;  // false: no quantization_config, every tensor is bf16/f16/f32
   int64_t block_rows = 128, block_cols = 128;
-  // Module names (weight name without ".weight") or parts of them that the checkpoint keeps in
-  // bf16; a listed module stored F8_E4M3 is an error.
+  // Module names (weight name without ".weight") or dotted parts of them that the checkpoint
+  // keeps in bf16; a listed module stored F8_E4M3 is an error.
   std::vector<std::string> modules_to_not_convert;
 };
 

@@ -397,6 +397,17 @@ TEST_F(BrokenFp8, Fp8ModuleListedAsKeptInBf16) {
       "'model.layers.3.self_attn.o_proj'");
 }
 
+TEST_F(BrokenFp8, ModulesToNotConvertMatchWholeNameComponents) {
+  edit_quantization([](nlohmann::json& q) { q["modules_to_not_convert"].push_back("mlp.gate"); });
+  const RunResult r = run_tandem("generate --model " + dir_.string() +
+                                 " --prompt-ids 1,2,3 --max-tokens 2 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;  // a MoE router's name is not a prefix of gate_proj's
+  edit_quantization([](nlohmann::json& q) { q["modules_to_not_convert"].push_back("down_proj"); });
+  expect_refused(
+      "tensor 'model.layers.0.mlp.down_proj.weight' is F8_E4M3 but "
+      "quantization_config.modules_to_not_convert lists 'down_proj'");
+}
+
 TEST_F(BrokenFp8, Fp8Norm) {  // only linear weights may be FP8
   edit_header([](nlohmann::json& h) {
     auto& e = h["model.norm.weight"];

@@ -120,12 +120,20 @@ class Loader {
                  "quantization_config (expected quant_method 'fp8', fmt 'e4m3', "
                  "weight_block_size [128, 128])",
                  ck_.dir(), name);
-    const std::string module = name.substr(0, name.rfind(".weight"));
-    for (const std::string& keep : q_.modules_to_not_convert)
-      TANDEM_CHECK(module.find(keep) == std::string::npos,
+    // An entry names the module or a part of its dotted name ("lm_head", "linear_attn.in_proj_a",
+    // "model.visual"), matched on whole components: "mlp.gate" (a MoE router) is not gate_proj.
+    std::string module(".");  // ".<module>.", each entry matched as ".<entry>."
+    module.append(name, 0, name.rfind(".weight"));
+    module.push_back('.');
+    for (const std::string& keep : q_.modules_to_not_convert) {
+      std::string dotted(".");
+      dotted.append(keep);
+      dotted.push_back('.');
+      TANDEM_CHECK(keep.empty() || module.find(dotted) == std::string::npos,
                    "checkpoint '{}': tensor '{}' is F8_E4M3 but quantization_config."
                    "modules_to_not_convert lists '{}'",
                    ck_.dir(), name, keep);
+    }
     const Shape expected{(shape[0] + q_.block_rows - 1) / q_.block_rows,
                          (shape[1] + q_.block_cols - 1) / q_.block_cols};
     TANDEM_CHECK(ck_.has(sname),
