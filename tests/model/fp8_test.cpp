@@ -119,6 +119,29 @@ TEST(Fp8Checkpoint, HasTheReleasedLayoutAndRoundsAsF32ToF8e4m3) {
               static_cast<long long>(quantized), static_cast<long long>(codes));
 }
 
+// The CUDA loader's dequantisation (model/fp8.h, then bf16) on every FP8 matrix equals the
+// script's f32-dequantised checkpoint bit for bit, and its bf16 rounding the bf16 one.
+TEST(Fp8Checkpoint, LoadTimeDequantizationEqualsTheDequantizedCheckpoints) {
+  const Checkpoint ck = Checkpoint::open((fixtures() / "fp8").string());
+  const Checkpoint f32 = Checkpoint::open((fixtures() / "f32").string());
+  const Checkpoint b16 = Checkpoint::open((fixtures() / "bf16").string());
+  int matrices = 0;
+  for (const std::string& name : ck.names()) {
+    if (ck.get(name).dtype() != DType::kF8E4M3) continue;
+    ++matrices;
+    const Tensor d = fp8_dequantize(ck.get(name), ck.get(name + "_scale_inv"), 128);
+    const Tensor want = f32.get(name), want_bf16 = b16.get(name);
+    ASSERT_EQ(d.shape(), want.shape()) << name;
+    EXPECT_EQ(std::memcmp(d.raw(), want.raw(), static_cast<size_t>(d.nbytes())), 0) << name;
+    int64_t bf16_mismatch = 0;
+    for (int64_t i = 0; i < d.numel(); ++i)
+      bf16_mismatch +=
+          f32_to_bf16(d.data<const float>()[i]).bits != want_bf16.data<const bf16>()[i].bits;
+    EXPECT_EQ(bf16_mismatch, 0) << name;
+  }
+  EXPECT_EQ(matrices, 57);
+}
+
 TEST(Fp8Model, LogitsEqualTheF32DequantizedModelBitwise) {
   auto fp8 = load("fp8");
   auto f32 = load("f32");
