@@ -2,8 +2,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -126,6 +128,21 @@ inline std::string model_param_name(const ::testing::TestParamInfo<std::string>&
   std::string n = info.param;
   std::replace(n.begin(), n.end(), '-', '_');
   return n;
+}
+
+// The tandem binary (TANDEM_BINARY) run with args: its exit code and stdout + stderr.
+struct RunResult {
+  int exit_code;
+  std::string output;
+};
+inline RunResult run_tandem(const std::string& args) {
+  const std::string cmd = std::string(TANDEM_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
 }  // namespace tandem::testing

@@ -5,13 +5,8 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 if [[ -z ${TANDEM_BIN:-} ]]; then  # else: a binary built already (run_serve.sh)
-  D=$PWD/.devdeps/usr A=x86_64-linux-gnu
-  mkdir -p /tmp/devdeps-pc
-  for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done
-  export PKG_CONFIG_PATH=/tmp/devdeps-pc LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
-  args=(-G Ninja -DTANDEM_CUDA=ON -DTANDEM_TESTS=OFF -DCMAKE_BUILD_TYPE=Release)
-  echo 'int main(){}' | g++ -Wno-error=dangling-reference -Werror -x c++ - -o /dev/null 2>/dev/null &&
-    args+=("-DCMAKE_CXX_FLAGS=-Wno-error=dangling-reference")
+  source scripts/device/devdeps_env.sh
+  args=("${cmake_args[@]}" -DTANDEM_TESTS=OFF)
   B=/tmp/build-head
   cmake -S .devdeps/head -B $B "${args[@]}" > "$OUT/build.log" 2>&1 && ninja -C $B -j16 tandem >> "$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; exit 1; }

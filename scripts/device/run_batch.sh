@@ -15,23 +15,7 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 stamp() { echo "$(( $(date +%s) - t0 ))s"; }
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
-D=$PWD/.devdeps/usr A=x86_64-linux-gnu
-cmake_args=(-G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release)
-mkdir -p /tmp/devdeps-pc
-for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done
-export PKG_CONFIG_PATH=/tmp/devdeps-pc LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
-for h in nlohmann/json.hpp CLI/CLI.hpp fmt/core.h gtest/gtest.h; do
-  [[ -f /usr/include/$h ]] && continue
-  case $h in
-    fmt/core.h) cmake_args+=(-Dfmt_DIR=$D/lib/$A/cmake/fmt) ;;
-    gtest/gtest.h) cmake_args+=(-DGTest_DIR=$D/lib/$A/cmake/GTest) ;;
-    CLI/CLI.hpp) cmake_args+=(-DCLI11_DIR=$D/share/cmake/CLI11) ;;
-    nlohmann/json.hpp) cmake_args+=(-Dnlohmann_json_DIR=$D/share/cmake/nlohmann_json) ;;
-  esac
-done
-command -v pkg-config > /dev/null || cmake_args+=(-DPKG_CONFIG_EXECUTABLE=$PWD/.devdeps/bin/pkgconf)
-echo 'int main(){}' | g++ -Wno-error=dangling-reference -Werror -x c++ - -o /dev/null 2>/dev/null &&
-  cmake_args+=("-DCMAKE_CXX_FLAGS=-Wno-error=dangling-reference")
+source scripts/device/devdeps_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/build.log" 2>&1
 B=/tmp/build-cuda
 if ! { cmake -S . -B $B "${cmake_args[@]}" >> "$OUT/build.log" 2>&1 &&

@@ -13,13 +13,7 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 stamp() { echo "$(( $(date +%s) - t0 ))s"; }
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
-D=$PWD/.devdeps/usr A=x86_64-linux-gnu
-cmake_args=(-G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release)
-mkdir -p /tmp/devdeps-pc
-for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done
-export PKG_CONFIG_PATH=/tmp/devdeps-pc LD_LIBRARY_PATH=$D/lib/$A:${LD_LIBRARY_PATH:-}
-echo 'int main(){}' | g++ -Wno-error=dangling-reference -Werror -x c++ - -o /dev/null 2>/dev/null &&
-  cmake_args+=("-DCMAKE_CXX_FLAGS=-Wno-error=dangling-reference")
+source scripts/device/devdeps_env.sh
 B=/tmp/build-cuda
 if ! { cmake -S . -B $B "${cmake_args[@]}" > "$OUT/build.log" 2>&1 &&
        ninja -C $B -j16 cuda_tests tandem >> "$OUT/build.log" 2>&1; }; then

@@ -292,20 +292,8 @@ TEST(Fp8Model, Bf16ScalesLoadAndStayWithinTheirRounding) {
 
 // ---- refusals through the binary ----
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-};
-
-RunResult run_tandem(const std::string& args) {
-  const std::string cmd = std::string(TANDEM_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+using testing::run_tandem;
+using testing::RunResult;
 
 // A scratch FP8 checkpoint whose config.json or safetensors header a test edits.
 class BrokenFp8 : public ::testing::Test {
