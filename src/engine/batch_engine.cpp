@@ -270,9 +270,9 @@ int32_t BatchEngine::choose_on_host(const Sequence& s, const float* row,
     chosen_from = scratch_.data();
   }
   const int32_t tok =
-      device_argmax >= 0 ? device_argmax
-      : p.greedy()       ? kernels::ref::argmax_row(chosen_from, vocab)
-                   : draw(target_distribution(chosen_from, vocab, p), uniform_at(p.seed, position));
+      !p.greedy() ? draw(target_distribution(chosen_from, vocab, p), uniform_at(p.seed, position))
+      : p.penalized() ? kernels::ref::argmax_row(chosen_from, vocab)
+                      : device_argmax;  // the unpenalised row's argmax, computed on the device
   if (s.req.logprobs >= 0) lps.push_back(token_logprobs(row, vocab, tok, s.req.logprobs));
   return tok;
 }
@@ -419,11 +419,10 @@ std::vector<RequestOutput> BatchEngine::step() {
       v = accept_greedy(std::span<const int32_t>(ids + lr, k + 1), drafts[i]);
     } else {
       const Tensor rows = host_rows(lr, lr + k + 1);
-      const bool device_choice = s.req.sampling.greedy() && !s.req.sampling.penalized();
       const std::span<const int32_t> d = drafts[i];
       v = accept_each(d, [&](int j) {
         return choose_on_host(s, rows.data<const float>() + j * rows.stride(0), d.first(j),
-                              s.cache.n_past + 1 + j, device_choice ? ids[lr + j] : -1, lps);
+                              s.cache.n_past + 1 + j, ids[lr + j], lps);
       });
     }
     const int64_t start = s.cache.n_past;
@@ -474,11 +473,10 @@ std::vector<RequestOutput> BatchEngine::step() {
     if (ch.last()) {
       const int64_t lr = plan.logit_start[p];
       std::vector<TokenLogprobs> lps;
-      const bool device_choice = s.req.sampling.greedy() && !s.req.sampling.penalized();
       const int32_t first = !s.needs_host_logits()
                                 ? ids[lr]
                                 : choose_on_host(s, host_rows(lr, lr + 1).data<const float>(), {},
-                                                 s.prompt_len(), device_choice ? ids[lr] : -1, lps);
+                                                 s.prompt_len(), ids[lr], lps);
       next.push_back(first);
       s.phase = Phase::kDecode;
       s.last = first;

@@ -109,8 +109,8 @@ class BatchEngine {
   bool emit(Sequence& s, std::span<const int32_t> tokens, RequestOutput& o,
             std::vector<TokenLogprobs> lps = {});
   // The target's token from a host logits row of s (sampled, penalised or with logprobs):
-  // pending are the step's drafts before this row, position the token's; device_argmax the
-  // device's choice where it is the answer (greedy without penalties), else -1.
+  // pending are the step's drafts before this row, position the token's, device_argmax the row's
+  // argmax from the device (the answer when greedy and unpenalised).
   int32_t choose_on_host(const Sequence& s, const float* row, std::span<const int32_t> pending,
                          int64_t position, int32_t device_argmax, std::vector<TokenLogprobs>& lps);
 

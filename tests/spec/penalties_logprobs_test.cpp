@@ -34,6 +34,17 @@ TEST(Penalties, RepetitionThenFrequencyAndPresenceAsVllm) {
   EXPECT_EQ(row[3], 6.f / 2.f - (0.25f * 2.f + 0.5f));  // output twice
   EXPECT_EQ(row[4], 8.f);
   EXPECT_EQ(row[5], -1.f * 2.f - (0.25f + 0.5f));  // the pending draft counts as output
+  // Without the repetition penalty the prompt changes nothing; repeated drafts count each time.
+  PenaltyState no_rep({.presence_penalty = 0.5f, .frequency_penalty = 0.25f}, prompt);
+  no_rep.add(3);
+  no_rep.add(3);
+  std::vector<float> r2{1.f, 4.f, -2.f, 6.f, 8.f, -1.f, 2.f};
+  no_rep.apply(r2.data(), 7, std::vector<int32_t>{3, 6, 3, 6, 9});  // 9: outside the vocabulary
+  EXPECT_EQ(r2[1], 4.f);
+  EXPECT_EQ(r2[2], -2.f);
+  EXPECT_EQ(r2[3], 6.f - (0.25f * 4.f + 0.5f));
+  EXPECT_EQ(r2[6], 2.f - (0.25f * 2.f + 0.5f));
+  EXPECT_EQ(r2[0], 1.f);
 }
 
 TEST(Penalties, RangesAreChecked) {
