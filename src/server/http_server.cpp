@@ -96,21 +96,31 @@ struct HttpServer::Impl {
     }
   }
 
-  // Every handler runs behind this: authentication, and errors as OpenAI JSON.
+  // Every handler runs behind answer (errors as OpenAI JSON) after the authentication check.
+  // answer runs a handler body, turning what it throws into the JSON error response: ApiError as it
+  // says, a tandem::Error (a request the engine or the tokenizer refused) as a 400, anything else
+  // as a 500. The server never lets an exception reach httplib.
+  template <typename Body>
+  void answer(httplib::Response& res, Body body) {
+    try {
+      body();
+    } catch (const ApiError& e) {
+      write_error(res, e);
+    } catch (const Error& e) {
+      write_error(res, bad_request({}, e.what()));
+    } catch (const std::exception& e) {
+      write_error(res,
+                  ApiError(500, fmt::format("internal error: {}", e.what()), "internal_error"));
+    }
+  }
+
   template <typename Fn>
   httplib::Server::Handler wrap(Fn fn) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
-      try {
+      answer(res, [&] {
         check_auth(req);
         fn(req, res);
-      } catch (const ApiError& e) {
-        write_error(res, e);
-      } catch (const Error& e) {
-        write_error(res, bad_request({}, e.what()));
-      } catch (const std::exception& e) {
-        write_error(res,
-                    ApiError(500, fmt::format("internal error: {}", e.what()), "internal_error"));
-      }
+      });
     };
   }
 
@@ -120,7 +130,7 @@ struct HttpServer::Impl {
   httplib::Server::HandlerWithContentReader wrap_post(Fn fn) {
     return [this, fn](const httplib::Request& req, httplib::Response& res,
                       const httplib::ContentReader& reader) {
-      try {
+      answer(res, [&] {
         check_auth(req);
         if (req.is_multipart_form_data()) {
           throw bad_request({},
@@ -146,14 +156,7 @@ struct HttpServer::Impl {
         if (!ok) throw bad_request({}, "the request body could not be read");
         res.status = -1;
         fn(req, body, res);
-      } catch (const ApiError& e) {
-        write_error(res, e);
-      } catch (const Error& e) {
-        write_error(res, bad_request({}, e.what()));
-      } catch (const std::exception& e) {
-        write_error(res,
-                    ApiError(500, fmt::format("internal error: {}", e.what()), "internal_error"));
-      }
+      });
     };
   }
 
