@@ -1,6 +1,8 @@
 # Sourced ON the H200 by the device scripts: points pkg-config and the loader at .devdeps/
 # (scripts/device/pack_deps.sh) and fills cmake_args for a CUDA release build, adding the
-# .devdeps CMake configs of whatever the image lacks. Run from the repository root.
+# .devdeps CMake configs of whatever the image lacks; then build_cuda and engine_tests, the
+# scripts' common first steps (they use the caller's summary, stamp and OUT). Run from the
+# repository root.
 D=$PWD/.devdeps/usr A=x86_64-linux-gnu
 cmake_args=(-G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release)
 mkdir -p /tmp/devdeps-pc
@@ -18,3 +20,20 @@ done
 command -v pkg-config > /dev/null || cmake_args+=(-DPKG_CONFIG_EXECUTABLE=$PWD/.devdeps/bin/pkgconf)
 echo 'int main(){}' | g++ -Wno-error=dangling-reference -Werror -x c++ - -o /dev/null 2>/dev/null &&
   cmake_args+=("-DCMAKE_CXX_FLAGS=-Wno-error=dangling-reference")
+
+# Builds the given targets into B=/tmp/build-cuda (appending to $OUT/build.log); exits on failure.
+build_cuda() {
+  B=/tmp/build-cuda
+  if ! { cmake -S . -B $B "${cmake_args[@]}" >> "$OUT/build.log" 2>&1 &&
+         ninja -C $B -j16 "$@" >> "$OUT/build.log" 2>&1; }; then
+    summary "build FAIL ($(stamp))"; grep -B2 -A6 -m4 'error' "$OUT/build.log" | tail -40; exit 1
+  fi
+  summary "build ok ($(stamp))"
+}
+
+# The GPU engine tests (spec == plain, graphs == eager, 256 requests batched == solo), limit $1 s.
+engine_tests() {
+  timeout "$1" stdbuf -oL $B/tests/cuda_tests --gtest_filter='*EngineCuda*' > "$OUT/cuda_engine.log" 2>&1
+  summary "cuda engine tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_engine.log" | tr '\n' ' ') ($(stamp))"
+  grep -E '^\[  FAILED  \]|batch exactness|gpu vs cpu' "$OUT/cuda_engine.log" | head -20
+}

@@ -17,18 +17,10 @@ stamp() { echo "$(( $(date +%s) - t0 ))s"; }
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 source scripts/device/devdeps_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/build.log" 2>&1
-B=/tmp/build-cuda
-if ! { cmake -S . -B $B "${cmake_args[@]}" >> "$OUT/build.log" 2>&1 &&
-       ninja -C $B -j16 cuda_tests tandem >> "$OUT/build.log" 2>&1; }; then
-  summary "build FAIL ($(stamp))"; grep -B2 -A6 -m4 'error' "$OUT/build.log" | tail -40; exit 1
-fi
-summary "build ok ($(stamp))"
+build_cuda cuda_tests tandem
 
 # The engine first (it needs every kernel), then the kernels' conformance and invariance.
-timeout "${ENGINE_LIMIT:-70}" stdbuf -oL $B/tests/cuda_tests --gtest_filter='*EngineCuda*' \
-  > "$OUT/cuda_engine.log" 2>&1
-summary "cuda engine tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_engine.log" | tr '\n' ' ') ($(stamp))"
-grep -E '^\[  FAILED  \]|batch exactness|gpu vs cpu' "$OUT/cuda_engine.log" | head -20
+engine_tests "${ENGINE_LIMIT:-70}"
 timeout "${TESTS_LIMIT:-100}" stdbuf -oL $B/tests/cuda_tests --gtest_filter="${KERNEL_FILTER:--*EngineCuda*}" \
   > "$OUT/cuda_tests.log" 2>&1
 summary "cuda kernel tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_tests.log" | tr '\n' ' ') ($(stamp))"

@@ -14,17 +14,9 @@ t0=$(date +%s)
 stamp() { echo "$(( $(date +%s) - t0 ))s"; }
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 source scripts/device/devdeps_env.sh
-B=/tmp/build-cuda
-if ! { cmake -S . -B $B "${cmake_args[@]}" > "$OUT/build.log" 2>&1 &&
-       ninja -C $B -j16 cuda_tests tandem >> "$OUT/build.log" 2>&1; }; then
-  summary "build FAIL ($(stamp))"; grep -B2 -A6 -m4 'error' "$OUT/build.log" | tail -40; exit 1
-fi
-summary "build ok ($(stamp))"
-
-timeout "${ENGINE_LIMIT:-90}" stdbuf -oL $B/tests/cuda_tests --gtest_filter='*EngineCuda*' \
-  > "$OUT/cuda_engine.log" 2>&1
-summary "cuda engine tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_engine.log" | tr '\n' ' ') ($(stamp))"
-grep -E '^\[  FAILED  \]|batch exactness|gpu vs cpu' "$OUT/cuda_engine.log" | head -20
+: > "$OUT/build.log"
+build_cuda cuda_tests tandem
+engine_tests "${ENGINE_LIMIT:-90}"
 
 timeout "${CANARY_LIMIT:-300}" python3 bench/canary.py --binary $B/tandem --model models/tandem-tiny-qwen35 \
   -n "${CANARY_N:-10000}" -c 64 -k 3 --server-args "--device cuda" --out "$OUT/canary.json" \
