@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/error.h"
 
@@ -19,14 +18,21 @@ TokenLogprobs token_logprobs(const float* row, int64_t vocab, int32_t chosen, in
   const double lse = m + std::log(sum);
   auto logprob = [&](int32_t i) { return static_cast<float>(row[i] - lse); };
   TokenLogprobs out{.chosen = {chosen, logprob(chosen)}};
-  if (top_n > 0) {
-    std::vector<int32_t> idx(vocab);
-    std::iota(idx.begin(), idx.end(), 0);
-    const int64_t n = std::min<int64_t>(top_n, vocab);
-    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+  if (top_n > 0) {  // one pass keeping the n best so far (no vocab-sized index per token)
+    const auto n = static_cast<size_t>(std::min<int64_t>(top_n, vocab));
+    auto better = [&](int32_t a, int32_t b) {
       return row[a] > row[b] || (row[a] == row[b] && a < b);
-    });
-    for (int64_t i = 0; i < n; ++i) out.top.push_back({idx[i], logprob(idx[i])});
+    };
+    std::vector<int32_t> best;
+    best.reserve(n + 1);
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (best.size() == n && !better(i, best.back())) continue;
+      best.insert(std::upper_bound(best.begin(), best.end(), i,
+                                   [&](int32_t a, int32_t b) { return better(a, b); }),
+                  i);
+      if (best.size() > n) best.pop_back();
+    }
+    for (int32_t i : best) out.top.push_back({i, logprob(i)});
   }
   return out;
 }

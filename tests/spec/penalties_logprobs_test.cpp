@@ -4,6 +4,7 @@
 // every request the same logprobs bit for bit, with and without MTP, batched or alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -67,6 +68,16 @@ TEST(Logprobs, MatchALogSoftmaxAndOrderTopTokens) {
   EXPECT_EQ(lp.top[1].id, 3);
   EXPECT_EQ(lp.top[2].id, 0);
   EXPECT_EQ(lp.top[0].logprob, lp.top[1].logprob);
+  // Against a full sort on a row with many ties (values in steps of 1/8).
+  std::vector<float> many(1000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<float>((i * 7919) % 37) / 8.f;
+  std::vector<int32_t> order(many.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return many[a] > many[b]; });
+  const TokenLogprobs top = token_logprobs(many.data(), 1000, 0, kMaxTopLogprobs);
+  ASSERT_EQ(top.top.size(), static_cast<size_t>(kMaxTopLogprobs));
+  for (int i = 0; i < kMaxTopLogprobs; ++i) EXPECT_EQ(top.top[i].id, order[i]) << i;
   EXPECT_THROW(token_logprobs(row.data(), 5, 7, 1), Error);
   EXPECT_THROW(token_logprobs(row.data(), 5, 0, kMaxTopLogprobs + 1), Error);
 }
