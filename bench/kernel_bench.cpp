@@ -488,17 +488,21 @@ void bench_linear_variants(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
-// Group linear_batch: decode batches of n = 16, 32, 64 rows (LinearArgs::decode_rows = n) on the
-// 27B shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 10
-// (decode groups of 16 rows: two passes over the weights per 32 rows), production (groups of 32,
-// the wide configuration: one pass) and variant 11 (the wide configuration's 512-k ring); ratio:
-// time over variant 10's at the same n.
+// Group linear_batch: decode groups of n = 1..64 rows (LinearArgs::decode_rows = n) on the 27B
+// shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 10 (groups
+// of 16 rows), 12 (groups of 32 in the persistent kernel's wide configuration, the rule before the
+// batched kernel), production (the persistent kernel up to 16 rows, the batched kernel above), 13
+// and 14 (the batched kernel at every n, its two super-tile heights); ratio: time over production's
+// at the same n.
 void bench_linear_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({64, 17408}, 4);
   const Tensor out = Tensor::zeros({64, 34816}, DType::kBF16, Device::kCuda);
-  const std::pair<int, const char*> variants[] = {
-      {10, "groups of 16"}, {0, "groups of 32"}, {11, "groups of 32, 512-k ring"}};
+  const std::pair<int, const char*> variants[] = {{0, "production"},
+                                                  {10, "groups of 16"},
+                                                  {12, "groups of 32 (persistent wide)"},
+                                                  {13, "batched kernel"},
+                                                  {14, "batched kernel, other super-tiles"}};
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
                                   {16480, 5120},
                                   {14336, 5120},
@@ -506,8 +510,9 @@ void bench_linear_batch(cudaStream_t s) {
                                   {5120, 6144}}) {
     std::vector<Tensor> w;
     for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
-    for (const int64_t n : {16, 32, 64}) {
-      double narrow = 0;
+    for (const int64_t n : {1, 4, 8, 16, 24, 32, 48, 64}) {
+      double production = 0;
+      std::string line = fmt::format("linear decode [{},{}] n={}:", out_f, in, n);
       for (const auto& [v, name] : variants) {
         linear_skinny_set_variant(v);
         const double ms = batched_ms(s, 20, [&](int it) {
@@ -517,10 +522,12 @@ void bench_linear_batch(cudaStream_t s) {
                        .decode_rows = n},
                       ctx);
         });
-        if (v == 10) narrow = ms;
+        if (v == 0) production = ms;
         report(fmt::format("linear decode n={} {} [{},{}] (back to back)", n, name, out_f, in), ms,
-               2.0 * out_f * in, narrow);
+               2.0 * out_f * in, production);
+        line += fmt::format(" v{} {:.2f}", v, 2.0 * out_f * in / (ms * 1e-3) / 1e12);
       }
+      fmt::print("{}\n", line);
     }
   }
   linear_skinny_set_variant(0);

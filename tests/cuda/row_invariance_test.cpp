@@ -215,8 +215,8 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
   return bad == 0 ? std::string() : fmt::format(",{} rows differ (first: row {})", bad, first);
 }
 
-// Every row of a decode call of 17..100 rows (LinearArgs::decode_rows = n: groups of 32 rows, the
-// wide configuration, and a narrow one for a last group of 1..16) equals the same row computed
+// Every row of a decode call of 17..100 rows (LinearArgs::decode_rows = n: groups of 64 rows in the
+// batched kernel, and a narrow one for a last group of 1..16) equals the same row computed
 // alone and in a 16-row call, bit for bit, with every epilogue and input_rms, on the five
 // Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8 tiles per cluster, and
 // awkward shapes (in not a multiple of 1024: a last chunk with 8 real k; out_f not a multiple of
@@ -323,11 +323,13 @@ TEST(CudaRowInvariance, LinearMixedRows) {
   }
 }
 
-// Every configuration of the persistent kernel computes production's bits (they share its plan,
-// and chunks shorter than 1024 run its masked k-steps): bench variants 6-9 (other rings and
-// chunks of the narrow configurations), 10 (decode groups of 16 rows instead of 32) and 11 (the
-// wide configuration's 512-k ring), at 1..40 decode rows, with and without epilogues, on shapes
-// whose ranges end inside a chunk (k-splits of 2, 4 and 8).
+// Every configuration of the decode kernels computes production's bits (they share its plan, and
+// chunks shorter than 1024 run its masked k-steps): bench variants 6-9 (other rings and chunks of
+// the narrow configurations), 10 (decode groups of 16 rows instead of 64), 11 and 12 (groups of 32
+// in the persistent kernel's wide configuration, 512-k and 1024-k rings), 13 and 14 (the batched
+// kernel at every row count, its two super-tile heights), at 1..64 decode rows, with and without
+// epilogues, on shapes whose ranges end inside a chunk (k-splits of 2, 4 and 8) and whose
+// clusters end in a short super-tile.
 TEST(CudaRowInvariance, LinearConfigurations) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
@@ -335,8 +337,8 @@ TEST(CudaRowInvariance, LinearConfigurations) {
   struct ProductionAfter {  // leaves the production variant selected, whatever fails
     ~ProductionAfter() { linear_skinny_set_variant(0); }
   } production_after;
-  constexpr int64_t kRows = 40;
-  const std::vector<int64_t> ns = {1, 3, 4, 6, 8, 9, 16, 17, 32, 40};
+  constexpr int64_t kRows = 64;
+  const std::vector<int64_t> ns = {1, 3, 4, 6, 8, 9, 16, 17, 32, 33, 40, 64};
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{1008, 3080},
                                   {320, 17408},
                                   {100, 4104},
@@ -358,7 +360,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
         cs.sync();
         production.push_back(out_bits(b.out));
       }
-      for (const int variant : {6, 7, 8, 9, 10, 11}) {
+      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14}) {
         linear_skinny_set_variant(variant);
         for (size_t i = 0; i < ns.size(); ++i) {
           const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 
 #include "kernels/linear/linear.h"
@@ -23,16 +24,18 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 
 // Decode/verify rows per launch of the narrow configurations (one or two B tiles; the other
-// decode kernels: linear_mma_cuda.cu, linear_stream_cuda.cu) and of the persistent kernel's wide
-// one (four B tiles, one pass over the weights for 32 rows).
+// decode kernels: linear_mma_cuda.cu, linear_stream_cuda.cu), of the persistent kernel's wide
+// one (four B tiles, one pass over the weights for 32 rows) and of the batched kernel
+// (linear_batch_cuda.cu: up to eight B tiles, one pass for 64 rows).
 constexpr int64_t kSkinnyMaxTokens = kLinearDecodeMaxTokens;  // linear.h
 constexpr int64_t kWideMaxTokens = 32;
+constexpr int64_t kBatchMaxTokens = 64;
 // The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
-// configurations only) instead of kWideMaxTokens. A row's bits are the same either way.
+// configurations only) instead of kBatchMaxTokens. A row's bits are the same either way.
 constexpr bool kWideDecodeGroups = true;
-// Rows per decode group (linear_cuda forms groups [0, G), [G, 2G), ...): kWideMaxTokens, or
-// kSkinnyMaxTokens without kWideDecodeGroups or under a bench variant without the wide
-// configuration (linear_skinny_set_variant; linear_mma_cuda.cu).
+// Rows per decode group (linear_cuda forms groups [0, G), [G, 2G), ...): kBatchMaxTokens, or
+// fewer under kWideDecodeGroups = false or a bench variant that runs an older rule
+// (linear_skinny_set_variant; linear_mma_cuda.cu).
 int64_t linear_decode_group_rows();
 
 struct LinearShape {
@@ -61,8 +64,18 @@ void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cu
 // bench-only alternatives of the narrow configurations (the wide one runs production's),
 // kLinearPersistentWide512 the bench-only alternative of the wide one (the narrow ones run
 // production's). Every configuration computes the same bits.
+// kLinearPersistentWide: 17..32 rows in the persistent kernel's wide configuration (the rule
+// before the batched kernel). Above kWideMaxTokens rows the persistent kernel runs groups of 32
+// unless the batched kernel takes the call (production: it does for 17..64 rows).
 constexpr int kLinearPersistentWide512 = 6;
+constexpr int kLinearPersistentWide = 7;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
+// The batched kernel (linear_batch_cuda.cu), 1..kBatchMaxTokens rows, every epilogue and
+// input_rms; `config` 0 production, 1 the alternative super-tile height (same bits). Returns false
+// without launching when it cannot take the call (unaligned rows, a tensor map the driver refuses).
+bool linear_decode_batch(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
+// The cluster occupancy every decode configuration plans with (production's 1..4-token one).
+const std::array<int64_t, 4>& linear_plan_resident();
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream);
 void linear_gemm_f32(const LinearShape& s, cudaStream_t stream);
 

@@ -1,6 +1,6 @@
-// Decode/verify linear (a decode group of up to 32 rows): the dispatcher and the register-prefetch
-// mma kernel. Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) for every
-// shape; the kernels here and in linear_stream_cuda.cu stay as measured alternatives that
+// Decode/verify linear (a decode group of up to 64 rows): the dispatcher and the register-prefetch
+// mma kernel. Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) up to 16
+// rows and the batched kernel (linear_batch_cuda.cu) for 17..64, for every shape; the kernels here and in linear_stream_cuda.cu stay as measured alternatives that
 // kernel_bench times and cross-checks (linear_skinny_set_variant, docs/cuda.md), variant 1 being
 // its baseline; they take LinearEpilogue::kNone only (the bench times nothing else) and at most 16
 // rows (under them linear_cuda forms groups of 16).
@@ -107,6 +107,7 @@ enum class Kind {
   kStream,        // linear_stream_cuda.cu with a k-split cap of `param`
   kPreviousRule,  // the rule before the persistent kernel: this kernel for many tiles, the
                   // bulk-copy kernel with a k-split of 8 for few
+  kBatch,         // linear_batch_cuda.cu at every n, configuration `param` (0, 1: super-tiles)
 };
 struct Variant {
   Kind kind;
@@ -114,7 +115,9 @@ struct Variant {
 };
 constexpr int kNarrowGroups = 5;
 // 10: the groups of 16 that decode batches ran in before the wide configuration (A/B, fallback);
-// 11: the wide configuration's 512-k alternative.
+// 11: the wide configuration's 512-k alternative; 12: groups of 32 in the wide configuration (the
+// rule before the batched kernel); 13, 14: the batched kernel for every decode group, also of 1..16
+// rows, at its two super-tile heights.
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -126,7 +129,10 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, 3},
                                  {Kind::kPersistent, 4},
                                  {Kind::kPersistent, kNarrowGroups},
-                                 {Kind::kPersistent, kLinearPersistentWide512}};
+                                 {Kind::kPersistent, kLinearPersistentWide512},
+                                 {Kind::kPersistent, kLinearPersistentWide},
+                                 {Kind::kBatch, 0},
+                                 {Kind::kBatch, 1}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -154,6 +160,8 @@ void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream)
       if (tiles < 4 * cuda::sm_count())
         return linear_skinny_stream(s, f32, kStreamMaxSplits, stream);
       return launch_mma<kNTiles, 2, TOut>(s, stream);
+    case Kind::kBatch:
+      break;  // launch() takes it
   }
 }
 
@@ -162,6 +170,10 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   const Variant& v = kVariants[g_variant];
   if (v.kind == Kind::kPersistent) {  // production: the kernel picks its own B tiles
     return linear_skinny_persistent(s, sizeof(TOut) == 4, v.param, stream);
+  }
+  if (v.kind == Kind::kBatch) {
+    if (linear_decode_batch(s, sizeof(TOut) == 4, v.param, stream)) return;
+    return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
   }
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,
                "linear: decode variant {} (bench only) has no epilogue and no input_rms, and takes "
@@ -179,8 +191,11 @@ void linear_skinny_mma_bf16(const LinearShape& s, cudaStream_t stream) {
 void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<float>(s, stream); }
 int64_t linear_decode_group_rows() {
   const Variant& v = kVariants[g_variant];
-  const bool wide = kWideDecodeGroups && v.kind == Kind::kPersistent && v.param != kNarrowGroups;
-  return wide ? kWideMaxTokens : kSkinnyMaxTokens;
+  if (!kWideDecodeGroups) return kSkinnyMaxTokens;
+  if (v.kind == Kind::kBatch) return kBatchMaxTokens;
+  if (v.kind != Kind::kPersistent || v.param == kNarrowGroups) return kSkinnyMaxTokens;
+  const bool older_wide = v.param == kLinearPersistentWide512 || v.param == kLinearPersistentWide;
+  return older_wide ? kWideMaxTokens : kBatchMaxTokens;
 }
 int linear_skinny_set_variant(int v) {
   if (v >= 0 && v < static_cast<int>(std::size(kVariants))) g_variant = v;

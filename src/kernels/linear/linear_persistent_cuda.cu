@@ -37,34 +37,18 @@
 // of its own, no pass over the weights and no consumer time; warp 0 scales its sums by the inverse
 // RMS before the store's rounding. kAddToOut's old out values are loaded when a tile starts, so
 // that the read-modify-write adds no memory latency to the store.
-#include <cooperative_groups.h>
-
 #include <algorithm>
 #include <array>
 
-#include "kernels/bulk_copy.cuh"
-#include "kernels/cuda_common.cuh"
-#include "kernels/linear/linear_cuda.cuh"
+#include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
-#include "kernels/swiglu/swiglu.h"
-#include "kernels/swiglu/swiglu_cuda.cuh"
 
 namespace tandem::kernels {
 
 namespace {
 
-namespace cg = cooperative_groups;
+using namespace decode_linear;  // NOLINT: the shared pieces of both decode kernels
 using cuda::mbar_wait;
-
-constexpr int kConsumerWarps = 8;  // one k-step of each chunk per warp
-constexpr int kProducerWarp = kConsumerWarps;
-constexpr int kRmsWarp = kConsumerWarps + 1;         // input_rms: the sums of squares
-constexpr int kThreads = (kConsumerWarps + 2) * 32;  // + the producer and the rms warp
-constexpr uint32_t kSumBarrier = 1;                  // consumer warps: part[] is written (256)
-constexpr uint32_t kRmsBarrier = 2;                  // rms warp -> warp 0 (64 threads)
-constexpr uint32_t kPartBarrier = 3;  // one sum buffer: warp 0 has read part[] (256 threads)
-constexpr int kRows = 16;
-constexpr int kMaxSplits = 8;  // portable cluster size
 
 // A kernel configuration: B tiles (8 tokens each), k per chunk, ring slots per block, token rows
 // per slot (at most 8 per B tile; fewer leave room for more slots, for calls of that many tokens
@@ -85,13 +69,6 @@ struct Cfg {
 
 // The configuration whose plan every configuration runs: production's for 1..4 tokens.
 using PlanCfg = Cfg<1, kLinearPlanChunkK, 5, 4>;
-
-// One tile's sums in the mma C layout: v[j][q][lane] is row g (+8 if q >= 2), token
-// 8j + 2t + (q & 1).
-template <int kNTiles>
-struct TileSums {
-  float v[kNTiles][4][32];
-};
 
 // One ring slot: a 16-row x kChunkK weight chunk and the same k of every token (copied with it,
 // so that the consumers never wait on global memory).
@@ -115,153 +92,6 @@ struct Smem {
   float sumsq[8 * C::kNTiles];  // rank 0, input_rms: each token's sum of squares
 };
 
-struct Params {
-  const __nv_bfloat16* x;
-  const __nv_bfloat16* w;
-  void* out;
-  int64_t x_stride, out_stride, in, out_f;
-  int64_t tiles, clusters, range_k;  // range_k: k per rank (a multiple of 8)
-  int splits, n_tokens;
-  bool input_rms;
-  float input_rms_eps;
-};
-
-// Store policies: how warp 0 of rank 0 writes a tile's finished sums. In the mma C layout lane
-// (g, t) holds c[j][0..1] = rows g and c[j][2..3] = rows g + 8 of the tile, for tokens
-// 8j + 2t + (0, 1). for_each_out calls fn(j, q, offset in out) for those inside out_f x n_tokens.
-template <int kNTiles, class Fn>
-__device__ __forceinline__ void for_each_out(const Params& p, int64_t tile, int g, int t, Fn&& fn) {
-#pragma unroll
-  for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int64_t row = tile * kRows + g + (q >= 2 ? 8 : 0);  // c0,c1: row g; c2,c3: g + 8
-      const int tok = j * 8 + 2 * t + (q & 1);                  // c0,c2: column 2t; c1,c3: 2t + 1
-      if (row < p.out_f && tok < p.n_tokens) fn(j, q, tok * p.out_stride + row);
-    }
-  }
-}
-
-template <typename TOut>
-struct StoreY {  // LinearEpilogue::kNone: out = y
-  static constexpr bool kReadsOut = false;
-  template <int kNTiles>
-  __device__ static void store(const Params& p, int64_t tile, int g, int t,
-                               const float (&c)[kNTiles][4], const float (&)[kNTiles][4]) {
-    auto* out = static_cast<TOut*>(p.out);
-    for_each_out<kNTiles>(p, tile, g, t, [&](int j, int q, int64_t at) {
-      out[at] = cuda::from_float<TOut>(c[j][q]);
-    });
-  }
-};
-
-// LinearEpilogue::kSwiGluPairs (bf16 out, out_f a multiple of 16): a tile is one gate|up group of
-// the pair layout, so rows g and g + 8 are the gate and the up of output column 8 tile + g. Each is
-// rounded to bf16 as StoreY would store it, then combined by swiglu_cuda's own formula.
-struct StoreSwiGluPairs {
-  static_assert(2 * kSwigluPairGroup == kRows, "a 16-row tile is one gate|up group");
-  static constexpr bool kReadsOut = false;
-  template <int kNTiles>
-  __device__ static void store(const Params& p, int64_t tile, int g, int t,
-                               const float (&c)[kNTiles][4], const float (&)[kNTiles][4]) {
-    auto* out = static_cast<__nv_bfloat16*>(p.out);
-    const int64_t col = tile * kSwigluPairGroup + g;
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int tok = j * 8 + 2 * t + q;
-        if (tok < p.n_tokens) {
-          out[tok * p.out_stride + col] =
-              cuda::swiglu_bf16(__float2bfloat16_rn(c[j][q]), __float2bfloat16_rn(c[j][q + 2]));
-        }
-      }
-    }
-  }
-};
-
-// LinearEpilogue::kAddToOut (bf16 out): out = round(out + round(y)), the residual add of rms_norm;
-// `prev` holds the tile's out values, loaded by load_prev when the tile started.
-struct StoreAddY {
-  static constexpr bool kReadsOut = true;
-  template <int kNTiles>
-  __device__ static void load_prev(const Params& p, int64_t tile, int g, int t,
-                                   float (&prev)[kNTiles][4]) {
-    const auto* out = static_cast<const __nv_bfloat16*>(p.out);
-    for_each_out<kNTiles>(p, tile, g, t, [&](int j, int q, int64_t at) {
-      prev[j][q] = __bfloat162float(__ldcg(out + at));
-    });
-  }
-  template <int kNTiles>
-  __device__ static void store(const Params& p, int64_t tile, int g, int t,
-                               const float (&c)[kNTiles][4], const float (&prev)[kNTiles][4]) {
-    auto* out = static_cast<__nv_bfloat16*>(p.out);
-    for_each_out<kNTiles>(p, tile, g, t, [&](int j, int q, int64_t at) {
-      out[at] = __float2bfloat16_rn(prev[j][q] + __bfloat162float(__float2bfloat16_rn(c[j][q])));
-    });
-  }
-};
-
-// input_rms, in the rms warp of a storing block: each token's sum of squares of x, lane l taking
-// the 8-element groups l, l + 32, ... in order, then the lanes' butterfly. A function of the
-// token's row alone. Tokens go in blocks of up to kLoads / 4 whose loads are issued together,
-// kLoads 16-byte loads in flight per lane (16 groups of one token, 8 of two, ...), so that the rms
-// warp stays ahead of warp 0's first store: 16 loads (blocks of 4) for up to 16 tokens, where 4
-// tokens of 5120 cost 5 memory round trips rather than 12; 32 (blocks of 8) in the wide
-// configuration, 20 round trips for 32 tokens instead of 40. The additions keep each token's group
-// order whatever the batching (the groups past the row, zeros, add +0 to a sum that is >= +0).
-template <int kLoads, int kNT>
-__device__ __forceinline__ void sum_squares_block(const Params& p, int lane, int t0, float* sumsq) {
-  constexpr int kPer = kLoads / kNT;   // groups per token per round
-  constexpr int64_t kStride = 32 * 8;  // elements between a lane's groups
-  float s[kNT] = {};
-  for (int64_t i0 = static_cast<int64_t>(lane) * 8; i0 < p.in; i0 += kPer * kStride) {
-    uint4 v[kNT][kPer];
-#pragma unroll
-    for (int t = 0; t < kNT; ++t) {  // every load first
-      const __nv_bfloat16* row = p.x + (t0 + t) * p.x_stride;
-#pragma unroll
-      for (int b = 0; b < kPer; ++b) {  // past the row: zeros, which add nothing
-        const int64_t i = i0 + b * kStride;
-        v[t][b] =
-            i < p.in ? __ldcg(reinterpret_cast<const uint4*>(row + i)) : make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kNT; ++t) {
-#pragma unroll
-      for (int b = 0; b < kPer; ++b) {
-        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v[t][b]);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) s[t] += __bfloat162float(e[k]) * __bfloat162float(e[k]);
-      }
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < kNT; ++t) {
-    const float total = cuda::warp_sum(s[t]);
-    if (lane == 0) sumsq[t0 + t] = total;
-  }
-}
-
-// A block of nt <= kNT tokens from t0.
-template <int kLoads, int kNT>
-__device__ __forceinline__ void sum_squares_upto(const Params& p, int lane, int t0, int nt,
-                                                 float* sumsq) {
-  if constexpr (kNT > 1) {
-    if (nt < kNT) return sum_squares_upto<kLoads, kNT - 1>(p, lane, t0, nt, sumsq);
-  }
-  sum_squares_block<kLoads, kNT>(p, lane, t0, sumsq);
-}
-
-template <int kLoads>
-__device__ __forceinline__ void sum_squares(const Params& p, int lane, float* sumsq) {
-  constexpr int kBlock = kLoads / 4;
-  for (int t0 = 0; t0 < p.n_tokens; t0 += kBlock) {
-    sum_squares_upto<kLoads, kBlock>(p, lane, t0, min(kBlock, p.n_tokens - t0), sumsq);
-  }
-}
-
 template <class C, class Store>
 __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Params p) {
   constexpr int kNTiles = C::kNTiles, kChunkK = C::kChunkK;
@@ -277,23 +107,11 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
   const int64_t len = max(k_end - k_begin, int64_t{0});
   const int64_t count = (len + kChunkK - 1) / kChunkK;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < C::kStages; ++s) {
-      cuda::mbar_init(&sm.full[s], 1);
-      cuda::mbar_init(&sm.empty[s], kConsumerWarps);
-    }
-    for (int b = 0; b < C::kSumBufs; ++b) {
-      cuda::mbar_init(&sm.ready[b], 32 * (splits - 1));  // every lane of warp 0 of each rank > 0
-      cuda::mbar_init(&sm.freed[b], 32);                 // every lane of rank 0's warp 0
-    }
-    cuda::fence_mbar_init();
-  }
-  __syncthreads();  // this block's barriers are initialised
   // Before any remote arrival or inbox write the other ranks' barriers must be initialised too:
   // every thread arrives at the cluster barrier now and waits for it later, the consumers and the
   // rms warp when they start, the producer only after its first weight copies, which use this
   // block's barriers alone.
-  if (splits > 1) cg::this_cluster().barrier_arrive();
+  init_barriers<C::kStages, C::kSumBufs>(sm, splits);
   const auto cluster_wait = [&] {
     if (splits > 1) cg::this_cluster().barrier_wait();
   };
@@ -403,91 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
         }
       }
 
-      // This block's range sum: ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)), in warp 0,
-      // from warps 1..7's part[b] and its own c.
-      const uint32_t b = use % C::kSumBufs, round = use / C::kSumBufs;
-      if (warp > 0) {
-        if constexpr (C::kSumBufs == 1) {  // warp 0 has read the previous tile's part
-          if (use > 0) cuda::named_barrier(kPartBarrier, kConsumerWarps * 32);
-        }
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) sm.part[b][warp - 1].v[j][q][lane] = c[j][q];
-        }
-      }
-      cuda::named_barrier(kSumBarrier, kConsumerWarps * 32);
-      // Two buffers: part[b] is rewritten two tiles on, after warp 0 has passed the next
-      // barrier; one: after warp 0's arrival on kPartBarrier.
-      if (warp != 0) continue;
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const auto& w = sm.part[b];
-          c[j][q] = ((c[j][q] + w[0].v[j][q][lane]) + (w[1].v[j][q][lane] + w[2].v[j][q][lane])) +
-                    ((w[3].v[j][q][lane] + w[4].v[j][q][lane]) +
-                     (w[5].v[j][q][lane] + w[6].v[j][q][lane]));
-        }
-      }
-      if constexpr (C::kSumBufs == 1) {  // its reads are done: the warps may write the next tile's
-        if (tile + p.clusters < p.tiles)
-          cuda::named_barrier_arrive(kPartBarrier, kConsumerWarps * 32);
-      }
-      if (rank > 0) {
-        // Wait until rank 0 has read this buffer's previous tile, then post the sums and arrive.
-        if (round > 0) cuda::mbar_wait_cluster(&sm.freed[b], (round - 1) & 1);
-        TileSums<kNTiles>* dst = cg::this_cluster().map_shared_rank(&sm.inbox[b][rank - 1], 0);
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) dst->v[j][q][lane] = c[j][q];
-        }
-        cuda::mbar_arrive_cluster(&sm.ready[b], 0);
-        continue;
-      }
-      if (splits > 1) {
-        cuda::mbar_wait_cluster(&sm.ready[b], round & 1);
-        for (int r = 1; r < splits; ++r) {
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) c[j][q] += sm.inbox[b][r - 1].v[j][q][lane];
-          }
-        }
-        for (int r = 1; r < splits; ++r) cuda::mbar_arrive_cluster(&sm.freed[b], r);
-      }
-      if (p.input_rms) {
-        if (use == 0) {
-          cuda::named_barrier(kRmsBarrier, 64);  // the rms warp's sums are in
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              const float ss = sm.sumsq[min(j * 8 + 2 * t + q, p.n_tokens - 1)];
-              scale[j][q] = 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
-            }
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) c[j][q] *= scale[j][q & 1];
-        }
-      }
-      Store::store(p, tile, g, t, c, prev);
+      finish_tile<kNTiles, C::kSumBufs, Store>(p, sm, c, prev, scale, tile, use,
+                                                tile + p.clusters < p.tiles, warp, lane, rank);
     }
-    // No block leaves while another may still access its shared memory. Rank 0's (inbox, ready)
-    // is written only before its own last wait on `ready`, so it exits at once; a rank > 0 waits
-    // until rank 0 has arrived on its `freed` for its last kSumBufs tiles (tile u: buffer
-    // u % kSumBufs, phase parity (u / kSumBufs) & 1), instead of every block waiting for rank 0's
-    // last store at a cluster barrier.
-    if (warp == 0 && rank > 0) {
-      constexpr uint32_t kBufs = C::kSumBufs;
-      for (uint32_t u = use >= kBufs ? use - kBufs : 0; u < use; ++u) {
-        cuda::mbar_wait_cluster(&sm.freed[u % kBufs], (u / kBufs) & 1);
-      }
-    }
+    finish_exit<C::kSumBufs>(sm, use, warp, rank);
   }
 }
 
@@ -508,31 +245,9 @@ void allow_smem() {
 template <class C, class Store>
 const std::array<int64_t, 4>& resident_clusters() {
   static const std::array<int64_t, 4> n = [] {
-    const auto kernel = linear_persistent_kernel<C, Store>;
-    const int smem = static_cast<int>(sizeof(Smem<C>));
     allow_smem<C, Store>();
-    std::array<int64_t, 4> r{};
-    int per_sm = 0;
-    TANDEM_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-    r[0] = static_cast<int64_t>(per_sm) * cuda::sm_count();
-    for (int e = 1; e < 4; ++e) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(1u << e, 1, 1);
-      cfg.blockDim = dim3(kThreads, 1, 1);
-      cfg.dynamicSmemBytes = smem;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = 1u << e;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      int clusters = 0;
-      TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-      r[e] = clusters;
-    }
-    return r;
+    return measure_resident_clusters(linear_persistent_kernel<C, Store>,
+                                     static_cast<int>(sizeof(Smem<C>)));
   }();
   return n;
 }
@@ -544,9 +259,6 @@ const std::array<int64_t, 4>& resident_clusters() {
 // occupancy; bench configurations 2 and 3 did not.) A configuration that fits fewer clusters at
 // once than the plan launches is still correct (no cluster waits for another), only slower; none
 // does, since every one fits at least one block per SM (the wide one, ~226 KB, too).
-const std::array<int64_t, 4>& plan_resident() {
-  return resident_clusters<PlanCfg, StoreY<__nv_bfloat16>>();
-}
 
 template <class C, class Store>
 void launch_cfg(const LinearShape& s, cudaStream_t stream) {
@@ -556,7 +268,7 @@ void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   allow_smem<C, Store>();
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan =
-      plan_linear(tiles, s.in, kLinearPlanChunkK, plan_resident(), cuda::sm_count());
+      plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), cuda::sm_count());
   const Params p{static_cast<const __nv_bfloat16*>(s.x),
                  static_cast<const __nv_bfloat16*>(s.w),
                  s.out,
@@ -621,14 +333,31 @@ void launch_n(const LinearShape& s, int config, cudaStream_t stream) {
 
 }  // namespace
 
+const std::array<int64_t, 4>& linear_plan_resident() {
+  return resident_clusters<PlanCfg, StoreY<__nv_bfloat16>>();
+}
+
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream) {
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone ||
                    (!f32_out && (s.epilogue == LinearEpilogue::kAddToOut || s.out_f % kRows == 0)),
                "linear_skinny_persistent: the epilogues need bf16 out, and swiglu a multiple of {} "
                "rows, got out_f {}",
                kRows, s.out_f);
-  TANDEM_CHECK(s.n >= 1 && s.n <= kWideMaxTokens,
-               "linear_skinny_persistent: {} tokens (1 to {} per launch)", s.n, kWideMaxTokens);
+  TANDEM_CHECK(s.n >= 1 && s.n <= kBatchMaxTokens,
+               "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kBatchMaxTokens);
+  const bool older_wide = config == kLinearPersistentWide512 || config == kLinearPersistentWide;
+  if (s.n > kSkinnyMaxTokens && !older_wide && linear_decode_batch(s, f32_out, 0, stream)) return;
+  if (s.n > kWideMaxTokens) {  // the wide configuration's groups of 32 (same bits)
+    for (int64_t r0 = 0; r0 < s.n; r0 += kWideMaxTokens) {
+      LinearShape part = s;
+      part.n = std::min(kWideMaxTokens, s.n - r0);
+      part.x = static_cast<const __nv_bfloat16*>(s.x) + r0 * s.x_stride;
+      const int64_t out_elem = f32_out ? 4 : 2;
+      part.out = static_cast<char*>(s.out) + r0 * s.out_stride * out_elem;
+      linear_skinny_persistent(part, f32_out, older_wide ? config : kLinearPersistentWide, stream);
+    }
+    return;
+  }
   if (s.epilogue == LinearEpilogue::kSwiGluPairs) {
     return launch_n<StoreSwiGluPairs>(s, config, stream);
   }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs ON the H200 machine (device tool): the batched decode linear (linear_batch_cuda.cu) checked
+# and measured in one call, in order, each part under its own time limit, logs in $OUT as they
+# finish. Carry .devdeps (scripts/device/pack_deps.sh).
+#   1. build cuda_tests, tandem and kernel_bench;
+#   2. the linear conformance and bitwise row-invariance tests (every kernel configuration and
+#      decode-group rule against production, 1..100 rows, every epilogue);
+#   3. kernel_bench linear_batch: TB/s of weights at 1..64 decode rows per kernel variant;
+#   4. the GPU engine tests (spec == plain, graphs == eager, 256 requests batched == solo);
+#   5. tandem bench on the Qwen3.5-27B shape at BATCHES (default 1,8,32,64,256), 1K context.
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "$(( $(date +%s) - t0 ))s"; }
+summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
+source scripts/device/devdeps_env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/build.log" 2>&1
+build_cuda cuda_tests tandem kernel_bench
+
+timeout "${LINEAR_LIMIT:-150}" stdbuf -oL $B/tests/cuda_tests \
+  --gtest_filter="${LINEAR_FILTER:-CudaConformance.Linear*:CudaRowInvariance.Linear*}" \
+  > "$OUT/linear_tests.log" 2>&1
+summary "linear tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/linear_tests.log" | tr '\n' ' ') ($(stamp))"
+grep -E '^\[  FAILED  \]|FAIL' "$OUT/linear_tests.log" | head -20
+
+if [[ ${KBENCH_LIMIT:-100} -gt 0 ]]; then
+  KERNEL_BENCH_ONLY=linear_batch COMMIT=${COMMIT:-unknown} timeout "${KBENCH_LIMIT:-100}" \
+    $B/bench/kernel_bench "$OUT/kernel_bench_linear_batch.json" > "$OUT/kernel_bench.log" 2>&1
+  summary "kernel_bench linear_batch rc=$? ($(stamp))"
+  grep '^linear decode \[' "$OUT/kernel_bench.log" | tee -a "$OUT/summary.txt"
+fi
+
+[[ ${ENGINE_LIMIT:-70} -gt 0 ]] && engine_tests "${ENGINE_LIMIT:-70}"
+
+if [[ ${BENCH_LIMIT:-150} -gt 0 ]]; then
+  timeout "${BENCH_LIMIT:-150}" stdbuf -oL $B/tandem bench --device cuda --synthetic configs/qwen3.5-27b.json \
+    --context 1024 --batch "${BATCHES:-1,8,32,64,256}" --num-speculative-tokens 3 --steps "${STEPS:-6}" \
+    --commit "${COMMIT:-unknown}" --json "$OUT/bench_27b.json" > "$OUT/bench_27b.log" 2>&1
+  summary "bench 27B rc=$? ($(stamp))"
+  grep -v '^model:\|^attention:\|^gdn:\|^tied' "$OUT/bench_27b.log" | tail -14
+fi

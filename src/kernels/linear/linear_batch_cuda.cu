@@ -1,0 +1,388 @@
+// Batched decode/verify linear (17..64 rows in production; any 1..64 as a bench variant): the
+// persistent kernel's arithmetic (linear_persistent_cuda.cu) with the tokens shared by several
+// weight tiles. A decode group streams every weight once; what limited the persistent kernel at
+// 32 rows was not DRAM but the fill of shared memory: it copies a chunk's token rows again for
+// every 16-row tile, so 32 tokens moved twice the weight bytes into shared memory (~1.5 TB/s of
+// weights). Here a ring slot holds a super-tile of kRowTiles consecutive 16-row tiles and the
+// tokens once: at 32 tokens and 8 tiles (128 rows) the tokens add a quarter of the weight bytes.
+//
+// Same bits as the persistent kernel, by construction: the same plan (plan_linear of the 16-row
+// tiles with the production configuration's occupancy: `splits` ranks and range_k, which fix a
+// row's order of additions; the number of clusters only changes who computes a tile), the same
+// warp classes (warp w takes k-steps w, w + 8, ... of each 256-k chunk, masked steps to
+// linear_masked_end after a range's last chunk), the same fragment loads and mma sequence per
+// (tile, token), and the same end of a tile (finish_tile: warp tree, ranks in order, input_rms,
+// store). Each row tile of a super-tile keeps its own accumulators.
+//
+// Copies: tensor maps (TMA, cp.async.bulk.tensor.2d), one per 32-k step of the weights (a box of
+// 16 x kRowTiles rows, or 16 rows per tile for a super-tile cut short) and one of the tokens (a
+// box of kXRows rows; rows past n_tokens and k past `in` arrive as zeros). A box of 32 k is 64
+// bytes per row, so a quarter-warp's 16-byte fragment loads (rows g and g + 1, lanes t) cover 128
+// distinct bytes: no bank conflicts without padding or swizzle. Work split: cluster c takes the
+// contiguous tiles [c T / C, (c + 1) T / C) in super-tiles of kRowTiles, the last one shorter.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <array>
+
+#include "kernels/linear/linear_decode_common.cuh"
+#include "kernels/linear/linear_plan.h"
+
+namespace tandem::kernels {
+
+namespace {
+
+using namespace decode_linear;  // NOLINT: the shared pieces of both decode kernels
+using cuda::mbar_wait;
+
+constexpr int kStepK = 32;  // k per tensor-map box (64 bytes per row)
+
+// B tiles (8 tokens each), 16-row tiles per super-tile, ring slots, tile-sum buffers.
+template <int kNTiles_, int kRowTiles_, int kStages_, int kSumBufs_>
+struct BatchCfg {
+  static constexpr int kNTiles = kNTiles_, kRowTiles = kRowTiles_, kStages = kStages_;
+  static constexpr int kSumBufs = kSumBufs_;
+  static constexpr int kChunkK = 256;  // 8 k-steps: one per consumer warp
+  static constexpr int kSteps = kChunkK / kStepK;
+  static constexpr int kStepsPerWarp = kSteps / kConsumerWarps;
+  static constexpr int kXRows = 8 * kNTiles;
+  static constexpr int kWRows = kRows * kRowTiles;
+  static constexpr int kRmsLoads = kNTiles >= 4 ? 32 : 16;
+  // Token fragments of a k-step held in registers across the row tiles, or reloaded from shared
+  // memory per tile where the accumulators (kRowTiles x kNTiles x 4) leave no room (168 registers
+  // with 10 warps per block).
+  static constexpr bool kPreloadX = kNTiles * kRowTiles <= 16;
+  static_assert(kStepsPerWarp >= 1 && kSteps % kConsumerWarps == 0);
+  static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
+  static_assert(kWRows <= 256 && kXRows <= 256, "a tensor-map box has at most 256 rows");
+  static_assert(kSumBufs == 1 || kSumBufs == 2);
+};
+
+// One ring slot: kSteps boxes of the super-tile's rows and kSteps of the tokens, [step][row][k].
+template <class C>
+struct BatchSlot {
+  __nv_bfloat16 w[C::kSteps][C::kWRows][kStepK];
+  __nv_bfloat16 x[C::kSteps][C::kXRows][kStepK];
+};
+
+template <class C>
+struct BatchSmem {
+  BatchSlot<C> ring[C::kStages];  // first: 128-byte aligned boxes
+  uint64_t full[C::kStages];
+  uint64_t empty[C::kStages];
+  uint64_t ready[C::kSumBufs];
+  uint64_t freed[C::kSumBufs];
+  TileSums<C::kNTiles> part[C::kSumBufs][kConsumerWarps - 1];
+  TileSums<C::kNTiles> inbox[C::kSumBufs][kMaxSplits - 1];
+  float sumsq[8 * C::kNTiles];
+};
+
+struct BatchParams {
+  Params p;             // tiles: 16-row tiles; clusters: clusters launched
+  CUtensorMap w_super;  // box [kStepK, kWRows]
+  CUtensorMap w_tile;   // box [kStepK, 16]
+  CUtensorMap x;        // box [kStepK, kXRows]
+};
+
+// One 2D tensor-map box at element coordinates (k, row) into shared memory, counted on `bar`.
+__device__ __forceinline__ void tensor_copy(void* dst, const CUtensorMap* map, int64_t k,
+                                            int64_t row, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(cuda::smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(static_cast<int32_t>(k)),
+      "r"(static_cast<int32_t>(row)), "r"(cuda::smem_u32(bar))
+      : "memory");
+}
+
+template <class C, class Store>
+__global__ void __launch_bounds__(kThreads, 1)
+    linear_batch_kernel(const __grid_constant__ BatchParams bp) {
+  constexpr int kNTiles = C::kNTiles, kRowTiles = C::kRowTiles, kChunkK = C::kChunkK;
+  const Params& p = bp.p;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto& sm = *reinterpret_cast<BatchSmem<C>*>(smem_raw);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int splits = p.splits;
+  const int rank = static_cast<int>(blockIdx.x) % splits;
+  const int64_t cluster_id = blockIdx.x / splits;
+  const int64_t k_begin = rank * p.range_k;
+  const int64_t k_end = min(p.in, k_begin + p.range_k);
+  const int64_t len = max(k_end - k_begin, int64_t{0});
+  const int64_t count = (len + kChunkK - 1) / kChunkK;
+  // This cluster's tiles (p.clusters <= p.tiles: none is empty).
+  const int64_t t_begin = cluster_id * p.tiles / p.clusters;
+  const int64_t t_end = (cluster_id + 1) * p.tiles / p.clusters;
+
+  init_barriers<C::kStages, C::kSumBufs>(sm, splits);
+  const auto cluster_wait = [&] {
+    if (splits > 1) cg::this_cluster().barrier_wait();
+  };
+  const bool stores = rank == 0 && t_begin < t_end;
+  if (warp == kRmsWarp) {
+    cluster_wait();
+    if (p.input_rms && stores) {
+      cuda::pdl_begin();
+      sum_squares<C::kRmsLoads>(p, lane, sm.sumsq);
+      cuda::named_barrier_arrive(kRmsBarrier, 64);
+    }
+  } else if (warp == kProducerWarp) {
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&bp.w_super))
+                   : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&bp.x))
+                   : "memory");
+    }
+    constexpr uint32_t kSlots = C::kStages;
+    // k-steps of chunk i that hold k of the range (the rest of the slot stays stale, masked).
+    auto steps_of = [&](int64_t i) {
+      const int64_t left = k_end - (k_begin + i * kChunkK);
+      return static_cast<int>(min(int64_t{C::kSteps}, (left + kStepK - 1) / kStepK));
+    };
+    // Lane s copies step s of the super-tile's rows (one box, or one per tile when cut short).
+    auto issue_w = [&](int64_t tile0, int rows_tiles, int64_t i, uint32_t slot) {
+      const int steps = steps_of(i);
+      if (lane == 0) {
+        const uint32_t per_step = (rows_tiles * kRows + C::kXRows) * kStepK * 2;
+        cuda::mbar_arrive_expect_tx(&sm.full[slot], per_step * steps);
+      }
+      __syncwarp();
+      if (lane < steps) {
+        const int64_t k = k_begin + i * kChunkK + lane * kStepK;
+        if (rows_tiles == kRowTiles) {
+          tensor_copy(&sm.ring[slot].w[lane][0][0], &bp.w_super, k, tile0 * kRows, &sm.full[slot]);
+        } else {
+          for (int r = 0; r < rows_tiles; ++r) {
+            tensor_copy(&sm.ring[slot].w[lane][r * kRows][0], &bp.w_tile, k, (tile0 + r) * kRows,
+                        &sm.full[slot]);
+          }
+        }
+      }
+    };
+    auto issue_x = [&](int64_t i, uint32_t slot) {
+      if (lane < steps_of(i)) {
+        tensor_copy(&sm.ring[slot].x[lane][0][0], &bp.x, k_begin + i * kChunkK + lane * kStepK, 0,
+                    &sm.full[slot]);
+      }
+    };
+    const auto tiles_at = [&](int64_t tile0) {
+      return static_cast<int>(min(int64_t{kRowTiles}, t_end - tile0));
+    };
+    const int64_t pre = t_begin < t_end ? min(count, static_cast<int64_t>(kSlots)) : 0;
+    for (int64_t i = 0; i < pre; ++i) {
+      issue_w(t_begin, tiles_at(t_begin), i, static_cast<uint32_t>(i));
+    }
+    cluster_wait();
+    cuda::pdl_begin();
+    for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
+    uint32_t it = static_cast<uint32_t>(pre);
+    for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
+      for (int64_t i = tile0 == t_begin ? pre : 0; i < count; ++i, ++it) {
+        const uint32_t slot = it % kSlots, round = it / kSlots;
+        if (round > 0) mbar_wait(&sm.empty[slot], (round - 1) & 1);
+        issue_w(tile0, tiles_at(tile0), i, slot);
+        issue_x(i, slot);
+      }
+    }
+  } else {
+    cluster_wait();
+    cuda::pdl_begin();
+    const int g = lane >> 2, t = lane & 3;
+    float scale[kNTiles][2] = {};
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    uint32_t it = 0, use = 0;
+    for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
+      const int mt = static_cast<int>(min(int64_t{kRowTiles}, t_end - tile0));
+      float c[kRowTiles][kNTiles][4];
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) c[r][j][q] = 0.f;
+        }
+      }
+      for (int64_t i = 0; i < count; ++i, ++it) {
+        const uint32_t slot = it % C::kStages, round = it / C::kStages;
+        mbar_wait(&sm.full[slot], round & 1);
+        const BatchSlot<C>& src = sm.ring[slot];
+#pragma unroll
+        for (int s = 0; s < C::kStepsPerWarp; ++s) {
+          const int step = s * kConsumerWarps + warp;
+          const int kl = step * kStepK + 8 * t;                // k within the chunk
+          const bool ok = k_begin + i * kChunkK + kl < k_end;  // past the range: stale data
+          const auto token = [&](int j) {  // token j * 8 + g's fragment
+            const int tok = j * 8 + g;
+            return ok && tok < p.n_tokens
+                       ? *reinterpret_cast<const uint4*>(&src.x[step][tok][8 * t])
+                       : zero;
+          };
+          uint4 xv[C::kPreloadX ? kNTiles : 1];
+          if constexpr (C::kPreloadX) {
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j) xv[j] = token(j);
+          }
+#pragma unroll
+          for (int r = 0; r < kRowTiles; ++r) {
+            if (r >= mt) break;
+            const uint4 pa =
+                ok ? *reinterpret_cast<const uint4*>(&src.w[step][r * kRows + g][8 * t]) : zero;
+            const uint4 pb =
+                ok ? *reinterpret_cast<const uint4*>(&src.w[step][r * kRows + g + 8][8 * t])
+                   : zero;
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j) {
+              const uint4 b = C::kPreloadX ? xv[C::kPreloadX ? j : 0] : token(j);
+              mma_bf16(c[r][j], pa.x, pb.x, pa.y, pb.y, b.x, b.y);
+              mma_bf16(c[r][j], pa.z, pb.z, pa.w, pb.w, b.z, b.w);
+            }
+          }
+        }
+        __syncwarp();
+        if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+      }
+      // The masked steps of production's last 1024-k chunk (linear_persistent_cuda.cu).
+      const int64_t end = linear_masked_end(len);
+      for (int64_t k = count * kChunkK + warp * kStepK; k < end; k += kConsumerWarps * kStepK) {
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r) {
+          if (r >= mt) break;
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+            mma_bf16(c[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
+            mma_bf16(c[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+        if (r >= mt) break;
+        float prev[kNTiles][4] = {};
+        if constexpr (Store::kReadsOut) {
+          if (warp == 0 && stores) Store::load_prev(p, tile0 + r, g, t, prev);
+        }
+        finish_tile<kNTiles, C::kSumBufs, Store>(p, sm, c[r], prev, scale, tile0 + r, use,
+                                                  tile0 + r + 1 < t_end, warp, lane, rank);
+        ++use;
+      }
+    }
+    finish_exit<C::kSumBufs>(sm, use, warp, rank);
+  }
+}
+
+// ---- host side ----
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A bf16 matrix [rows, cols] with row stride `stride` (elements) as boxes of [kStepK, box_rows];
+// out-of-bounds elements read as zeros. False if the driver refuses it.
+bool encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t stride,
+                 int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kStepK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
+                box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <class C, class Store>
+const std::array<int64_t, 4>& batch_resident() {
+  static const std::array<int64_t, 4> n = [] {
+    const int smem = static_cast<int>(sizeof(BatchSmem<C>));
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_batch_kernel<C, Store>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return measure_resident_clusters(linear_batch_kernel<C, Store>, smem);
+  }();
+  return n;
+}
+
+template <class C, class Store>
+bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
+  static_assert(sizeof(BatchSmem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
+  if (s.n > C::kXRows) return false;
+  const int64_t tiles = (s.out_f + kRows - 1) / kRows;
+  const LinearPlan plan =
+      plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), cuda::sm_count());
+  int e = 0;
+  while ((1 << e) < plan.splits) ++e;
+  const int64_t clusters = std::min(tiles, batch_resident<C, Store>()[static_cast<size_t>(e)]);
+  if (clusters < 1) return false;
+  BatchParams bp{};
+  bp.p = Params{static_cast<const __nv_bfloat16*>(s.x),
+                static_cast<const __nv_bfloat16*>(s.w),
+                s.out,
+                s.x_stride,
+                s.out_stride,
+                s.in,
+                s.out_f,
+                tiles,
+                clusters,
+                plan.range_k,
+                plan.splits,
+                static_cast<int>(s.n),
+                s.input_rms,
+                s.input_rms_eps};
+  if (!encode_rows(&bp.w_super, s.w, s.out_f, s.in, s.in, C::kWRows) ||
+      !encode_rows(&bp.w_tile, s.w, s.out_f, s.in, s.in, kRows) ||
+      !encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, C::kXRows)) {
+    return false;
+  }
+  cuda::launch_pdl_cluster(linear_batch_kernel<C, Store>,
+                           static_cast<unsigned>(clusters * plan.splits), kThreads,
+                           static_cast<unsigned>(plan.splits), sizeof(BatchSmem<C>), stream, bp);
+  return true;
+}
+
+// Production configurations by token count; `config` 1 picks the alternative super-tile height
+// (bench and conformance only; the same bits).
+template <class Store>
+bool launch_batch(const LinearShape& s, int config, cudaStream_t stream) {
+  const bool alt = config == 1;
+  if (s.n <= 8) {
+    return alt ? launch_batch_cfg<BatchCfg<1, 4, 5, 2>, Store>(s, stream)
+               : launch_batch_cfg<BatchCfg<1, 8, 3, 2>, Store>(s, stream);
+  }
+  if (s.n <= 16) {
+    return alt ? launch_batch_cfg<BatchCfg<2, 4, 5, 1>, Store>(s, stream)
+               : launch_batch_cfg<BatchCfg<2, 8, 2, 2>, Store>(s, stream);
+  }
+  if (s.n <= 32) {
+    return alt ? launch_batch_cfg<BatchCfg<4, 4, 4, 1>, Store>(s, stream)
+               : launch_batch_cfg<BatchCfg<4, 8, 2, 1>, Store>(s, stream);
+  }
+  return alt ? launch_batch_cfg<BatchCfg<8, 2, 3, 1>, Store>(s, stream)
+             : launch_batch_cfg<BatchCfg<8, 4, 2, 1>, Store>(s, stream);
+}
+
+}  // namespace
+
+bool linear_decode_batch(const LinearShape& s, bool f32_out, int config, cudaStream_t stream) {
+  if (!s.vec_ok || s.n < 1 || s.n > kBatchMaxTokens) return false;
+  if (s.epilogue == LinearEpilogue::kSwiGluPairs) {
+    return launch_batch<StoreSwiGluPairs>(s, config, stream);
+  }
+  if (s.epilogue == LinearEpilogue::kAddToOut) return launch_batch<StoreAddY>(s, config, stream);
+  return f32_out ? launch_batch<StoreY<float>>(s, config, stream)
+                 : launch_batch<StoreY<__nv_bfloat16>>(s, config, stream);
+}
+
+}  // namespace tandem::kernels
