@@ -4,7 +4,7 @@
 // 32 rows was not DRAM but the fill of shared memory: it copies a chunk's token rows again for
 // every 16-row tile, so 32 tokens moved twice the weight bytes into shared memory (~1.5 TB/s of
 // weights). Here a ring slot holds a super-tile of kRowTiles consecutive 16-row tiles and the
-// tokens once: at 32 tokens and 8 tiles (128 rows) the tokens add a quarter of the weight bytes.
+// tokens once: at 32 tokens and 4 tiles (64 rows) the tokens add half the weight bytes.
 //
 // Same bits as the persistent kernel, by construction: the same plan (plan_linear of the 16-row
 // tiles with the production configuration's occupancy: `splits` ranks and range_k, which fix a
@@ -14,12 +14,15 @@
 // (tile, token), and the same end of a tile (finish_tile: warp tree, ranks in order, input_rms,
 // store). Each row tile of a super-tile keeps its own accumulators.
 //
-// Copies: tensor maps (TMA, cp.async.bulk.tensor.2d), one per 32-k step of the weights (a box of
-// 16 x kRowTiles rows, or 16 rows per tile for a super-tile cut short) and one of the tokens (a
-// box of kXRows rows; rows past n_tokens and k past `in` arrive as zeros). A box of 32 k is 64
-// bytes per row, so a quarter-warp's 16-byte fragment loads (rows g and g + 1, lanes t) cover 128
-// distinct bytes: no bank conflicts without padding or swizzle. Work split: cluster c takes the
-// contiguous tiles [c T / C, (c + 1) T / C) in super-tiles of kRowTiles, the last one shorter.
+// Copies: tensor maps (TMA, cp.async.bulk.tensor.2d), per 256-k chunk one box of the weights
+// (16 x kRowTiles rows, or one of 16 rows per tile for a super-tile cut short) and one of the
+// tokens (kXRows rows; rows past n_tokens and k past `in` arrive as zeros), 512 bytes a row. Boxes
+// of 32 k (64-byte rows, conflict-free fragment loads) streamed only 3.2-3.6 TB/s at one token,
+// against the bulk copies' 4.0: narrow boxes are slow to fetch. With 512-byte rows, rows g and
+// g + 1 of a quarter-warp's 16-byte loads share banks (a 2-way conflict), which the shared-memory
+// pipe absorbs: at 32 tokens and 4 tiles a chunk's loads take ~800 of its ~3000 DRAM cycles.
+// Work split: cluster c takes the contiguous tiles [c T / C, (c + 1) T / C) in super-tiles of
+// kRowTiles, the last one shorter.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -36,7 +39,7 @@ namespace {
 using namespace decode_linear;  // NOLINT: the shared pieces of both decode kernels
 using cuda::mbar_wait;
 
-constexpr int kStepK = 32;  // k per tensor-map box (64 bytes per row)
+constexpr int kStepK = 32;  // k per mma k-step pair (one 16-byte fragment per lane)
 
 // B tiles (8 tokens each), 16-row tiles per super-tile, ring slots, tile-sum buffers.
 template <int kNTiles_, int kRowTiles_, int kStages_, int kSumBufs_>
@@ -55,15 +58,15 @@ struct BatchCfg {
   static constexpr bool kPreloadX = kNTiles * kRowTiles <= 16;
   static_assert(kStepsPerWarp >= 1 && kSteps % kConsumerWarps == 0);
   static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
-  static_assert(kWRows <= 256 && kXRows <= 256, "a tensor-map box has at most 256 rows");
+  static_assert(kWRows <= 256 && kXRows <= 256 && kChunkK <= 256, "a box's sides are <= 256");
   static_assert(kSumBufs == 1 || kSumBufs == 2);
 };
 
-// One ring slot: kSteps boxes of the super-tile's rows and kSteps of the tokens, [step][row][k].
+// One ring slot: a box of the super-tile's rows and one of the tokens, [row][k], 512 bytes a row.
 template <class C>
 struct BatchSlot {
-  __nv_bfloat16 w[C::kSteps][C::kWRows][kStepK];
-  __nv_bfloat16 x[C::kSteps][C::kXRows][kStepK];
+  __nv_bfloat16 w[C::kWRows][C::kChunkK];
+  __nv_bfloat16 x[C::kXRows][C::kChunkK];
 };
 
 template <class C>
@@ -80,9 +83,9 @@ struct BatchSmem {
 
 struct BatchParams {
   Params p;             // tiles: 16-row tiles; clusters: clusters launched
-  CUtensorMap w_super;  // box [kStepK, kWRows]
-  CUtensorMap w_tile;   // box [kStepK, 16]
-  CUtensorMap x;        // box [kStepK, kXRows]
+  CUtensorMap w_super;  // box [kChunkK, kWRows]
+  CUtensorMap w_tile;   // box [kChunkK, 16]
+  CUtensorMap x;        // box [kChunkK, kXRows]
 };
 
 // One 2D tensor-map box at element coordinates (k, row) into shared memory, counted on `bar`.
@@ -135,35 +138,26 @@ __global__ void __launch_bounds__(kThreads, 1)
                    : "memory");
     }
     constexpr uint32_t kSlots = C::kStages;
-    // k-steps of chunk i that hold k of the range (the rest of the slot stays stale, masked).
-    auto steps_of = [&](int64_t i) {
-      const int64_t left = k_end - (k_begin + i * kChunkK);
-      return static_cast<int>(min(int64_t{C::kSteps}, (left + kStepK - 1) / kStepK));
-    };
-    // Lane s copies step s of the super-tile's rows (one box, or one per tile when cut short).
+    // Lane 0 copies chunk i of the super-tile's rows (one box, or one per tile when cut short)
+    // and, in issue_x, of the tokens. A box is whole: k past the range is stale, masked by the
+    // consumers, k past `in` and rows past out_f or n_tokens arrive as zeros.
     auto issue_w = [&](int64_t tile0, int rows_tiles, int64_t i, uint32_t slot) {
-      const int steps = steps_of(i);
-      if (lane == 0) {
-        const uint32_t per_step = (rows_tiles * kRows + C::kXRows) * kStepK * 2;
-        cuda::mbar_arrive_expect_tx(&sm.full[slot], per_step * steps);
-      }
-      __syncwarp();
-      if (lane < steps) {
-        const int64_t k = k_begin + i * kChunkK + lane * kStepK;
-        if (rows_tiles == kRowTiles) {
-          tensor_copy(&sm.ring[slot].w[lane][0][0], &bp.w_super, k, tile0 * kRows, &sm.full[slot]);
-        } else {
-          for (int r = 0; r < rows_tiles; ++r) {
-            tensor_copy(&sm.ring[slot].w[lane][r * kRows][0], &bp.w_tile, k, (tile0 + r) * kRows,
-                        &sm.full[slot]);
-          }
+      if (lane != 0) return;
+      const uint32_t bytes = (rows_tiles * kRows + C::kXRows) * kChunkK * 2;
+      cuda::mbar_arrive_expect_tx(&sm.full[slot], bytes);
+      const int64_t k = k_begin + i * kChunkK;
+      if (rows_tiles == kRowTiles) {
+        tensor_copy(&sm.ring[slot].w[0][0], &bp.w_super, k, tile0 * kRows, &sm.full[slot]);
+      } else {
+        for (int r = 0; r < rows_tiles; ++r) {
+          tensor_copy(&sm.ring[slot].w[r * kRows][0], &bp.w_tile, k, (tile0 + r) * kRows,
+                      &sm.full[slot]);
         }
       }
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
-      if (lane < steps_of(i)) {
-        tensor_copy(&sm.ring[slot].x[lane][0][0], &bp.x, k_begin + i * kChunkK + lane * kStepK, 0,
-                    &sm.full[slot]);
+      if (lane == 0) {
+        tensor_copy(&sm.ring[slot].x[0][0], &bp.x, k_begin + i * kChunkK, 0, &sm.full[slot]);
       }
     };
     const auto tiles_at = [&](int64_t tile0) {
@@ -215,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const auto token = [&](int j) {  // token j * 8 + g's fragment
             const int tok = j * 8 + g;
             return ok && tok < p.n_tokens
-                       ? *reinterpret_cast<const uint4*>(&src.x[step][tok][8 * t])
+                       ? *reinterpret_cast<const uint4*>(&src.x[tok][kl])
                        : zero;
           };
           uint4 xv[C::kPreloadX ? kNTiles : 1];
@@ -227,10 +221,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int r = 0; r < kRowTiles; ++r) {
             if (r >= mt) break;
             const uint4 pa =
-                ok ? *reinterpret_cast<const uint4*>(&src.w[step][r * kRows + g][8 * t]) : zero;
+                ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g][kl]) : zero;
             const uint4 pb =
-                ok ? *reinterpret_cast<const uint4*>(&src.w[step][r * kRows + g + 8][8 * t])
-                   : zero;
+                ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g + 8][kl]) : zero;
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) {
               const uint4 b = C::kPreloadX ? xv[C::kPreloadX ? j : 0] : token(j);
@@ -288,15 +281,15 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-// A bf16 matrix [rows, cols] with row stride `stride` (elements) as boxes of [kStepK, box_rows];
+// A bf16 matrix [rows, cols] with row stride `stride` (elements) as boxes of [box_k, box_rows];
 // out-of-bounds elements read as zeros. False if the driver refuses it.
 bool encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t stride,
-                 int box_rows) {
+                 int box_k, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kStepK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
                 box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -341,9 +334,9 @@ bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
                 static_cast<int>(s.n),
                 s.input_rms,
                 s.input_rms_eps};
-  if (!encode_rows(&bp.w_super, s.w, s.out_f, s.in, s.in, C::kWRows) ||
-      !encode_rows(&bp.w_tile, s.w, s.out_f, s.in, s.in, kRows) ||
-      !encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, C::kXRows)) {
+  if (!encode_rows(&bp.w_super, s.w, s.out_f, s.in, s.in, C::kChunkK, C::kWRows) ||
+      !encode_rows(&bp.w_tile, s.w, s.out_f, s.in, s.in, C::kChunkK, kRows) ||
+      !encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, C::kChunkK, C::kXRows)) {
     return false;
   }
   cuda::launch_pdl_cluster(linear_batch_kernel<C, Store>,
@@ -353,24 +346,25 @@ bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
 }
 
 // Production configurations by token count; `config` 1 picks the alternative super-tile height
-// (bench and conformance only; the same bits).
+// (bench and conformance only; the same bits). Shared memory: 4 tiles (64 rows x 512 bytes, 32 KB
+// of weights a slot) with 5 slots up to 16 tokens, 4 slots at 32; 2 tiles with 3 slots at 64.
 template <class Store>
 bool launch_batch(const LinearShape& s, int config, cudaStream_t stream) {
   const bool alt = config == 1;
   if (s.n <= 8) {
-    return alt ? launch_batch_cfg<BatchCfg<1, 4, 5, 2>, Store>(s, stream)
-               : launch_batch_cfg<BatchCfg<1, 8, 3, 2>, Store>(s, stream);
+    return alt ? launch_batch_cfg<BatchCfg<1, 8, 3, 2>, Store>(s, stream)
+               : launch_batch_cfg<BatchCfg<1, 4, 5, 2>, Store>(s, stream);
   }
   if (s.n <= 16) {
-    return alt ? launch_batch_cfg<BatchCfg<2, 4, 5, 1>, Store>(s, stream)
-               : launch_batch_cfg<BatchCfg<2, 8, 2, 2>, Store>(s, stream);
+    return alt ? launch_batch_cfg<BatchCfg<2, 8, 2, 2>, Store>(s, stream)
+               : launch_batch_cfg<BatchCfg<2, 4, 5, 1>, Store>(s, stream);
   }
   if (s.n <= 32) {
-    return alt ? launch_batch_cfg<BatchCfg<4, 4, 4, 1>, Store>(s, stream)
-               : launch_batch_cfg<BatchCfg<4, 8, 2, 1>, Store>(s, stream);
+    return alt ? launch_batch_cfg<BatchCfg<4, 8, 2, 1>, Store>(s, stream)
+               : launch_batch_cfg<BatchCfg<4, 4, 4, 1>, Store>(s, stream);
   }
-  return alt ? launch_batch_cfg<BatchCfg<8, 2, 3, 1>, Store>(s, stream)
-             : launch_batch_cfg<BatchCfg<8, 4, 2, 1>, Store>(s, stream);
+  return alt ? launch_batch_cfg<BatchCfg<8, 4, 2, 1>, Store>(s, stream)
+             : launch_batch_cfg<BatchCfg<8, 2, 3, 1>, Store>(s, stream);
 }
 
 }  // namespace
