@@ -502,7 +502,8 @@ void bench_linear_batch(cudaStream_t s) {
                                                   {10, "groups of 16"},
                                                   {12, "groups of 32 (persistent wide)"},
                                                   {13, "batched kernel"},
-                                                  {14, "batched kernel, other super-tiles"}};
+                                                  {14, "batched kernel, other super-tiles"},
+                                                  {15, "batched kernel, tokens from L2"}};
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
                                   {16480, 5120},
                                   {14336, 5120},

@@ -30,6 +30,10 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 constexpr int64_t kSkinnyMaxTokens = kLinearDecodeMaxTokens;  // linear.h
 constexpr int64_t kWideMaxTokens = 32;
 constexpr int64_t kBatchMaxTokens = 64;
+// Production: up to this many rows the persistent kernel (faster on the 27B shapes at 1..8 rows:
+// 3.3-4.2 TB/s against the batched kernel's 2.8-3.9), above it the batched one (at 16 rows 2.6-3.8
+// TB/s against 2.5-3.0; kernel_bench linear_batch).
+constexpr int64_t kPersistentMaxTokens = 8;
 // The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
 // configurations only) instead of kBatchMaxTokens. A row's bits are the same either way.
 constexpr bool kWideDecodeGroups = true;
@@ -66,12 +70,13 @@ void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cu
 // production's). Every configuration computes the same bits.
 // kLinearPersistentWide: 17..32 rows in the persistent kernel's wide configuration (the rule
 // before the batched kernel). Above kWideMaxTokens rows the persistent kernel runs groups of 32
-// unless the batched kernel takes the call (production: it does for 17..64 rows).
+// unless the batched kernel takes the call (production: it does for 9..64 rows).
 constexpr int kLinearPersistentWide512 = 6;
 constexpr int kLinearPersistentWide = 7;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
 // The batched kernel (linear_batch_cuda.cu), 1..kBatchMaxTokens rows, every epilogue and
-// input_rms; `config` 0 production, 1 the alternative super-tile height (same bits). Returns false
+// input_rms; `config` 0 production, 1 other super-tile heights, 2 tokens from L2 (same bits).
+// Returns false
 // without launching when it cannot take the call (unaligned rows, a tensor map the driver refuses).
 bool linear_decode_batch(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
 // The cluster occupancy every decode configuration plans with (production's 1..4-token one).

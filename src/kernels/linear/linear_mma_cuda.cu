@@ -1,6 +1,7 @@
 // Decode/verify linear (a decode group of up to 64 rows): the dispatcher and the register-prefetch
-// mma kernel. Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) up to 16
-// rows and the batched kernel (linear_batch_cuda.cu) for 17..64, for every shape; the kernels here and in linear_stream_cuda.cu stay as measured alternatives that
+// mma kernel. Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) up to 8
+// rows and the batched kernel (linear_batch_cuda.cu) for 9..64, for every shape; the kernels here
+// and in linear_stream_cuda.cu stay as measured alternatives that
 // kernel_bench times and cross-checks (linear_skinny_set_variant, docs/cuda.md), variant 1 being
 // its baseline; they take LinearEpilogue::kNone only (the bench times nothing else) and at most 16
 // rows (under them linear_cuda forms groups of 16).
@@ -107,7 +108,7 @@ enum class Kind {
   kStream,        // linear_stream_cuda.cu with a k-split cap of `param`
   kPreviousRule,  // the rule before the persistent kernel: this kernel for many tiles, the
                   // bulk-copy kernel with a k-split of 8 for few
-  kBatch,         // linear_batch_cuda.cu at every n, configuration `param` (0, 1: super-tiles)
+  kBatch,         // linear_batch_cuda.cu at every n, configuration `param` (0, 1, 2)
 };
 struct Variant {
   Kind kind;
@@ -116,8 +117,9 @@ struct Variant {
 constexpr int kNarrowGroups = 5;
 // 10: the groups of 16 that decode batches ran in before the wide configuration (A/B, fallback);
 // 11: the wide configuration's 512-k alternative; 12: groups of 32 in the wide configuration (the
-// rule before the batched kernel); 13, 14: the batched kernel for every decode group, also of 1..16
-// rows, at its two super-tile heights.
+// rule before the batched kernel); 13-15: the batched kernel for every decode group, also of 1..8
+// rows, in its configurations 0 (production), 1 (other super-tile heights) and 2 (tokens read
+// from L2 into registers, weights only in the ring).
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -132,7 +134,8 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kLinearPersistentWide512},
                                  {Kind::kPersistent, kLinearPersistentWide},
                                  {Kind::kBatch, 0},
-                                 {Kind::kBatch, 1}};
+                                 {Kind::kBatch, 1},
+                                 {Kind::kBatch, 2}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
