@@ -40,3 +40,15 @@ if [[ ${BENCH_LIMIT:-150} -gt 0 ]]; then
   summary "bench 27B rc=$? ($(stamp))"
   grep -v '^model:\|^attention:\|^gdn:\|^tied' "$OUT/bench_27b.log" | tail -14
 fi
+
+# 6. PROFILE_BATCH=B: ncu kernel times of two eager decode steps of the 27B shape at batch B
+#    (the bench randomises the state and starts with its warm-up decode steps: no prefill to skip).
+if [[ -n ${PROFILE_BATCH:-} ]]; then
+  timeout "${PROFILE_LIMIT:-150}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-count "${PROFILE_COUNT:-1400}" "$B/tandem" bench --device cuda --synthetic configs/qwen3.5-27b.json \
+    --context 1024 --batch "$PROFILE_BATCH" --speculative none --num-speculative-tokens 1 --steps 2 --no-graphs \
+    > "$OUT/profile.csv" 2> "$OUT/profile.err"
+  summary "profile batch $PROFILE_BATCH rc=$? ($(stamp))"
+  python3 scripts/device/profile_step.py "$OUT/profile.csv" 2 > "$OUT/profile.txt" 2>&1
+  head -30 "$OUT/profile.txt" | tee -a "$OUT/summary.txt"
+fi

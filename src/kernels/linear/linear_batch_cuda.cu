@@ -348,7 +348,7 @@ const std::array<int64_t, 4>& batch_resident() {
 template <class C, class Store>
 bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
   static_assert(sizeof(BatchSmem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
-  if (s.n > C::kXRows) return false;
+  if (s.n > 8 * C::kNTiles) return false;
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan =
       plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), cuda::sm_count());
