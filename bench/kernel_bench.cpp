@@ -491,7 +491,7 @@ void bench_linear_variants(cudaStream_t s) {
 // Group linear_batch: decode groups of n = 1..64 rows (LinearArgs::decode_rows = n) on the 27B
 // shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 10 (groups
 // of 16 rows), 12 (groups of 32 in the persistent kernel's wide configuration, the rule before the
-// batched kernel), production (the persistent kernel up to 16 rows, the batched kernel above), 13
+// batched kernel), production (the persistent kernel up to 8 rows, the batched kernel above), 13
 // and 14 (the batched kernel at every n, its two super-tile heights); ratio: time over production's
 // at the same n.
 void bench_linear_batch(cudaStream_t s) {
@@ -502,8 +502,7 @@ void bench_linear_batch(cudaStream_t s) {
                                                   {10, "groups of 16"},
                                                   {12, "groups of 32 (persistent wide)"},
                                                   {13, "batched kernel"},
-                                                  {14, "batched kernel, other super-tiles"},
-                                                  {15, "batched kernel, tokens from L2"}};
+                                                  {14, "batched kernel, other super-tiles"}};
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
                                   {16480, 5120},
                                   {14336, 5120},

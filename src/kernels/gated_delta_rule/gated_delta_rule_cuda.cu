@@ -233,8 +233,16 @@ __device__ __forceinline__ void store_norm(const GdrParams& p, BatchSmem<kDk>& b
   if (!last) cluster.sync();
 }
 
-template <int kDk, bool kNorm>
-__global__ void __launch_bounds__(kThreads) gdr_recurrent_kernel(GdrParams p) {
+// kMinBlocks: blocks per SM the registers must allow. 1 lets the compiler use what it wants (168
+// registers with the norm: 3 blocks, 48 KB of state in flight per SM, which left a 32-sequence
+// 27B step's recurrence at ~1.3 TB/s, 155 us per layer); kManyBlocks (96 registers, 72 bytes of
+// spill) for calls of kManySeqs or more sequences. Register limits change the allocation, not the
+// arithmetic: both compute the same bits.
+constexpr int kManyBlocks = 5;
+constexpr int64_t kManySeqs = 8;
+
+template <int kDk, bool kNorm, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) gdr_recurrent_kernel(GdrParams p) {
   constexpr int kRowsPerThread = kDk / kParts;
   __shared__ BatchSmem<kDk> b;
   // kNorm: the first remote shared-memory write waits until every block of the cluster has
@@ -327,10 +335,15 @@ template <int kDk>
 void launch_recurrent(const GdrParams& p, cudaStream_t s) {
   const unsigned col_blocks = static_cast<unsigned>(cuda::ceil_div(p.dv, kCols));
   const dim3 grid(col_blocks, static_cast<unsigned>(p.hv_n), static_cast<unsigned>(p.n_seqs));
+  const bool many = p.n_seqs >= kManySeqs;
   if (p.norm_out != nullptr) {  // one cluster per (value head, sequence): the norm spans d_v
-    cuda::launch_pdl_cluster(gdr_recurrent_kernel<kDk, true>, grid, kThreads, col_blocks, 0, s, p);
+    cuda::launch_pdl_cluster(many ? gdr_recurrent_kernel<kDk, true, kManyBlocks>
+                                  : gdr_recurrent_kernel<kDk, true, 1>,
+                             grid, kThreads, col_blocks, 0, s, p);
   } else {
-    cuda::launch_pdl(gdr_recurrent_kernel<kDk, false>, grid, kThreads, 0, s, p);
+    cuda::launch_pdl(many ? gdr_recurrent_kernel<kDk, false, kManyBlocks>
+                          : gdr_recurrent_kernel<kDk, false, 1>,
+                     grid, kThreads, 0, s, p);
   }
   cuda::check_launch("gdr_recurrent_kernel");
 }

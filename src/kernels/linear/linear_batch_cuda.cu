@@ -22,7 +22,9 @@
 // g + 1 of a quarter-warp's 16-byte loads share banks (a 2-way conflict), which the shared-memory
 // pipe absorbs: at 32 tokens and 4 tiles a chunk's loads take ~800 of its ~3000 DRAM cycles.
 // Work split: cluster c takes the contiguous tiles [c T / C, (c + 1) T / C) in super-tiles of
-// kRowTiles, the last one shorter.
+// kRowTiles, the last one shorter. Tried and dropped: the consumers reading the tokens from L2
+// into registers a chunk ahead, the ring holding weights only (6 slots instead of 4 at 32 rows):
+// 8-30% slower on every 27B shape and row count (d4a9083..76ef3b6, variant 15).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -41,18 +43,15 @@ using cuda::mbar_wait;
 
 constexpr int kStepK = 32;  // k per mma k-step pair (one 16-byte fragment per lane)
 
-// B tiles (8 tokens each), 16-row tiles per super-tile, ring slots, tile-sum buffers; kXGlobal:
-// the consumers read the tokens from global memory (L2) into registers, one chunk ahead, and the
-// ring holds weights only (more slots), instead of a token box in every slot.
-template <int kNTiles_, int kRowTiles_, int kStages_, int kSumBufs_, bool kXGlobal_ = false>
+// B tiles (8 tokens each), 16-row tiles per super-tile, ring slots, tile-sum buffers.
+template <int kNTiles_, int kRowTiles_, int kStages_, int kSumBufs_>
 struct BatchCfg {
   static constexpr int kNTiles = kNTiles_, kRowTiles = kRowTiles_, kStages = kStages_;
   static constexpr int kSumBufs = kSumBufs_;
-  static constexpr bool kXGlobal = kXGlobal_;
   static constexpr int kChunkK = 256;  // 8 k-steps: one per consumer warp
   static constexpr int kSteps = kChunkK / kStepK;
   static constexpr int kStepsPerWarp = kSteps / kConsumerWarps;
-  static constexpr int kXRows = kXGlobal ? 0 : 8 * kNTiles;  // token rows per slot
+  static constexpr int kXRows = 8 * kNTiles;
   static constexpr int kWRows = kRows * kRowTiles;
   static constexpr int kRmsLoads = kNTiles >= 4 ? 32 : 16;
   // Token fragments of a k-step held in registers across the row tiles, or reloaded from shared
@@ -63,15 +62,13 @@ struct BatchCfg {
   static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
   static_assert(kWRows <= 256 && kXRows <= 256 && kChunkK <= 256, "a box's sides are <= 256");
   static_assert(kSumBufs == 1 || kSumBufs == 2);
-  static_assert(!kXGlobal || kPreloadX, "global token fragments are loaded once per k-step");
 };
 
-// One ring slot: a box of the super-tile's rows and one of the tokens, [row][k], 512 bytes a row
-// (kXGlobal: one token row, unused, so that the layout stays one type).
+// One ring slot: a box of the super-tile's rows and one of the tokens, [row][k], 512 bytes a row.
 template <class C>
 struct BatchSlot {
   __nv_bfloat16 w[C::kWRows][C::kChunkK];
-  __nv_bfloat16 x[C::kXGlobal ? 1 : C::kXRows][C::kChunkK];
+  __nv_bfloat16 x[C::kXRows][C::kChunkK];
 };
 
 template <class C>
@@ -161,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
-      if (!C::kXGlobal && lane == 0) {
+      if (lane == 0) {
         tensor_copy(&sm.ring[slot].x[0][0], &bp.x, k_begin + i * kChunkK, 0, &sm.full[slot]);
       }
     };
@@ -191,26 +188,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     float scale[kNTiles][2] = {};
     const uint4 zero = make_uint4(0, 0, 0, 0);
     uint32_t it = 0, use = 0;
-    // kXGlobal: this warp's token fragments of chunk i (its k-steps), loaded from global memory a
-    // chunk ahead of their use; x depends only on the chunk, the same for every super-tile.
-    uint4 xnext[C::kXGlobal ? C::kStepsPerWarp : 1][kNTiles];
-    const auto load_x = [&](int64_t i) {
-#pragma unroll
-      for (int s = 0; s < C::kStepsPerWarp; ++s) {
-        const int64_t k = k_begin + i * kChunkK + (s * kConsumerWarps + warp) * kStepK + 8 * t;
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-          const int tok = j * 8 + g;
-          xnext[C::kXGlobal ? s : 0][j] =
-              k < k_end && tok < p.n_tokens
-                  ? __ldg(reinterpret_cast<const uint4*>(p.x + tok * p.x_stride + k))
-                  : zero;
-        }
-      }
-    };
-    if constexpr (C::kXGlobal) {
-      if (count > 0) load_x(0);
-    }
     for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
       const int mt = static_cast<int>(min(int64_t{kRowTiles}, t_end - tile0));
       float c[kRowTiles][kNTiles][4];
@@ -224,15 +201,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       for (int64_t i = 0; i < count; ++i, ++it) {
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
-        uint4 xnow[C::kXGlobal ? C::kStepsPerWarp : 1][kNTiles];
-        if constexpr (C::kXGlobal) {
-#pragma unroll
-          for (int s = 0; s < C::kStepsPerWarp; ++s) {
-#pragma unroll
-            for (int j = 0; j < kNTiles; ++j) xnow[s][j] = xnext[s][j];
-          }
-          load_x(i + 1 < count ? i + 1 : 0);  // the next chunk, or the next super-tile's first
-        }
         mbar_wait(&sm.full[slot], round & 1);
         const BatchSlot<C>& src = sm.ring[slot];
 #pragma unroll
@@ -247,10 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        : zero;
           };
           uint4 xv[C::kPreloadX ? kNTiles : 1];
-          if constexpr (C::kXGlobal) {
-#pragma unroll
-            for (int j = 0; j < kNTiles; ++j) xv[j] = ok ? xnow[s][j] : zero;
-          } else if constexpr (C::kPreloadX) {
+          if constexpr (C::kPreloadX) {
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) xv[j] = token(j);
           }
@@ -348,7 +313,7 @@ const std::array<int64_t, 4>& batch_resident() {
 template <class C, class Store>
 bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
   static_assert(sizeof(BatchSmem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
-  if (s.n > 8 * C::kNTiles) return false;
+  if (s.n > C::kXRows) return false;
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan =
       plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), cuda::sm_count());
@@ -373,7 +338,7 @@ bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
                 s.input_rms_eps};
   if (!encode_rows(&bp.w_super, s.w, s.out_f, s.in, s.in, C::kChunkK, C::kWRows) ||
       !encode_rows(&bp.w_tile, s.w, s.out_f, s.in, s.in, C::kChunkK, kRows) ||
-      !encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, C::kChunkK, std::max(C::kXRows, 8))) {
+      !encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, C::kChunkK, C::kXRows)) {
     return false;
   }
   cuda::launch_pdl_cluster(linear_batch_kernel<C, Store>,
@@ -387,12 +352,6 @@ bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
 // of weights a slot) with 5 slots up to 16 tokens, 4 slots at 32; 2 tiles with 3 slots at 64.
 template <class Store>
 bool launch_batch(const LinearShape& s, int config, cudaStream_t stream) {
-  if (config == 2) {  // tokens from L2, weights only in the ring (bench variant)
-    if (s.n <= 8) return launch_batch_cfg<BatchCfg<1, 4, 6, 2, true>, Store>(s, stream);
-    if (s.n <= 16) return launch_batch_cfg<BatchCfg<2, 4, 6, 2, true>, Store>(s, stream);
-    if (s.n <= 32) return launch_batch_cfg<BatchCfg<4, 4, 6, 1, true>, Store>(s, stream);
-    return launch_batch_cfg<BatchCfg<8, 2, 10, 1, true>, Store>(s, stream);
-  }
   const bool alt = config == 1;
   if (s.n <= 8) {
     return alt ? launch_batch_cfg<BatchCfg<1, 8, 3, 2>, Store>(s, stream)
