@@ -337,13 +337,13 @@ void launch_recurrent(const GdrParams& p, cudaStream_t s) {
   const dim3 grid(col_blocks, static_cast<unsigned>(p.hv_n), static_cast<unsigned>(p.n_seqs));
   const bool many = p.n_seqs >= kManySeqs;
   if (p.norm_out != nullptr) {  // one cluster per (value head, sequence): the norm spans d_v
-    cuda::launch_pdl_cluster(many ? gdr_recurrent_kernel<kDk, true, kManyBlocks>
-                                  : gdr_recurrent_kernel<kDk, true, 1>,
-                             grid, kThreads, col_blocks, 0, s, p);
+    cuda::launch_pdl_cluster(
+        many ? gdr_recurrent_kernel<kDk, true, kManyBlocks> : gdr_recurrent_kernel<kDk, true, 1>,
+        grid, kThreads, col_blocks, 0, s, p);
   } else {
-    cuda::launch_pdl(many ? gdr_recurrent_kernel<kDk, false, kManyBlocks>
-                          : gdr_recurrent_kernel<kDk, false, 1>,
-                     grid, kThreads, 0, s, p);
+    cuda::launch_pdl(
+        many ? gdr_recurrent_kernel<kDk, false, kManyBlocks> : gdr_recurrent_kernel<kDk, false, 1>,
+        grid, kThreads, 0, s, p);
   }
   cuda::check_launch("gdr_recurrent_kernel");
 }

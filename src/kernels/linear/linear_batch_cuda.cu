@@ -208,11 +208,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int step = s * kConsumerWarps + warp;
           const int kl = step * kStepK + 8 * t;                // k within the chunk
           const bool ok = k_begin + i * kChunkK + kl < k_end;  // past the range: stale data
-          const auto token = [&](int j) {  // token j * 8 + g's fragment
+          const auto token = [&](int j) {                      // token j * 8 + g's fragment
             const int tok = j * 8 + g;
-            return ok && tok < p.n_tokens
-                       ? *reinterpret_cast<const uint4*>(&src.x[tok][kl])
-                       : zero;
+            return ok && tok < p.n_tokens ? *reinterpret_cast<const uint4*>(&src.x[tok][kl]) : zero;
           };
           uint4 xv[C::kPreloadX ? kNTiles : 1];
           if constexpr (C::kPreloadX) {
@@ -222,8 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int r = 0; r < kRowTiles; ++r) {
             if (r >= mt) break;
-            const uint4 pa =
-                ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g][kl]) : zero;
+            const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g][kl]) : zero;
             const uint4 pb =
                 ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g + 8][kl]) : zero;
 #pragma unroll
@@ -258,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (warp == 0 && stores) Store::load_prev(p, tile0 + r, g, t, prev);
         }
         finish_tile<kNTiles, C::kSumBufs, Store>(p, sm, c[r], prev, scale, tile0 + r, use,
-                                                  tile0 + r + 1 < t_end, warp, lane, rank);
+                                                 tile0 + r + 1 < t_end, warp, lane, rank);
         ++use;
       }
     }

@@ -1,10 +1,10 @@
 // Pieces shared by the two decode-linear kernels that stream weights through a shared-memory ring
-// (linear_persistent_cuda.cu: 16-row tiles, one bulk copy per row; linear_batch_cuda.cu: super-tiles
-// of several 16-row tiles sharing one copy of the tokens, tensor-map copies): the warp roles, the
-// store policies (epilogues), the input_rms sums of squares, and the end of a tile, i.e. the fixed
-// order in which its 8 warp-class sums and its k-split ranks' sums are added. Both kernels run the
-// same plan (linear_plan.h) and this one sequence of additions, so a row's bits do not depend on
-// which kernel, or how many rows, computed it. Internal to src/kernels/linear.
+// (linear_persistent_cuda.cu: 16-row tiles, one bulk copy per row; linear_batch_cuda.cu:
+// super-tiles of several 16-row tiles sharing one copy of the tokens, tensor-map copies): the warp
+// roles, the store policies (epilogues), the input_rms sums of squares, and the end of a tile, i.e.
+// the fixed order in which its 8 warp-class sums and its k-split ranks' sums are added. Both
+// kernels run the same plan (linear_plan.h) and this one sequence of additions, so a row's bits do
+// not depend on which kernel, or how many rows, computed it. Internal to src/kernels/linear.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -191,8 +191,8 @@ __device__ __forceinline__ void sum_squares(const Params& p, int lane, float* su
 // the ranks' sums in rank order, scales by the inverse RMS (input_rms) and stores through Store.
 // `use` counts the tiles this block has finished (buffer use % kSumBufs, phase parity from
 // use / kSumBufs); `has_next`: this block finishes another tile after this one. `scale` holds warp
-// 0's inverse RMS per token, computed at use 0; `prev` the tile's old out values (Store::kReadsOut).
-// S: the kernel's shared memory (part, inbox, ready, freed, sumsq).
+// 0's inverse RMS per token, computed at use 0; `prev` the tile's old out values
+// (Store::kReadsOut). S: the kernel's shared memory (part, inbox, ready, freed, sumsq).
 template <int kNTiles, int kSumBufs, class Store, class S>
 __device__ __forceinline__ void finish_tile(const Params& p, S& sm, float (&c)[kNTiles][4],
                                             const float (&prev)[kNTiles][4],
@@ -219,9 +219,9 @@ __device__ __forceinline__ void finish_tile(const Params& p, S& sm, float (&c)[k
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const auto& w = sm.part[b];
-      c[j][q] = ((c[j][q] + w[0].v[j][q][lane]) + (w[1].v[j][q][lane] + w[2].v[j][q][lane])) +
-                ((w[3].v[j][q][lane] + w[4].v[j][q][lane]) +
-                 (w[5].v[j][q][lane] + w[6].v[j][q][lane]));
+      c[j][q] =
+          ((c[j][q] + w[0].v[j][q][lane]) + (w[1].v[j][q][lane] + w[2].v[j][q][lane])) +
+          ((w[3].v[j][q][lane] + w[4].v[j][q][lane]) + (w[5].v[j][q][lane] + w[6].v[j][q][lane]));
     }
   }
   if constexpr (kSumBufs == 1) {  // its reads are done: the warps may write the next tile's

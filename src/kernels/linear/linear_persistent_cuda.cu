@@ -1,6 +1,7 @@
-// Decode/verify linear (n_tokens <= 32): one persistent launch per call that streams every weight
-// tile through a shared-memory ring filled by the bulk-copy engine, so that no SM idles in a wave
-// tail and no block pays a ramp of its own.
+// Decode/verify linear (production: 1..8 rows; its wide configuration, 17..32 rows, is the rule
+// before the batched kernel linear_batch_cuda.cu and its fallback): one persistent launch per call
+// that streams every weight tile through a shared-memory ring filled by the bulk-copy engine, so
+// that no SM idles in a wave tail and no block pays a ramp of its own.
 //
 // Work split, fixed by the weight shape and the GPU (SM count, occupancy), never by n_tokens:
 //  - the weights are 16-row tiles; each tile's k range is cut into `splits` (1, 2, 4 or 8) ranges
@@ -29,8 +30,9 @@
 // chunk would have run (linear_masked_end), so even zero products land in the same place.
 // Within a k-step, lane (g, t) reads 8 consecutive k of rows g and g + 8 and of token g; the mma's
 // k index is a permutation of the true k, identical for A and B.
-// Epilogues are store policies (StoreY, StoreSwiGluPairs, StoreAddY) of one kernel body: an
-// epilogue costs the plain linear nothing, and its sums are the plain linear's, bit for bit.
+// Epilogues are store policies (StoreY, StoreSwiGluPairs, StoreAddY; linear_decode_common.cuh,
+// shared with the batched kernel, as is the end of a tile) of one kernel body: an epilogue costs
+// the plain linear nothing, and its sums are the plain linear's, bit for bit.
 // LinearArgs::input_rms (an RMSNorm folded into the weights): in rank 0 of each cluster, the one
 // that stores, a tenth warp sums each token's squares (lane l: 8-element groups l, l + 32, ... in
 // order, then the lanes' butterfly) while the consumers stream, so that the norm costs no launch
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
       }
 
       finish_tile<kNTiles, C::kSumBufs, Store>(p, sm, c, prev, scale, tile, use,
-                                                tile + p.clusters < p.tiles, warp, lane, rank);
+                                               tile + p.clusters < p.tiles, warp, lane, rank);
     }
     finish_exit<C::kSumBufs>(sm, use, warp, rank);
   }
