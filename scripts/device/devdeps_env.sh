@@ -1,8 +1,15 @@
-# Sourced ON the H200 by the device scripts: points pkg-config and the loader at .devdeps/
-# (scripts/device/pack_deps.sh) and fills cmake_args for a CUDA release build, adding the
-# .devdeps CMake configs of whatever the image lacks; then build_cuda and engine_tests, the
-# scripts' common first steps (they use the caller's summary, stamp and OUT). Run from the
+# Sourced ON the H200 by the device scripts (run_batch.sh, run_linear_batch.sh, run_serve.sh):
+# sets OUT (created), the clock and the `stamp` and `summary` helpers, writes the GPU's name into
+# $OUT/build.log, points pkg-config and the loader at .devdeps/ (scripts/device/pack_deps.sh) and
+# fills cmake_args for a CUDA release build, adding the .devdeps CMake configs of whatever the
+# image lacks; then build_cuda and engine_tests, the scripts' common first steps. Run from the
 # repository root.
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "$(( $(date +%s) - t0 ))s"; }
+summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/build.log" 2>&1
 D=$PWD/.devdeps/usr A=x86_64-linux-gnu
 cmake_args=(-G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release)
 mkdir -p /tmp/devdeps-pc

@@ -10,13 +10,7 @@
 #   4. compute-sanitizer memcheck on an offline batch with k = 8 and the zero-accept oracle;
 #   5. the shipped model's offline batch throughput, plain and MTP.
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-stamp() { echo "$(( $(date +%s) - t0 ))s"; }
-summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 source scripts/device/devdeps_env.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/build.log" 2>&1
 build_cuda cuda_tests tandem
 
 # The engine first (it needs every kernel), then the kernels' conformance and invariance.

@@ -9,13 +9,7 @@
 #   4. the GPU engine tests (spec == plain, graphs == eager, 256 requests batched == solo);
 #   5. tandem bench on the Qwen3.5-27B shape at BATCHES (default 1,8,32,64,256), 1K context.
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-stamp() { echo "$(( $(date +%s) - t0 ))s"; }
-summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 source scripts/device/devdeps_env.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/build.log" 2>&1
 build_cuda cuda_tests tandem kernel_bench
 
 timeout "${LINEAR_LIMIT:-150}" stdbuf -oL $B/tests/cuda_tests \

@@ -8,13 +8,7 @@
 #   4. speculation control against plain on the shipped model's offline batches (diag_control.sh);
 #   5. tandem bench on the Qwen3.5-27B shape at 32K (batch 1 / 8) with an 8K prefill.
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-stamp() { echo "$(( $(date +%s) - t0 ))s"; }
-summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 source scripts/device/devdeps_env.sh
-: > "$OUT/build.log"
 build_cuda cuda_tests tandem
 engine_tests "${ENGINE_LIMIT:-90}"
 

@@ -110,28 +110,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto& sm = *reinterpret_cast<BatchSmem<C>*>(smem_raw);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int splits = p.splits;
-  const int rank = static_cast<int>(blockIdx.x) % splits;
-  const int64_t cluster_id = blockIdx.x / splits;
-  const int64_t k_begin = rank * p.range_k;
-  const int64_t k_end = min(p.in, k_begin + p.range_k);
-  const int64_t len = max(k_end - k_begin, int64_t{0});
+  const auto [rank, cluster_id, k_begin, k_end, len] = block_range(p);
   const int64_t count = (len + kChunkK - 1) / kChunkK;
   // This cluster's tiles (p.clusters <= p.tiles: none is empty).
   const int64_t t_begin = cluster_id * p.tiles / p.clusters;
   const int64_t t_end = (cluster_id + 1) * p.tiles / p.clusters;
 
   init_barriers<C::kStages, C::kSumBufs>(sm, splits);
-  const auto cluster_wait = [&] {
-    if (splits > 1) cg::this_cluster().barrier_wait();
-  };
   const bool stores = rank == 0 && t_begin < t_end;
   if (warp == kRmsWarp) {
-    cluster_wait();
-    if (p.input_rms && stores) {
-      cuda::pdl_begin();
-      sum_squares<C::kRmsLoads>(p, lane, sm.sumsq);
-      cuda::named_barrier_arrive(kRmsBarrier, 64);
-    }
+    rms_warp<C::kRmsLoads>(p, sm, lane, stores);
   } else if (warp == kProducerWarp) {
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&bp.w_super))
@@ -169,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int64_t i = 0; i < pre; ++i) {
       issue_w(t_begin, tiles_at(t_begin), i, static_cast<uint32_t>(i));
     }
-    cluster_wait();
+    cluster_wait(splits);
     cuda::pdl_begin();
     for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
     uint32_t it = static_cast<uint32_t>(pre);
@@ -182,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    cluster_wait();
+    cluster_wait(splits);
     cuda::pdl_begin();
     const int g = lane >> 2, t = lane & 3;
     float scale[kNTiles][2] = {};
@@ -319,20 +307,7 @@ bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
   const int64_t clusters = std::min(tiles, batch_resident<C, Store>()[static_cast<size_t>(e)]);
   if (clusters < 1) return false;
   BatchParams bp{};
-  bp.p = Params{static_cast<const __nv_bfloat16*>(s.x),
-                static_cast<const __nv_bfloat16*>(s.w),
-                s.out,
-                s.x_stride,
-                s.out_stride,
-                s.in,
-                s.out_f,
-                tiles,
-                clusters,
-                plan.range_k,
-                plan.splits,
-                static_cast<int>(s.n),
-                s.input_rms,
-                s.input_rms_eps};
+  bp.p = decode_params(s, plan, clusters);
   if (!encode_rows(&bp.w_super, s.w, s.out_f, s.in, s.in, C::kChunkK, C::kWRows) ||
       !encode_rows(&bp.w_tile, s.w, s.out_f, s.in, s.in, C::kChunkK, kRows) ||
       !encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, C::kChunkK, C::kXRows)) {

@@ -14,6 +14,7 @@
 #include "kernels/bulk_copy.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear/linear_cuda.cuh"
+#include "kernels/linear/linear_plan.h"
 #include "kernels/swiglu/swiglu.h"
 #include "kernels/swiglu/swiglu_cuda.cuh"
 
@@ -48,6 +49,25 @@ struct Params {
   bool input_rms;
   float input_rms_eps;
 };
+
+// A launch's parameters: the call's shape, its 16-row tiles, the plan's k split and `clusters`
+// clusters launched. Host code.
+inline Params decode_params(const LinearShape& s, const LinearPlan& plan, int64_t clusters) {
+  return Params{static_cast<const __nv_bfloat16*>(s.x),
+                static_cast<const __nv_bfloat16*>(s.w),
+                s.out,
+                s.x_stride,
+                s.out_stride,
+                s.in,
+                s.out_f,
+                (s.out_f + kRows - 1) / kRows,
+                clusters,
+                plan.range_k,
+                plan.splits,
+                static_cast<int>(s.n),
+                s.input_rms,
+                s.input_rms_eps};
+}
 
 // Store policies: how warp 0 of rank 0 writes a tile's finished sums. In the mma C layout lane
 // (g, t) holds c[j][0..1] = rows g and c[j][2..3] = rows g + 8 of the tile, for tokens
@@ -182,6 +202,39 @@ __device__ __forceinline__ void sum_squares(const Params& p, int lane, float* su
   constexpr int kBlock = kLoads / 4;
   for (int t0 = 0; t0 < p.n_tokens; t0 += kBlock) {
     sum_squares_upto<kLoads, kBlock>(p, lane, t0, min(kBlock, p.n_tokens - t0), sumsq);
+  }
+}
+
+// A block's place in the plan: its rank in the cluster, its cluster, and the rank's k range
+// [k_begin, k_end) (len k), streamed in chunks (the last one shorter).
+struct BlockRange {
+  int rank;
+  int64_t cluster_id, k_begin, k_end, len;
+};
+__device__ __forceinline__ BlockRange block_range(const Params& p) {
+  BlockRange r;
+  r.rank = static_cast<int>(blockIdx.x) % p.splits;
+  r.cluster_id = blockIdx.x / p.splits;
+  r.k_begin = r.rank * p.range_k;
+  r.k_end = min(p.in, r.k_begin + p.range_k);
+  r.len = max(r.k_end - r.k_begin, int64_t{0});
+  return r;
+}
+
+// The wait that pairs with init_barriers' cluster arrival (no cluster: nothing).
+__device__ __forceinline__ void cluster_wait(int splits) {
+  if (splits > 1) cg::this_cluster().barrier_wait();
+}
+
+// The rms warp: with input_rms, in a block that stores, each token's sum of squares into
+// sm.sumsq, then the arrival warp 0 waits for before its first store.
+template <int kLoads, class S>
+__device__ __forceinline__ void rms_warp(const Params& p, S& sm, int lane, bool stores) {
+  cluster_wait(p.splits);
+  if (p.input_rms && stores) {
+    cuda::pdl_begin();  // x is the previous kernel's output
+    sum_squares<kLoads>(p, lane, sm.sumsq);
+    cuda::named_barrier_arrive(kRmsBarrier, 64);
   }
 }
 

@@ -101,12 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
   auto& sm = *reinterpret_cast<Smem<C>*>(smem_raw);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int splits = p.splits;
-  const int rank = static_cast<int>(blockIdx.x) % splits;
-  const int64_t cluster_id = blockIdx.x / splits;
-  // This rank's k range [k_begin, k_end), streamed as chunks of kChunkK (the last one shorter).
-  const int64_t k_begin = rank * p.range_k;
-  const int64_t k_end = min(p.in, k_begin + p.range_k);
-  const int64_t len = max(k_end - k_begin, int64_t{0});
+  const auto [rank, cluster_id, k_begin, k_end, len] = block_range(p);
   const int64_t count = (len + kChunkK - 1) / kChunkK;
 
   // Before any remote arrival or inbox write the other ranks' barriers must be initialised too:
@@ -114,19 +109,11 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
   // rms warp when they start, the producer only after its first weight copies, which use this
   // block's barriers alone.
   init_barriers<C::kStages, C::kSumBufs>(sm, splits);
-  const auto cluster_wait = [&] {
-    if (splits > 1) cg::this_cluster().barrier_wait();
-  };
 
   // input_rms is needed by the block that stores: rank 0, when its cluster has a tile.
   const bool stores = rank == 0 && cluster_id < p.tiles;
   if (warp == kRmsWarp) {
-    cluster_wait();
-    if (p.input_rms && stores) {
-      cuda::pdl_begin();  // x is the previous kernel's output
-      sum_squares<C::kRmsLoads>(p, lane, sm.sumsq);
-      cuda::named_barrier_arrive(kRmsBarrier, 64);  // warp 0 waits before its first store
-    }
+    rms_warp<C::kRmsLoads>(p, sm, lane, stores);
   } else if (warp == kProducerWarp) {
     // Producer: fill slot after slot, waiting only for the consumers to free it. Lanes 0-15 copy
     // the weight rows (past out_f: the last row again), lane t token t.
@@ -156,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
     const int64_t first = cluster_id;
     const int64_t pre = first < p.tiles ? min(count, static_cast<int64_t>(kSlots)) : 0;
     for (int64_t i = 0; i < pre; ++i) issue_w(first, i, static_cast<uint32_t>(i));
-    cluster_wait();
+    cluster_wait(splits);
     cuda::pdl_begin();
     for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
     uint32_t it = static_cast<uint32_t>(pre);
@@ -169,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
       }
     }
   } else {
-    cluster_wait();
+    cluster_wait(splits);
     cuda::pdl_begin();  // before writing `out`, which the previous kernel may still read
     const int g = lane >> 2, t = lane & 3;
     float scale[kNTiles][2] = {};  // input_rms: warp 0's tokens' inverse RMS
@@ -271,20 +258,7 @@ void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan =
       plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), cuda::sm_count());
-  const Params p{static_cast<const __nv_bfloat16*>(s.x),
-                 static_cast<const __nv_bfloat16*>(s.w),
-                 s.out,
-                 s.x_stride,
-                 s.out_stride,
-                 s.in,
-                 s.out_f,
-                 tiles,
-                 plan.clusters,
-                 plan.range_k,
-                 plan.splits,
-                 static_cast<int>(s.n),
-                 s.input_rms,
-                 s.input_rms_eps};
+  const Params p = decode_params(s, plan, plan.clusters);
   cuda::launch_pdl_cluster(linear_persistent_kernel<C, Store>,
                            static_cast<unsigned>(plan.clusters * plan.splits), kThreads,
                            static_cast<unsigned>(plan.splits), sizeof(Smem<C>), stream, p);
