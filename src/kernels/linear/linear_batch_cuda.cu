@@ -24,7 +24,7 @@
 // Work split: cluster c takes the contiguous tiles [c T / C, (c + 1) T / C) in super-tiles of
 // kRowTiles, the last one shorter. Tried and dropped: the consumers reading the tokens from L2
 // into registers a chunk ahead, the ring holding weights only (6 slots instead of 4 at 32 rows):
-// 8-30% slower on every 27B shape and row count (d4a9083..76ef3b6, variant 15).
+// 6-37% slower on every 27B shape and row count (d4a9083..76ef3b6, variant 15).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
