@@ -17,14 +17,14 @@
 // Copies: tensor maps (TMA, cp.async.bulk.tensor.2d), per 256-k chunk one box of the weights
 // (16 x kRowTiles rows, or one of 16 rows per tile for a super-tile cut short) and one of the
 // tokens (kXRows rows; rows past n_tokens and k past `in` arrive as zeros), 512 bytes a row. Boxes
-// of 32 k (64-byte rows, conflict-free fragment loads) streamed only 3.2-3.6 TB/s at one token,
-// against the bulk copies' 4.0: narrow boxes are slow to fetch. With 512-byte rows, rows g and
-// g + 1 of a quarter-warp's 16-byte loads share banks (a 2-way conflict), which the shared-memory
-// pipe absorbs: at 32 tokens and 4 tiles a chunk's loads take ~800 of its ~3000 DRAM cycles.
-// Work split: cluster c takes the contiguous tiles [c T / C, (c + 1) T / C) in super-tiles of
-// kRowTiles, the last one shorter. Tried and dropped: the consumers reading the tokens from L2
-// into registers a chunk ahead, the ring holding weights only (6 slots instead of 4 at 32 rows):
-// 6-37% slower on every 27B shape and row count (d4a9083..76ef3b6, variant 15).
+// of 32 k (64-byte rows, conflict-free fragment loads) streamed only 2.5-3.6 TB/s at one token
+// on the 27B shapes, against the bulk copies' 3.4-4.1: narrow boxes are slow to fetch. With
+// 512-byte rows, rows g and g + 1 of a quarter-warp's 16-byte loads share banks (a 2-way conflict),
+// which the shared-memory pipe absorbs: at 32 tokens and 4 tiles a chunk's loads take ~800 of its
+// ~3000 DRAM cycles. Work split: cluster c takes the contiguous tiles [c T / C, (c + 1) T / C) in
+// super-tiles of kRowTiles, the last one shorter. Tried and dropped: the consumers reading the
+// tokens from L2 into registers a chunk ahead, the ring holding weights only (6 slots instead of 4
+// at 32 rows): 6-37% slower on every 27B shape and row count (d4a9083..76ef3b6, variant 15).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
