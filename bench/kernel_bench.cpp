@@ -491,9 +491,8 @@ void bench_linear_variants(cudaStream_t s) {
 // Group linear_batch: decode groups of n = 1..64 rows (LinearArgs::decode_rows = n) on the 27B
 // shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 10 (groups
 // of 16 rows), 12 (groups of 32 in the persistent kernel's wide configuration, the rule before the
-// batched kernel), production (the persistent kernel up to 8 rows, the batched kernel above), 13
-// and 14 (the batched kernel at every n, its two super-tile heights); ratio: time over production's
-// at the same n.
+// batched kernel), production (the persistent kernel up to 8 rows, the batched kernel above) and
+// 13 (the batched kernel at every n); ratio: time over production's at the same n.
 void bench_linear_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({64, 17408}, 4);
@@ -501,8 +500,7 @@ void bench_linear_batch(cudaStream_t s) {
   const std::pair<int, const char*> variants[] = {{0, "production"},
                                                   {10, "groups of 16"},
                                                   {12, "groups of 32 (persistent wide)"},
-                                                  {13, "batched kernel"},
-                                                  {14, "batched kernel, other super-tiles"}};
+                                                  {13, "batched kernel"}};
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
                                   {16480, 5120},
                                   {14336, 5120},

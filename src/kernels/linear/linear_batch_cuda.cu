@@ -54,10 +54,9 @@ struct BatchCfg {
   static constexpr int kXRows = 8 * kNTiles;
   static constexpr int kWRows = kRows * kRowTiles;
   static constexpr int kRmsLoads = kNTiles >= 4 ? 32 : 16;
-  // Token fragments of a k-step held in registers across the row tiles, or reloaded from shared
-  // memory per tile where the accumulators (kRowTiles x kNTiles x 4) leave no room (168 registers
-  // with 10 warps per block).
-  static constexpr bool kPreloadX = kNTiles * kRowTiles <= 16;
+  // A k-step's token fragments stay in registers across the row tiles, next to the accumulators
+  // (kRowTiles x kNTiles x 4): more than 64 of those spill at the 168 registers of 10 warps.
+  static_assert(kNTiles * kRowTiles <= 16, "accumulators and token fragments fit the registers");
   static_assert(kStepsPerWarp >= 1 && kSteps % kConsumerWarps == 0);
   static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
   static_assert(kWRows <= 256 && kXRows <= 256 && kChunkK <= 256, "a box's sides are <= 256");
@@ -196,14 +195,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int step = s * kConsumerWarps + warp;
           const int kl = step * kStepK + 8 * t;                // k within the chunk
           const bool ok = k_begin + i * kChunkK + kl < k_end;  // past the range: stale data
-          const auto token = [&](int j) {                      // token j * 8 + g's fragment
-            const int tok = j * 8 + g;
-            return ok && tok < p.n_tokens ? *reinterpret_cast<const uint4*>(&src.x[tok][kl]) : zero;
-          };
-          uint4 xv[C::kPreloadX ? kNTiles : 1];
-          if constexpr (C::kPreloadX) {
+          uint4 xv[kNTiles];                                   // token j * 8 + g's fragment
 #pragma unroll
-            for (int j = 0; j < kNTiles; ++j) xv[j] = token(j);
+          for (int j = 0; j < kNTiles; ++j) {
+            const int tok = j * 8 + g;
+            xv[j] =
+                ok && tok < p.n_tokens ? *reinterpret_cast<const uint4*>(&src.x[tok][kl]) : zero;
           }
 #pragma unroll
           for (int r = 0; r < kRowTiles; ++r) {
@@ -213,9 +210,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g + 8][kl]) : zero;
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) {
-              const uint4 b = C::kPreloadX ? xv[C::kPreloadX ? j : 0] : token(j);
-              mma_bf16(c[r][j], pa.x, pb.x, pa.y, pb.y, b.x, b.y);
-              mma_bf16(c[r][j], pa.z, pb.z, pa.w, pb.w, b.z, b.w);
+              mma_bf16(c[r][j], pa.x, pb.x, pa.y, pb.y, xv[j].x, xv[j].y);
+              mma_bf16(c[r][j], pa.z, pb.z, pa.w, pb.w, xv[j].z, xv[j].w);
             }
           }
         }
@@ -319,38 +315,26 @@ bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
   return true;
 }
 
-// Production configurations by token count; `config` 1 picks the alternative super-tile height
-// (bench and conformance only; the same bits). Shared memory: 4 tiles (64 rows x 512 bytes, 32 KB
-// of weights a slot) with 5 slots up to 16 tokens, 4 slots at 32; 2 tiles with 3 slots at 64.
+// The configuration by token count. Shared memory: 4 tiles (64 rows x 512 bytes, 32 KB of weights
+// a slot) with 5 slots up to 16 tokens, 4 slots at 32; 2 tiles with 3 slots at 64. Measured and
+// dropped: 8 tiles (4 at 64 tokens), whose accumulators spill: up to 32% slower at 32 and 64 rows,
+// and no faster below.
 template <class Store>
-bool launch_batch(const LinearShape& s, int config, cudaStream_t stream) {
-  const bool alt = config == 1;
-  if (s.n <= 8) {
-    return alt ? launch_batch_cfg<BatchCfg<1, 8, 3, 2>, Store>(s, stream)
-               : launch_batch_cfg<BatchCfg<1, 4, 5, 2>, Store>(s, stream);
-  }
-  if (s.n <= 16) {
-    return alt ? launch_batch_cfg<BatchCfg<2, 8, 2, 2>, Store>(s, stream)
-               : launch_batch_cfg<BatchCfg<2, 4, 5, 1>, Store>(s, stream);
-  }
-  if (s.n <= 32) {
-    return alt ? launch_batch_cfg<BatchCfg<4, 8, 2, 1>, Store>(s, stream)
-               : launch_batch_cfg<BatchCfg<4, 4, 4, 1>, Store>(s, stream);
-  }
-  return alt ? launch_batch_cfg<BatchCfg<8, 4, 2, 1>, Store>(s, stream)
-             : launch_batch_cfg<BatchCfg<8, 2, 3, 1>, Store>(s, stream);
+bool launch_batch(const LinearShape& s, cudaStream_t stream) {
+  if (s.n <= 8) return launch_batch_cfg<BatchCfg<1, 4, 5, 2>, Store>(s, stream);
+  if (s.n <= 16) return launch_batch_cfg<BatchCfg<2, 4, 5, 1>, Store>(s, stream);
+  if (s.n <= 32) return launch_batch_cfg<BatchCfg<4, 4, 4, 1>, Store>(s, stream);
+  return launch_batch_cfg<BatchCfg<8, 2, 3, 1>, Store>(s, stream);
 }
 
 }  // namespace
 
-bool linear_decode_batch(const LinearShape& s, bool f32_out, int config, cudaStream_t stream) {
+bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream) {
   if (!s.vec_ok || s.n < 1 || s.n > kBatchMaxTokens) return false;
-  if (s.epilogue == LinearEpilogue::kSwiGluPairs) {
-    return launch_batch<StoreSwiGluPairs>(s, config, stream);
-  }
-  if (s.epilogue == LinearEpilogue::kAddToOut) return launch_batch<StoreAddY>(s, config, stream);
-  return f32_out ? launch_batch<StoreY<float>>(s, config, stream)
-                 : launch_batch<StoreY<__nv_bfloat16>>(s, config, stream);
+  if (s.epilogue == LinearEpilogue::kSwiGluPairs) return launch_batch<StoreSwiGluPairs>(s, stream);
+  if (s.epilogue == LinearEpilogue::kAddToOut) return launch_batch<StoreAddY>(s, stream);
+  return f32_out ? launch_batch<StoreY<float>>(s, stream)
+                 : launch_batch<StoreY<__nv_bfloat16>>(s, stream);
 }
 
 }  // namespace tandem::kernels

@@ -75,9 +75,9 @@ constexpr int kLinearPersistentWide512 = 6;
 constexpr int kLinearPersistentWide = 7;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
 // The batched kernel (linear_batch_cuda.cu), 1..kBatchMaxTokens rows, every epilogue and
-// input_rms; `config` 0 production, 1 other super-tile heights (same bits). Returns false
-// without launching when it cannot take the call (unaligned rows, a tensor map the driver refuses).
-bool linear_decode_batch(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
+// input_rms. Returns false without launching when it cannot take the call (unaligned rows, a
+// tensor map the driver refuses).
+bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream);
 // The cluster occupancy every decode configuration plans with (production's 1..4-token one).
 const std::array<int64_t, 4>& linear_plan_resident();
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream);

@@ -108,7 +108,7 @@ enum class Kind {
   kStream,        // linear_stream_cuda.cu with a k-split cap of `param`
   kPreviousRule,  // the rule before the persistent kernel: this kernel for many tiles, the
                   // bulk-copy kernel with a k-split of 8 for few
-  kBatch,         // linear_batch_cuda.cu at every n, configuration `param` (0, 1)
+  kBatch,         // linear_batch_cuda.cu at every n
 };
 struct Variant {
   Kind kind;
@@ -117,8 +117,8 @@ struct Variant {
 constexpr int kNarrowGroups = 5;
 // 10: the groups of 16 that decode batches ran in before the wide configuration (A/B, fallback);
 // 11: the wide configuration's 512-k alternative; 12: groups of 32 in the wide configuration (the
-// rule before the batched kernel); 13, 14: the batched kernel for every decode group, also of 1..8
-// rows, in its configurations 0 (production) and 1 (other super-tile heights).
+// rule before the batched kernel); 13: the batched kernel for every decode group, also of 1..8
+// rows.
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -132,8 +132,7 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kNarrowGroups},
                                  {Kind::kPersistent, kLinearPersistentWide512},
                                  {Kind::kPersistent, kLinearPersistentWide},
-                                 {Kind::kBatch, 0},
-                                 {Kind::kBatch, 1}};
+                                 {Kind::kBatch, 0}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -173,7 +172,7 @@ void launch(const LinearShape& s, cudaStream_t stream) {
     return linear_skinny_persistent(s, sizeof(TOut) == 4, v.param, stream);
   }
   if (v.kind == Kind::kBatch) {
-    if (linear_decode_batch(s, sizeof(TOut) == 4, v.param, stream)) return;
+    if (linear_decode_batch(s, sizeof(TOut) == 4, stream)) return;
     return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
   }
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,

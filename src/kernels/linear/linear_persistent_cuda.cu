@@ -322,7 +322,7 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
   TANDEM_CHECK(s.n >= 1 && s.n <= kBatchMaxTokens,
                "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kBatchMaxTokens);
   const bool older_wide = config == kLinearPersistentWide512 || config == kLinearPersistentWide;
-  if (s.n > kPersistentMaxTokens && !older_wide && linear_decode_batch(s, f32_out, 0, stream)) {
+  if (s.n > kPersistentMaxTokens && !older_wide && linear_decode_batch(s, f32_out, stream)) {
     return;
   }
   if (s.n > kWideMaxTokens) {  // the wide configuration's groups of 32 (same bits)
