@@ -67,6 +67,12 @@ struct LinearArgs {
   int64_t scale_block_rows = 128;
 };
 
+// Rows [f0, f1) of an FP8 matrix w [rows, in] dequantised into out [f1 - f0, in] (f32): element
+// (o, i) is f8e4m3_to_f32(w[o, i]) * scale[o / block_rows, i / kFp8BlockCols], one fp32 multiply,
+// as LinearArgs::weight_scale_inv says (the reference's and the loader's one formula).
+void fp8_dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows, int64_t in,
+                         int64_t f0, int64_t f1, float* out);
+
 // Up to this many rows, a call with decode_rows = -1 takes the decode family.
 constexpr int64_t kLinearDecodeMaxTokens = 16;
 

@@ -228,9 +228,24 @@ inline __m256 e4m3x8(const uint8_t* w) {
 }
 #endif
 
-// Rows [f0, f1) of an FP8 weight dequantised into out [f1 - f0, in]: w * scale of its block.
-void dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows, int64_t in,
-                     int64_t f0, int64_t f1, float* out) {
+// linear_range for an FP8 weight: blocks of rows (~64 KB of f32) dequantised, then multiplied.
+void linear_range_fp8(const float* x, int64_t xs, const f8e4m3* w, const float* scale,
+                      int64_t block_rows, int64_t in, float* y, int64_t ys, int64_t n_rows,
+                      int64_t f0, int64_t f1) {
+  thread_local std::vector<float> buf;
+  const int64_t block = std::max<int64_t>(8, (64 << 10) / (in * 4) / 8 * 8);
+  for (int64_t b0 = f0; b0 < f1; b0 += block) {
+    const int64_t b1 = std::min(f1, b0 + block);
+    buf.resize(static_cast<size_t>((b1 - b0) * in));
+    fp8_dequantize_rows(w, scale, block_rows, in, b0, b1, buf.data());
+    linear_range(x, xs, buf.data(), in, y + b0, ys, n_rows, 0, b1 - b0);
+  }
+}
+
+}  // namespace
+
+void fp8_dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows, int64_t in,
+                         int64_t f0, int64_t f1, float* out) {
   const int64_t kb = (in + kFp8BlockCols - 1) / kFp8BlockCols;
   for (int64_t f = f0; f < f1; ++f) {
     const f8e4m3* wr = w + f * in;
@@ -249,22 +264,6 @@ void dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows, in
     }
   }
 }
-
-// linear_range for an FP8 weight: blocks of rows (~64 KB of f32) dequantised, then multiplied.
-void linear_range_fp8(const float* x, int64_t xs, const f8e4m3* w, const float* scale,
-                      int64_t block_rows, int64_t in, float* y, int64_t ys, int64_t n_rows,
-                      int64_t f0, int64_t f1) {
-  thread_local std::vector<float> buf;
-  const int64_t block = std::max<int64_t>(8, (64 << 10) / (in * 4) / 8 * 8);
-  for (int64_t b0 = f0; b0 < f1; b0 += block) {
-    const int64_t b1 = std::min(f1, b0 + block);
-    buf.resize(static_cast<size_t>((b1 - b0) * in));
-    dequantize_rows(w, scale, block_rows, in, b0, b1, buf.data());
-    linear_range(x, xs, buf.data(), in, y + b0, ys, n_rows, 0, b1 - b0);
-  }
-}
-
-}  // namespace
 
 void fold_rms_norm(Tensor& weight, const Tensor& norm, bool zero_centred) {
   TANDEM_CHECK(weight.device() == Device::kCpu && weight.is_contiguous() && weight.ndim() == 2 &&

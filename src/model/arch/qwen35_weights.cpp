@@ -23,7 +23,6 @@ namespace {
 
 // A matrix as read from the checkpoint: FP8 ones with their scales (f32, block_rows-row blocks).
 struct HostMatrix {
-  std::string name;
   Tensor w;
   Tensor scale;  // f8_e4m3 only
   bool fp8() const { return w.dtype() == DType::kF8E4M3; }
@@ -106,7 +105,7 @@ class Loader {
  private:
   // A linear weight and, if it is FP8, its checked scale tensor; on CUDA FP8 is dequantised here.
   HostMatrix matrix(const std::string& name, const Shape& shape) {
-    HostMatrix m{name, host(name, shape), {}};
+    HostMatrix m{host(name, shape), {}};
     const std::string sname = name + "_scale_inv";
     if (!m.fp8()) {
       TANDEM_CHECK(!ck_.has(sname),
@@ -209,7 +208,9 @@ class Loader {
 
   Tensor folded(Tensor host_matrix, const std::string& norm) const {
     if (folds_norms()) {
-      if (host_matrix.dtype() != DType::kBF16) host_matrix = host_matrix.to_f32();
+      // (host_matrix is the loader's own stacked copy: folded in place, widened only from f16.)
+      if (host_matrix.dtype() != DType::kBF16 && host_matrix.dtype() != DType::kF32)
+        host_matrix = host_matrix.to_f32();
       kernels::fold_rms_norm(host_matrix, ck_.get(norm, {host_matrix.dim(1)}),
                              /*zero_centred=*/true);
     }
@@ -228,9 +229,13 @@ class Loader {
     if (device_ == Device::kCpu) return host;
     // Matrices go to the GPU as bf16; small vectors (norms, A_log, dt_bias) keep their dtype.
     if (host.ndim() >= 2 && host.dtype() != DType::kBF16) {
-      Tensor f = host.to_f32();
+      const Tensor f = host.dtype() == DType::kF32 ? host : host.to_f32();  // FP8: f32 already
       Tensor b = Tensor::zeros(f.shape(), DType::kBF16);
-      for (int64_t i = 0; i < f.numel(); ++i) b.data<bf16>()[i] = f32_to_bf16(f.data<float>()[i]);
+      const float* src = f.data<const float>();
+      bf16* dst = b.data<bf16>();
+      const int64_t n = f.numel();
+#pragma omp parallel for schedule(static)  // 27B FP8: 27 G elements
+      for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
       host = b;
     }
     return host.to(device_);
