@@ -32,11 +32,22 @@ int64_t Scheduler::decoding() const {
                        [](const Sequence* s) { return s->phase == Phase::kDecode; });
 }
 
+bool Scheduler::admissible(const Sequence* s, int64_t budget) const {
+  if (static_cast<int64_t>(resident_.size()) >= cfg_.max_num_seqs || !swapped_.empty() ||
+      budget <= 0)
+    return false;
+  const int64_t rows = chunk_rows(0, s->prompt_len(), budget);
+  return rows > 0 && pool_.free_slots() > 0 && pool_.free_blocks() >= pool_.blocks_for(rows);
+}
+
 bool Scheduler::prefill_pending() const {
-  const bool admits = static_cast<int64_t>(resident_.size()) < cfg_.max_num_seqs &&
-                      !(waiting_.empty() && swapped_.empty());
-  return admits || std::any_of(resident_.begin(), resident_.end(),
-                               [](const Sequence* s) { return s->phase == Phase::kPrefill; });
+  const bool returns =
+      !swapped_.empty() && static_cast<int64_t>(resident_.size()) < cfg_.max_num_seqs;
+  const bool admits =
+      !waiting_.empty() && admissible(waiting_.front(), cfg_.max_num_batched_tokens - decoding());
+  return returns || admits ||
+         std::any_of(resident_.begin(), resident_.end(),
+                     [](const Sequence* s) { return s->phase == Phase::kPrefill; });
 }
 
 int64_t Scheduler::chunk_rows(int64_t start, int64_t prompt_len, int64_t budget) const {
@@ -97,12 +108,9 @@ ScheduledStep Scheduler::schedule(int64_t decode_rows) {
       out.prefill.push_back({s, s->prefilled, rows});
       budget -= rows;
     }
-    while (!waiting_.empty() && static_cast<int64_t>(resident_.size()) < cfg_.max_num_seqs &&
-           budget > 0 && swapped_.empty()) {
+    while (!waiting_.empty() && admissible(waiting_.front(), budget)) {
       Sequence* s = waiting_.front();
       const int64_t rows = chunk_rows(0, s->prompt_len(), budget);
-      if (rows == 0 || pool_.free_slots() == 0 || pool_.free_blocks() < pool_.blocks_for(rows))
-        break;
       TANDEM_CHECK(pool_.acquire(s->cache) && pool_.reserve(s->cache, rows),
                    "scheduler: admission of request {} failed", s->id);
       s->phase = Phase::kPrefill;

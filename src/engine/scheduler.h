@@ -49,8 +49,9 @@ class Scheduler {
   bool idle() const { return resident_.empty() && waiting_.empty() && swapped_.empty(); }
   int64_t running() const { return static_cast<int64_t>(resident_.size()); }
   int64_t decoding() const;  // resident sequences past their prompt
-  // Whether the next step is likely to carry prefill rows: a resident sequence is mid-prompt, or
-  // one waits while a slot is free.
+  // Whether the next step is likely to carry prefill rows: a resident sequence is mid-prompt, a
+  // preempted one may come back, or the first waiting request can be admitted (admissible, with
+  // the token budget a plain step leaves).
   bool prefill_pending() const;
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size() + swapped_.size()); }
   const SchedulerConfig& config() const { return cfg_; }
@@ -58,6 +59,9 @@ class Scheduler {
   int64_t chunk_rows(int64_t start, int64_t prompt_len, int64_t budget) const;
 
  private:
+  // Whether the first waiting request can be admitted now with a chunk under `budget` rows: a free
+  // slot, room under max_num_seqs, blocks for the chunk, nothing swapped out ahead of it.
+  bool admissible(const Sequence* s, int64_t budget) const;
   void preempt(Sequence* victim);
   bool swap_in(Sequence* seq);
 

@@ -1,7 +1,8 @@
 // The scheduler's rules on a real state pool, without running a model: prefill chunks end at
 // multiples of the granule from the sequence start (or at the prompt's end), decoding sequences
 // come first and the token budget holds, admission waits for slots and blocks, and a decoding
-// sequence that cannot grow preempts the most recently admitted one, which comes back first.
+// sequence that cannot grow preempts the most recently admitted one, which comes back first;
+// prefill_pending agrees with admission.
 #include "engine/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -99,6 +100,26 @@ TEST(Scheduler, AdmissionWaitsForSlots) {
   const ScheduledStep next = rig.sched.schedule(1);
   ASSERT_EQ(next.prefill.size(), 1u);
   EXPECT_EQ(next.prefill[0].seq, rig.seqs[2].get());
+}
+
+// prefill_pending (adaptive drafting waits for pure decode steps) predicts admission with the
+// schedule's own test: a request waiting for blocks, with slots free, does not count.
+TEST(Scheduler, PrefillPendingOnlyWhenAdmissible) {
+  Rig rig(3, 2, 512);
+  rig.add(100);  // both blocks
+  const ScheduledStep st = rig.sched.schedule(1);
+  ASSERT_EQ(st.prefill.size(), 1u);
+  rig.commit(st, 1);
+  EXPECT_FALSE(rig.sched.prefill_pending());  // decoding alone
+  rig.add(10);
+  EXPECT_FALSE(rig.sched.prefill_pending());  // no block free: the next step is pure decode
+  const ScheduledStep next = rig.sched.schedule(1);
+  EXPECT_TRUE(next.prefill.empty());
+  EXPECT_EQ(next.decode.size(), 1u);
+  rig.commit(next, 1);
+  rig.sched.remove(rig.seqs[0].get());  // its blocks free
+  EXPECT_TRUE(rig.sched.prefill_pending());
+  EXPECT_EQ(rig.sched.schedule(1).prefill.size(), 1u);
 }
 
 TEST(Scheduler, PreemptsTheNewestAndResumesItFirst) {
