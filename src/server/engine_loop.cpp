@@ -120,6 +120,7 @@ void EngineLoop::shutdown() {
 }
 
 void EngineLoop::admit(std::deque<std::pair<std::shared_ptr<Channel>, Request>>& subs) {
+  if (subs.empty()) return;
   for (auto& [ch, req] : subs) {
     if (ch->cancel_requested_) {  // cancelled before it reached the engine
       ch->end("cancelled");
@@ -155,11 +156,9 @@ void EngineLoop::route(std::vector<RequestOutput> outs) {
       }
       ch.last_token_at_ = t;
     }
+    if (o.finished) metrics_.observe_e2e(t - ch.arrival_);  // counted before the client hears
     ch.deliver(o);
-    if (o.finished) {
-      metrics_.observe_e2e(t - ch.arrival_);
-      active_.erase(it);
-    }
+    if (o.finished) active_.erase(it);
   }
 }
 
@@ -239,11 +238,9 @@ void EngineLoop::run() {
     if (!engine_.idle()) {
       try {
         std::vector<RequestOutput> outs = engine_.step();
-        {
-          std::lock_guard lock(mu_);  // counted before anyone hears of the step
-          engine_waiting_ = engine_.waiting();
-        }
+        publish();  // the step's counts, before anyone hears of it
         route(std::move(outs));
+        continue;
       } catch (const std::exception& e) {
         // An engine failure is not a request's fault: every request in flight ends with it.
         std::fprintf(stderr, "tandem serve: engine step failed: %s\n", e.what());
