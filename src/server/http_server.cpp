@@ -147,12 +147,7 @@ struct HttpServer::Impl {
           if (seen <= limit) body.append(data, n);
           return seen <= limit + kMaxDrained;
         });
-        if (seen > limit || res.status == 413) {
-          throw ApiError(413,
-                         fmt::format("the request body exceeds {} bytes (--max-body-bytes)",
-                                     opt.max_body_bytes),
-                         "invalid_request_error", {}, 413);
-        }
+        if (seen > limit || res.status == 413) throw body_too_large();
         if (!ok) throw bad_request({}, "the request body could not be read");
         res.status = -1;
         fn(req, body, res);
@@ -179,6 +174,13 @@ struct HttpServer::Impl {
     res.set_content(dump(Json{{"prompt", ctx.codec.decode(ids, false)}}), "application/json");
   }
 
+  ApiError body_too_large() const {
+    return ApiError(
+        413,
+        fmt::format("the request body exceeds {} bytes (--max-body-bytes)", opt.max_body_bytes),
+        "invalid_request_error", {}, 413);
+  }
+
   // A request no route takes: 405 (with Allow) on a known path, else 404.
   static ApiError no_route(const httplib::Request& req, httplib::Response& res) {
     if (const Route* r = find_route(req.path)) {
@@ -198,23 +200,16 @@ struct HttpServer::Impl {
     if (!res.body.empty() || res.is_chunked_content_provider_) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    try {
+    answer(res, [&] {
       if (res.status == 404) {
         check_auth(req);
         throw no_route(req, res);
       }
-      if (res.status == 413) {
-        throw ApiError(
-            413,
-            fmt::format("the request body exceeds {} bytes (--max-body-bytes)", opt.max_body_bytes),
-            "invalid_request_error", {}, 413);
-      }
+      if (res.status == 413) throw body_too_large();
       throw ApiError(res.status,
                      fmt::format("the HTTP request was not understood (status {})", res.status),
                      "invalid_request_error", {}, res.status);
-    } catch (const ApiError& e) {
-      write_error(res, e);
-    }
+    });
     return httplib::Server::HandlerResponse::Handled;
   }
 
