@@ -44,6 +44,21 @@ Collected collect(Channel& ch, std::chrono::seconds limit = 60s) {
   return c;
 }
 
+// Waits until ch has delivered at least n tokens, or its final delivery, within `limit`; returns
+// the tokens delivered (fewer than n: the test fails).
+int64_t wait_tokens(Channel& ch, int64_t n, std::chrono::seconds limit = 60s) {
+  int64_t got = 0;
+  Delivery d;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (got < n && std::chrono::steady_clock::now() < deadline) {
+    if (!ch.wait(50ms, d)) continue;
+    got += static_cast<int64_t>(d.tokens.size());
+    if (d.finished) break;
+  }
+  if (got < n) ADD_FAILURE() << got << " of " << n << " tokens within " << limit.count() << " s";
+  return got;
+}
+
 class EngineLoopTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { model_ = testing::load_fixture(testing::kTrainedModel).release(); }
@@ -125,10 +140,10 @@ TEST_F(EngineLoopTest, CancelFreesTheSlotWithinOneStep) {
   Metrics metrics;
   EngineLoop loop(engine, metrics, 64);
   auto ch = loop.submit(request(1, 400, /*stop_at_eos=*/false), EngineLoop::now());
+  int64_t before = wait_tokens(*ch, 3);
   Delivery d;
-  int64_t before = 0;
-  while (before < 3) {
-    if (ch->wait(50ms, d)) before += static_cast<int64_t>(d.tokens.size());
+  while (ch->wait(0ms, d)) {  // what is delivered already, so that only steps after it count
+    before += static_cast<int64_t>(d.tokens.size());
     ASSERT_FALSE(d.finished);
   }
   loop.cancel(ch);
@@ -168,9 +183,7 @@ TEST_F(EngineLoopTest, AFullQueueRefusesAtOnce) {
   }
   EngineLoop loop(engine, metrics, 1);
   auto running = loop.submit(request(1, 300, false), EngineLoop::now());
-  Delivery d;
-  while (!running->wait(50ms, d) || d.tokens.empty()) {  // running, no longer waiting
-  }
+  wait_tokens(*running, 1);  // running, no longer waiting
   auto waiting = loop.submit(request(2, 300, false), EngineLoop::now());  // the one that may wait
   EXPECT_THROW(loop.submit(request(3, 4), EngineLoop::now()), ApiError);
   loop.cancel(running);
@@ -184,9 +197,7 @@ TEST_F(EngineLoopTest, ShutdownAbortsWhatIsInFlight) {
   Metrics metrics;
   EngineLoop loop(engine, metrics, 8);
   auto ch = loop.submit(request(4, 400, false), EngineLoop::now());
-  Delivery d;
-  while (!ch->wait(50ms, d) || d.tokens.empty()) {
-  }
+  wait_tokens(*ch, 1);
   loop.shutdown();
   const Collected c = collect(*ch);
   EXPECT_EQ(c.finish_reason, "abort");

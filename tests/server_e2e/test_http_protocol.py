@@ -182,7 +182,7 @@ def test_access_log_line_per_request(server):
 @pytest.mark.xfail(reason="not in docs/server.md, but HTTP/1.1 (RFC 9112 9.3.2) has servers answer "
                    "pipelined requests in order; at 234cd28 only the first of them is answered, "
                    "the rest are dropped when the keep-alive timeout closes the connection",
-                   strict=False)
+                   strict=True)  # a fix must remove this mark
 def test_pipelined_requests_are_answered_in_order(server):
     bodies = [json.dumps(completion_body(p, max_tokens=4)).encode() for p in TEXT[:3]]
     expect = [post(server.port, "/v1/completions", json.loads(b)).json()["choices"][0]["text"]
