@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,43 @@ inline std::unique_ptr<Qwen35Model> load_fixture(const std::string& name, int64_
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
+}
+
+// Writes host tensors as a safetensors file, in the given order (the float dtypes the loader
+// reads: F32, BF16, F16, F8_E4M3).
+inline void write_safetensors(const std::string& path,
+                              const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  auto name = [](DType d) {
+    switch (d) {
+      case DType::kF32:
+        return "F32";
+      case DType::kBF16:
+        return "BF16";
+      case DType::kF16:
+        return "F16";
+      case DType::kF8E4M3:
+        return "F8_E4M3";
+      default:
+        throw std::runtime_error("write_safetensors: no safetensors name for this dtype");
+    }
+  };
+  nlohmann::json header = nlohmann::json::object();
+  int64_t offset = 0;
+  for (const auto& [n, t] : tensors) {
+    header[n] = {{"dtype", name(t.dtype())},
+                 {"shape", t.shape()},
+                 {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  const std::string h = header.dump();
+  const uint64_t len = h.size();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& [n, t] : tensors) {
+    const Tensor c = t.is_contiguous() ? t : t.to(Device::kCpu);
+    out.write(static_cast<const char*>(c.raw()), c.nbytes());
+  }
 }
 
 inline nlohmann::json goldens(const std::string& name) {

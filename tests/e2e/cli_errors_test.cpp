@@ -42,20 +42,7 @@ class BrokenCheckpoint : public ::testing::Test {
       for (const auto& n : ck.names())
         if (keep(n)) tensors.emplace_back(n, ck.get(n).to(Device::kCpu));
     }
-    nlohmann::json header = nlohmann::json::object();
-    size_t offset = 0;
-    for (const auto& [n, t] : tensors) {
-      header[n] = {{"dtype", t.dtype() == DType::kF32 ? "F32" : "BF16"},
-                   {"shape", t.shape()},
-                   {"data_offsets", {offset, offset + t.nbytes()}}};
-      offset += t.nbytes();
-    }
-    const std::string h = header.dump();
-    const uint64_t len = h.size();
-    std::ofstream out(dir_ / "model.safetensors", std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& [n, t] : tensors) out.write(static_cast<const char*>(t.raw()), t.nbytes());
+    testing::write_safetensors((dir_ / "model.safetensors").string(), tensors);
   }
   std::string generate_args(const std::string& extra = "") {
     return "generate --model " + dir_.string() + " --prompt-ids 1,2,3 --max-tokens 4 " + extra;

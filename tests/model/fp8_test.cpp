@@ -247,22 +247,7 @@ TEST(Fp8Model, Bf16ScalesLoadAndStayWithinTheirRounding) {
       }
       tensors.emplace_back(n, t);
     }
-    nlohmann::json header = nlohmann::json::object();
-    int64_t offset = 0;
-    for (const auto& [n, t] : tensors) {
-      const char* dt = t.dtype() == DType::kF8E4M3 ? "F8_E4M3"
-                       : t.dtype() == DType::kF32  ? "F32"
-                                                   : "BF16";
-      header[n] = {
-          {"dtype", dt}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
-      offset += t.nbytes();
-    }
-    const std::string h = header.dump();
-    const uint64_t len = h.size();
-    std::ofstream out(dir / "model.safetensors", std::ios::binary);
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out << h;
-    for (const auto& [n, t] : tensors) out.write(static_cast<const char*>(t.raw()), t.nbytes());
+    testing::write_safetensors((dir / "model.safetensors").string(), tensors);
   }
   EngineOptions o;
   o.model_dir = dir.string();
