@@ -44,12 +44,18 @@ inline const std::vector<std::string>& golden_model_names() {
   return names;
 }
 
-inline std::unique_ptr<Qwen35Model> load_fixture(const std::string& name, int64_t max_step = 256) {
+// A model directory on the CPU, one thread: ctest runs tests in parallel, one thread each avoids
+// oversubscription.
+inline std::unique_ptr<Qwen35Model> load_model_dir(const std::string& dir, int64_t max_step = 256) {
   EngineOptions o;
-  o.model_dir = fixture_dir(name);
-  o.n_threads = 1;  // ctest runs tests in parallel; one thread each avoids oversubscription
+  o.model_dir = dir;
+  o.n_threads = 1;
   o.max_step_rows = max_step;
   return load_model(o);
+}
+
+inline std::unique_ptr<Qwen35Model> load_fixture(const std::string& name, int64_t max_step = 256) {
+  return load_model_dir(fixture_dir(name), max_step);
 }
 
 inline nlohmann::json read_json(const std::string& path) {

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generator.h"
+#include "kernels/kernel_test_util.h"
 #include "model/safetensors.h"
 #include "spec/mtp_drafter.h"
 #include "test_support.h"
@@ -55,11 +56,7 @@ fs::path fixtures() {
 }
 
 std::unique_ptr<Qwen35Model> load(const std::string& variant) {
-  EngineOptions o;
-  o.model_dir = (fixtures() / variant).string();
-  o.n_threads = 1;
-  o.max_step_rows = 256;
-  return load_model(o);
+  return testing::load_model_dir((fixtures() / variant).string());
 }
 
 std::vector<std::vector<int32_t>> prompts() {
@@ -239,21 +236,12 @@ TEST(Fp8Model, Bf16ScalesLoadAndStayWithinTheirRounding) {
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (const std::string& n : ck.names()) {
       Tensor t = ck.get(n);
-      if (n.ends_with("_scale_inv")) {
-        const Tensor f = t.to_f32();
-        t = Tensor::zeros(f.shape(), DType::kBF16);
-        for (int64_t i = 0; i < f.numel(); ++i)
-          t.data<bf16>()[i] = f32_to_bf16(f.data<const float>()[i]);
-      }
+      if (n.ends_with("_scale_inv")) t = testing::to_bf16(t.to_f32());
       tensors.emplace_back(n, t);
     }
     testing::write_safetensors((dir / "model.safetensors").string(), tensors);
   }
-  EngineOptions o;
-  o.model_dir = dir.string();
-  o.n_threads = 1;
-  o.max_step_rows = 256;
-  auto bf16_scales = load_model(o);
+  auto bf16_scales = testing::load_model_dir(dir.string());
   auto fp8 = load("fp8");
   const std::vector<int32_t> ids = prompts().back();
   Generator a(*fp8, nullptr, GeneratorOptions{.max_context = 512});
