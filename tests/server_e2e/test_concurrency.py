@@ -108,6 +108,7 @@ def test_disconnect_mid_stream_cancels_the_request(server):
 def test_disconnect_of_a_non_streamed_request(server):
     """The contract cancels streams whose client goes away; a non-streamed request may run to its
     end (it does at 1e94f18), but must then free its slot and leave the server serving."""
+    m0 = scrape(server.port)
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     body = json.dumps({"model": MODEL, "prompt": PROMPTS[2], "max_tokens": 1000,
                        "ignore_eos": True, "temperature": 0}).encode()
@@ -116,8 +117,13 @@ def test_disconnect_of_a_non_streamed_request(server):
     wait_for(lambda: scrape(server.port).get("tandem:num_requests_running") == 1, 20,
              "the request to run")
     sock.close()
-    wait_for(lambda: scrape(server.port).get("tandem:num_requests_running") == 0, 30,
-             "the request to end")
+    success = "tandem:request_success_total"
+    m = wait_for(lambda: (lambda m: m if m.get(success, finished_reason="length") ==
+                          m0.get(success, finished_reason="length") + 1 else None)(
+        scrape(server.port)), 30, "the request to end at its length")
+    assert m.get("tandem:num_requests_running") == 0
+    # As documented: run to its end, not cancelled.
+    assert m.get("tandem:request_cancelled_total") == m0.get("tandem:request_cancelled_total")
     r = post(server.port, COMP, {"model": MODEL, "prompt": PROMPTS[1], "max_tokens": 4,
                                  "temperature": 0})
     assert r.status == 200
