@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "core/cuda_graph.h"
+#include "model/fp8.h"
 
 namespace tandem {
 
@@ -29,28 +30,9 @@ class Maker {
   }
 
  private:
-  // FP8 e4m3 with one scale per 128x128 block (scale = block amax / 448).
   static LinearWeight quantized(const Tensor& f) {
-    constexpr int64_t kB = 128;
-    const int64_t rows = f.dim(0), cols = f.dim(1), rb = (rows + kB - 1) / kB,
-                  cb = (cols + kB - 1) / kB;
-    Tensor w = Tensor::zeros({rows, cols}, DType::kF8E4M3);
-    Tensor s = Tensor::zeros({rb, cb}, DType::kF32);
-    const float* v = f.data<const float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < rb * cb; ++b) {
-      const int64_t r0 = b / cb * kB, c0 = b % cb * kB, r1 = std::min(rows, r0 + kB),
-                    c1 = std::min(cols, c0 + kB);
-      float amax = 0.f;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(v[r * cols + c]));
-      const float scale = std::max(amax, 1e-12f) / 448.f;
-      s.data<float>()[b] = scale;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c)
-          w.data<f8e4m3>()[r * cols + c] = f32_to_f8e4m3(v[r * cols + c] / scale);
-    }
-    return {.weight = w, .scale_inv = s};
+    Fp8Matrix q = fp8_quantize(f);
+    return {.weight = std::move(q.w), .scale_inv = std::move(q.scale)};
   }
 
   Device device_;

@@ -2,6 +2,7 @@
 #include "model/fp8.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/linear/linear.h"  // fp8_dequantize_rows, kFp8BlockCols
 
@@ -26,6 +27,31 @@ Tensor fp8_dequantize(const Tensor& w, const Tensor& scale, int64_t block_rows) 
                                  out.data<float>() + r0 * cols);
   }
   return out;
+}
+
+Fp8Matrix fp8_quantize(const Tensor& f) {
+  TANDEM_CHECK(
+      f.dtype() == DType::kF32 && f.ndim() == 2 && f.is_contiguous() && f.device() == Device::kCpu,
+      "fp8_quantize: {} must be a host f32 matrix", f.describe());
+  constexpr int64_t kR = kFp8BlockRows, kC = kernels::kFp8BlockCols;
+  const int64_t rows = f.dim(0), cols = f.dim(1), rb = (rows + kR - 1) / kR,
+                cb = (cols + kC - 1) / kC;
+  Fp8Matrix q{Tensor::zeros({rows, cols}, DType::kF8E4M3), Tensor::zeros({rb, cb}, DType::kF32)};
+  const float* v = f.data<const float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < rb * cb; ++b) {
+    const int64_t r0 = b / cb * kR, c0 = b % cb * kC, r1 = std::min(rows, r0 + kR),
+                  c1 = std::min(cols, c0 + kC);
+    float amax = 0.f;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(v[r * cols + c]));
+    const float scale = std::max(amax, 1e-12f) / 448.f;
+    q.scale.data<float>()[b] = scale;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c)
+        q.w.data<f8e4m3>()[r * cols + c] = f32_to_f8e4m3(v[r * cols + c] / scale);
+  }
+  return q;
 }
 
 Tensor fp8_scale_rows(const Tensor& scale, int64_t rows, int64_t block_rows, int64_t r) {

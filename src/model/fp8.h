@@ -10,6 +10,19 @@
 
 namespace tandem {
 
+// Rows of a released checkpoint's scale block (its columns: kernels::kFp8BlockCols).
+constexpr int64_t kFp8BlockRows = 128;
+
+// An FP8 matrix and its scales, f8_e4m3 [rows, cols] and f32 [ceil(rows / 128), ceil(cols / 128)].
+struct Fp8Matrix {
+  Tensor w, scale;
+};
+
+// The released recipe (tools/make_fp8_checkpoint.py does the same): per 128 x 128 block,
+// scale = max(amax, 1e-12) / 448 and w = e4m3(v / scale), round to nearest even, saturating. f is
+// a host f32 matrix. (Synthetic FP8 weights for the bench.)
+Fp8Matrix fp8_quantize(const Tensor& f);
+
 // f32 [rows, cols]: the FP8 matrix w (f8_e4m3 [rows, cols]) dequantised with its scales.
 Tensor fp8_dequantize(const Tensor& w, const Tensor& scale, int64_t block_rows);
 
