@@ -65,6 +65,12 @@ struct LinearArgs {
   // 128 as stored in a checkpoint, less where the loader interleaved rows (gate|up: 8).
   Tensor weight_scale_inv;
   int64_t scale_block_rows = 128;
+  // f8_e4m3 weights on CUDA with input_rms: the zero-centred RMSNorm weight g (bf16 [in]) that a
+  // bf16 matrix would have folded in (fold_rms_norm); FP8 bytes are never rewritten, so the FP8
+  // kernels apply it instead: the decode kernel multiplies each x element by (1 + g) as
+  // bf16(x + x g) before the product, the prefill path folds it into its dequantised bf16 copy
+  // (docs/fp8.md). Empty: nothing folded. CUDA only (the CPU loader does not fold norms).
+  Tensor weight_fold;
 };
 
 // Rows [f0, f1) of an FP8 matrix w [rows, in] dequantised into out [f1 - f0, in] (f32): element
@@ -72,6 +78,11 @@ struct LinearArgs {
 // as LinearArgs::weight_scale_inv says (the reference's and the loader's one formula).
 void fp8_dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows, int64_t in,
                          int64_t f0, int64_t f1, float* out);
+
+// The prefill path of an FP8 weight on CUDA dequantises the matrix into a bf16 scratch before its
+// GEMM; this sizes that scratch (a process-wide device buffer) for matrices of up to `numel`
+// elements, once at load, so that no step allocates. No-op on the CPU.
+void linear_reserve_fp8_scratch(int64_t numel, Device device);
 
 // Up to this many rows, a call with decode_rows = -1 takes the decode family.
 constexpr int64_t kLinearDecodeMaxTokens = 16;

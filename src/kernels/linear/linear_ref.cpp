@@ -310,6 +310,10 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
                "linear: x {} weight {} y {} do not agree", a.x.describe(), a.weight.describe(),
                yt.describe());
   const bool fp8 = a.weight.dtype() == DType::kF8E4M3;
+  TANDEM_CHECK(a.weight_fold.raw() == nullptr,
+               "linear: weight_fold {} is for FP8 weights on CUDA (the CPU loader does not fold "
+               "norms)",
+               a.weight_fold.describe());
   if (fp8) {
     const int64_t r = a.scale_block_rows;
     const Shape scale_shape{r > 0 ? (out_f + r - 1) / r : 0,
@@ -382,5 +386,9 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   if (fp8) return run(a.weight.data<const f8e4m3>());
   ref::with_weight_type(a.weight, run);
 }
+
+#ifndef TANDEM_CUDA
+void linear_reserve_fp8_scratch(int64_t /*numel*/, Device /*device*/) {}
+#endif
 
 }  // namespace tandem::kernels
