@@ -531,6 +531,75 @@ void bench_linear_batch(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
+// Group linear_fp8: the FP8 decode linear (block-scaled e4m3, linear_fp8_cuda.cu) on the 27B
+// shapes at n = 1, 2, 4, 8 rows, back to back, as TB/s of the bytes it must read (1 per weight plus
+// the f32 block scales); ratio: time over the bf16 production kernel's at the same n. The
+// projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them: with
+// input_rms and the folded norm; down and o_proj plain.
+void bench_linear_fp8(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const Tensor x = random_bf16({8, 17408}, 5);
+  const Tensor out = Tensor::zeros({8, 34816}, DType::kBF16, Device::kCuda);
+  const Tensor scratch = Tensor::zeros({8, 17408}, DType::kBF16, Device::kCuda);
+  const Tensor fold = random_bf16({17408}, 6);
+  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
+                                  {16480, 5120},
+                                  {14336, 5120},
+                                  {5120, 17408},
+                                  {5120, 6144}}) {
+    const bool reads_residual = in == 5120;
+    std::vector<Tensor> bf, codes, scales;
+    for (int i = 0; i < 3; ++i) {
+      bf.push_back(random_bf16({out_f, in}, 40 + i));
+      // Random bytes without the two NaN codes, scales of 2^-8.
+      Tensor h = Tensor::zeros({out_f, in}, DType::kF8E4M3);
+      auto* c = static_cast<uint8_t*>(h.raw());
+      uint32_t r = 77u + static_cast<uint32_t>(i);
+      for (int64_t e = 0; e < h.numel(); ++e) {
+        r = r * 1664525u + 1013904223u;
+        const auto b = static_cast<uint8_t>(r >> 24);
+        c[e] = (b & 0x7f) == 0x7f ? 0x3f : b;
+      }
+      codes.push_back(h.to(Device::kCuda));
+      Tensor sc = Tensor::zeros({(out_f + 127) / 128, (in + 127) / 128}, DType::kF32);
+      for (int64_t e = 0; e < sc.numel(); ++e) sc.data<float>()[e] = 1.f / 256.f;
+      scales.push_back(sc.to(Device::kCuda));
+    }
+    const double bytes = static_cast<double>(out_f * in) + 4.0 * scales[0].numel();
+    for (const int64_t n : {1, 2, 4, 8}) {
+      const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
+                   on = out.slice(0, 0, n).slice(1, 0, out_f);
+      const Tensor sn = scratch.slice(0, 0, n).slice(1, 0, in);
+      const double bf16_ms = batched_ms(s, 20, [&](int it) {
+        linear_cuda({.x = xn,
+                     .weight = bf[it % 3],
+                     .out = on,
+                     .input_rms = reads_residual,
+                     .input_scratch = sn,
+                     .decode_rows = n},
+                    ctx);
+      });
+      const double ms = batched_ms(s, 20, [&](int it) {
+        linear_cuda({.x = xn,
+                     .weight = codes[it % 3],
+                     .out = on,
+                     .input_rms = reads_residual,
+                     .input_scratch = sn,
+                     .decode_rows = n,
+                     .weight_scale_inv = scales[it % 3],
+                     .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
+                    ctx);
+      });
+      report(fmt::format("linear fp8 decode n={} [{},{}]{} (back to back)", n, out_f, in,
+                         reads_residual ? " input_rms+fold" : ""),
+             ms, bytes, bf16_ms);
+      fmt::print("linear fp8 [{},{}] n={}: {:.3f} ms {:.2f} TB/s (bf16 {:.3f} ms {:.2f} TB/s)\n",
+                 out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, bf16_ms,
+                 2.0 * out_f * in / (bf16_ms * 1e-3) / 1e12);
+    }
+  }
+}
+
 // KERNEL_BENCH_ONLY=copy,linear,attention,attention_prefill,gdr,gdr_chunked picks groups.
 bool wanted(const char* group) {
   const char* only = std::getenv("KERNEL_BENCH_ONLY");
@@ -558,6 +627,7 @@ int main(int argc, char** argv) {
     }
     if (wanted("linear_variants")) bench_linear_variants(s);
     if (wanted("linear_batch")) bench_linear_batch(s);
+    if (wanted("linear_fp8")) bench_linear_fp8(s);
     if (wanted("attention")) {
       for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);
       for (int64_t c : {1024, 32768}) {

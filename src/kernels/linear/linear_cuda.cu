@@ -295,16 +295,104 @@ LinearArgs rows_of(const LinearArgs& a, int64_t begin, int64_t end) {
   return r;
 }
 
+// The decode rows of a call: LinearArgs::decode_rows, or by n_tokens alone when it is -1.
+int64_t decode_rows_of(const LinearArgs& a) {
+  const int64_t n = a.x.dim(0);
+  return a.decode_rows < 0 ? (n <= kLinearDecodeMaxTokens ? n : 0) : std::min(a.decode_rows, n);
+}
+
+// The prefill path's dequantised copy of an FP8 matrix (linear_reserve_fp8_scratch).
+Tensor g_fp8_scratch;
+
+// FP8 weights: decode rows in groups of kFp8DecodeMaxTokens through linear_fp8_cuda.cu's kernel;
+// prefill rows through the bf16 family on the matrix dequantised (and folded) into the scratch.
+void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
+  cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
+  cuda::expect_cuda(a.out, "linear", "out");
+  cuda::expect_last_contiguous(a.x, "linear", "x");
+  cuda::expect_last_contiguous(a.out, "linear", "out");
+  const int64_t n = a.x.dim(0), in = a.x.dim(1), out_f = a.weight.dim(0);
+  const int64_t r = a.scale_block_rows;
+  const Shape scale_shape{r > 0 ? (out_f + r - 1) / r : 0,
+                          (in + kFp8BlockCols - 1) / kFp8BlockCols};
+  TANDEM_CHECK(a.weight.is_contiguous() && a.weight.dim(1) == in,
+               "linear_cuda: FP8 weight {} must be contiguous [out, in={}]", a.weight.describe(),
+               in);
+  TANDEM_CHECK(
+      r > 0 && r <= kFp8BlockCols && (r & (r - 1)) == 0 && a.weight_scale_inv.raw() != nullptr &&
+          a.weight_scale_inv.dtype() == DType::kF32 && a.weight_scale_inv.is_contiguous() &&
+          a.weight_scale_inv.shape() == scale_shape,
+      "linear_cuda: FP8 weight {} needs weight_scale_inv f32 [{}, {}] in blocks of {} "
+      "rows (a power of two up to 128), got {}",
+      a.weight.describe(), scale_shape[0], scale_shape[1], r, a.weight_scale_inv.describe());
+  cuda::expect_cuda(a.weight_scale_inv, "linear", "weight_scale_inv");
+  TANDEM_CHECK(in % 16 == 0 && a.x.stride(0) % 8 == 0 && cuda::aligned16(a.x.raw()) &&
+                   cuda::aligned16(a.weight.raw()),
+               "linear_cuda: FP8 weight {} needs in a multiple of 16 and 16-byte aligned x rows, "
+               "got x {}",
+               a.weight.describe(), a.x.describe());
+  if (a.weight_fold.raw() != nullptr) {
+    cuda::expect_cuda_dtype(a.weight_fold, DType::kBF16, "linear", "weight_fold");
+    TANDEM_CHECK(a.weight_fold.is_contiguous() && a.weight_fold.numel() == in &&
+                     cuda::aligned16(a.weight_fold.raw()),
+                 "linear_cuda: weight_fold {} must be a contiguous, aligned bf16 [{}]",
+                 a.weight_fold.describe(), in);
+  }
+  if (n == 0 || out_f == 0) return;
+  const bool pairs = a.epilogue == LinearEpilogue::kSwiGluPairs;
+  TANDEM_CHECK(a.out.dim(0) == n && a.out.dim(1) == (pairs ? out_f / 2 : out_f),
+               "linear_cuda: x {} weight {} out {} do not agree", a.x.describe(),
+               a.weight.describe(), a.out.describe());
+  LinearShape s;
+  s.w = a.weight.raw();
+  s.in = in;
+  s.out_f = out_f;
+  s.w_scale = a.weight_scale_inv.data<const float>();
+  s.scale_block_rows = r;
+  s.fold = a.weight_fold.raw();
+  const cudaStream_t stream = cuda::stream_of(ctx);
+  const int64_t decode_rows = decode_rows_of(a);
+  if (decode_rows < n) {  // prefill rows: the bf16 family on the dequantised, folded matrix
+    TANDEM_CHECK(g_fp8_scratch.numel() >= a.weight.numel(),
+                 "linear_cuda: FP8 weight {} needs linear_reserve_fp8_scratch({}) before its "
+                 "prefill rows (reserved: {})",
+                 a.weight.describe(), a.weight.numel(), g_fp8_scratch.numel());
+    const Tensor w = g_fp8_scratch.slice(0, 0, a.weight.numel()).reshape({out_f, in});
+    linear_fp8_dequantize(s, w.raw(), stream);
+    LinearArgs b = rows_of(a, decode_rows, n);
+    b.weight = w;
+    b.weight_scale_inv = Tensor();
+    b.weight_fold = Tensor();
+    linear_family(b, false, ctx);
+  }
+  const bool f32_out = a.out.dtype() == DType::kF32;
+  for (int64_t g0 = 0; g0 < decode_rows; g0 += kFp8DecodeMaxTokens) {
+    const LinearArgs b = rows_of(a, g0, std::min(decode_rows, g0 + kFp8DecodeMaxTokens));
+    if (a.epilogue != LinearEpilogue::kNone) {
+      cuda::expect_cuda_dtype(a.out, DType::kBF16, "linear", "out (epilogue)");
+    }
+    s.n = b.x.dim(0);
+    s.x = b.x.raw();
+    s.x_stride = b.x.stride(0);
+    s.out = b.out.raw();
+    s.out_stride = b.out.stride(0);
+    s.epilogue = a.epilogue;
+    s.input_rms = a.input_rms;
+    s.input_rms_eps = a.input_rms_eps;
+    linear_fp8_decode(s, f32_out, stream);
+  }
+}
+
 }  // namespace
 
 void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
-  // FP8 kernels are not built yet: the loader dequantises FP8 checkpoints to bf16 (docs/fp8.md).
-  TANDEM_CHECK(a.weight.dtype() != DType::kF8E4M3,
-               "op linear, dtype f8_e4m3, device cuda, weight {}: no CUDA FP8 kernel yet",
-               a.weight.describe());
+  if (a.weight.dtype() == DType::kF8E4M3) return linear_fp8(a, ctx);
+  TANDEM_CHECK(a.weight_fold.raw() == nullptr,
+               "linear_cuda: weight_fold {} is for FP8 weights (weight {}: fold bf16 matrices at "
+               "load)",
+               a.weight_fold.describe(), a.weight.describe());
   const int64_t n = a.x.dim(0);
-  const int64_t decode_rows =
-      a.decode_rows < 0 ? (n <= kLinearDecodeMaxTokens ? n : 0) : std::min(a.decode_rows, n);
+  const int64_t decode_rows = decode_rows_of(a);
   const int64_t group = linear_decode_group_rows();  // the same for every call: row invariance
   if (decode_rows == n && n <= group) return linear_family(a, true, ctx);
   if (decode_rows == 0) return linear_family(a, false, ctx);
@@ -315,8 +403,9 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
 }
 
 void linear_reserve_fp8_scratch(int64_t numel, Device device) {
-  if (device != Device::kCuda) return;
-  (void)numel;  // the FP8 prefill path (next commit) sizes its scratch here
+  if (device != Device::kCuda || numel <= g_fp8_scratch.numel()) return;
+  g_fp8_scratch = Tensor();  // free the old one first
+  g_fp8_scratch = Tensor::zeros({numel}, DType::kBF16, Device::kCuda);
 }
 
 }  // namespace tandem::kernels

@@ -55,6 +55,11 @@ struct LinearShape {
   // linear_cuda scales their y).
   bool input_rms = false;
   float input_rms_eps = 0.f;
+  // FP8 weights (linear_fp8_cuda.cu only; w is then f8_e4m3 [out_f, in]): the block scales f32
+  // [ceil(out_f / scale_block_rows), ceil(in / 128)] and the folded norm's g (bf16 [in], or null).
+  const float* w_scale = nullptr;
+  int64_t scale_block_rows = 128;
+  const void* fold = nullptr;
 };
 
 // Tensor-core decode/verify path (n <= linear_decode_group_rows(), vec_ok): linear_mma_cuda.cu.
@@ -80,6 +85,13 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
 bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream);
 // The cluster occupancy every decode configuration plans with (production's 1..4-token one).
 const std::array<int64_t, 4>& linear_plan_resident();
+// FP8 decode/verify rows (linear_fp8_cuda.cu): 1..kFp8DecodeMaxTokens rows of block-scaled
+// f8_e4m3 weights, every epilogue, input_rms and the folded norm (LinearShape::fold).
+constexpr int64_t kFp8DecodeMaxTokens = 8;
+void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream);
+// The FP8 matrix dequantised to bf16, out[o, i] = bf16(f32(w[o, i]) scale (1 + g_i)) (g_i = 0
+// without a fold), the load-time formula of a folded bf16 matrix: the prefill path's weights.
+void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream);
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream);
 void linear_gemm_f32(const LinearShape& s, cudaStream_t stream);
 

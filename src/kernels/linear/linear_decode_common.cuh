@@ -48,6 +48,12 @@ struct Params {
   int splits, n_tokens;
   bool input_rms;
   float input_rms_eps;
+  // FP8 weights (linear_fp8_cuda.cu; w then points at f8_e4m3 bytes): block scales, their row
+  // stride and log2 of their rows per block, and the folded norm's g (or null).
+  const float* w_scale;
+  int64_t scale_cols;
+  int scale_shift;
+  const __nv_bfloat16* fold;
 };
 
 // A launch's parameters: the call's shape, its 16-row tiles, the plan's k split and `clusters`
@@ -66,7 +72,11 @@ inline Params decode_params(const LinearShape& s, const LinearPlan& plan, int64_
                 plan.splits,
                 static_cast<int>(s.n),
                 s.input_rms,
-                s.input_rms_eps};
+                s.input_rms_eps,
+                s.w_scale,
+                (s.in + 127) / 128,
+                __builtin_ctzll(static_cast<unsigned long long>(s.scale_block_rows)),
+                static_cast<const __nv_bfloat16*>(s.fold)};
 }
 
 // Store policies: how warp 0 of rank 0 writes a tile's finished sums. In the mma C layout lane

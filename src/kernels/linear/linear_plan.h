@@ -15,7 +15,8 @@ namespace tandem::kernels {
 struct LinearPlan {
   int splits = 1;        // k ranges per tile = blocks per cluster: 1, 2, 4 or 8
   int64_t clusters = 1;  // cluster c takes tiles c, c + clusters, ...
-  int64_t range_k = 0;   // a multiple of 8; rank r covers k in [r range_k, min(in, (r+1) range_k))
+  // A multiple of k_align; rank r covers k in [r range_k, min(in, (r+1) range_k)).
+  int64_t range_k = 0;
 };
 
 // Every configuration of the kernel (ring depth, chunk size, 1 to 4 B tiles) runs the plan made for
@@ -35,14 +36,17 @@ constexpr int64_t linear_masked_end(int64_t len) {
 // clusters of 2^e blocks that fit on the GPU at once; sms: the SM count. Picks the fewest splits
 // whose predicted time (in chunk-times of one SM) is within a hair of the best: each SM streams
 // its share of the k ranges, a cluster's tiles are serial, and a block streams at its share of
-// its SM's rate. Every rank gets a non-empty range of at least half a chunk.
+// its SM's rate. Every rank gets a non-empty range of at least half a chunk. k_align: ranges are
+// multiples of it (8; FP8 weights: 128, so that no k-step straddles a scale block).
 inline LinearPlan plan_linear(int64_t tiles, int64_t in, int64_t chunk_k,
-                              const std::array<int64_t, 4>& resident, int sms) {
-  LinearPlan best{1, 1, (in + 7) / 8 * 8};
+                              const std::array<int64_t, 4>& resident, int sms,
+                              int64_t k_align = 8) {
+  const auto align = [k_align](int64_t k) { return (k + k_align - 1) / k_align * k_align; };
+  LinearPlan best{1, 1, align(in)};
   double best_cost = 1e300;
   for (int e = 0; e < 4; ++e) {
     const int splits = 1 << e;
-    const int64_t range_k = ((in + splits - 1) / splits + 7) / 8 * 8;
+    const int64_t range_k = align((in + splits - 1) / splits);
     if (splits > 1 && (2 * range_k < chunk_k || (splits - 1) * range_k >= in)) break;
     if (resident[e] < 1) continue;
     const double per = static_cast<double>(range_k) / static_cast<double>(chunk_k);

@@ -1,0 +1,329 @@
+// Decode/verify linear over block-scaled FP8 weights (f8_e4m3 [out, in], one f32 scale per
+// scale_block_rows x 128 block; docs/fp8.md), 1..8 rows per launch, and the dequantisation that
+// the prefill path runs before its bf16 GEMM.
+//
+// The decode kernel is the persistent bf16 kernel's design (linear_persistent_cuda.cu) with
+// 1-byte weights: one launch streams every 16-row tile through a ring of shared-memory slots that
+// a producer warp fills with bulk copies (one 2 KB copy per weight row per 2048-k chunk, the bf16
+// kernel's copy size; one per token row), 8 consumer warps feed mma.sync m16n8k16 (bf16 -> fp32)
+// with the weights as A and each token its own B column, and the end of a tile (the warp-class
+// tree, the k-split ranks' sums in rank order, input_rms, the store policies) is
+// linear_decode_common.cuh's finish_tile. What differs:
+//  - a lane widens its 8 codes of rows g and g + 8 to bf16 exactly (an e4m3 value is a bf16
+//    value): the code's sign and 7 magnitude bits moved into a bf16 give the code times 2^-120,
+//    which one bf16 multiply by 2^120 makes exact (e4m3 subnormals included; tested over all
+//    codes);
+//  - a warp's k-step (32 k) lies inside one 128-k scale block (the plan's ranges are multiples of
+//    128), so the step's two mma accumulate into a fresh fragment that is added to the tile's sums
+//    times the block scale of its row (rows g and g + 8 may have different scales: gate|up groups
+//    of 8): c += d * scale, one fmaf per output;
+//  - a folded norm (LinearShape::fold, the zero-centred RMSNorm the bf16 matrices have folded in)
+//    is applied to the tokens: each x element becomes bf16(x + x g) (one bf16 fma) before the
+//    product; input_rms then scales by the raw x's inverse RMS, as for bf16.
+// Row invariance: a token's sums depend on the plan (the weight shape and the GPU) and its own
+// column only. Every configuration (token rows per slot, ring depth) has the same chunk and the
+// same steps per warp, and a step past the range is skipped in all of them, so a row's bits do not
+// depend on n_tokens or on the configuration (tested bitwise, 1..8 rows and decode groups).
+// The numerics differ from the bf16 kernels (exact codes, scale after the block's products,
+// bf16(x (1 + g)) instead of folded weights): FP8 rows are their own family, checked against the
+// fp32 reference (tests/cuda/conformance_fp8_test.cpp).
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <array>
+
+#include "kernels/linear/linear_decode_common.cuh"
+#include "kernels/linear/linear_plan.h"
+
+namespace tandem::kernels {
+
+namespace {
+
+using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
+using cuda::mbar_wait;
+
+constexpr int kChunkK = 2048;              // k per ring slot: 2 KB of FP8 per weight row
+constexpr int kBlockK = 128;               // k per scale block (kFp8BlockCols)
+constexpr int kStepK = 32;                 // k per warp step (8 per lane)
+constexpr uint32_t kTwo120 = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
+
+// A configuration: token rows per slot and ring slots. All share kChunkK and the plan.
+template <int kXRows_, int kStages_>
+struct Cfg {
+  static constexpr int kXRows = kXRows_, kStages = kStages_;
+  static constexpr int kSumBufs = 2, kRmsLoads = 16;  // one B tile (8 token columns)
+  static constexpr int kWPitch = kChunkK + 32;  // bytes, 32 mod 128: 4 rows' 8-byte loads, 4 banks
+  static constexpr int kXPitch = kChunkK + 32;  // bf16: 4 KB + 64 bytes, 64 mod 128
+  static constexpr int kStepsPerWarp = kChunkK / kStepK / kConsumerWarps;
+  static_assert(kXRows <= 8, "one B tile");
+};
+
+// Up to 2 tokens (decode; verify with k = 1): 5 slots (~208 KB), 160 KB of weights in flight per
+// SM, as the bf16 kernel's 5 slots of 1024 k; the plan's configuration.
+using PlanCfg = Cfg<2, 5>;
+
+template <class C>
+struct Slot {
+  uint8_t w[kRows][C::kWPitch];
+  __nv_bfloat16 x[C::kXRows][C::kXPitch];
+};
+
+template <class C>
+struct Smem {
+  Slot<C> ring[C::kStages];
+  uint64_t full[C::kStages];
+  uint64_t empty[C::kStages];
+  uint64_t ready[C::kSumBufs];
+  uint64_t freed[C::kSumBufs];
+  TileSums<1> part[C::kSumBufs][kConsumerWarps - 1];
+  TileSums<1> inbox[C::kSumBufs][kMaxSplits - 1];
+  float sumsq[8];
+};
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// Codes k0..k3 (bytes of q, k0 lowest) as bf16 pairs (k0, k2) and (k1, k3), exactly.
+__device__ __forceinline__ void widen4(uint32_t q, uint32_t& even, uint32_t& odd) {
+  const uint32_t q8 = q << 8;
+  odd = bf16x2_mul((q & 0x80008000u) | ((q & 0x7f007f00u) >> 4), kTwo120);
+  even = bf16x2_mul((q8 & 0x80008000u) | ((q8 & 0x7f007f00u) >> 4), kTwo120);
+}
+
+template <class C, bool kFold, class Store>
+__global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto& sm = *reinterpret_cast<Smem<C>*>(smem_raw);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int splits = p.splits;
+  const auto [rank, cluster_id, k_begin, k_end, len] = block_range(p);
+  const int64_t count = (len + kChunkK - 1) / kChunkK;
+  const auto* w8 = reinterpret_cast<const uint8_t*>(p.w);
+
+  init_barriers<C::kStages, C::kSumBufs>(sm, splits);
+  const bool stores = rank == 0 && cluster_id < p.tiles;
+  if (warp == kRmsWarp) {
+    rms_warp<C::kRmsLoads>(p, sm, lane, stores);
+  } else if (warp == kProducerWarp) {
+    // Lanes 0-15 copy the weight rows (past out_f: the last row again), lane t token t.
+    constexpr uint32_t kSlots = C::kStages;
+    const int n_x = min(p.n_tokens, C::kXRows);
+    auto k_of = [&](int64_t i) {
+      return static_cast<uint32_t>(min(int64_t{kChunkK}, k_end - (k_begin + i * kChunkK)));
+    };
+    auto issue_w = [&](int64_t tile, int64_t i, uint32_t slot) {  // expects the tokens too
+      if (lane == 0) {
+        cuda::mbar_arrive_expect_tx(&sm.full[slot], k_of(i) * (kRows + 2u * n_x));
+      }
+      __syncwarp();
+      const int64_t row = min(tile * kRows + lane, p.out_f - 1);
+      if (lane < kRows) {
+        cuda::bulk_copy(&sm.ring[slot].w[lane][0], w8 + row * p.in + k_begin + i * kChunkK, k_of(i),
+                        &sm.full[slot]);
+      }
+    };
+    auto issue_x = [&](int64_t i, uint32_t slot) {
+      if (lane < n_x) {
+        cuda::bulk_copy(&sm.ring[slot].x[lane][0], p.x + lane * p.x_stride + k_begin + i * kChunkK,
+                        2 * k_of(i), &sm.full[slot]);
+      }
+    };
+    const int64_t first = cluster_id;
+    const int64_t pre = first < p.tiles ? min(count, static_cast<int64_t>(kSlots)) : 0;
+    for (int64_t i = 0; i < pre; ++i) issue_w(first, i, static_cast<uint32_t>(i));
+    cluster_wait(splits);
+    cuda::pdl_begin();
+    for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
+    uint32_t it = static_cast<uint32_t>(pre);
+    for (int64_t tile = first; tile < p.tiles; tile += p.clusters) {
+      for (int64_t i = tile == first ? pre : 0; i < count; ++i, ++it) {
+        const uint32_t slot = it % kSlots, round = it / kSlots;
+        if (round > 0) mbar_wait(&sm.empty[slot], (round - 1) & 1);
+        issue_w(tile, i, slot);
+        issue_x(i, slot);
+      }
+    }
+  } else {
+    cluster_wait(splits);
+    cuda::pdl_begin();
+    const int g = lane >> 2, t = lane & 3;
+    float scale[1][2] = {};
+    uint32_t it = 0, use = 0;
+    for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
+      float c[1][4] = {{0.f, 0.f, 0.f, 0.f}}, prev[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+      if constexpr (Store::kReadsOut) {
+        if (warp == 0 && stores) Store::load_prev(p, tile, g, t, prev);
+      }
+      // The block scales of rows g and g + 8 (clamped as the producer clamps the rows).
+      const int64_t row_a = min(tile * kRows + g, p.out_f - 1);
+      const int64_t row_b = min(tile * kRows + g + 8, p.out_f - 1);
+      const float* scale_a = p.w_scale + (row_a >> p.scale_shift) * p.scale_cols;
+      const float* scale_b = p.w_scale + (row_b >> p.scale_shift) * p.scale_cols;
+      for (int64_t i = 0; i < count; ++i, ++it) {
+        const uint32_t slot = it % C::kStages, round = it / C::kStages;
+        const int64_t k0 = k_begin + i * kChunkK;
+        // This chunk's scales and folded-norm values, loaded before the wait.
+        float sa[C::kStepsPerWarp], sb[C::kStepsPerWarp];
+        uint4 gv[kFold ? C::kStepsPerWarp : 1];
+#pragma unroll
+        for (int s = 0; s < C::kStepsPerWarp; ++s) {
+          const int64_t kb = k0 + (s * kConsumerWarps + warp) * kStepK;
+          const bool in_range = kb < k_end;
+          sa[s] = in_range ? __ldg(scale_a + kb / kBlockK) : 0.f;
+          sb[s] = in_range ? __ldg(scale_b + kb / kBlockK) : 0.f;
+          if constexpr (kFold) {
+            gv[s] = kb + 8 * t < k_end ? __ldg(reinterpret_cast<const uint4*>(p.fold + kb + 8 * t))
+                                       : make_uint4(0, 0, 0, 0);
+          }
+        }
+        mbar_wait(&sm.full[slot], round & 1);
+        const Slot<C>& src = sm.ring[slot];
+#pragma unroll
+        for (int s = 0; s < C::kStepsPerWarp; ++s) {
+          const int step_k = (s * kConsumerWarps + warp) * kStepK;
+          if (k0 + step_k >= k_end) break;  // the same steps in every configuration
+          const int kl = step_k + 8 * t;
+          const bool ok = k0 + kl < k_end;
+          const uint2 qa = ok ? *reinterpret_cast<const uint2*>(&src.w[g][kl]) : make_uint2(0, 0);
+          const uint2 qb =
+              ok ? *reinterpret_cast<const uint2*>(&src.w[g + 8][kl]) : make_uint2(0, 0);
+          uint32_t a02, a13, a46, a57, b02, b13, b46, b57;  // rows g (a) and g + 8 (b)
+          widen4(qa.x, a02, a13), widen4(qa.y, a46, a57);
+          widen4(qb.x, b02, b13), widen4(qb.y, b46, b57);
+          uint4 xv = ok && g < p.n_tokens && g < C::kXRows
+                         ? *reinterpret_cast<const uint4*>(&src.x[g][kl])
+                         : make_uint4(0, 0, 0, 0);
+          if constexpr (kFold) {  // x (1 + g), rounded once
+            xv.x = bf16x2_fma(xv.x, gv[s].x, xv.x), xv.y = bf16x2_fma(xv.y, gv[s].y, xv.y);
+            xv.z = bf16x2_fma(xv.z, gv[s].z, xv.z), xv.w = bf16x2_fma(xv.w, gv[s].w, xv.w);
+          }
+          // The tokens paired as the codes: (x0, x2), (x1, x3), (x4, x6), (x5, x7).
+          float d[4] = {0.f, 0.f, 0.f, 0.f};
+          mma_bf16(d, a02, b02, a13, b13, prmt(xv.x, xv.y, 0x5410), prmt(xv.x, xv.y, 0x7632));
+          mma_bf16(d, a46, b46, a57, b57, prmt(xv.z, xv.w, 0x5410), prmt(xv.z, xv.w, 0x7632));
+          c[0][0] = fmaf(d[0], sa[s], c[0][0]), c[0][1] = fmaf(d[1], sa[s], c[0][1]);
+          c[0][2] = fmaf(d[2], sb[s], c[0][2]), c[0][3] = fmaf(d[3], sb[s], c[0][3]);
+        }
+        __syncwarp();
+        if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+      }
+      finish_tile<1, C::kSumBufs, Store>(p, sm, c, prev, scale, tile, use,
+                                         tile + p.clusters < p.tiles, warp, lane, rank);
+    }
+    finish_exit<C::kSumBufs>(sm, use, warp, rank);
+  }
+}
+
+template <class C, bool kFold, class Store>
+void allow_smem() {
+  static const bool done = [] {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8_kernel<C, kFold, Store>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(sizeof(Smem<C>))));
+    return true;
+  }();
+  (void)done;
+}
+
+// The cluster occupancy the FP8 plan is made with (the plan configuration's, measured once).
+const std::array<int64_t, 4>& fp8_plan_resident() {
+  static const std::array<int64_t, 4> n = [] {
+    using Store = StoreY<__nv_bfloat16>;
+    allow_smem<PlanCfg, false, Store>();
+    return measure_resident_clusters(linear_fp8_kernel<PlanCfg, false, Store>,
+                                     static_cast<int>(sizeof(Smem<PlanCfg>)));
+  }();
+  return n;
+}
+
+template <class C, bool kFold, class Store>
+void launch_cfg(const LinearShape& s, cudaStream_t stream) {
+  static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
+  allow_smem<C, kFold, Store>();
+  const int64_t tiles = (s.out_f + kRows - 1) / kRows;
+  const LinearPlan plan =
+      plan_linear(tiles, s.in, kChunkK, fp8_plan_resident(), cuda::sm_count(), kBlockK);
+  const Params p = decode_params(s, plan, plan.clusters);
+  cuda::launch_pdl_cluster(linear_fp8_kernel<C, kFold, Store>,
+                           static_cast<unsigned>(plan.clusters * plan.splits), kThreads,
+                           static_cast<unsigned>(plan.splits), sizeof(Smem<C>), stream, p);
+}
+
+template <bool kFold, class Store>
+void launch_n(const LinearShape& s, cudaStream_t stream) {
+  if (s.n <= 2) return launch_cfg<PlanCfg, kFold, Store>(s, stream);
+  if (s.n <= 4) return launch_cfg<Cfg<4, 4>, kFold, Store>(s, stream);  // ~214 KB
+  launch_cfg<Cfg<8, 3>, kFold, Store>(s, stream);                       // ~214 KB
+}
+
+template <class Store>
+void launch_store(const LinearShape& s, cudaStream_t stream) {
+  s.fold != nullptr ? launch_n<true, Store>(s, stream) : launch_n<false, Store>(s, stream);
+}
+
+// out[o, i] = bf16(f32(w[o, i]) scale[o / r, i / 128] (1 + g_i)): 16 elements per thread.
+__global__ void fp8_dequantize_kernel(const uint8_t* __restrict__ w,
+                                      const float* __restrict__ scale, int scale_shift,
+                                      int64_t scale_cols, const __nv_bfloat16* __restrict__ fold,
+                                      int64_t rows, int64_t in, __nv_bfloat16* __restrict__ out) {
+  const int64_t groups = rows * (in / 16);
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < groups;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t o = q / (in / 16), i0 = (q % (in / 16)) * 16;
+    const float sc = scale[(o >> scale_shift) * scale_cols + i0 / kBlockK];
+    const uint4 codes = *reinterpret_cast<const uint4*>(w + o * in + i0);
+    const auto* c = reinterpret_cast<const __nv_fp8_e4m3*>(&codes);
+    alignas(16) __nv_bfloat16 v[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      float f = static_cast<float>(c[j]) * sc;
+      if (fold != nullptr) f *= 1.f + __bfloat162float(fold[i0 + j]);
+      v[j] = __float2bfloat16_rn(f);
+    }
+    auto* dst = reinterpret_cast<uint4*>(out + o * in + i0);
+    dst[0] = reinterpret_cast<const uint4*>(v)[0];
+    dst[1] = reinterpret_cast<const uint4*>(v)[1];
+  }
+}
+
+}  // namespace
+
+void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream) {
+  TANDEM_CHECK(s.n >= 1 && s.n <= kFp8DecodeMaxTokens,
+               "linear_fp8_decode: {} tokens (1 to {} per call)", s.n, kFp8DecodeMaxTokens);
+  TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone ||
+                   (!f32_out && (s.epilogue == LinearEpilogue::kAddToOut || s.out_f % kRows == 0)),
+               "linear_fp8_decode: the epilogues need bf16 out, and swiglu a multiple of {} rows, "
+               "got out_f {}",
+               kRows, s.out_f);
+  if (s.epilogue == LinearEpilogue::kSwiGluPairs) return launch_store<StoreSwiGluPairs>(s, stream);
+  if (s.epilogue == LinearEpilogue::kAddToOut) return launch_store<StoreAddY>(s, stream);
+  f32_out ? launch_store<StoreY<float>>(s, stream) : launch_store<StoreY<__nv_bfloat16>>(s, stream);
+}
+
+void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream) {
+  const int64_t groups = s.out_f * (s.in / 16);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((groups + 255) / 256, 8192));
+  fp8_dequantize_kernel<<<blocks, 256, 0, stream>>>(
+      static_cast<const uint8_t*>(s.w), s.w_scale,
+      __builtin_ctzll(static_cast<unsigned long long>(s.scale_block_rows)), (s.in + 127) / 128,
+      static_cast<const __nv_bfloat16*>(s.fold), s.out_f, s.in, static_cast<__nv_bfloat16*>(out));
+  cuda::check_launch("fp8_dequantize_kernel");
+}
+
+}  // namespace tandem::kernels

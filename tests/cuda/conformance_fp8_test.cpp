@@ -1,0 +1,331 @@
+// The CUDA linear over block-scaled FP8 weights (linear_fp8_cuda.cu, docs/fp8.md):
+//  - every e4m3 code (subnormals included) is widened exactly: one-hot tokens read single codes;
+//  - decode rows (1..8 per launch, decode groups above) against the fp32 reference, with every
+//    epilogue, input_rms and the folded norm, on shapes whose scale blocks straddle the matrix
+//    edges, and scale rows of 128 and of 8 (the gate|up interleave);
+//  - row invariance: a decode row has the same bits alone, among 1..8 rows and in decode groups;
+//  - prefill rows: bitwise the bf16 path on the load-time dequantisation
+//    bf16(f32(code) scale (1 + g)), which is what the prefill path computes.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "kernels/linear/linear.h"
+#include "kernels/swiglu/swiglu.h"
+
+namespace tandem::test {
+namespace {
+
+using namespace tandem::kernels;
+
+Tensor cols(const Tensor& t, int64_t w) { return t.slice(-1, 0, w); }
+
+// A random FP8 matrix: codes uniform over the finite e4m3 values (0x7f and 0xff are NaN), and
+// block scales in [2^-9, 2^-6).
+struct Fp8Weight {
+  Tensor codes;  // host f8_e4m3 [out, in]
+  Tensor scale;  // host f32 [ceil(out / rows), ceil(in / 128)]
+  int64_t rows = 128;
+  Tensor codes_dev, scale_dev;
+};
+
+Fp8Weight random_fp8(int64_t out_f, int64_t in, int64_t block_rows, Rng& rng) {
+  Fp8Weight w;
+  w.rows = block_rows;
+  w.codes = Tensor::zeros({out_f, in}, DType::kF8E4M3);
+  auto* c = static_cast<uint8_t*>(w.codes.raw());
+  for (int64_t i = 0; i < w.codes.numel(); ++i) {
+    uint8_t b = static_cast<uint8_t>(rng.gen()() & 0xff);
+    if ((b & 0x7f) == 0x7f) b = static_cast<uint8_t>(b & 0xf0);  // NaN: another code
+    c[i] = b;
+  }
+  w.scale = Tensor::zeros({(out_f + block_rows - 1) / block_rows, (in + 127) / 128}, DType::kF32);
+  for (int64_t i = 0; i < w.scale.numel(); ++i) {
+    w.scale.data<float>()[i] = std::ldexp(1.f + rng.value(0.f, 1.f), -8 - rng.index(2));
+  }
+  w.codes_dev = w.codes.to(Device::kCuda);
+  w.scale_dev = w.scale.to(Device::kCuda);
+  return w;
+}
+
+// bf16 [in] zero-centred norm weight g (the kernel applies 1 + g) and its host f32 copy.
+Mirror random_fold(int64_t in, Rng& rng) {
+  return random_mirror({in}, rng, DType::kBF16, 0.f, 0.5f);
+}
+
+// x (1 + g) per element as the kernel forms it: rounded once to bf16 (host f32 values).
+Tensor folded_x(const Tensor& xh, const Tensor& g) {
+  Tensor r = Tensor::zeros(xh.shape(), DType::kF32);
+  for (int64_t t = 0; t < xh.dim(0); ++t) {
+    for (int64_t i = 0; i < xh.dim(1); ++i) {
+      const float x = xh.data<const float>()[t * xh.stride(0) + i];
+      const float v = std::fmaf(x, g.data<const float>()[i], x);
+      r.data<float>()[t * r.stride(0) + i] = bf16_to_f32(f32_to_bf16(v));
+    }
+  }
+  return r;
+}
+
+// The reference of every form: y = inv_rms(x) (W x') with x' = folded_x (or x), then the epilogue.
+struct Form {
+  LinearEpilogue epilogue = LinearEpilogue::kNone;
+  bool rms = false, fold = false;
+  std::string name() const {
+    const char* e = epilogue == LinearEpilogue::kNone       ? "none"
+                    : epilogue == LinearEpilogue::kAddToOut ? "add"
+                                                            : "swiglu";
+    return fmt::format("{}{}{}", e, rms ? "+rms" : "", fold ? "+fold" : "");
+  }
+};
+
+constexpr float kEps = 1e-6f;
+
+Tensor reference(const Form& f, const Tensor& xh, const Fp8Weight& w, const Tensor& g,
+                 const Tensor& res) {
+  const int64_t n = xh.dim(0), out_f = w.codes.dim(0);
+  const Tensor xin = f.fold ? folded_x(xh, g) : xh;
+  Tensor y = Tensor::zeros({n, out_f}, DType::kF32);
+  linear_ref({.x = xin,
+              .weight = w.codes,
+              .out = y,
+              .weight_scale_inv = w.scale,
+              .scale_block_rows = w.rows},
+             ref_ctx());
+  if (f.rms) {
+    for (int64_t t = 0; t < n; ++t) {
+      double ss = 0;
+      for (int64_t i = 0; i < xh.dim(1); ++i) {
+        const double v = xh.data<const float>()[t * xh.stride(0) + i];
+        ss += v * v;
+      }
+      const float inv = 1.f / std::sqrt(static_cast<float>(ss / xh.dim(1)) + kEps);
+      for (int64_t o = 0; o < out_f; ++o) y.data<float>()[t * out_f + o] *= inv;
+    }
+  }
+  if (f.epilogue == LinearEpilogue::kSwiGluPairs) {
+    Tensor act = Tensor::zeros({n, out_f / 2}, DType::kF32);
+    swiglu_ref({.out = act, .gate_up = y}, ref_ctx());
+    return act;
+  }
+  if (f.epilogue == LinearEpilogue::kAddToOut) {
+    Tensor sum = res.to(Device::kCpu);
+    for (int64_t i = 0; i < sum.numel(); ++i) sum.data<float>()[i] += y.data<float>()[i];
+    return sum;
+  }
+  return y;
+}
+
+// The CUDA call of a form over x rows (device bf16, possibly strided); `out` holds res for add.
+void run(const Form& f, const Tensor& xd, const Fp8Weight& w, const Tensor& g_dev,
+         const Tensor& out, int64_t decode_rows, const CudaStream& cs) {
+  const int64_t n = xd.dim(0), out_f = w.codes.dim(0);
+  linear_cuda({.x = xd,
+               .weight = w.codes_dev,
+               .out = out,
+               .epilogue = f.epilogue,
+               .scratch = poisoned({n, out_f}, DType::kBF16),
+               .input_rms = f.rms,
+               .input_rms_eps = kEps,
+               .input_scratch = poisoned({n, xd.dim(1)}, DType::kBF16),
+               .decode_rows = decode_rows,
+               .weight_scale_inv = w.scale_dev,
+               .scale_block_rows = w.rows,
+               .weight_fold = f.fold ? g_dev : Tensor()},
+              cs.ctx());
+}
+
+Tensor out_for(const Form& f, int64_t n, int64_t out_f, const Mirror& res) {
+  if (f.epilogue == LinearEpilogue::kAddToOut) return res.dev.slice(0, 0, n).to(Device::kCuda);
+  return poisoned({n, f.epilogue == LinearEpilogue::kSwiGluPairs ? out_f / 2 : out_f},
+                  DType::kBF16);
+}
+
+std::vector<Form> forms(int64_t out_f) {
+  std::vector<Form> r = {{}, {.rms = true, .fold = true}, {.epilogue = LinearEpilogue::kAddToOut}};
+  if (out_f % 16 == 0)
+    r.push_back({.epilogue = LinearEpilogue::kSwiGluPairs, .rms = true, .fold = true});
+  return r;
+}
+
+// (in, out, scale block rows): one partial 128-k block (336 = 2 5/8 blocks), a partial 128-row
+// block, a k-split of several ranges (4096, 5120), the MLP down shape (17408 -> 320), and scale
+// rows of 8 (gate|up groups).
+struct Shape3 {
+  int64_t in, out, rows;
+};
+const Shape3 kShapes[] = {{64, 37, 128},   {336, 200, 128},   {4096, 1040, 128},
+                          {5120, 2176, 8}, {17408, 320, 128}, {1024, 6144, 128}};
+
+class Fp8Linear : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    linear_reserve_fp8_scratch(int64_t{6144} * 17408, Device::kCuda);
+  }
+};
+
+TEST_F(Fp8Linear, EveryCodeWidensExactly) {
+  CudaStream cs;
+  Rng rng(3);
+  // Row o, column j holds code (o + j) mod 256 (NaNs as 0); token t is one-hot at column j_t, so
+  // out[t, o] = f32(code(o, j_t)) * scale exactly (f32 out, one product, the rest zeros).
+  constexpr int64_t kOut = 256, kIn = 256;
+  Fp8Weight w;
+  w.codes = Tensor::zeros({kOut, kIn}, DType::kF8E4M3);
+  auto* c = static_cast<uint8_t*>(w.codes.raw());
+  for (int64_t o = 0; o < kOut; ++o) {
+    for (int64_t j = 0; j < kIn; ++j) {
+      const auto b = static_cast<uint8_t>((o + j) & 0xff);
+      c[o * kIn + j] = (b & 0x7f) == 0x7f ? 0 : b;
+    }
+  }
+  w.scale = Tensor::zeros({2, 2}, DType::kF32);
+  for (int64_t i = 0; i < 4; ++i)
+    w.scale.data<float>()[i] = std::ldexp(1.f, -3 - static_cast<int>(i));
+  w.codes_dev = w.codes.to(Device::kCuda);
+  w.scale_dev = w.scale.to(Device::kCuda);
+  int64_t wrong = 0;
+  for (int64_t j0 = 0; j0 < kIn; j0 += 8) {
+    Tensor xh = Tensor::zeros({8, kIn}, DType::kF32);
+    for (int64_t t = 0; t < 8; ++t) xh.data<float>()[t * kIn + j0 + t] = 1.f;
+    const Tensor out = poisoned({8, kOut}, DType::kF32);
+    linear_cuda({.x = mirror(xh, DType::kBF16).dev,
+                 .weight = w.codes_dev,
+                 .out = out,
+                 .decode_rows = 8,
+                 .weight_scale_inv = w.scale_dev,
+                 .scale_block_rows = 128},
+                cs.ctx());
+    cs.sync();
+    const std::vector<float> got = download(out);
+    for (int64_t t = 0; t < 8; ++t) {
+      for (int64_t o = 0; o < kOut; ++o) {
+        const int64_t j = j0 + t;
+        const float want = f8e4m3_to_f32(w.codes.data<const f8e4m3>()[o * kIn + j]) *
+                           w.scale.data<const float>()[(o / 128) * 2 + j / 128];
+        wrong += got[t * kOut + o] != want;
+      }
+    }
+  }
+  check_bits("linear_fp8.every_code", "256 codes x 256 columns", wrong == 0);
+}
+
+TEST_F(Fp8Linear, DecodeRowsMatchTheReference) {
+  CudaStream cs;
+  Rng rng(11);
+  for (const Shape3& sh : kShapes) {
+    const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
+    const Mirror g = random_fold(sh.in, rng);
+    for (const int64_t n : {1, 2, 3, 5, 8, 19}) {
+      Mirror xs = random_mirror({n, sh.in + 16}, rng, DType::kBF16, -2.f, 2.f);  // strided rows
+      const Mirror res = random_mirror({n, sh.out}, rng, DType::kBF16, -4.f, 4.f);
+      for (const Form& f : forms(sh.out)) {
+        const std::string p =
+            fmt::format("in={},out={},rows={},n={},form={}", sh.in, sh.out, sh.rows, n, f.name());
+        const Tensor ref = reference(f, cols(xs.host, sh.in), w, g.host, res.host);
+        const Tensor out = out_for(f, n, sh.out, res);
+        run(f, cols(xs.dev, sh.in), w, g.dev, out, n, cs);
+        cs.sync();
+        check_case("linear_fp8.decode", p, rel_l2(download(out), gather(ref)), DType::kBF16);
+      }
+    }
+  }
+}
+
+TEST_F(Fp8Linear, DecodeRowsAreInvariant) {
+  CudaStream cs;
+  Rng rng(23);
+  for (const Shape3& sh : kShapes) {
+    const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
+    const Mirror g = random_fold(sh.in, rng);
+    constexpr int64_t kN = 21;  // decode groups of 8, 8 and 5
+    const Mirror xs = random_mirror({kN, sh.in}, rng, DType::kBF16, -2.f, 2.f);
+    const Mirror res = random_mirror({kN, sh.out}, rng, DType::kBF16, -4.f, 4.f);
+    for (const Form& f : forms(sh.out)) {
+      const Tensor all = out_for(f, kN, sh.out, res);
+      run(f, xs.dev, w, g.dev, all, kN, cs);
+      cs.sync();
+      const std::vector<uint16_t> all_bits = download_bits<uint16_t>(all);
+      const int64_t cols_out = all.dim(1);
+      // Each row alone, and rows [r, r + m) for m = 2..8 (row r first in a call of m).
+      for (int64_t m = 1; m <= 8; ++m) {
+        for (int64_t r = 0; r + m <= kN; r += 7) {
+          const Mirror sub_res{res.host.slice(0, r, r + m), res.dev.slice(0, r, r + m)};
+          const Tensor part = out_for(f, m, sh.out, sub_res);
+          run(f, xs.dev.slice(0, r, r + m), w, g.dev, part, m, cs);
+          cs.sync();
+          const std::vector<uint16_t> bits = download_bits<uint16_t>(part);
+          const bool same = std::equal(bits.begin(), bits.end(), all_bits.begin() + r * cols_out);
+          check_bits(
+              "linear_fp8.decode_invariance",
+              fmt::format("in={},out={},form={},rows [{}, {})", sh.in, sh.out, f.name(), r, r + m),
+              same);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {
+  CudaStream cs;
+  Rng rng(31);
+  for (const Shape3& sh : kShapes) {
+    const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
+    const Mirror g = random_fold(sh.in, rng);
+    // bf16(f32(code) scale (1 + g)), the loader's formula for a folded bf16 matrix.
+    for (const bool fold : {false, true}) {
+      Tensor deq = Tensor::zeros({sh.out, sh.in}, DType::kBF16);
+      for (int64_t o = 0; o < sh.out; ++o) {
+        for (int64_t i = 0; i < sh.in; ++i) {
+          float v = f8e4m3_to_f32(w.codes.data<const f8e4m3>()[o * sh.in + i]) *
+                    w.scale.data<const float>()[(o / sh.rows) * w.scale.dim(1) + i / 128];
+          if (fold) v *= 1.f + g.host.data<const float>()[i];
+          deq.data<bf16>()[o * sh.in + i] = f32_to_bf16(v);
+        }
+      }
+      const Tensor deq_dev = deq.to(Device::kCuda);
+      constexpr int64_t kN = 40;
+      const Mirror xs = random_mirror({kN, sh.in}, rng, DType::kBF16, -2.f, 2.f);
+      const Form f{.rms = fold, .fold = fold};
+      const Tensor out = poisoned({kN, sh.out}, DType::kBF16);
+      run(f, xs.dev, w, g.dev, out, 3, cs);  // 3 decode rows, 37 prefill rows
+      const Tensor want = poisoned({kN, sh.out}, DType::kBF16);
+      linear_cuda({.x = xs.dev.slice(0, 3, kN),
+                   .weight = deq_dev,
+                   .out = want.slice(0, 3, kN),
+                   .input_rms = fold,
+                   .input_rms_eps = kEps,
+                   .input_scratch = poisoned({kN - 3, sh.in}, DType::kBF16),
+                   .decode_rows = 0},
+                  cs.ctx());
+      cs.sync();
+      const std::vector<uint16_t> a = download_bits<uint16_t>(out.slice(0, 3, kN).to(Device::kCpu));
+      const std::vector<uint16_t> b =
+          download_bits<uint16_t>(want.slice(0, 3, kN).to(Device::kCpu));
+      check_bits("linear_fp8.prefill_dequantized",
+                 fmt::format("in={},out={},rows={},fold={}", sh.in, sh.out, sh.rows, fold), a == b);
+    }
+  }
+}
+
+TEST_F(Fp8Linear, RefusesWhatItCannotRun) {
+  CudaStream cs;
+  Rng rng(5);
+  const Fp8Weight w = random_fp8(32, 40, 128, rng);  // in = 40: not a multiple of 16
+  const Mirror x = random_mirror({1, 40}, rng);
+  EXPECT_THROW(linear_cuda({.x = x.dev,
+                            .weight = w.codes_dev,
+                            .out = poisoned({1, 32}, DType::kBF16),
+                            .weight_scale_inv = w.scale_dev},
+                           cs.ctx()),
+               Error);
+  const Fp8Weight v = random_fp8(32, 64, 128, rng);
+  const Mirror y = random_mirror({1, 64}, rng);
+  EXPECT_THROW(
+      linear_cuda({.x = y.dev, .weight = v.codes_dev, .out = poisoned({1, 32}, DType::kBF16)},
+                  cs.ctx()),
+      Error);  // no scales
+}
+
+}  // namespace
+}  // namespace tandem::test
