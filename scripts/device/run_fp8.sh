@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs ON the H200 machine (device tool): the CUDA FP8 linear (linear_fp8_cuda.cu) checked and
 # measured in one call, each part under its own time limit, logs in $OUT as they finish. Carry
-# .devdeps (scripts/device/pack_deps.sh). HEAD_ONLY=1 builds the committed sources (.devdeps/head)
-# instead of the working tree.
+# .devdeps (scripts/device/pack_deps.sh). HEAD_ONLY=1 builds the committed sources: the tree with
+# .devdeps/overlay copied over it (scripts/device/make_overlay.sh).
 #   1. build cuda_tests, tandem and kernel_bench;
 #   2. the FP8 linear tests (Fp8Linear.*), then the bf16 linear tests (LINEAR_FILTER);
 #   3. compute-sanitizer memcheck of the FP8 tests (MEMCHECK_FILTER);
@@ -10,12 +10,15 @@
 #   5. FP8 engine tests (ENGINE_FILTER, default *Fp8*) and tandem bench on the 27B FP8 and bf16
 #      shapes at BATCHES (BENCH_LIMIT 0 skips).
 set -uo pipefail
+# .devdeps/usr may travel packed (usr.tar.xz), to fit the call's 64 MiB.
+[[ -f .devdeps/usr.tar.xz && ! -d .devdeps/usr ]] && tar -xJf .devdeps/usr.tar.xz -C .devdeps
 source scripts/device/devdeps_env.sh
-if [[ -n ${HEAD_ONLY:-} ]]; then
-  rm -rf /tmp/tandem-head && mkdir -p /tmp/tandem-head && cp -r .devdeps/head/. /tmp/tandem-head/
-  mkdir -p /tmp/tandem-head/tests/server_e2e
-  [[ -f /tmp/tandem-head/tests/server_e2e/CMakeLists.txt ]] || : > /tmp/tandem-head/tests/server_e2e/CMakeLists.txt
-  cd /tmp/tandem-head
+if [[ -n ${HEAD_ONLY:-} ]]; then  # the committed versions of the files modified in the tree
+  rm -rf /tmp/tandem-head && mkdir -p /tmp/tandem-head
+  tar -c --exclude=./.devdeps --exclude='./build*' . | tar -x -C /tmp/tandem-head
+  cp -r .devdeps/overlay/. /tmp/tandem-head/
+  (cd /tmp/tandem-head && xargs -r rm -f < "$OLDPWD/.devdeps/overlay.remove")
+  cp -r .devdeps /tmp/tandem-head/ && cd /tmp/tandem-head
 fi
 build_cuda cuda_tests tandem kernel_bench
 

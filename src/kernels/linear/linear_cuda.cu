@@ -301,8 +301,9 @@ int64_t decode_rows_of(const LinearArgs& a) {
   return a.decode_rows < 0 ? (n <= kLinearDecodeMaxTokens ? n : 0) : std::min(a.decode_rows, n);
 }
 
-// The prefill path's dequantised copy of an FP8 matrix (linear_reserve_fp8_scratch).
-Tensor g_fp8_scratch;
+// The prefill path's dequantised copy of an FP8 matrix (linear_reserve_fp8_scratch); never
+// destroyed, since a static's destructor would free it after the CUDA runtime has shut down.
+Tensor& g_fp8_scratch = *new Tensor();
 
 // FP8 weights: decode rows in groups of kFp8DecodeMaxTokens through linear_fp8_cuda.cu's kernel;
 // prefill rows through the bf16 family on the matrix dequantised (and folded) into the scratch.
