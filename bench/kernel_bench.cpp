@@ -590,21 +590,6 @@ void bench_linear_fp8(cudaStream_t s) {
                      .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
                     ctx);
       });
-      linear_fp8_set_variant(1);
-      const double noscale_ms = batched_ms(s, 20, [&](int it) {
-        linear_cuda({.x = xn,
-                     .weight = codes[it % 3],
-                     .out = on,
-                     .input_rms = reads_residual,
-                     .input_scratch = sn,
-                     .decode_rows = n,
-                     .weight_scale_inv = scales[it % 3],
-                     .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
-                    ctx);
-      });
-      linear_fp8_set_variant(0);
-      fmt::print("  no scale loads: {:.3f} ms {:.2f} TB/s\n", noscale_ms,
-                 bytes / (noscale_ms * 1e-3) / 1e12);
       report(fmt::format("linear fp8 decode n={} [{},{}]{} (back to back)", n, out_f, in,
                          reads_residual ? " input_rms+fold" : ""),
              ms, bytes, bf16_ms);

@@ -75,6 +75,16 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
+// Copies 4 bytes from global to shared memory (cp.async, no alignment beyond 4 bytes), then has
+// `bar` count one arrival once this thread's earlier cp.async copies have landed (the barrier's
+// count must include it: .noinc).
+__device__ __forceinline__ void copy4_arrive(void* dst, const void* src, uint64_t* bar) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src)
+               : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
+               : "memory");
+}
+
 // Named barrier `id` (id 0 is __syncthreads) completing when `threads` threads (whole warps)
 // have reached it; named_barrier waits, named_barrier_arrive only signals (a producer warp's side:
 // its earlier shared-memory writes are visible to the threads that wait).

@@ -117,9 +117,6 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx);
 // Benchmark-only: picks a decode-kernel variant (0 = production); returns the number of variants.
 // Only the persistent kernel's variants take LinearEpilogue::kSwiGluPairs.
 int linear_skinny_set_variant(int v);
-// Benchmark-only: the FP8 decode kernel's variant (0 = production, 1 = no block-scale loads: wrong
-// results, timing only); returns the number of variants.
-int linear_fp8_set_variant(int v);
 #endif
 
 inline void linear(const LinearArgs& a, const ExecContext& ctx) {

@@ -350,11 +350,12 @@ __device__ __forceinline__ void finish_exit(S& sm, uint32_t use, int warp, int r
 
 // Initialises a block's ring and sum barriers (thread 0), then arrives at the cluster barrier
 // that every thread waits at (cluster_wait) before any remote arrival or inbox write.
+// full_arrivals: arrivals that complete a slot besides its bytes (1: the producer's expect_tx).
 template <int kStages, int kSumBufs, class S>
-__device__ __forceinline__ void init_barriers(S& sm, int splits) {
+__device__ __forceinline__ void init_barriers(S& sm, int splits, uint32_t full_arrivals = 1) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      cuda::mbar_init(&sm.full[s], 1);
+      cuda::mbar_init(&sm.full[s], full_arrivals);
       cuda::mbar_init(&sm.empty[s], kConsumerWarps);
     }
     for (int b = 0; b < kSumBufs; ++b) {

@@ -62,10 +62,15 @@ struct Cfg {
 // SM, as the bf16 kernel's 5 slots of 1024 k; the plan's configuration.
 using PlanCfg = Cfg<2, 5>;
 
+// Scale rows per slot: a 16-row tile lies in one block of >= 16 rows, or two of 8 (gate|up).
+constexpr int kScaleGroups = 2;
+constexpr int kScaleCols = kChunkK / kBlockK;  // 16 blocks per chunk
+
 template <class C>
 struct Slot {
   uint8_t w[kRows][C::kWPitch];
   __nv_bfloat16 x[C::kXRows][C::kXPitch];
+  float scale[kScaleGroups][kScaleCols];  // the chunk's block scales of the tile's row groups
 };
 
 template <class C>
@@ -115,7 +120,8 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
   const int64_t count = (len + kChunkK - 1) / kChunkK;
   const auto* w8 = reinterpret_cast<const uint8_t*>(p.w);
 
-  init_barriers<C::kStages, C::kSumBufs>(sm, splits);
+  // A slot is full after the producer's expect_tx and each producer lane's scale copy.
+  init_barriers<C::kStages, C::kSumBufs>(sm, splits, 1 + 32);
   const bool stores = rank == 0 && cluster_id < p.tiles;
   if (warp == kRmsWarp) {
     rms_warp<C::kRmsLoads>(p, sm, lane, stores);
@@ -136,6 +142,14 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
         cuda::bulk_copy(&sm.ring[slot].w[lane][0], w8 + row * p.in + k_begin + i * kChunkK, k_of(i),
                         &sm.full[slot]);
       }
+      // Lane l: scale block l % 16 of the chunk in row group l / 16 of the tile (clamped inside
+      // the scale tensor; values past the range or the rows are never read).
+      const int64_t group = min(((tile * kRows) >> p.scale_shift) + lane / kScaleCols,
+                                (p.out_f - 1) >> p.scale_shift);
+      const int64_t col =
+          min((k_begin + i * kChunkK) / kBlockK + lane % kScaleCols, p.scale_cols - 1);
+      cuda::copy4_arrive(&sm.ring[slot].scale[lane / kScaleCols][lane % kScaleCols],
+                         p.w_scale + group * p.scale_cols + col, &sm.full[slot]);
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
       if (lane < n_x) {
@@ -169,30 +183,23 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
       if constexpr (Store::kReadsOut) {
         if (warp == 0 && stores) Store::load_prev(p, tile, g, t, prev);
       }
-      // The block scales of rows g and g + 8 (clamped as the producer clamps the rows).
-      const int64_t row_a = min(tile * kRows + g, p.out_f - 1);
-      const int64_t row_b = min(tile * kRows + g + 8, p.out_f - 1);
-      const float* scale_a = p.w_scale + (row_a >> p.scale_shift) * p.scale_cols;
-      const float* scale_b = p.w_scale + (row_b >> p.scale_shift) * p.scale_cols;
+      // The slot's scale rows of rows g and g + 8 (clamped as the producer clamps the rows).
+      const int64_t group0 = (tile * kRows) >> p.scale_shift;
+      const int ga =
+          static_cast<int>((min(tile * kRows + g, p.out_f - 1) >> p.scale_shift) - group0);
+      const int gb =
+          static_cast<int>((min(tile * kRows + g + 8, p.out_f - 1) >> p.scale_shift) - group0);
       for (int64_t i = 0; i < count; ++i, ++it) {
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
         const int64_t k0 = k_begin + i * kChunkK;
-        // This chunk's scales and folded-norm values, loaded before the wait.
-        float sa[C::kStepsPerWarp], sb[C::kStepsPerWarp];
+        // This chunk's folded-norm values, loaded before the wait.
         uint4 gv[kFold ? C::kStepsPerWarp : 1];
+        if constexpr (kFold) {
 #pragma unroll
-        for (int s = 0; s < C::kStepsPerWarp; ++s) {
-          const int64_t kb = k0 + (s * kConsumerWarps + warp) * kStepK;
-          const bool in_range = kb < k_end;
-          if (p.w_scale == nullptr) {  // bench variant 1: no scale loads (timing only)
-            sa[s] = sb[s] = 1.f;
-          } else {
-            sa[s] = in_range ? __ldg(scale_a + kb / kBlockK) : 0.f;
-            sb[s] = in_range ? __ldg(scale_b + kb / kBlockK) : 0.f;
-          }
-          if constexpr (kFold) {
-            gv[s] = kb + 8 * t < k_end ? __ldg(reinterpret_cast<const uint4*>(p.fold + kb + 8 * t))
-                                       : make_uint4(0, 0, 0, 0);
+          for (int s = 0; s < C::kStepsPerWarp; ++s) {
+            const int64_t k = k0 + (s * kConsumerWarps + warp) * kStepK + 8 * t;
+            gv[s] = k < k_end ? __ldg(reinterpret_cast<const uint4*>(p.fold + k))
+                              : make_uint4(0, 0, 0, 0);
           }
         }
         mbar_wait(&sm.full[slot], round & 1);
@@ -220,8 +227,10 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
           float d[4] = {0.f, 0.f, 0.f, 0.f};
           mma_bf16(d, a02, b02, a13, b13, prmt(xv.x, xv.y, 0x5410), prmt(xv.x, xv.y, 0x7632));
           mma_bf16(d, a46, b46, a57, b57, prmt(xv.z, xv.w, 0x5410), prmt(xv.z, xv.w, 0x7632));
-          c[0][0] = fmaf(d[0], sa[s], c[0][0]), c[0][1] = fmaf(d[1], sa[s], c[0][1]);
-          c[0][2] = fmaf(d[2], sb[s], c[0][2]), c[0][3] = fmaf(d[3], sb[s], c[0][3]);
+          const int block = step_k / kBlockK;
+          const float sa = src.scale[ga][block], sb = src.scale[gb][block];
+          c[0][0] = fmaf(d[0], sa, c[0][0]), c[0][1] = fmaf(d[1], sa, c[0][1]);
+          c[0][2] = fmaf(d[2], sb, c[0][2]), c[0][3] = fmaf(d[3], sb, c[0][3]);
         }
         __syncwarp();
         if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
@@ -305,18 +314,9 @@ __global__ void fp8_dequantize_kernel(const uint8_t* __restrict__ w,
   }
 }
 
-int g_variant = 0;
-
 }  // namespace
 
-int linear_fp8_set_variant(int v) {
-  g_variant = v;
-  return 2;
-}
-
-void linear_fp8_decode(const LinearShape& shape, bool f32_out, cudaStream_t stream) {
-  LinearShape s = shape;
-  if (g_variant == 1) s.w_scale = nullptr;
+void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream) {
   TANDEM_CHECK(s.n >= 1 && s.n <= kFp8DecodeMaxTokens,
                "linear_fp8_decode: {} tokens (1 to {} per call)", s.n, kFp8DecodeMaxTokens);
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone ||
