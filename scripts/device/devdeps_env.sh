@@ -30,7 +30,7 @@ echo 'int main(){}' | g++ -Wno-error=dangling-reference -Werror -x c++ - -o /dev
 
 # Builds the given targets into B=/tmp/build-cuda (appending to $OUT/build.log); exits on failure.
 build_cuda() {
-  B=/tmp/build-cuda
+  B=${BUILD_DIR:-/tmp/build-cuda}
   if ! { cmake -S . -B $B "${cmake_args[@]}" >> "$OUT/build.log" 2>&1 &&
          ninja -C $B -j16 "$@" >> "$OUT/build.log" 2>&1; }; then
     summary "build FAIL ($(stamp))"; grep -B2 -A6 -m4 'error' "$OUT/build.log" | tail -40; exit 1

@@ -18,7 +18,7 @@ if [[ -n ${HEAD_ONLY:-} ]]; then  # the committed versions of the files modified
   tar -c --exclude=./.devdeps --exclude='./build*' . | tar -x -C /tmp/tandem-head
   cp -r .devdeps/overlay/. /tmp/tandem-head/
   (cd /tmp/tandem-head && xargs -r rm -f < "$OLDPWD/.devdeps/overlay.remove")
-  cp -r .devdeps /tmp/tandem-head/ && cd /tmp/tandem-head
+  cp -r .devdeps /tmp/tandem-head/ && cd /tmp/tandem-head && BUILD_DIR=/tmp/build-head
 fi
 build_cuda cuda_tests tandem kernel_bench
 
