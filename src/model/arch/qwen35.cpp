@@ -5,7 +5,8 @@
 //    writes s.normed, which the next projection reads;
 //  - norms folded into the weights (CUDA, qwen35_weights.h): the output projections add into
 //    s.residual themselves (LinearEpilogue::kAddToOut) and the input projections read s.residual,
-//    scaled by its inverse RMS (LinearArgs::input_rms); only the final norms remain.
+//    scaled by its inverse RMS (LinearArgs::input_rms; FP8 matrices bring the norm itself as
+//    LinearArgs::weight_fold); only the final norms remain.
 #include "model/arch/qwen35.h"
 
 #include "core/cuda_graph.h"
@@ -71,11 +72,16 @@ struct ForwardScratch {
 namespace {
 Tensor rows(const Tensor& t, int64_t n) { return t.slice(0, 0, n); }
 
-// The weight fields of a linear call (FP8 weights bring their block scales).
+// The weight fields of a linear call (FP8 weights bring their block scales and, on CUDA, the norm
+// they could not fold in). Every linear of the forward is built here.
 k::LinearArgs with_weight(k::LinearArgs a, const LinearWeight& w) {
   a.weight = w.weight;
   a.weight_scale_inv = w.scale_inv;
   a.scale_block_rows = w.scale_block_rows;
+  a.weight_fold = w.fold;
+  TANDEM_CHECK(w.fold.raw() == nullptr || a.input_rms,
+               "linear: weight {} carries a folded norm but is not called with input_rms",
+               w.weight.describe());
   return a;
 }
 

@@ -3,7 +3,6 @@
 #include "model/arch/qwen35_weights.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -16,7 +15,31 @@
 namespace tandem {
 
 int64_t LinearWeight::nbytes() const {
-  return weight.nbytes() + (scale_inv.raw() != nullptr ? scale_inv.nbytes() : 0);
+  const auto of = [](const Tensor& t) { return t.raw() != nullptr ? t.nbytes() : 0; };
+  return weight.nbytes() + of(scale_inv) + of(fold);
+}
+
+void for_each_linear(const DecoderLayerWeights& l,
+                     const std::function<void(const LinearWeight&)>& f) {
+  for (const StackedWeight* s : {&l.attn.qkv_proj, &l.gdn.in_proj})
+    for (const LinearWeight& w : *s) f(w);
+  for (const LinearWeight* w :
+       {&l.attn.o_proj, &l.gdn.out_proj, &l.mlp.gate_up_proj, &l.mlp.down_proj})
+    if (w->weight.raw() != nullptr) f(*w);
+}
+
+int64_t max_fp8_numel(const Qwen35Weights& w) {
+  int64_t n = 0;
+  const auto see = [&](const LinearWeight& l) {
+    if (l.weight.dtype() == DType::kF8E4M3) n = std::max(n, l.numel());
+  };
+  see(w.lm_head);
+  for (const DecoderLayerWeights& l : w.layers) for_each_linear(l, see);
+  if (w.mtp) {
+    see(w.mtp->fc);
+    for_each_linear(w.mtp->layer, see);
+  }
+  return n;
 }
 
 namespace {
@@ -51,8 +74,9 @@ class Loader {
   }
 
   // Matrices [rows_i, cols] stacked by rows into one [sum rows_i, cols] weight, in the given order;
-  // with folds_norms(), the zero-centred RMSNorm `norm` [cols] is folded in. Runs of FP8 and of
-  // other matrices become separate parts (StackedWeight).
+  // with folds_norms(), the zero-centred RMSNorm `norm` [cols] is folded in (FP8 parts carry it as
+  // LinearWeight::fold instead). Runs of FP8 and of other matrices become separate parts
+  // (StackedWeight).
   StackedWeight stacked(const std::vector<std::pair<std::string, Shape>>& parts,
                         const std::string& norm) {
     std::vector<HostMatrix> h;
@@ -62,7 +86,7 @@ class Loader {
       size_t e = b + 1;
       while (e < h.size() && h[e].fp8() == h[b].fp8()) ++e;
       const std::vector<HostMatrix> run(h.begin() + b, h.begin() + e);
-      out.push_back(h[b].fp8() ? stack_fp8(run) : stack_plain(run, norm));
+      out.push_back(h[b].fp8() ? fp8_on_device(stack_fp8(run), norm) : stack_plain(run, norm));
       b = e;
     }
     return out;
@@ -70,7 +94,7 @@ class Loader {
 
   // Two matrices a, b [rows, cols] interleaved by row groups of `group`: rows [2 group i, 2 group i
   // + group) of the result are a's rows [group i, group (i + 1)), the next `group` rows b's. rows
-  // must be a multiple of group.
+  // must be a multiple of group. `norm` as in stacked().
   LinearWeight interleaved(const std::string& a_name, const std::string& b_name, const Shape& shape,
                            int64_t group, const std::string& norm) {
     const HostMatrix a = matrix(a_name, shape), b = matrix(b_name, shape);
@@ -99,11 +123,11 @@ class Loader {
       s.slice(0, 2 * g, 2 * g + per).copy_from(sa.slice(0, g, g + per));
       s.slice(0, 2 * g + per, 2 * g + 2 * per).copy_from(sb.slice(0, g, g + per));
     }
-    return {.weight = all, .scale_inv = s, .scale_block_rows = r};
+    return fp8_on_device({.weight = all, .scale_inv = s, .scale_block_rows = r}, norm);
   }
 
  private:
-  // A linear weight and, if it is FP8, its checked scale tensor; on CUDA FP8 is dequantised here.
+  // A linear weight and, if it is FP8, its checked scale tensor (f32).
   HostMatrix matrix(const std::string& name, const Shape& shape) {
     HostMatrix m{host(name, shape), {}};
     const std::string sname = name + "_scale_inv";
@@ -150,16 +174,6 @@ class Loader {
                  ck_.dir(), sname, shape_str(s.shape()), shape_str(expected), name,
                  shape_str(shape), q_.block_rows, q_.block_cols);
     m.scale = s.to_f32();  // bf16/f16 scales widen exactly
-    if (device_ == Device::kCuda) {
-      if (!noticed_) {
-        std::fprintf(stderr,
-                     "fp8: CUDA FP8 kernels are not built yet: FP8 weights are dequantised to "
-                     "bf16 at load (bf16 memory and speed)\n");
-        noticed_ = true;
-      }
-      m.w = fp8_dequantize(m.w, m.scale, q_.block_rows);
-      m.scale = Tensor();
-    }
     return m;
   }
 
@@ -177,9 +191,9 @@ class Loader {
     return {.weight = on_device(norm.empty() ? all : folded(all, norm))};
   }
 
-  // A run of FP8 matrices (CPU only: CUDA dequantised them): the bytes stacked as they are and the
-  // scales regrouped to rows of r = gcd(block rows, every part's first row), so that each group
-  // lies inside one block of its own part.
+  // A run of FP8 matrices (host): the bytes stacked as they are, never requantised, and the scales
+  // regrouped to rows of r = gcd(block rows, every part's first row), so that each group lies
+  // inside one block of its own part.
   LinearWeight stack_fp8(const std::vector<HostMatrix>& h) const {
     if (h.size() == 1) return {.weight = h[0].w, .scale_inv = h[0].scale};
     int64_t r = q_.block_rows, at = 0;
@@ -225,16 +239,39 @@ class Loader {
     return host;
   }
 
+  // An FP8 weight (host, from stack_fp8 or interleaved) on the device as it is: f8_e4m3 bytes and
+  // f32 scales. With folds_norms(), the norm that a bf16 matrix would have folded in goes along as
+  // LinearWeight::fold (bf16 [in]): the FP8 kernels apply it (LinearArgs::weight_fold).
+  LinearWeight fp8_on_device(LinearWeight w, const std::string& norm) const {
+    if (device_ == Device::kCpu) return w;
+    w.weight = w.weight.to(device_);
+    w.scale_inv = w.scale_inv.to(device_);
+    if (folds_norms() && !norm.empty()) {
+      Tensor g = ck_.get(norm, {w.weight.dim(1)});
+      if (g.dtype() != DType::kBF16) {  // bf16 in released checkpoints; else rounded once
+        const Tensor f = g.to_f32();
+        g = Tensor::zeros(f.shape(), DType::kBF16);
+        for (int64_t i = 0; i < f.numel(); ++i)
+          g.data<bf16>()[i] = f32_to_bf16(f.data<const float>()[i]);
+      }
+      w.fold = g.to(device_);
+    }
+    return w;
+  }
+
   Tensor on_device(Tensor host) const {
     if (device_ == Device::kCpu) return host;
-    // Matrices go to the GPU as bf16; small vectors (norms, A_log, dt_bias) keep their dtype.
+    // Matrices other than FP8 (fp8_on_device) go to the GPU as bf16; small vectors (norms, A_log,
+    // dt_bias) keep their dtype.
+    TANDEM_CHECK(host.dtype() != DType::kF8E4M3, "on_device: {} is FP8 (fp8_on_device)",
+                 host.describe());
     if (host.ndim() >= 2 && host.dtype() != DType::kBF16) {
-      const Tensor f = host.dtype() == DType::kF32 ? host : host.to_f32();  // FP8: f32 already
+      const Tensor f = host.dtype() == DType::kF32 ? host : host.to_f32();
       Tensor b = Tensor::zeros(f.shape(), DType::kBF16);
       const float* src = f.data<const float>();
       bf16* dst = b.data<bf16>();
       const int64_t n = f.numel();
-#pragma omp parallel for schedule(static)  // 27B FP8: 27 G elements
+#pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
       host = b;
     }
@@ -246,7 +283,6 @@ class Loader {
   Device device_;
   const LoadProgress& progress_;
   size_t done_ = 0;
-  bool noticed_ = false;
 };
 
 DecoderLayerWeights load_layer(Loader& load, const ModelConfig& c, const std::string& p,
@@ -313,6 +349,8 @@ Qwen35Weights load_qwen35_weights(const Checkpoint& ck, const ModelConfig& c, De
     m.layer = load_layer(load, c, "mtp.layers.0.", LayerType::kFullAttention);
     w.mtp = std::move(m);
   }
+  // The prefill path of FP8 matrices on CUDA dequantises each into one buffer, sized here.
+  if (const int64_t n = max_fp8_numel(w); n > 0) kernels::linear_reserve_fp8_scratch(n, device);
   return w;
 }
 
