@@ -40,5 +40,7 @@ class CudaGraph {
 // Fills a float tensor (f32/bf16/f16, any device, contiguous) with uniform values in [lo, hi)
 // from a counter-based hash of (seed, index): the same values on every device.
 void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi);
+// Element i of fill_uniform's values on the host (for callers that fill in parallel).
+float hash_uniform(uint64_t seed, uint64_t i, float lo, float hi);
 
 }  // namespace tandem

@@ -13,7 +13,7 @@ Qwen35Weights synthetic_qwen35_weights(const ModelConfig& cfg, Device device, ui
                                        bool with_mtp);
 
 // Bytes of every weight a decode step reads (matrices, norms, one embedding row, lm_head): 1 per
-// FP8 element plus its block scales, 2 per bf16 element.
+// FP8 element plus its block scales (and, on CUDA, its folded norm), 2 per bf16 element.
 int64_t weight_bytes_per_step(const Qwen35Weights& w);
 // Elements of the same tensors (FLOP counts).
 int64_t weight_params_per_step(const Qwen35Weights& w);
