@@ -4,14 +4,12 @@
 //  - the layout is the released one, and the script's e4m3 rounding equals f32_to_f8e4m3;
 //  - logits equal the f32-dequantised model's bit for bit (the reference's FP8 linear is the linear
 //    of the fp32 dequantisation, linear.h), and stay within the bound of bf16 weight rounding of
-//    the bf16-dequantised model (what the CUDA loader runs);
+//    the bf16-dequantised model;
 //  - greedy output with MTP equals plain decoding for k = 1..8 on the FP8 model;
 //  - each refused layout gives its message through `tandem generate`, exit 1.
 #include "model/fp8.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -23,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generator.h"
+#include "fp8_fixtures.h"
 #include "kernels/kernel_test_util.h"
 #include "model/safetensors.h"
 #include "spec/mtp_drafter.h"
@@ -33,38 +32,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// <build>/fp8-fixtures/{fp8, f32, bf16}, made once (a lock file serialises parallel tests).
-fs::path fixtures() {
-  static const fs::path dir = [] {
-    const fs::path d = fs::path(TANDEM_BINARY).parent_path() / "fp8-fixtures";
-    fs::create_directories(d);
-    const int fd = ::open((d / "lock").c_str(), O_CREAT | O_RDWR, 0644);
-    TANDEM_CHECK(fd >= 0 && ::flock(fd, LOCK_EX) == 0, "cannot lock {}", (d / "lock").string());
-    if (!fs::exists(d / "done")) {
-      const std::string cmd = "python3 " + testing::source_path("tools/make_fp8_checkpoint.py") +
-                              " " + testing::fixture_dir(testing::kTrainedModel) + " " +
-                              (d / "fp8").string() + " --dequantized-f32 " + (d / "f32").string() +
-                              " --dequantized-bf16 " + (d / "bf16").string() + " > /dev/null";
-      TANDEM_CHECK(std::system(cmd.c_str()) == 0, "failed: {}", cmd);
-      std::ofstream(d / "done") << "ok\n";
-    }
-    ::flock(fd, LOCK_UN);
-    ::close(fd);
-    return d;
-  }();
-  return dir;
-}
+fs::path fixtures() { return testing::fp8_fixtures(); }
 
 std::unique_ptr<Qwen35Model> load(const std::string& variant) {
   return testing::load_model_dir((fixtures() / variant).string());
 }
 
-std::vector<std::vector<int32_t>> prompts() {
-  std::vector<std::vector<int32_t>> out;
-  const nlohmann::json g = testing::goldens(testing::kTrainedModel);
-  for (const auto& p : g["prompts"]) out.push_back(p["ids"].get<std::vector<int32_t>>());
-  return out;
-}
+std::vector<std::vector<int32_t>> prompts() { return testing::golden_prompts(); }
 
 bool is_quantized(const std::string& name) {
   for (const char* s :
@@ -116,8 +90,8 @@ TEST(Fp8Checkpoint, HasTheReleasedLayoutAndRoundsAsF32ToF8e4m3) {
               static_cast<long long>(quantized), static_cast<long long>(codes));
 }
 
-// The CUDA loader's dequantisation (model/fp8.h, then bf16) on every FP8 matrix equals the
-// script's f32-dequantised checkpoint bit for bit, and its bf16 rounding the bf16 one.
+// The dequantisation (model/fp8.h, then bf16) of every FP8 matrix equals the script's
+// f32-dequantised checkpoint bit for bit, and its bf16 rounding the bf16 one.
 TEST(Fp8Checkpoint, LoadTimeDequantizationEqualsTheDequantizedCheckpoints) {
   const Checkpoint ck = Checkpoint::open((fixtures() / "fp8").string());
   const Checkpoint f32 = Checkpoint::open((fixtures() / "f32").string());
