@@ -11,6 +11,7 @@
 
 #include "batch_support.h"
 #include "engine/generator.h"
+#include "engine_cuda_support.h"
 #include "spec/mtp_drafter.h"
 #include "spec/oracle_drafter.h"
 #include "test_support.h"
@@ -19,19 +20,10 @@ namespace tandem {
 namespace {
 
 std::unique_ptr<Qwen35Model> load_on(const std::string& name, Device d) {
-  EngineOptions o;
-  o.model_dir = testing::fixture_dir(name);
-  o.device = d;
-  o.n_threads = 8;
-  o.max_step_rows = 512;
-  return load_model(o);
+  return testing::load_dir_on(testing::fixture_dir(name), d);
 }
 
-std::vector<int32_t> run(Qwen35Model& m, std::unique_ptr<Drafter> d, int k,
-                         const std::vector<int32_t>& prompt, int n) {
-  Generator gen(m, std::move(d), GeneratorOptions{.num_speculative_tokens = k, .max_context = 512});
-  return gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = n}).tokens;
-}
+using testing::generate;
 
 // The fixture model on CUDA and its third golden prompt; skipped without a GPU or when the model's
 // shapes are not built for CUDA (named at load time).
@@ -56,55 +48,34 @@ TEST_P(EngineCuda, SpeculationIsExactAndAgreesWithCpu) {
   Qwen35Model* gpu = gpu_.get();
   const std::vector<int32_t>& prompt = prompt_;
   constexpr int kTokens = 64;
-  const auto plain = run(*gpu, nullptr, 0, prompt, kTokens);
+  const auto plain = generate(*gpu, nullptr, 0, prompt, kTokens);
   ASSERT_EQ(plain.size(), static_cast<size_t>(kTokens));
   for (int k = 1; k <= 8; ++k)
-    EXPECT_EQ(run(*gpu, std::make_unique<MtpDrafter>(*gpu), k, prompt, kTokens), plain)
+    EXPECT_EQ(generate(*gpu, std::make_unique<MtpDrafter>(*gpu), k, prompt, kTokens), plain)
         << name << " mtp k=" << k;
-  const auto reference = run(*gpu, nullptr, 0, prompt, kTokens + 9);
+  const auto reference = generate(*gpu, nullptr, 0, prompt, kTokens + 9);
   for (int k : {1, 3, 8}) {
     for (const char* pat : {"all", "none", "random:5", "seq:8,0"}) {
       auto oracle =
           std::make_unique<OracleDrafter>(AcceptancePattern::parse(pat), gpu->config().vocab_size);
       oracle->set_reference(0, reference);  // the generator's first request
-      EXPECT_EQ(run(*gpu, std::move(oracle), k, prompt, kTokens), plain)
+      EXPECT_EQ(generate(*gpu, std::move(oracle), k, prompt, kTokens), plain)
           << name << " oracle k=" << k << " " << pat;
     }
   }
   // CPU agreement up to the first near-tie (top-2 margin below 0.05) along the CPU's greedy path.
   auto cpu = load_on(name, Device::kCpu);
-  const auto cpu_tokens = run(*cpu, nullptr, 0, prompt, kTokens);
-  std::vector<int32_t> seq = prompt;
-  seq.insert(seq.end(), cpu_tokens.begin(), cpu_tokens.end() - 1);
-  Generator scorer(*cpu, nullptr, GeneratorOptions{.max_context = 512});
-  const Tensor logits = scorer.score(seq);
-  const int64_t vocab = logits.dim(1);
-  size_t near_tie = cpu_tokens.size();
-  for (size_t i = 0; i < cpu_tokens.size(); ++i) {
-    const float* r = logits.data<float>() + (prompt.size() - 1 + i) * vocab;
-    float best = -INFINITY, second = -INFINITY;
-    for (int64_t v = 0; v < vocab; ++v) {
-      if (r[v] > best)
-        second = best, best = r[v];
-      else if (r[v] > second)
-        second = r[v];
-    }
-    if (best - second < 0.05f) {
-      near_tie = i;
-      break;
-    }
-  }
-  size_t agree = 0;
-  while (agree < plain.size() && plain[agree] == cpu_tokens[agree]) ++agree;
+  const auto cpu_tokens = generate(*cpu, nullptr, 0, prompt, kTokens);
+  const testing::CpuAgreement a = testing::cpu_agreement(*cpu, prompt, cpu_tokens, plain);
   std::printf(
       "[gpu vs cpu] %s: agree on %zu of %d tokens; first CPU near-tie (margin < 0.05) at token "
       "%zu\n",
-      name.c_str(), agree, kTokens, near_tie);
+      name.c_str(), a.agree, kTokens, a.near_tie);
   // bf16 activations through random-weight layers move logits by a few % of their range, more than
   // many top-2 margins of a random model, so the agreement is asserted on the trained model only
   // and reported for the random fixtures (GPU vs CPU logits: see docs/cuda.md).
   if (name == testing::kTrainedModel) {
-    EXPECT_GE(agree, near_tie) << name;
+    EXPECT_GE(a.agree, a.near_tie) << name;
   }
 }
 
