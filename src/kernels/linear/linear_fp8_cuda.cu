@@ -54,9 +54,15 @@ struct Cfg {
   static constexpr int kSumBufs = 2, kRmsLoads = 16;  // one B tile (8 token columns)
   static constexpr int kWPitch = kChunkK + 32;  // bytes, 32 mod 128: 4 rows' 8-byte loads, 4 banks
   static constexpr int kXPitch = kChunkK + 32;  // bf16: 4 KB + 64 bytes, 64 mod 128
-  static constexpr int kStepsPerWarp = kChunkK / kStepK / kConsumerWarps;
   static_assert(kXRows <= 8, "one B tile");
 };
+
+// In a chunk, warp w takes the 128-k scale blocks w and w + 8, each as 4 steps of 32 k.
+constexpr int kStepsPerBlock = kBlockK / kStepK;
+constexpr int kBlocksPerWarp = kChunkK / kBlockK / kConsumerWarps;
+static_assert(kBlocksPerWarp * kConsumerWarps * kBlockK == kChunkK);
+// Start (in the chunk) of the b-th block of warp w.
+__device__ __forceinline__ int block_k(int b, int w) { return (b * kConsumerWarps + w) * kBlockK; }
 
 // Up to 2 tokens (decode; verify with k = 1): 5 slots (~208 KB), 160 KB of weights in flight per
 // SM, as the bf16 kernel's 5 slots of 1024 k; the plan's configuration.
@@ -189,48 +195,60 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
           static_cast<int>((min(tile * kRows + g, p.out_f - 1) >> p.scale_shift) - group0);
       const int gb =
           static_cast<int>((min(tile * kRows + g + 8, p.out_f - 1) >> p.scale_shift) - group0);
+      const bool has_token = g < min(p.n_tokens, C::kXRows);  // token g is in the slot
+      const int x_row = min(g, C::kXRows - 1);                // a row inside the slot
       for (int64_t i = 0; i < count; ++i, ++it) {
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
         const int64_t k0 = k_begin + i * kChunkK;
+        const int lim = static_cast<int>(min(int64_t{kChunkK}, k_end - k0));  // k in the slot
         // This chunk's folded-norm values, loaded before the wait.
-        uint4 gv[kFold ? C::kStepsPerWarp : 1];
+        uint4 gv[kFold ? kBlocksPerWarp * kStepsPerBlock : 1];
         if constexpr (kFold) {
 #pragma unroll
-          for (int s = 0; s < C::kStepsPerWarp; ++s) {
-            const int64_t k = k0 + (s * kConsumerWarps + warp) * kStepK + 8 * t;
-            gv[s] = k < k_end ? __ldg(reinterpret_cast<const uint4*>(p.fold + k))
-                              : make_uint4(0, 0, 0, 0);
+          for (int j = 0; j < kBlocksPerWarp * kStepsPerBlock; ++j) {
+            const int kl =
+                block_k(j / kStepsPerBlock, warp) + (j % kStepsPerBlock) * kStepK + 8 * t;
+            gv[j] = kl < lim ? __ldg(reinterpret_cast<const uint4*>(p.fold + k0 + kl))
+                             : make_uint4(0, 0, 0, 0);
           }
         }
         mbar_wait(&sm.full[slot], round & 1);
         const Slot<C>& src = sm.ring[slot];
 #pragma unroll
-        for (int s = 0; s < C::kStepsPerWarp; ++s) {
-          const int step_k = (s * kConsumerWarps + warp) * kStepK;
-          if (k0 + step_k >= k_end) break;  // the same steps in every configuration
-          const int kl = step_k + 8 * t;
-          const bool ok = k0 + kl < k_end;
-          const uint2 qa = ok ? *reinterpret_cast<const uint2*>(&src.w[g][kl]) : make_uint2(0, 0);
-          const uint2 qb =
-              ok ? *reinterpret_cast<const uint2*>(&src.w[g + 8][kl]) : make_uint2(0, 0);
-          uint32_t a02, a13, a46, a57, b02, b13, b46, b57;  // rows g (a) and g + 8 (b)
-          widen4(qa.x, a02, a13), widen4(qa.y, a46, a57);
-          widen4(qb.x, b02, b13), widen4(qb.y, b46, b57);
-          uint4 xv = ok && g < p.n_tokens && g < C::kXRows
-                         ? *reinterpret_cast<const uint4*>(&src.x[g][kl])
-                         : make_uint4(0, 0, 0, 0);
-          if constexpr (kFold) {  // x (1 + g), rounded once
-            xv.x = bf16x2_fma(xv.x, gv[s].x, xv.x), xv.y = bf16x2_fma(xv.y, gv[s].y, xv.y);
-            xv.z = bf16x2_fma(xv.z, gv[s].z, xv.z), xv.w = bf16x2_fma(xv.w, gv[s].w, xv.w);
+        for (int b = 0; b < kBlocksPerWarp; ++b) {
+          const int kb = block_k(b, warp);
+          if (kb >= lim) break;  // the same blocks in every configuration
+          // The block's 4 steps in two chains (steps 0, 2 and 1, 3), then one scale per row.
+          float d[2][4] = {};
+#pragma unroll
+          for (int s = 0; s < kStepsPerBlock; ++s) {
+            const int kl = kb + s * kStepK + 8 * t;
+            // Weights past lim are stale codes of an earlier chunk: widened, every byte is a
+            // finite bf16, and its token is zero, so they add +0 without a branch.
+            const uint2 qa = *reinterpret_cast<const uint2*>(&src.w[g][kl]);
+            const uint2 qb = *reinterpret_cast<const uint2*>(&src.w[g + 8][kl]);
+            uint32_t a02, a13, a46, a57, b02, b13, b46, b57;  // rows g (a) and g + 8 (b)
+            widen4(qa.x, a02, a13), widen4(qa.y, a46, a57);
+            widen4(qb.x, b02, b13), widen4(qb.y, b46, b57);
+            // lim is a multiple of 16: a lane's 8 k are all in or all out.
+            uint4 xv = *reinterpret_cast<const uint4*>(&src.x[x_row][kl]);
+            if (!(kl < lim && has_token)) xv = make_uint4(0, 0, 0, 0);
+            if constexpr (kFold) {  // x (1 + g), rounded once
+              const uint4& f = gv[b * kStepsPerBlock + s];
+              xv.x = bf16x2_fma(xv.x, f.x, xv.x), xv.y = bf16x2_fma(xv.y, f.y, xv.y);
+              xv.z = bf16x2_fma(xv.z, f.z, xv.z), xv.w = bf16x2_fma(xv.w, f.w, xv.w);
+            }
+            // The tokens paired as the codes: (x0, x2), (x1, x3), (x4, x6), (x5, x7).
+            mma_bf16(d[s & 1], a02, b02, a13, b13, prmt(xv.x, xv.y, 0x5410),
+                     prmt(xv.x, xv.y, 0x7632));
+            mma_bf16(d[s & 1], a46, b46, a57, b57, prmt(xv.z, xv.w, 0x5410),
+                     prmt(xv.z, xv.w, 0x7632));
           }
-          // The tokens paired as the codes: (x0, x2), (x1, x3), (x4, x6), (x5, x7).
-          float d[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_bf16(d, a02, b02, a13, b13, prmt(xv.x, xv.y, 0x5410), prmt(xv.x, xv.y, 0x7632));
-          mma_bf16(d, a46, b46, a57, b57, prmt(xv.z, xv.w, 0x5410), prmt(xv.z, xv.w, 0x7632));
-          const int block = step_k / kBlockK;
-          const float sa = src.scale[ga][block], sb = src.scale[gb][block];
-          c[0][0] = fmaf(d[0], sa, c[0][0]), c[0][1] = fmaf(d[1], sa, c[0][1]);
-          c[0][2] = fmaf(d[2], sb, c[0][2]), c[0][3] = fmaf(d[3], sb, c[0][3]);
+          const float sa = src.scale[ga][kb / kBlockK], sb = src.scale[gb][kb / kBlockK];
+          c[0][0] = fmaf(d[0][0] + d[1][0], sa, c[0][0]);
+          c[0][1] = fmaf(d[0][1] + d[1][1], sa, c[0][1]);
+          c[0][2] = fmaf(d[0][2] + d[1][2], sb, c[0][2]);
+          c[0][3] = fmaf(d[0][3] + d[1][3], sb, c[0][3]);
         }
         __syncwarp();
         if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
