@@ -13,13 +13,10 @@
 //    value): the code's sign and 7 magnitude bits moved into a bf16 give the code times 2^-120,
 //    which one bf16 multiply by 2^120 makes exact (e4m3 subnormals included; tested over all
 //    codes);
-//  - in a 2048-k chunk, warp w takes the 128-k scale blocks w and w + 8 (the plan's ranges are
-//    multiples of 128, so blocks never straddle a range), each as 4 steps of 32 k whose 8 mma go
-//    to two chains; both blocks' steps are interleaved without a branch (four independent chains),
-//    and each block's sum is added to the tile's sums times the block scale of its row, one fmaf
-//    per output (rows g and g + 8 may have different scales: gate|up groups of 8). The scales
-//    travel in the ring slot: each producer lane copies one (cp.async) and arrives on the slot's
-//    barrier when it lands;
+//  - a warp's k-step (32 k) lies inside one 128-k scale block (the plan's ranges are multiples of
+//    128), so the step's two mma accumulate into a fresh fragment that is added to the tile's sums
+//    times the block scale of its row (rows g and g + 8 may have different scales: gate|up groups
+//    of 8): c += d * scale, one fmaf per output;
 //  - a folded norm (LinearShape::fold, the zero-centred RMSNorm the bf16 matrices have folded in)
 //    is applied to the tokens: each x element becomes bf16(x + x g) (one bf16 fma) before the
 //    product; input_rms then scales by the raw x's inverse RMS, as for bf16.
@@ -217,15 +214,17 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
         }
         mbar_wait(&sm.full[slot], round & 1);
         const Slot<C>& src = sm.ring[slot];
-        // Both blocks' steps interleaved, with no branch: a block past lim reads stale codes
-        // (widened, every byte is a finite bf16) against zero tokens and adds +0 times a finite
-        // scale, the same in every configuration. Four mma chains, d[block][half of the step].
-        float d[kBlocksPerWarp][2][4] = {};
 #pragma unroll
-        for (int s = 0; s < kStepsPerBlock; ++s) {
+        for (int b = 0; b < kBlocksPerWarp; ++b) {
+          const int kb = block_k(b, warp);
+          if (kb >= lim) break;  // the same blocks in every configuration
+          // The block's 4 steps in two chains (steps 0, 2 and 1, 3), then one scale per row.
+          float d[2][4] = {};
 #pragma unroll
-          for (int b = 0; b < kBlocksPerWarp; ++b) {
-            const int kl = block_k(b, warp) + s * kStepK + 8 * t;
+          for (int s = 0; s < kStepsPerBlock; ++s) {
+            const int kl = kb + s * kStepK + 8 * t;
+            // Weights past lim are stale codes of an earlier chunk: widened, every byte is a
+            // finite bf16, and its token is zero, so they add +0 without a branch.
             const uint2 qa = *reinterpret_cast<const uint2*>(&src.w[g][kl]);
             const uint2 qb = *reinterpret_cast<const uint2*>(&src.w[g + 8][kl]);
             uint32_t a02, a13, a46, a57, b02, b13, b46, b57;  // rows g (a) and g + 8 (b)
@@ -240,20 +239,16 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
               xv.z = bf16x2_fma(xv.z, f.z, xv.z), xv.w = bf16x2_fma(xv.w, f.w, xv.w);
             }
             // The tokens paired as the codes: (x0, x2), (x1, x3), (x4, x6), (x5, x7).
-            mma_bf16(d[b][0], a02, b02, a13, b13, prmt(xv.x, xv.y, 0x5410),
+            mma_bf16(d[s & 1], a02, b02, a13, b13, prmt(xv.x, xv.y, 0x5410),
                      prmt(xv.x, xv.y, 0x7632));
-            mma_bf16(d[b][1], a46, b46, a57, b57, prmt(xv.z, xv.w, 0x5410),
+            mma_bf16(d[s & 1], a46, b46, a57, b57, prmt(xv.z, xv.w, 0x5410),
                      prmt(xv.z, xv.w, 0x7632));
           }
-        }
-#pragma unroll
-        for (int b = 0; b < kBlocksPerWarp; ++b) {  // one scale per block and row, in order
-          const int block = block_k(b, warp) / kBlockK;
-          const float sa = src.scale[ga][block], sb = src.scale[gb][block];
-          c[0][0] = fmaf(d[b][0][0] + d[b][1][0], sa, c[0][0]);
-          c[0][1] = fmaf(d[b][0][1] + d[b][1][1], sa, c[0][1]);
-          c[0][2] = fmaf(d[b][0][2] + d[b][1][2], sb, c[0][2]);
-          c[0][3] = fmaf(d[b][0][3] + d[b][1][3], sb, c[0][3]);
+          const float sa = src.scale[ga][kb / kBlockK], sb = src.scale[gb][kb / kBlockK];
+          c[0][0] = fmaf(d[0][0] + d[1][0], sa, c[0][0]);
+          c[0][1] = fmaf(d[0][1] + d[1][1], sa, c[0][1]);
+          c[0][2] = fmaf(d[0][2] + d[1][2], sb, c[0][2]);
+          c[0][3] = fmaf(d[0][3] + d[1][3], sb, c[0][3]);
         }
         __syncwarp();
         if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
