@@ -5,26 +5,30 @@
 // The decode kernel is the persistent bf16 kernel's design (linear_persistent_cuda.cu) with
 // 1-byte weights: one launch streams every 16-row tile through a ring of shared-memory slots that
 // a producer warp fills with bulk copies (one 2 KB copy per weight row per 2048-k chunk, the bf16
-// kernel's copy size; one per token row), 8 consumer warps feed mma.sync m16n8k16 (bf16 -> fp32)
-// with the weights as A and each token its own B column, and the end of a tile (the warp-class
-// tree, the k-split ranks' sums in rank order, input_rms, the store policies) is
-// linear_decode_common.cuh's finish_tile. What differs:
-//  - a lane widens its 8 codes of rows g and g + 8 to bf16 exactly (an e4m3 value is a bf16
-//    value): the code's sign and 7 magnitude bits moved into a bf16 give the code times 2^-120,
-//    which one bf16 multiply by 2^120 makes exact (e4m3 subnormals included; tested over all
-//    codes);
-//  - a warp's k-step (32 k) lies inside one 128-k scale block (the plan's ranges are multiples of
-//    128), so the step's two mma accumulate into a fresh fragment that is added to the tile's sums
-//    times the block scale of its row (rows g and g + 8 may have different scales: gate|up groups
-//    of 8): c += d * scale, one fmaf per output;
+// kernel's copy size; one per token row), 8 consumer warps feed mma.sync m16n8k16 with the weights
+// as A and each token its own B column, and the end of a tile (the warp-class tree, the k-split
+// ranks' sums in rank order, input_rms, the store policies) is linear_decode_common.cuh's
+// finish_tile. What differs:
+//  - the product is f16 x f16 -> fp32 (mma.sync m16n8k16 f16): a lane widens its 8 codes of rows
+//    g and g + 8 with cvt e4m3x2 -> f16x2, exactly (every e4m3 value is an f16 value: one
+//    instruction per 2 codes, where a bf16 widening took 4.5), and its token's 8 bf16 values times
+//    2^-8 (exact) to f16 (exact for |x| in [2^-6, 2^24); below, f16's subnormal step is 2^-16 of
+//    x);
+//  - in a 2048-k chunk, warp w takes the 128-k scale blocks w and w + 8 (the plan's ranges are
+//    multiples of 128, so a block never straddles a range), each as 4 steps of 32 k whose mma go
+//    to two chains; each block's sum is added to the tile's sums times the block scale of its row
+//    (rows g and g + 8 may have different scales: gate|up groups of 8), one fmaf per output. The
+//    scales travel in the ring slot: each producer lane copies one (cp.async) and arrives on the
+//    slot's barrier when it lands (consumer loads from global before each chunk left their
+//    latency exposed: 1.2-1.6 TB/s);
 //  - a folded norm (LinearShape::fold, the zero-centred RMSNorm the bf16 matrices have folded in)
 //    is applied to the tokens: each x element becomes bf16(x + x g) (one bf16 fma) before the
 //    product; input_rms then scales by the raw x's inverse RMS, as for bf16.
 // Row invariance: a token's sums depend on the plan (the weight shape and the GPU) and its own
 // column only. Every configuration (token rows per slot, ring depth) has the same chunk and the
-// same steps per warp, and a step past the range is skipped in all of them, so a row's bits do not
-// depend on n_tokens or on the configuration (tested bitwise, 1..8 rows and decode groups).
-// The numerics differ from the bf16 kernels (exact codes, scale after the block's products,
+// same blocks per warp, and a block past the range is skipped in all of them, so a row's bits do
+// not depend on n_tokens or on the configuration (tested bitwise, 1..8 rows and decode groups). The
+// numerics differ from the bf16 kernels (exact codes, f16 tokens, scale after the block's products,
 // bf16(x (1 + g)) instead of folded weights): FP8 rows are their own family, checked against the
 // fp32 reference (tests/cuda/conformance_fp8_test.cpp).
 #include <cuda_fp8.h>
@@ -42,10 +46,9 @@ namespace {
 using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
 using cuda::mbar_wait;
 
-constexpr int kChunkK = 2048;              // k per ring slot: 2 KB of FP8 per weight row
-constexpr int kBlockK = 128;               // k per scale block (kFp8BlockCols)
-constexpr int kStepK = 32;                 // k per warp step (8 per lane)
-constexpr uint32_t kTwo120 = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
+constexpr int kChunkK = 2048;  // k per ring slot: 2 KB of FP8 per weight row
+constexpr int kBlockK = 128;   // k per scale block (kFp8BlockCols)
+constexpr int kStepK = 32;     // k per warp step (8 per lane)
 
 // A configuration: token rows per slot and ring slots. All share kChunkK and the plan.
 template <int kXRows_, int kStages_>
@@ -103,18 +106,34 @@ __device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t 
   return d;
 }
 
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
+// Codes k, k + 1 (the low and high byte of v) as f16 (k in the low half), exactly: every e4m3
+// value is an f16 value.
+__device__ __forceinline__ uint32_t widen2(uint32_t v) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
-// Codes k0..k3 (bytes of q, k0 lowest) as bf16 pairs (k0, k2) and (k1, k3), exactly.
-__device__ __forceinline__ void widen4(uint32_t q, uint32_t& even, uint32_t& odd) {
-  const uint32_t q8 = q << 8;
-  odd = bf16x2_mul((q & 0x80008000u) | ((q & 0x7f007f00u) >> 4), kTwo120);
-  even = bf16x2_mul((q8 & 0x80008000u) | ((q8 & 0x7f007f00u) >> 4), kTwo120);
+// bf16 pair as f16 pair (exact inside f16's normal range; the tokens are scaled by 2^-8 first).
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t v) {
+  const __half2 h = __floats2half2_rn(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
+
+// D += A B for one m16n8k16 tile, f16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The tokens enter the f16 product times 2^-8 (exact, in bf16), which keeps them inside f16's
+// range up to |x| < 2^24; the block scales carry the 2^8 back (exact).
+constexpr uint32_t kTokenScale = 0x3B803B80u;  // bf16x2 (2^-8, 2^-8)
+constexpr float kTokenUnscale = 256.f;
 
 template <class C, bool kFold, class Store>
 __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p) {
@@ -223,28 +242,32 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
 #pragma unroll
           for (int s = 0; s < kStepsPerBlock; ++s) {
             const int kl = kb + s * kStepK + 8 * t;
-            // Weights past lim are stale codes of an earlier chunk: widened, every byte is a
-            // finite bf16, and its token is zero, so they add +0 without a branch.
-            const uint2 qa = *reinterpret_cast<const uint2*>(&src.w[g][kl]);
-            const uint2 qb = *reinterpret_cast<const uint2*>(&src.w[g + 8][kl]);
-            uint32_t a02, a13, a46, a57, b02, b13, b46, b57;  // rows g (a) and g + 8 (b)
-            widen4(qa.x, a02, a13), widen4(qa.y, a46, a57);
-            widen4(qb.x, b02, b13), widen4(qb.y, b46, b57);
-            // lim is a multiple of 16: a lane's 8 k are all in or all out.
+            // lim is a multiple of 16: a lane's 8 k are all in or all out. Past it the slot
+            // holds stale bytes (NaN codes among them, before the first fill): zeros instead.
+            const bool ok = kl < lim;
+            uint2 qa = *reinterpret_cast<const uint2*>(&src.w[g][kl]);
+            uint2 qb = *reinterpret_cast<const uint2*>(&src.w[g + 8][kl]);
             uint4 xv = *reinterpret_cast<const uint4*>(&src.x[x_row][kl]);
-            if (!(kl < lim && has_token)) xv = make_uint4(0, 0, 0, 0);
-            if constexpr (kFold) {  // x (1 + g), rounded once
+            if (!ok) qa = qb = make_uint2(0, 0);
+            if (!(ok && has_token)) xv = make_uint4(0, 0, 0, 0);
+            if constexpr (kFold) {  // x (1 + g), rounded once to bf16
               const uint4& f = gv[b * kStepsPerBlock + s];
               xv.x = bf16x2_fma(xv.x, f.x, xv.x), xv.y = bf16x2_fma(xv.y, f.y, xv.y);
               xv.z = bf16x2_fma(xv.z, f.z, xv.z), xv.w = bf16x2_fma(xv.w, f.w, xv.w);
             }
-            // The tokens paired as the codes: (x0, x2), (x1, x3), (x4, x6), (x5, x7).
-            mma_bf16(d[s & 1], a02, b02, a13, b13, prmt(xv.x, xv.y, 0x5410),
-                     prmt(xv.x, xv.y, 0x7632));
-            mma_bf16(d[s & 1], a46, b46, a57, b57, prmt(xv.z, xv.w, 0x5410),
-                     prmt(xv.z, xv.w, 0x7632));
+            const uint32_t x01 = bf16x2_to_f16x2(bf16x2_mul(xv.x, kTokenScale));
+            const uint32_t x23 = bf16x2_to_f16x2(bf16x2_mul(xv.y, kTokenScale));
+            const uint32_t x45 = bf16x2_to_f16x2(bf16x2_mul(xv.z, kTokenScale));
+            const uint32_t x67 = bf16x2_to_f16x2(bf16x2_mul(xv.w, kTokenScale));
+            // Lane (g, t): k 0..7 of its step in order, a0 = row g (k0, k1), a1 = row g + 8,
+            // a2 = row g (k2, k3), ...: the bf16 kernel's permutation, the same for the tokens.
+            mma_f16(d[s & 1], widen2(qa.x), widen2(qb.x), widen2(qa.x >> 16), widen2(qb.x >> 16),
+                    x01, x23);
+            mma_f16(d[s & 1], widen2(qa.y), widen2(qb.y), widen2(qa.y >> 16), widen2(qb.y >> 16),
+                    x45, x67);
           }
-          const float sa = src.scale[ga][kb / kBlockK], sb = src.scale[gb][kb / kBlockK];
+          const float sa = src.scale[ga][kb / kBlockK] * kTokenUnscale;
+          const float sb = src.scale[gb][kb / kBlockK] * kTokenUnscale;
           c[0][0] = fmaf(d[0][0] + d[1][0], sa, c[0][0]);
           c[0][1] = fmaf(d[0][1] + d[1][1], sa, c[0][1]);
           c[0][2] = fmaf(d[0][2] + d[1][2], sb, c[0][2]);
