@@ -328,7 +328,12 @@ std::vector<RequestOutput> BatchEngine::step() {
     if (!asks.empty()) {
       if (prev_k_ == 0) {
         const double c0 = now_seconds();
-        drafter_->catch_up(ids, /*keep_rows=*/1);  // the last step's rows: this step's own pass
+        // The last step's rows are this step's own pass; the older ones within the catch-up
+        // budget (BatchEngineOptions::catch_up_rows).
+        const int64_t per_seq = std::max<int64_t>(
+            opt_.catch_up_min_rows, opt_.catch_up_rows / static_cast<int64_t>(ids.size()));
+        drafter_->catch_up(ids, /*keep_rows=*/1, per_seq);
+        ++counters_.catch_ups;
         catch_up_seconds = now_seconds() - c0;
       }
       const double d0 = now_seconds();

@@ -57,8 +57,11 @@ class Drafter {
   virtual void after_target_step(std::span<const TargetRows> rows) = 0;
   // Runs deferred work (the MTP first pass) for these sequences now, except for the last
   // keep_rows rows of each, so that a drafting step's cost is what a step of a run of drafting
-  // steps costs (speculation control).
-  virtual void catch_up(std::span<const SeqId> /*seqs*/, int64_t /*keep_rows*/) {}
+  // steps costs (speculation control). At most max_rows rows of each sequence run, the most recent
+  // ones; older deferred rows are dropped, which may make later drafts worse (never what a
+  // sequence emits: drafts only decide what verification accepts).
+  virtual void catch_up(std::span<const SeqId> /*seqs*/, int64_t /*keep_rows*/,
+                        int64_t /*max_rows*/) {}
   // Up to ask.k drafts for each ask (the same order).
   virtual std::vector<std::vector<int32_t>> propose(std::span<const DraftAsk> asks) = 0;
 };

@@ -192,7 +192,7 @@ void MtpDrafter::first_pass(std::vector<PassSeq>& seqs) {
   }
 }
 
-void MtpDrafter::catch_up(std::span<const SeqId> ids, int64_t keep_rows) {
+void MtpDrafter::catch_up(std::span<const SeqId> ids, int64_t keep_rows, int64_t max_rows) {
   std::vector<PassSeq> pass;
   std::vector<std::pair<PerSeq*, int64_t>> kept;
   for (SeqId id : ids) {
@@ -200,13 +200,18 @@ void MtpDrafter::catch_up(std::span<const SeqId> ids, int64_t keep_rows) {
     const int64_t queued = static_cast<int64_t>(ps.next_tokens.size());
     const int64_t n = queued - std::clamp<int64_t>(keep_rows, 0, queued);
     if (n <= 0) continue;
-    PassSeq p{&ps, {}, {}, {ps.next_tokens.begin(), ps.next_tokens.begin() + n}, ps.queued_start};
-    for (int64_t j = 0; j < n; ++j) p.queue_rows.push_back(ps.queue * kQueueRows + j);
-    pass.push_back(std::move(p));
+    const int64_t drop = std::max<int64_t>(0, n - max_rows);  // the oldest rows: no pass
+    PassSeq p{&ps,
+              {},
+              {},
+              {ps.next_tokens.begin() + drop, ps.next_tokens.begin() + n},
+              ps.queued_start + drop};
+    for (int64_t j = drop; j < n; ++j) p.queue_rows.push_back(ps.queue * kQueueRows + j);
+    if (drop < n) pass.push_back(std::move(p));
     kept.emplace_back(&ps, n);
   }
-  if (pass.empty()) return;
-  first_pass(pass);
+  if (kept.empty()) return;
+  if (!pass.empty()) first_pass(pass);
   // The kept rows move to the front of their queues, through hidden_out_ (they may overlap).
   std::vector<int32_t> src, mid, dst;
   for (auto& [ps, n] : kept) {

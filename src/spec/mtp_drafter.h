@@ -35,7 +35,9 @@ class MtpDrafter : public Drafter {
   void begin_sequence(SeqId seq) override;
   void end_sequence(SeqId seq) override;
   void after_target_step(std::span<const TargetRows> rows) override;
-  void catch_up(std::span<const SeqId> seqs, int64_t keep_rows) override;
+  // Dropped rows leave the MTP layer's KV at their positions as its blocks held it (zeros, or an
+  // earlier sequence's finite entries): the drafts attend to them, verification still decides.
+  void catch_up(std::span<const SeqId> seqs, int64_t keep_rows, int64_t max_rows) override;
   std::vector<std::vector<int32_t>> propose(std::span<const DraftAsk> asks) override;
 
  private:

@@ -49,6 +49,27 @@ TEST(BatchExactness, SixtyFourGreedyRequestsEqualTheirSoloRuns) {
   }
 }
 
+// Catch-ups that drop every deferred MTP row but the last step's (catch_up_rows 0): the drafts
+// then attend to MTP KV entries never written for those positions, which may make them worse but
+// must not change any output.
+TEST(BatchExactness, CatchUpsThatDropDeferredRowsChangeNoOutput) {
+  auto model = testing::load_fixture(testing::kTrainedModel, 256);
+  const std::vector<Arrival> arrivals = random_arrivals(*model, 32, 21, false);
+  const auto reference = solo(*model, arrivals);
+  BatchEngineOptions opt = batch_options(3, ControlMode::kAdaptive);
+  opt.catch_up_rows = 0;
+  opt.catch_up_min_rows = 0;
+  BatchEngine engine(*model, mtp_or_none(*model, 3), opt);
+  const BatchRun r = run_batch(engine, arrivals);
+  std::printf("[batch exactness] dropping catch-ups: %lld catch-ups, %lld drafts, %lld accepted\n",
+              static_cast<long long>(r.counters.catch_ups),
+              static_cast<long long>(r.counters.draft_tokens),
+              static_cast<long long>(r.counters.accepted_tokens));
+  // Control measures k = 0 before k = 1, so its first drafting step follows k = 0 steps.
+  EXPECT_GT(r.counters.catch_ups, 0);
+  EXPECT_EQ(mismatches(r.tokens, reference, "dropping catch-ups"), 0);
+}
+
 // The committed state of a sequence after each commit, by n_past.
 using States = std::map<int64_t, std::vector<float>>;
 std::vector<float> flat(const Qwen35Model& m, StatePool& pool, const SequenceCache& seq) {
