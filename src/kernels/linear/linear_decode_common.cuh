@@ -236,6 +236,30 @@ __device__ __forceinline__ void cluster_wait(int splits) {
   if (splits > 1) cg::this_cluster().barrier_wait();
 }
 
+// The producer warp's schedule in the kernels that stream a cluster's tiles c, c + clusters, ...
+// (persistent, FP8): the first tile's first kSlots chunks of weights go out before the previous
+// kernel has finished (programmatic dependent launch), their tokens, its output, only after; then
+// slot after slot, each once the consumers have freed it. issue_w(tile, chunk, slot) copies a
+// chunk's weights (and expects its tokens' bytes too), issue_x(chunk, slot) its tokens.
+template <uint32_t kSlots, class S, class IssueW, class IssueX>
+__device__ __forceinline__ void produce_tiles(const Params& p, S& sm, int64_t first, int64_t count,
+                                              IssueW&& issue_w, IssueX&& issue_x) {
+  const int64_t pre = first < p.tiles ? min(count, static_cast<int64_t>(kSlots)) : 0;
+  for (int64_t i = 0; i < pre; ++i) issue_w(first, i, static_cast<uint32_t>(i));
+  cluster_wait(p.splits);
+  cuda::pdl_begin();
+  for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
+  uint32_t it = static_cast<uint32_t>(pre);
+  for (int64_t tile = first; tile < p.tiles; tile += p.clusters) {
+    for (int64_t i = tile == first ? pre : 0; i < count; ++i, ++it) {
+      const uint32_t slot = it % kSlots, round = it / kSlots;
+      if (round > 0) cuda::mbar_wait(&sm.empty[slot], (round - 1) & 1);
+      issue_w(tile, i, slot);
+      issue_x(i, slot);
+    }
+  }
+}
+
 // The rms warp: with input_rms, in a block that stores, each token's sum of squares into
 // sm.sumsq, then the arrival warp 0 waits for before its first store.
 template <int kLoads, class S>

@@ -182,21 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
                         2 * k_of(i), &sm.full[slot]);
       }
     };
-    const int64_t first = cluster_id;
-    const int64_t pre = first < p.tiles ? min(count, static_cast<int64_t>(kSlots)) : 0;
-    for (int64_t i = 0; i < pre; ++i) issue_w(first, i, static_cast<uint32_t>(i));
-    cluster_wait(splits);
-    cuda::pdl_begin();
-    for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
-    uint32_t it = static_cast<uint32_t>(pre);
-    for (int64_t tile = first; tile < p.tiles; tile += p.clusters) {
-      for (int64_t i = tile == first ? pre : 0; i < count; ++i, ++it) {
-        const uint32_t slot = it % kSlots, round = it / kSlots;
-        if (round > 0) mbar_wait(&sm.empty[slot], (round - 1) & 1);
-        issue_w(tile, i, slot);
-        issue_x(i, slot);
-      }
-    }
+    produce_tiles<kSlots>(p, sm, cluster_id, count, issue_w, issue_x);
   } else {
     cluster_wait(splits);
     cuda::pdl_begin();
