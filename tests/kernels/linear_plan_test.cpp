@@ -1,8 +1,9 @@
 // The persistent decode linear's work split (src/kernels/linear/linear_plan.h), checked on the
 // CPU over many shapes and GPUs: every k is covered exactly once by non-empty ranges the kernel
-// can copy (multiples of 8 k), the clusters fit and have work, and on the Qwen3.5-27B shapes the
-// busiest SM streams close to its fair share; and the kernel's chunk loops (a model of them) run
-// production's k-steps in production's order whatever the chunk size (linear_masked_end).
+// can copy (multiples of 8 k; of 128 for FP8 weights), the clusters fit and have work, and on the
+// Qwen3.5-27B shapes the busiest SM streams close to its fair share; and the kernel's chunk loops
+// (a model of them) run production's k-steps in production's order whatever the chunk size
+// (linear_masked_end).
 #include "kernels/linear/linear_plan.h"
 
 #include <gtest/gtest.h>
@@ -59,6 +60,39 @@ TEST(LinearPlan, RangesCoverEveryKOnceAndClustersFit) {
     }
   }
   EXPECT_EQ(checked, 4 * 2 * 11 * 11);
+}
+
+// FP8 weights (linear_fp8_cuda.cu): 2048-k chunks and ranges aligned to the 128-k scale blocks,
+// so that no rank's range starts inside a block; the same coverage rules as above.
+TEST(LinearPlan, Fp8RangesAreWholeScaleBlocks) {
+  const std::vector<int64_t> tile_counts = {1, 7, 320, 1030, 2176, 15520};
+  const std::vector<int64_t> ins = {16, 64, 336, 1024, 4096, 5120, 6144, 17408, 40000};
+  int checked = 0;
+  for (const Gpu& gpu : kGpus) {
+    for (const int64_t tiles : tile_counts) {
+      for (const int64_t in : ins) {
+        const LinearPlan p = plan_linear(tiles, in, 2048, gpu.resident, gpu.sms, 128);
+        const std::string what =
+            std::string(gpu.name) + " tiles=" + std::to_string(tiles) + " in=" + std::to_string(in);
+        EXPECT_EQ(p.range_k % 128, 0) << what;
+        EXPECT_GE(p.splits * p.range_k, in) << what;
+        EXPECT_LT((p.splits - 1) * p.range_k, in) << what;
+        if (p.splits > 1) {
+          EXPECT_GE(2 * p.range_k, 2048) << what;
+        }
+        EXPECT_GE(p.clusters, 1) << what;
+        EXPECT_LE(p.clusters, tiles) << what;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 6 * 9);
+  // The default alignment is the bf16 kernels' 8: their plans did not move.
+  const LinearPlan a = plan_linear(1030, 5120, 1024, kGpus[0].resident, 132);
+  const LinearPlan b = plan_linear(1030, 5120, 1024, kGpus[0].resident, 132, 8);
+  EXPECT_EQ(a.splits, b.splits);
+  EXPECT_EQ(a.range_k, b.range_k);
+  EXPECT_EQ(a.clusters, b.clusters);
 }
 
 // The busiest block's share of the weight stream against a perfect split over the SMs, for the
