@@ -4,6 +4,8 @@
 # fills cmake_args for a CUDA release build, adding the .devdeps CMake configs of whatever the
 # image lacks; then build_cuda and engine_tests, the scripts' common first steps. Run from the
 # repository root.
+# .devdeps/usr travels packed (usr.tar.xz, from pack_deps.sh), to keep the call within 64 MiB.
+[[ -f .devdeps/usr.tar.xz && ! -d .devdeps/usr ]] && tar -xJf .devdeps/usr.tar.xz -C .devdeps
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 t0=$(date +%s)

@@ -38,6 +38,7 @@ cmake_args=(-G Ninja -DTANDEM_CUDA=ON)
 if (( ${#missing[@]} )); then
   # Only what is missing comes from .devdeps, so no header exists twice.
   D=$PWD/.devdeps/usr A=x86_64-linux-gnu
+  [[ -f .devdeps/usr.tar.xz && ! -d $D ]] && tar -xJf .devdeps/usr.tar.xz -C .devdeps  # pack_deps.sh
   if [[ ! -d $D ]]; then echo "missing ${missing[*]} and no .devdeps (run pack_deps.sh, carry .devdeps)"; exit 1; fi
   mkdir -p /tmp/devdeps-pc
   for pc in "$D/lib/$A/pkgconfig/"*.pc; do sed "s|^prefix=.*|prefix=$D|" "$pc" > "/tmp/devdeps-pc/$(basename "$pc")"; done

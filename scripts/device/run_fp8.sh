@@ -10,8 +10,6 @@
 #   5. FP8 engine tests (ENGINE_FILTER, default *Fp8*) and tandem bench on the 27B FP8 and bf16
 #      shapes at BATCHES (BENCH_LIMIT 0 skips).
 set -uo pipefail
-# .devdeps/usr may travel packed (usr.tar.xz), to fit the call's 64 MiB.
-[[ -f .devdeps/usr.tar.xz && ! -d .devdeps/usr ]] && tar -xJf .devdeps/usr.tar.xz -C .devdeps
 source scripts/device/devdeps_env.sh
 if [[ -n ${HEAD_ONLY:-} ]]; then  # the committed versions of the files modified in the tree
   rm -rf /tmp/tandem-head && mkdir -p /tmp/tandem-head
