@@ -84,6 +84,19 @@ void fp8_dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows
 // elements, once at load, so that no step allocates. No-op on the CPU.
 void linear_reserve_fp8_scratch(int64_t numel, Device device);
 
+// The block scales an f8_e4m3 weight needs, on every device: weight_scale_inv f32 [ceil(out /
+// scale_block_rows), ceil(in / kFp8BlockCols)], contiguous.
+inline void linear_expect_fp8_scales(const LinearArgs& a, const char* op) {
+  const int64_t out_f = a.weight.dim(0), in = a.weight.dim(1), r = a.scale_block_rows;
+  const Shape shape{r > 0 ? (out_f + r - 1) / r : 0, (in + kFp8BlockCols - 1) / kFp8BlockCols};
+  TANDEM_CHECK(
+      r > 0 && a.weight_scale_inv.raw() != nullptr && a.weight_scale_inv.dtype() == DType::kF32 &&
+          a.weight_scale_inv.is_contiguous() && a.weight_scale_inv.shape() == shape,
+      "{}: FP8 weight {} needs weight_scale_inv f32 [ceil(out / {}), ceil(in / {})] = "
+      "[{}, {}], got {}",
+      op, a.weight.describe(), r, kFp8BlockCols, shape[0], shape[1], a.weight_scale_inv.describe());
+}
+
 // Up to this many rows, a call with decode_rows = -1 takes the decode family.
 constexpr int64_t kLinearDecodeMaxTokens = 16;
 

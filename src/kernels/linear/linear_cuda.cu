@@ -314,18 +314,13 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   cuda::expect_last_contiguous(a.out, "linear", "out");
   const int64_t n = a.x.dim(0), in = a.x.dim(1), out_f = a.weight.dim(0);
   const int64_t r = a.scale_block_rows;
-  const Shape scale_shape{r > 0 ? (out_f + r - 1) / r : 0,
-                          (in + kFp8BlockCols - 1) / kFp8BlockCols};
   TANDEM_CHECK(a.weight.is_contiguous() && a.weight.dim(1) == in,
                "linear_cuda: FP8 weight {} must be contiguous [out, in={}]", a.weight.describe(),
                in);
-  TANDEM_CHECK(
-      r > 0 && r <= kFp8BlockCols && (r & (r - 1)) == 0 && a.weight_scale_inv.raw() != nullptr &&
-          a.weight_scale_inv.dtype() == DType::kF32 && a.weight_scale_inv.is_contiguous() &&
-          a.weight_scale_inv.shape() == scale_shape,
-      "linear_cuda: FP8 weight {} needs weight_scale_inv f32 [{}, {}] in blocks of {} "
-      "rows (a power of two up to 128), got {}",
-      a.weight.describe(), scale_shape[0], scale_shape[1], r, a.weight_scale_inv.describe());
+  linear_expect_fp8_scales(a, "linear_cuda");
+  TANDEM_CHECK(r <= kFp8BlockCols && (r & (r - 1)) == 0,
+               "linear_cuda: FP8 weight {} has scale blocks of {} rows (a power of two up to {})",
+               a.weight.describe(), r, kFp8BlockCols);
   cuda::expect_cuda(a.weight_scale_inv, "linear", "weight_scale_inv");
   TANDEM_CHECK(in % 16 == 0 && a.x.stride(0) % 8 == 0 && cuda::aligned16(a.x.raw()) &&
                    cuda::aligned16(a.weight.raw()),
@@ -367,19 +362,19 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
     linear_family(b, false, ctx);
   }
   const bool f32_out = a.out.dtype() == DType::kF32;
+  if (decode_rows > 0 && a.epilogue != LinearEpilogue::kNone) {
+    cuda::expect_cuda_dtype(a.out, DType::kBF16, "linear", "out (epilogue)");
+  }
+  s.epilogue = a.epilogue;
+  s.input_rms = a.input_rms;
+  s.input_rms_eps = a.input_rms_eps;
   for (int64_t g0 = 0; g0 < decode_rows; g0 += kFp8DecodeMaxTokens) {
     const LinearArgs b = rows_of(a, g0, std::min(decode_rows, g0 + kFp8DecodeMaxTokens));
-    if (a.epilogue != LinearEpilogue::kNone) {
-      cuda::expect_cuda_dtype(a.out, DType::kBF16, "linear", "out (epilogue)");
-    }
     s.n = b.x.dim(0);
     s.x = b.x.raw();
     s.x_stride = b.x.stride(0);
     s.out = b.out.raw();
     s.out_stride = b.out.stride(0);
-    s.epilogue = a.epilogue;
-    s.input_rms = a.input_rms;
-    s.input_rms_eps = a.input_rms_eps;
     linear_fp8_decode(s, f32_out, stream);
   }
 }

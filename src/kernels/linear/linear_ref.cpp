@@ -314,18 +314,7 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
                "linear: weight_fold {} is for FP8 weights on CUDA (the CPU loader does not fold "
                "norms)",
                a.weight_fold.describe());
-  if (fp8) {
-    const int64_t r = a.scale_block_rows;
-    const Shape scale_shape{r > 0 ? (out_f + r - 1) / r : 0,
-                            (in + kFp8BlockCols - 1) / kFp8BlockCols};
-    TANDEM_CHECK(
-        r > 0 && a.weight_scale_inv.raw() != nullptr && a.weight_scale_inv.dtype() == DType::kF32 &&
-            a.weight_scale_inv.is_contiguous() && a.weight_scale_inv.shape() == scale_shape,
-        "linear: FP8 weight {} needs weight_scale_inv f32 [ceil(out / {}), ceil(in / "
-        "{})] = [{}, {}], got {}",
-        a.weight.describe(), r, kFp8BlockCols, scale_shape[0], scale_shape[1],
-        a.weight_scale_inv.describe());
-  }
+  if (fp8) linear_expect_fp8_scales(a, "linear");
   if (swiglu) {
     TANDEM_CHECK(a.out.dim(0) == n_tokens && a.out.dim(1) == out_f / 2,
                  "linear (swiglu epilogue): out {} must be [n_tokens={}, {}]", a.out.describe(),
