@@ -10,7 +10,6 @@
 #include <cmath>
 
 #include "core/cuda_graph.h"
-#include "kernels/linear/linear.h"  // linear_reserve_fp8_scratch
 #include "model/fp8.h"
 
 namespace tandem {
@@ -142,7 +141,6 @@ Qwen35Weights synthetic_qwen35_weights(const ModelConfig& c, Device device, uint
     mtp.layer = layer(m, c, LayerType::kFullAttention, folds);
     w.mtp = std::move(mtp);
   }
-  if (m.fp8()) kernels::linear_reserve_fp8_scratch(max_fp8_numel(w), device);
   device_synchronize(device);
   return w;
 }

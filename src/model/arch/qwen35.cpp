@@ -185,6 +185,9 @@ Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecConte
     ctx_.cuda_stream = cuda_stream_create();  // a real stream, so steps can be graph-captured
     owns_stream_ = true;
   }
+  // The prefill path of FP8 matrices on CUDA dequantises each into one buffer, sized here for
+  // loaded and synthetic weights alike, so that no step allocates.
+  if (const int64_t n = max_fp8_numel(w_); n > 0) k::linear_reserve_fp8_scratch(n, ctx_.device);
 }
 
 Qwen35Model::~Qwen35Model() {

@@ -349,8 +349,6 @@ Qwen35Weights load_qwen35_weights(const Checkpoint& ck, const ModelConfig& c, De
     m.layer = load_layer(load, c, "mtp.layers.0.", LayerType::kFullAttention);
     w.mtp = std::move(m);
   }
-  // The prefill path of FP8 matrices on CUDA dequantises each into one buffer, sized here.
-  if (const int64_t n = max_fp8_numel(w); n > 0) kernels::linear_reserve_fp8_scratch(n, device);
   return w;
 }
 
