@@ -247,14 +247,9 @@ class Loader {
     w.weight = w.weight.to(device_);
     w.scale_inv = w.scale_inv.to(device_);
     if (folds_norms() && !norm.empty()) {
-      Tensor g = ck_.get(norm, {w.weight.dim(1)});
-      if (g.dtype() != DType::kBF16) {  // bf16 in released checkpoints; else rounded once
-        const Tensor f = g.to_f32();
-        g = Tensor::zeros(f.shape(), DType::kBF16);
-        for (int64_t i = 0; i < f.numel(); ++i)
-          g.data<bf16>()[i] = f32_to_bf16(f.data<const float>()[i]);
-      }
-      w.fold = g.to(device_);
+      const Tensor g = ck_.get(norm, {w.weight.dim(1)});
+      // bf16 in released checkpoints; else rounded once
+      w.fold = (g.dtype() == DType::kBF16 ? g : bf16_copy(g)).to(device_);
     }
     return w;
   }
@@ -265,17 +260,20 @@ class Loader {
     // dt_bias) keep their dtype.
     TANDEM_CHECK(host.dtype() != DType::kF8E4M3, "on_device: {} is FP8 (fp8_on_device)",
                  host.describe());
-    if (host.ndim() >= 2 && host.dtype() != DType::kBF16) {
-      const Tensor f = host.dtype() == DType::kF32 ? host : host.to_f32();
-      Tensor b = Tensor::zeros(f.shape(), DType::kBF16);
-      const float* src = f.data<const float>();
-      bf16* dst = b.data<bf16>();
-      const int64_t n = f.numel();
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-      host = b;
-    }
+    if (host.ndim() >= 2 && host.dtype() != DType::kBF16) host = bf16_copy(host);
     return host.to(device_);
+  }
+
+  // A host float tensor rounded once to bf16 (in parallel: matrices of up to ~1 G elements).
+  static Tensor bf16_copy(const Tensor& host) {
+    const Tensor f = host.dtype() == DType::kF32 ? host : host.to_f32();
+    Tensor b = Tensor::zeros(f.shape(), DType::kBF16);
+    const float* src = f.data<const float>();
+    bf16* dst = b.data<bf16>();
+    const int64_t n = f.numel();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+    return b;
   }
 
   const Checkpoint& ck_;
