@@ -71,16 +71,7 @@ struct BatchSlot {
 };
 
 template <class C>
-struct BatchSmem {
-  BatchSlot<C> ring[C::kStages];  // first: 128-byte aligned boxes
-  uint64_t full[C::kStages];
-  uint64_t empty[C::kStages];
-  uint64_t ready[C::kSumBufs];
-  uint64_t freed[C::kSumBufs];
-  TileSums<C::kNTiles> part[C::kSumBufs][kConsumerWarps - 1];
-  TileSums<C::kNTiles> inbox[C::kSumBufs][kMaxSplits - 1];
-  float sumsq[8 * C::kNTiles];
-};
+using BatchSmem = RingSmem<BatchSlot<C>, C::kStages, C::kSumBufs, C::kNTiles>;
 
 struct BatchParams {
   Params p;             // tiles: 16-row tiles; clusters: clusters launched

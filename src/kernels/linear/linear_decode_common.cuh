@@ -56,6 +56,21 @@ struct Params {
   const __nv_bfloat16* fold;
 };
 
+// A decode kernel's shared memory: its ring of slots (SlotT: the kernel's own chunk layout), the
+// ring's barriers and the sums of the end of a tile (init_barriers and finish_tile use these
+// names). Tile u uses sum buffer u % kSumBufs (its round: u / kSumBufs, the parity of its phases).
+template <class SlotT, int kStages, int kSumBufs, int kNTiles>
+struct RingSmem {
+  SlotT ring[kStages];       // first: 128-byte aligned (tensor-map boxes)
+  uint64_t full[kStages];    // chunk landed (copied bytes, and any other arrivals)
+  uint64_t empty[kStages];   // every consumer warp is done with the slot
+  uint64_t ready[kSumBufs];  // rank 0: the other ranks' sums of a tile are in
+  uint64_t freed[kSumBufs];  // rank > 0: rank 0 has read this rank's inbox slot
+  TileSums<kNTiles> part[kSumBufs][kConsumerWarps - 1];  // warps 1..7's sums (warp 0 keeps its own)
+  TileSums<kNTiles> inbox[kSumBufs][kMaxSplits - 1];     // rank 0: ranks 1..7's range sums
+  float sumsq[8 * kNTiles];  // rank 0, input_rms: each token's sum of squares
+};
+
 // A launch's parameters: the call's shape, its 16-row tiles, the plan's k split and `clusters`
 // clusters launched. Host code.
 inline Params decode_params(const LinearShape& s, const LinearPlan& plan, int64_t clusters) {

@@ -83,16 +83,7 @@ struct Slot {
 };
 
 template <class C>
-struct Smem {
-  Slot<C> ring[C::kStages];
-  uint64_t full[C::kStages];
-  uint64_t empty[C::kStages];
-  uint64_t ready[C::kSumBufs];
-  uint64_t freed[C::kSumBufs];
-  TileSums<1> part[C::kSumBufs][kConsumerWarps - 1];
-  TileSums<1> inbox[C::kSumBufs][kMaxSplits - 1];
-  float sumsq[8];
-};
+using Smem = RingSmem<Slot<C>, C::kStages, C::kSumBufs, 1>;
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;

@@ -80,19 +80,8 @@ struct Slot {
   __nv_bfloat16 x[C::kXRows][C::kRowPitch];
 };
 
-// Tile u uses sum buffer u % kSumBufs (its round: u / kSumBufs, the parity of its phases).
 template <class C>
-struct Smem {
-  static constexpr int kBufs = C::kSumBufs;
-  Slot<C> ring[C::kStages];
-  uint64_t full[C::kStages];   // chunk landed (bulk-copy bytes)
-  uint64_t empty[C::kStages];  // every consumer warp is done with the slot
-  uint64_t ready[kBufs];       // rank 0: the other ranks' sums of a tile are in
-  uint64_t freed[kBufs];       // rank > 0: rank 0 has read this rank's inbox slot
-  TileSums<C::kNTiles> part[kBufs][kConsumerWarps - 1];  // warps 1..7's sums (warp 0 keeps its own)
-  TileSums<C::kNTiles> inbox[kBufs][kMaxSplits - 1];     // rank 0: ranks 1..7's range sums
-  float sumsq[8 * C::kNTiles];  // rank 0, input_rms: each token's sum of squares
-};
+using Smem = RingSmem<Slot<C>, C::kStages, C::kSumBufs, C::kNTiles>;
 
 template <class C, class Store>
 __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Params p) {
