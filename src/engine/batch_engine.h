@@ -45,7 +45,7 @@ struct BatchEngineOptions {
   // least catch_up_min_rows (older deferred rows are dropped: Drafter::catch_up). A probe of
   // drafting at a large batch, where it seldom pays, must not cost a pass over every prompt and
   // generated row so far (on this CPU: 0.16-0.20 s of a 2.6 s run of 64 requests, before); small
-  // batches keep their whole context (up to 64 queued rows per sequence below 4 sequences).
+  // batches keep their whole context (a queue's 64 rows fit the budget up to 4 sequences).
   int64_t catch_up_rows = 256;
   int64_t catch_up_min_rows = 4;
 };
