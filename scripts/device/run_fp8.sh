@@ -5,7 +5,7 @@
 # .devdeps/overlay copied over it (scripts/device/make_overlay.sh).
 #   1. build cuda_tests, tandem and kernel_bench;
 #   2. the FP8 linear tests (Fp8Linear.*), then the bf16 linear tests (LINEAR_FILTER);
-#   3. compute-sanitizer memcheck of the FP8 tests (MEMCHECK_FILTER);
+#   3. compute-sanitizer memcheck of the FP8 tests (MEMCHECK_FILTER), synccheck (SYNCCHECK_LIMIT);
 #   4. kernel_bench linear_fp8: TB/s at 1..8 decode rows against the bf16 kernel;
 #   5. FP8 engine tests (ENGINE_FILTER, default *Fp8*) and tandem bench on the 27B FP8 and bf16
 #      shapes at BATCHES (BENCH_LIMIT 0 skips).
@@ -38,6 +38,13 @@ if [[ ${MEMCHECK_LIMIT:-90} -gt 0 ]]; then
     $B/tests/cuda_tests --gtest_filter="${MEMCHECK_FILTER:-Fp8Linear.EveryCode*:Fp8Linear.Prefill*}" \
     > "$OUT/memcheck.log" 2>&1
   summary "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) ($(stamp))"
+fi
+
+if [[ ${SYNCCHECK_LIMIT:-0} -gt 0 ]]; then  # the named barriers and mbarriers of the kernel
+  timeout "$SYNCCHECK_LIMIT" compute-sanitizer --tool synccheck --error-exitcode 3 \
+    $B/tests/cuda_tests --gtest_filter="${SYNCCHECK_FILTER:-Fp8Linear.Decode*}" \
+    > "$OUT/synccheck.log" 2>&1
+  summary "synccheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/synccheck.log" | tail -1) ($(stamp))"
 fi
 
 if [[ ${KBENCH_LIMIT:-120} -gt 0 ]]; then

@@ -75,14 +75,21 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
-// Copies 4 bytes from global to shared memory (cp.async, no alignment beyond 4 bytes), then has
-// `bar` count one arrival once this thread's earlier cp.async copies have landed (the barrier's
-// count must include it: .noinc).
-__device__ __forceinline__ void copy4_arrive(void* dst, const void* src, uint64_t* bar) {
+// Copies 4 bytes from global to shared memory (cp.async, no alignment beyond 4 bytes).
+__device__ __forceinline__ void copy4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src)
                : "memory");
+}
+// Has `bar` count one arrival once this thread's earlier cp.async copies have landed (the
+// barrier's count must include it: .noinc).
+__device__ __forceinline__ void copies_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
                : "memory");
+}
+// copy4, then copies_arrive.
+__device__ __forceinline__ void copy4_arrive(void* dst, const void* src, uint64_t* bar) {
+  copy4(dst, src);
+  copies_arrive(bar);
 }
 
 // Named barrier `id` (id 0 is __syncthreads) completing when `threads` threads (whole warps)

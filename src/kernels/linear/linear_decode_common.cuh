@@ -29,6 +29,12 @@ constexpr int kThreads = (kConsumerWarps + 2) * 32;  // + the producer and the r
 constexpr uint32_t kSumBarrier = 1;                  // consumer warps: part[] is written (256)
 constexpr uint32_t kRmsBarrier = 2;                  // rms warp -> warp 0 (64 threads)
 constexpr uint32_t kPartBarrier = 3;  // one sum buffer: warp 0 has read part[] (256 threads)
+// The finisher form (finisher_warp, two sum buffers): the rms warp ends every tile, the 8 consumer
+// warps only post their sums. Buffer b's barriers: posted (the 8 parts are in) and read (the
+// finisher is done with them), each of the consumers and the finisher (288 threads).
+constexpr uint32_t kPostedBarrier0 = 4;  // + b
+constexpr uint32_t kReadBarrier0 = 6;    // + b
+constexpr uint32_t kFinisherThreads = (kConsumerWarps + 1) * 32;
 constexpr int kRows = 16;
 constexpr int kMaxSplits = 8;  // portable cluster size
 
@@ -59,15 +65,17 @@ struct Params {
 // A decode kernel's shared memory: its ring of slots (SlotT: the kernel's own chunk layout), the
 // ring's barriers and the sums of the end of a tile (init_barriers and finish_tile use these
 // names). Tile u uses sum buffer u % kSumBufs (its round: u / kSumBufs, the parity of its phases).
-template <class SlotT, int kStages, int kSumBufs, int kNTiles>
+// kParts: the warp sums a tile's end reads from shared memory, 7 (warp 0 keeps its own) or 8 (the
+// finisher form).
+template <class SlotT, int kStages, int kSumBufs, int kNTiles, int kParts = kConsumerWarps - 1>
 struct RingSmem {
-  SlotT ring[kStages];       // first: 128-byte aligned (tensor-map boxes)
-  uint64_t full[kStages];    // chunk landed (copied bytes, and any other arrivals)
-  uint64_t empty[kStages];   // every consumer warp is done with the slot
-  uint64_t ready[kSumBufs];  // rank 0: the other ranks' sums of a tile are in
-  uint64_t freed[kSumBufs];  // rank > 0: rank 0 has read this rank's inbox slot
-  TileSums<kNTiles> part[kSumBufs][kConsumerWarps - 1];  // warps 1..7's sums (warp 0 keeps its own)
-  TileSums<kNTiles> inbox[kSumBufs][kMaxSplits - 1];     // rank 0: ranks 1..7's range sums
+  SlotT ring[kStages];                       // first: 128-byte aligned (tensor-map boxes)
+  uint64_t full[kStages];                    // chunk landed (copied bytes, and any other arrivals)
+  uint64_t empty[kStages];                   // every consumer warp is done with the slot
+  uint64_t ready[kSumBufs];                  // rank 0: the other ranks' sums of a tile are in
+  uint64_t freed[kSumBufs];                  // rank > 0: rank 0 has read this rank's inbox slot
+  TileSums<kNTiles> part[kSumBufs][kParts];  // warps 1..7's sums, or 0..7's (finisher form)
+  TileSums<kNTiles> inbox[kSumBufs][kMaxSplits - 1];  // rank 0: ranks 1..7's range sums
   float sumsq[8 * kNTiles];  // rank 0, input_rms: each token's sum of squares
 };
 
@@ -385,6 +393,109 @@ __device__ __forceinline__ void finish_exit(S& sm, uint32_t use, int warp, int r
       cuda::mbar_wait_cluster(&sm.freed[u % kSumBufs], (u / kSumBufs) & 1);
     }
   }
+}
+
+// The finisher form of the end of a tile (two sum buffers; S::part holds 8 warps' sums): the
+// consumer warps post their class sums and go on streaming, and the rms warp (the finisher) adds
+// them, exchanges the ranks' sums and stores, in the same order and arithmetic as finish_tile, so
+// that the bits are finish_tile's. A tile's end then costs the consumers one barrier arrival, not
+// a wait for the slowest warp and warp 0's exchange and store (in the FP8 kernel, whose tiles
+// hold half the bytes of a bf16 tile, that wait was a quarter of the consumers' time).
+// Consumer side: before rewriting buffer b (tile use, from use 2 on) wait until the finisher has
+// read it, write this warp's sums, arrive.
+template <int kNTiles, class S>
+__device__ __forceinline__ void post_tile_sums(S& sm, const float (&c)[kNTiles][4], uint32_t use,
+                                               int warp, int lane) {
+  const uint32_t b = use % 2;
+  if (use >= 2) cuda::named_barrier(kReadBarrier0 + b, kFinisherThreads);
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) sm.part[b][warp].v[j][q][lane] = c[j][q];
+  }
+  cuda::named_barrier_arrive(kPostedBarrier0 + b, kFinisherThreads);
+}
+
+// Finisher side, the rms warp of every block, for the block's tiles in the consumers' order: with
+// input_rms in a storing block, each token's sum of squares first (rms_warp's sums) and the
+// inverse RMS per token; per tile, the old out values (Store::kReadsOut), then the warp tree,
+// the ranks' exchange in rank order, the scale and the store of finish_tile; at the end
+// finish_exit's wait of a rank > 0.
+template <int kNTiles, int kRmsLoads, class Store, class S>
+__device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, int rank,
+                                              int64_t cluster_id, bool stores) {
+  const int g = lane >> 2, t = lane & 3;
+  cluster_wait(p.splits);
+  float scale[kNTiles][2] = {};
+  if (stores) {
+    cuda::pdl_begin();  // x and out are the previous kernel's
+    if (p.input_rms) {
+      sum_squares<kRmsLoads>(p, lane, sm.sumsq);
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const float ss = sm.sumsq[min(j * 8 + 2 * t + q, p.n_tokens - 1)];
+          scale[j][q] = 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
+        }
+      }
+    }
+  }
+  uint32_t use = 0;
+  for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
+    const uint32_t b = use % 2, round = use / 2;
+    float c[kNTiles][4], prev[kNTiles][4] = {};
+    if constexpr (Store::kReadsOut) {
+      if (stores) Store::load_prev(p, tile, g, t, prev);  // lands during the wait
+    }
+    cuda::named_barrier(kPostedBarrier0 + b, kFinisherThreads);
+    const auto& w = sm.part[b];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        c[j][q] =
+            ((w[0].v[j][q][lane] + w[1].v[j][q][lane]) +
+             (w[2].v[j][q][lane] + w[3].v[j][q][lane])) +
+            ((w[4].v[j][q][lane] + w[5].v[j][q][lane]) + (w[6].v[j][q][lane] + w[7].v[j][q][lane]));
+      }
+    }
+    if (tile + 2 * p.clusters < p.tiles) {  // the consumers rewrite buffer b at use + 2
+      cuda::named_barrier_arrive(kReadBarrier0 + b, kFinisherThreads);
+    }
+    if (rank > 0) {
+      if (round > 0) cuda::mbar_wait_cluster(&sm.freed[b], (round - 1) & 1);
+      TileSums<kNTiles>* dst = cg::this_cluster().map_shared_rank(&sm.inbox[b][rank - 1], 0);
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) dst->v[j][q][lane] = c[j][q];
+      }
+      cuda::mbar_arrive_cluster(&sm.ready[b], 0);
+      continue;
+    }
+    if (p.splits > 1) {
+      cuda::mbar_wait_cluster(&sm.ready[b], round & 1);
+      for (int r = 1; r < p.splits; ++r) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) c[j][q] += sm.inbox[b][r - 1].v[j][q][lane];
+        }
+      }
+      for (int r = 1; r < p.splits; ++r) cuda::mbar_arrive_cluster(&sm.freed[b], r);
+    }
+    if (p.input_rms) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) c[j][q] *= scale[j][q & 1];
+      }
+    }
+    Store::store(p, tile, g, t, c, prev);
+  }
+  finish_exit<2>(sm, use, 0, rank);
 }
 
 // Initialises a block's ring and sum barriers (thread 0), then arrives at the cluster barrier

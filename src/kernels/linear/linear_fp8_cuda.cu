@@ -6,18 +6,21 @@
 // 1-byte weights: one launch streams every 16-row tile through a ring of shared-memory slots that
 // a producer warp fills with bulk copies (one 2 KB copy per weight row per 2048-k chunk, the bf16
 // kernel's copy size; one per token row), 8 consumer warps feed mma.sync m16n8k16 with the weights
-// as A and each token its own B column, and the end of a tile (the warp-class tree, the k-split
-// ranks' sums in rank order, input_rms, the store policies) is linear_decode_common.cuh's
-// finish_tile. What differs:
+// as A and each token its own B column. The end of a tile (the warp-class tree, the k-split
+// ranks' sums in rank order, input_rms, the store policies) is linear_decode_common.cuh's finisher
+// form: the consumers post their sums and stream on, the rms warp adds and stores them (ncu,
+// gate|up at 1 row: with finish_tile the consumers spent 24% of their samples at its barrier,
+// waiting for the slowest warp and warp 0's exchange and store). What differs from the bf16 kernel:
 //  - the product is f16 x f16 -> fp32 (mma.sync m16n8k16 f16): a lane widens its 8 codes of rows
 //    g and g + 8 with cvt e4m3x2 -> f16x2, exactly (every e4m3 value is an f16 value: one
 //    instruction per 2 codes, where a bf16 widening took 4.5), and its token's 8 bf16 values times
 //    2^-8 (exact) to f16 (exact for |x| in [2^-6, 2^24); below, f16's subnormal step is 2^-16 of
 //    x);
-//  - in a 2048-k chunk, warp w takes the 128-k scale blocks w and w + 8 (the plan's ranges are
-//    multiples of 128, so a block never straddles a range), each as 4 steps of 32 k whose mma go
-//    to two chains; each block's sum is added to the tile's sums times the block scale of its row
-//    (rows g and g + 8 may have different scales: gate|up groups of 8), one fmaf per output. The
+//  - in a 2048-k chunk, warp w takes the 64-k units w, w + 8, w + 16 and w + 24 (half a 128-k
+//    scale block each; the plan's ranges are multiples of 128, so a unit never straddles a range),
+//    each as 2 steps of 32 k whose mma go to two chains; each unit's sum is added to the tile's
+//    sums times the block scale of its row (rows g and g + 8 may have different scales: gate|up
+//    groups of 8), one fmaf per output. The
 //    scales travel in the ring slot: each producer lane copies one (cp.async) and arrives on the
 //    slot's barrier when it lands (consumer loads from global before each chunk left their
 //    latency exposed: 1.2-1.6 TB/s);
@@ -26,15 +29,16 @@
 //    product; input_rms then scales by the raw x's inverse RMS, as for bf16.
 // Row invariance: a token's sums depend on the plan (the weight shape and the GPU) and its own
 // column only. Every configuration (token rows per slot, ring depth) has the same chunk and the
-// same blocks per warp, and a block past the range is skipped in all of them, so a row's bits do
+// same units per warp, and a unit past the range is skipped in all of them, so a row's bits do
 // not depend on n_tokens or on the configuration (tested bitwise, 1..8 rows and decode groups). The
-// numerics differ from the bf16 kernels (exact codes, f16 tokens, scale after the block's products,
+// numerics differ from the bf16 kernels (exact codes, f16 tokens, scale after each unit's products,
 // bf16(x (1 + g)) instead of folded weights): FP8 rows are their own family, checked against the
 // fp32 reference (tests/cuda/conformance_fp8_test.cpp).
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
@@ -46,44 +50,91 @@ namespace {
 using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
 using cuda::mbar_wait;
 
-constexpr int kChunkK = 2048;  // k per ring slot: 2 KB of FP8 per weight row
-constexpr int kBlockK = 128;   // k per scale block (kFp8BlockCols)
-constexpr int kStepK = 32;     // k per warp step (8 per lane)
+constexpr int kBlockK = 128;  // k per scale block (kFp8BlockCols)
+constexpr int kStepK = 32;    // k per warp step (8 per lane)
+constexpr int kUnitK = 64;    // k per warp unit: 2 steps, half a scale block
+constexpr int kStepsPerUnit = kUnitK / kStepK;
+// k per group: one unit of each consumer warp. Chunks start at multiples of it (from the range's
+// start), so that unit u of a range is always warp u % 8's, whatever the chunking.
+constexpr int kGroupK = kUnitK * kConsumerWarps;
+// The plan's chunk (plan_linear's cost unit): one plan per shape for every configuration.
+constexpr int kPlanChunkK = 2048;
 
-// A configuration: token rows per slot and ring slots. All share kChunkK and the plan.
-template <int kXRows_, int kStages_>
+// A configuration: token rows per slot, ring slots, and k per slot (its capacity, a multiple of
+// kGroupK). A rank's range is cut into the fewest chunks of at most kChunkK whose lengths are
+// multiples of kGroupK as equal as can be (Chunking): a 2560-k range of the in = 5120 shapes is
+// one full 2560-k slot (2048-k slots took it as 2048 + 512, a quarter-full slot every other one).
+//
+// Staged (kStaged): the tokens are not in the slots; the consumers convert the block's k range of
+// each token once, before streaming, into the f16 values the product takes (tokens_f16: fold,
+// 2^-8, f16) in shared memory (xs), where the other configurations convert them at every step of
+// every tile (a third of a step's instructions). The values are the same, so are the bits.
+template <int kXRows_, int kStages_, int kChunkK_, bool kStaged_ = false>
 struct Cfg {
-  static constexpr int kXRows = kXRows_, kStages = kStages_;
+  static constexpr int kXRows = kXRows_, kStages = kStages_, kChunkK = kChunkK_;
+  static constexpr bool kStaged = kStaged_;
   static constexpr int kSumBufs = 2, kRmsLoads = 16;  // one B tile (8 token columns)
   static constexpr int kWPitch = kChunkK + 32;  // bytes, 32 mod 128: 4 rows' 8-byte loads, 4 banks
-  static constexpr int kXPitch = kChunkK + 32;  // bf16: 4 KB + 64 bytes, 64 mod 128
+  static constexpr int kStageK = kStaged ? 10240 : 0;  // k per token in xs: a range's, padded
+  static constexpr int kUnitsPerWarp = kChunkK / kGroupK;
+  static constexpr int kScaleCols = kChunkK / kBlockK;  // blocks per slot
   static_assert(kXRows <= 8, "one B tile");
+  static_assert(kChunkK % kGroupK == 0 && kBlockK % kUnitK == 0 && kStageK % kGroupK == 0);
 };
 
-// In a chunk, warp w takes the 128-k scale blocks w and w + 8, each as 4 steps of 32 k.
-constexpr int kStepsPerBlock = kBlockK / kStepK;
-constexpr int kBlocksPerWarp = kChunkK / kBlockK / kConsumerWarps;
-static_assert(kBlocksPerWarp * kConsumerWarps * kBlockK == kChunkK);
-// Start (in the chunk) of the b-th block of warp w.
-__device__ __forceinline__ int block_k(int b, int w) { return (b * kConsumerWarps + w) * kBlockK; }
+// Start (in the chunk) of the u-th unit of warp w.
+__device__ __forceinline__ int unit_k(int u, int w) { return (u * kConsumerWarps + w) * kUnitK; }
 
-// Up to 2 tokens (decode; verify with k = 1): 5 slots (~208 KB), 160 KB of weights in flight per
-// SM, as the bf16 kernel's 5 slots of 1024 k; the plan's configuration.
-using PlanCfg = Cfg<2, 5>;
+// A rank's range of len k in chunks: the fewest, count = ceil(groups / (kChunkK / kGroupK)) for
+// groups = ceil(len / kGroupK), the first `more` of them one group longer than the others (q
+// groups), the last one ending at len. 32-bit: one division per block, none per chunk (64-bit
+// divisions per chunk were a quarter of the consumers' samples).
+struct Chunking {
+  int len, count, q, more;
+  __device__ __forceinline__ int begin(int i) const {
+    return min(len, (i * q + min(i, more)) * kGroupK);
+  }
+};
+template <class C>
+__device__ __forceinline__ Chunking chunking(int64_t len) {
+  constexpr int kGroupsPerChunk = C::kChunkK / kGroupK;
+  const int n = static_cast<int>(len), groups = (n + kGroupK - 1) / kGroupK;
+  const int count = (groups + kGroupsPerChunk - 1) / kGroupsPerChunk;
+  return count == 0 ? Chunking{n, 0, 0, 0} : Chunking{n, count, groups / count, groups % count};
+}
+
+// Up to 2 tokens (decode; verify with k = 1): 4 slots of 2560 k (~223 KB), 160 KB of weights in
+// flight per SM; the configuration whose occupancy the plan is made with. Staged (~218 KB) where
+// the plan's range fits xs.
+using PlanCfg = Cfg<2, 4, 2560>;
+using StagedCfg = Cfg<2, 4, 2560, true>;
 
 // Scale rows per slot: a 16-row tile lies in one block of >= 16 rows, or two of 8 (gate|up).
 constexpr int kScaleGroups = 2;
-constexpr int kScaleCols = kChunkK / kBlockK;  // 16 blocks per chunk
 
-template <class C>
+template <class C, bool = C::kStaged>
 struct Slot {
   uint8_t w[kRows][C::kWPitch];
-  __nv_bfloat16 x[C::kXRows][C::kXPitch];
-  float scale[kScaleGroups][kScaleCols];  // the chunk's block scales of the tile's row groups
+  __nv_bfloat16 x[C::kXRows][C::kChunkK + 32];  // pitch 64 mod 128 bytes
+  float scale[kScaleGroups][C::kScaleCols];     // the chunk's block scales of the tile's row groups
+};
+template <class C>
+struct Slot<C, true> {
+  uint8_t w[kRows][C::kWPitch];
+  float scale[kScaleGroups][C::kScaleCols];
 };
 
 template <class C>
-using Smem = RingSmem<Slot<C>, C::kStages, C::kSumBufs, 1>;
+using Ring = RingSmem<Slot<C>, C::kStages, C::kSumBufs, 1, kConsumerWarps>;  // finisher form
+template <class C, bool = C::kStaged>
+struct Smem : Ring<C> {};
+template <class C>
+struct Smem<C, true> : Ring<C> {
+  // The block's range of each token in f16, pitch 64 mod 128 bytes.
+  alignas(16) __half xs[C::kXRows][C::kStageK + 32];
+};
+
+constexpr uint32_t kStageBarrier = 8;  // the consumer warps: xs is written (256 threads)
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -126,51 +177,71 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
 constexpr uint32_t kTokenScale = 0x3B803B80u;  // bf16x2 (2^-8, 2^-8)
 constexpr float kTokenUnscale = 256.f;
 
+// 8 bf16 tokens (one lane's k of a step) as the f16 pairs the product takes: x (1 + g) rounded
+// once to bf16 (kFold; f: the 8 g), times 2^-8, in f16. Both token paths (staged, in the slots)
+// call this, so they give the same bits.
+template <bool kFold>
+__device__ __forceinline__ uint4 tokens_f16(uint4 xv, const uint4& f) {
+  if constexpr (kFold) {
+    xv.x = bf16x2_fma(xv.x, f.x, xv.x), xv.y = bf16x2_fma(xv.y, f.y, xv.y);
+    xv.z = bf16x2_fma(xv.z, f.z, xv.z), xv.w = bf16x2_fma(xv.w, f.w, xv.w);
+  }
+  return make_uint4(bf16x2_to_f16x2(bf16x2_mul(xv.x, kTokenScale)),
+                    bf16x2_to_f16x2(bf16x2_mul(xv.y, kTokenScale)),
+                    bf16x2_to_f16x2(bf16x2_mul(xv.z, kTokenScale)),
+                    bf16x2_to_f16x2(bf16x2_mul(xv.w, kTokenScale)));
+}
+
 template <class C, bool kFold, class Store>
 __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p) {
+  constexpr int kUnits = C::kUnitsPerWarp;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<Smem<C>*>(smem_raw);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int splits = p.splits;
   const auto [rank, cluster_id, k_begin, k_end, len] = block_range(p);
-  const int64_t count = (len + kChunkK - 1) / kChunkK;
+  const Chunking chunks = chunking<C>(len);
+  const int64_t count = chunks.count;
   const auto* w8 = reinterpret_cast<const uint8_t*>(p.w);
 
-  // A slot is full after the producer's expect_tx and each producer lane's scale copy.
+  // A slot is full after the producer's expect_tx and each producer lane's scale copies.
   init_barriers<C::kStages, C::kSumBufs>(sm, splits, 1 + 32);
   const bool stores = rank == 0 && cluster_id < p.tiles;
   if (warp == kRmsWarp) {
-    rms_warp<C::kRmsLoads>(p, sm, lane, stores);
+    finisher_warp<1, C::kRmsLoads, Store>(p, sm, lane, rank, cluster_id, stores);
   } else if (warp == kProducerWarp) {
     // Lanes 0-15 copy the weight rows (past out_f: the last row again), lane t token t.
     constexpr uint32_t kSlots = C::kStages;
-    const int n_x = min(p.n_tokens, C::kXRows);
-    auto k_of = [&](int64_t i) {
-      return static_cast<uint32_t>(min(int64_t{kChunkK}, k_end - (k_begin + i * kChunkK)));
-    };
+    const int n_x = C::kStaged ? 0 : min(p.n_tokens, C::kXRows);  // token rows per slot
     auto issue_w = [&](int64_t tile, int64_t i, uint32_t slot) {  // expects the tokens too
-      if (lane == 0) {
-        cuda::mbar_arrive_expect_tx(&sm.full[slot], k_of(i) * (kRows + 2u * n_x));
-      }
+      const int c0 = chunks.begin(static_cast<int>(i));
+      const auto bytes = static_cast<uint32_t>(chunks.begin(static_cast<int>(i) + 1) - c0);
+      if (lane == 0) cuda::mbar_arrive_expect_tx(&sm.full[slot], bytes * (kRows + 2u * n_x));
       __syncwarp();
       const int64_t row = min(tile * kRows + lane, p.out_f - 1);
       if (lane < kRows) {
-        cuda::bulk_copy(&sm.ring[slot].w[lane][0], w8 + row * p.in + k_begin + i * kChunkK, k_of(i),
+        cuda::bulk_copy(&sm.ring[slot].w[lane][0], w8 + row * p.in + k_begin + c0, bytes,
                         &sm.full[slot]);
       }
-      // Lane l: scale block l % 16 of the chunk in row group l / 16 of the tile (clamped inside
-      // the scale tensor; values past the range or the rows are never read).
-      const int64_t group = min(((tile * kRows) >> p.scale_shift) + lane / kScaleCols,
-                                (p.out_f - 1) >> p.scale_shift);
-      const int64_t col =
-          min((k_begin + i * kChunkK) / kBlockK + lane % kScaleCols, p.scale_cols - 1);
-      cuda::copy4_arrive(&sm.ring[slot].scale[lane / kScaleCols][lane % kScaleCols],
-                         p.w_scale + group * p.scale_cols + col, &sm.full[slot]);
+      // Scale e of the slot: block e % kScaleCols of the chunk in row group e / kScaleCols of the
+      // tile (clamped inside the scale tensor; values past the range or the rows are never read),
+      // then one arrival per lane.
+      const int64_t group0 = (tile * kRows) >> p.scale_shift, last = (p.out_f - 1) >> p.scale_shift;
+      for (int e = lane; e < kScaleGroups * C::kScaleCols; e += 32) {
+        const int64_t group = min(group0 + e / C::kScaleCols, last);
+        const int64_t col = min((k_begin + c0) / kBlockK + e % C::kScaleCols, p.scale_cols - 1);
+        cuda::copy4(&sm.ring[slot].scale[e / C::kScaleCols][e % C::kScaleCols],
+                    p.w_scale + group * p.scale_cols + col);
+      }
+      cuda::copies_arrive(&sm.full[slot]);
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
-      if (lane < n_x) {
-        cuda::bulk_copy(&sm.ring[slot].x[lane][0], p.x + lane * p.x_stride + k_begin + i * kChunkK,
-                        2 * k_of(i), &sm.full[slot]);
+      if constexpr (!C::kStaged) {
+        if (lane >= n_x) return;
+        const int c0 = chunks.begin(static_cast<int>(i));
+        cuda::bulk_copy(&sm.ring[slot].x[lane][0], p.x + lane * p.x_stride + k_begin + c0,
+                        static_cast<uint32_t>(2 * (chunks.begin(static_cast<int>(i) + 1) - c0)),
+                        &sm.full[slot]);
       }
     };
     produce_tiles<kSlots>(p, sm, cluster_id, count, issue_w, issue_x);
@@ -178,85 +249,108 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
     cluster_wait(splits);
     cuda::pdl_begin();
     const int g = lane >> 2, t = lane & 3;
-    float scale[1][2] = {};
+    if constexpr (C::kStaged) {
+      // xs[tok][k] for the range's k and every token of the call, zeros up to the end of the last
+      // group (read by a partial group's lanes past lim, whose weights are zeroed too).
+      const int n_x = min(p.n_tokens, C::kXRows);
+      const int eights = (static_cast<int>(len) + kGroupK - 1) / kGroupK * (kGroupK / 8);
+      for (int e = warp * 32 + lane; e < n_x * eights; e += kConsumerWarps * 32) {
+        const int tok = e / eights, k = (e % eights) * 8;
+        uint4 xv = make_uint4(0, 0, 0, 0), f = xv;
+        if (k < len) {
+          xv = __ldcg(reinterpret_cast<const uint4*>(p.x + tok * p.x_stride + k_begin + k));
+          if constexpr (kFold) f = __ldg(reinterpret_cast<const uint4*>(p.fold + k_begin + k));
+        }
+        *reinterpret_cast<uint4*>(&sm.xs[tok][k]) = tokens_f16<kFold>(xv, f);
+      }
+      cuda::named_barrier(kStageBarrier, kConsumerWarps * 32);
+    }
     uint32_t it = 0, use = 0;
     for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
-      float c[1][4] = {{0.f, 0.f, 0.f, 0.f}}, prev[1][4] = {{0.f, 0.f, 0.f, 0.f}};
-      if constexpr (Store::kReadsOut) {
-        if (warp == 0 && stores) Store::load_prev(p, tile, g, t, prev);
-      }
+      float c[1][4] = {{0.f, 0.f, 0.f, 0.f}};
       // The slot's scale rows of rows g and g + 8 (clamped as the producer clamps the rows).
       const int64_t group0 = (tile * kRows) >> p.scale_shift;
       const int ga =
           static_cast<int>((min(tile * kRows + g, p.out_f - 1) >> p.scale_shift) - group0);
       const int gb =
           static_cast<int>((min(tile * kRows + g + 8, p.out_f - 1) >> p.scale_shift) - group0);
-      const bool has_token = g < min(p.n_tokens, C::kXRows);  // token g is in the slot
-      const int x_row = min(g, C::kXRows - 1);                // a row inside the slot
+      // Lane group g feeds B column g, token g; columns past n_tokens read whatever the slot
+      // holds in row min(g, kXRows - 1) (stale bytes, NaN among them): a column's products never
+      // reach another column, and the finisher stores tokens below n_tokens only.
+      const int x_row = min(g, C::kXRows - 1);
       for (int64_t i = 0; i < count; ++i, ++it) {
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
-        const int64_t k0 = k_begin + i * kChunkK;
-        const int lim = static_cast<int>(min(int64_t{kChunkK}, k_end - k0));  // k in the slot
-        // This chunk's folded-norm values, loaded before the wait.
-        uint4 gv[kFold ? kBlocksPerWarp * kStepsPerBlock : 1];
-        if constexpr (kFold) {
+        const int c0 = chunks.begin(static_cast<int>(i));
+        const int64_t k0 = k_begin + c0;
+        const int lim = chunks.begin(static_cast<int>(i) + 1) - c0;  // k in the slot: 16 x
+        // This chunk's folded-norm values, loaded before the wait (staged: folded already).
+        constexpr bool kFoldHere = kFold && !C::kStaged;
+        uint4 gv[kFoldHere ? kUnits * kStepsPerUnit : 1];
+        if constexpr (kFoldHere) {
 #pragma unroll
-          for (int j = 0; j < kBlocksPerWarp * kStepsPerBlock; ++j) {
-            const int kl =
-                block_k(j / kStepsPerBlock, warp) + (j % kStepsPerBlock) * kStepK + 8 * t;
+          for (int j = 0; j < kUnits * kStepsPerUnit; ++j) {
+            const int kl = unit_k(j / kStepsPerUnit, warp) + (j % kStepsPerUnit) * kStepK + 8 * t;
             gv[j] = kl < lim ? __ldg(reinterpret_cast<const uint4*>(p.fold + k0 + kl))
                              : make_uint4(0, 0, 0, 0);
           }
         }
         mbar_wait(&sm.full[slot], round & 1);
         const Slot<C>& src = sm.ring[slot];
-#pragma unroll
-        for (int b = 0; b < kBlocksPerWarp; ++b) {
-          const int kb = block_k(b, warp);
-          if (kb >= lim) break;  // the same blocks in every configuration
-          // The block's 4 steps in two chains (steps 0, 2 and 1, 3), then one scale per row.
+        // Unit u of this warp: its 2 steps in two chains, then one scale per row (the unit's
+        // block's). Checked (the chunk's last, partial group): a lane's 8 k past lim are zeros
+        // (lim is a multiple of 16, so they are all in or all out; past it the slot holds stale
+        // bytes, NaN codes among them before the first fill). The arithmetic is the same.
+        auto run_unit = [&](int u, auto checked) {
+          const int ku = unit_k(u, warp);
           float d[2][4] = {};
 #pragma unroll
-          for (int s = 0; s < kStepsPerBlock; ++s) {
-            const int kl = kb + s * kStepK + 8 * t;
-            // lim is a multiple of 16: a lane's 8 k are all in or all out. Past it the slot
-            // holds stale bytes (NaN codes among them, before the first fill): zeros instead.
-            const bool ok = kl < lim;
+          for (int s = 0; s < kStepsPerUnit; ++s) {
+            const int kl = ku + s * kStepK + 8 * t;
+            const bool ok = !decltype(checked)::value || kl < lim;
             uint2 qa = *reinterpret_cast<const uint2*>(&src.w[g][kl]);
             uint2 qb = *reinterpret_cast<const uint2*>(&src.w[g + 8][kl]);
-            uint4 xv = *reinterpret_cast<const uint4*>(&src.x[x_row][kl]);
-            if (!ok) qa = qb = make_uint2(0, 0);
-            if (!(ok && has_token)) xv = make_uint4(0, 0, 0, 0);
-            if constexpr (kFold) {  // x (1 + g), rounded once to bf16
-              const uint4& f = gv[b * kStepsPerBlock + s];
-              xv.x = bf16x2_fma(xv.x, f.x, xv.x), xv.y = bf16x2_fma(xv.y, f.y, xv.y);
-              xv.z = bf16x2_fma(xv.z, f.z, xv.z), xv.w = bf16x2_fma(xv.w, f.w, xv.w);
+            uint4 xh;  // the tokens_f16 of token x_row's 8 k
+            if constexpr (C::kStaged) {
+              xh = *reinterpret_cast<const uint4*>(&sm.xs[x_row][c0 + kl]);
+              if (!ok) qa = qb = make_uint2(0, 0), xh = make_uint4(0, 0, 0, 0);
+            } else {
+              uint4 xv = *reinterpret_cast<const uint4*>(&src.x[x_row][kl]);
+              if (!ok) qa = qb = make_uint2(0, 0), xv = make_uint4(0, 0, 0, 0);
+              uint4 f = make_uint4(0, 0, 0, 0);
+              if constexpr (kFold) {
+                // The tail unit's index is not a constant: its values come from global memory.
+                f = decltype(checked)::value
+                        ? (ok ? __ldg(reinterpret_cast<const uint4*>(p.fold + k0 + kl)) : f)
+                        : gv[u * kStepsPerUnit + s];
+              }
+              xh = tokens_f16<kFold>(xv, f);
             }
-            const uint32_t x01 = bf16x2_to_f16x2(bf16x2_mul(xv.x, kTokenScale));
-            const uint32_t x23 = bf16x2_to_f16x2(bf16x2_mul(xv.y, kTokenScale));
-            const uint32_t x45 = bf16x2_to_f16x2(bf16x2_mul(xv.z, kTokenScale));
-            const uint32_t x67 = bf16x2_to_f16x2(bf16x2_mul(xv.w, kTokenScale));
             // Lane (g, t): k 0..7 of its step in order, a0 = row g (k0, k1), a1 = row g + 8,
             // a2 = row g (k2, k3), ...: the bf16 kernel's permutation, the same for the tokens.
-            mma_f16(d[s & 1], widen2(qa.x), widen2(qb.x), widen2(qa.x >> 16), widen2(qb.x >> 16),
-                    x01, x23);
-            mma_f16(d[s & 1], widen2(qa.y), widen2(qb.y), widen2(qa.y >> 16), widen2(qb.y >> 16),
-                    x45, x67);
+            mma_f16(d[s], widen2(qa.x), widen2(qb.x), widen2(qa.x >> 16), widen2(qb.x >> 16), xh.x,
+                    xh.y);
+            mma_f16(d[s], widen2(qa.y), widen2(qb.y), widen2(qa.y >> 16), widen2(qb.y >> 16), xh.z,
+                    xh.w);
           }
-          const float sa = src.scale[ga][kb / kBlockK] * kTokenUnscale;
-          const float sb = src.scale[gb][kb / kBlockK] * kTokenUnscale;
+          const float sa = src.scale[ga][ku / kBlockK] * kTokenUnscale;
+          const float sb = src.scale[gb][ku / kBlockK] * kTokenUnscale;
           c[0][0] = fmaf(d[0][0] + d[1][0], sa, c[0][0]);
           c[0][1] = fmaf(d[0][1] + d[1][1], sa, c[0][1]);
           c[0][2] = fmaf(d[0][2] + d[1][2], sb, c[0][2]);
           c[0][3] = fmaf(d[0][3] + d[1][3], sb, c[0][3]);
+        };
+        // Whole groups: every warp runs the same units, unchecked; then the partial last group.
+        const int whole = lim / kGroupK;
+#pragma unroll
+        for (int u = 0; u < kUnits; ++u) {
+          if (u < whole) run_unit(u, std::false_type{});
         }
+        if (whole < kUnits && unit_k(whole, warp) < lim) run_unit(whole, std::true_type{});
         __syncwarp();
         if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
       }
-      finish_tile<1, C::kSumBufs, Store>(p, sm, c, prev, scale, tile, use,
-                                         tile + p.clusters < p.tiles, warp, lane, rank);
+      post_tile_sums<1>(sm, c, use, warp, lane);
     }
-    finish_exit<C::kSumBufs>(sm, use, warp, rank);
   }
 }
 
@@ -283,23 +377,27 @@ const std::array<int64_t, 4>& fp8_plan_resident() {
 }
 
 template <class C, bool kFold, class Store>
-void launch_cfg(const LinearShape& s, cudaStream_t stream) {
+void launch_cfg(const LinearShape& s, const LinearPlan& plan, cudaStream_t stream) {
   static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
   allow_smem<C, kFold, Store>();
-  const int64_t tiles = (s.out_f + kRows - 1) / kRows;
-  const LinearPlan plan =
-      plan_linear(tiles, s.in, kChunkK, fp8_plan_resident(), cuda::sm_count(), kBlockK);
   const Params p = decode_params(s, plan, plan.clusters);
   cuda::launch_pdl_cluster(linear_fp8_kernel<C, kFold, Store>,
                            static_cast<unsigned>(plan.clusters * plan.splits), kThreads,
                            static_cast<unsigned>(plan.splits), sizeof(Smem<C>), stream, p);
 }
 
+bool g_staging = true;  // linear_fp8_set_staging (kernel_bench)
+
 template <bool kFold, class Store>
 void launch_n(const LinearShape& s, cudaStream_t stream) {
-  if (s.n <= 2) return launch_cfg<PlanCfg, kFold, Store>(s, stream);
-  if (s.n <= 4) return launch_cfg<Cfg<4, 4>, kFold, Store>(s, stream);  // ~214 KB
-  launch_cfg<Cfg<8, 3>, kFold, Store>(s, stream);                       // ~214 KB
+  const int64_t tiles = (s.out_f + kRows - 1) / kRows;
+  const LinearPlan plan =
+      plan_linear(tiles, s.in, kPlanChunkK, fp8_plan_resident(), cuda::sm_count(), kBlockK);
+  const bool fits_xs = (plan.range_k + kGroupK - 1) / kGroupK * kGroupK <= StagedCfg::kStageK;
+  if (s.n <= 2 && fits_xs && g_staging) return launch_cfg<StagedCfg, kFold, Store>(s, plan, stream);
+  if (s.n <= 2) return launch_cfg<PlanCfg, kFold, Store>(s, plan, stream);
+  if (s.n <= 4) return launch_cfg<Cfg<4, 3, 2560>, kFold, Store>(s, plan, stream);  // ~203 KB
+  launch_cfg<Cfg<8, 3, 2048>, kFold, Store>(s, plan, stream);                       // ~216 KB
 }
 
 template <class Store>
@@ -346,6 +444,8 @@ void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream) 
   if (s.epilogue == LinearEpilogue::kAddToOut) return launch_store<StoreAddY>(s, stream);
   f32_out ? launch_store<StoreY<float>>(s, stream) : launch_store<StoreY<__nv_bfloat16>>(s, stream);
 }
+
+void linear_fp8_set_staging(bool on) { g_staging = on; }
 
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream) {
   const int64_t groups = s.out_f * (s.in / 16);
