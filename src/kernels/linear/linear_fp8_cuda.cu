@@ -105,7 +105,7 @@ __device__ __forceinline__ Chunking chunking(int64_t len) {
 
 // Up to 2 tokens (decode; verify with k = 1): 4 slots of 2560 k (~223 KB), 160 KB of weights in
 // flight per SM; the configuration whose occupancy the plan is made with. Staged (~218 KB) where
-// the plan's range fits xs.
+// the plan's range fits xs; so are 3-4 rows (3 slots, ~217 KB: verify with k = 2, 3).
 using PlanCfg = Cfg<2, 4, 2560>;
 using StagedCfg = Cfg<2, 4, 2560, true>;
 
@@ -394,8 +394,10 @@ void launch_n(const LinearShape& s, cudaStream_t stream) {
   const LinearPlan plan =
       plan_linear(tiles, s.in, kPlanChunkK, fp8_plan_resident(), cuda::sm_count(), kBlockK);
   const bool fits_xs = (plan.range_k + kGroupK - 1) / kGroupK * kGroupK <= StagedCfg::kStageK;
-  if (s.n <= 2 && fits_xs && g_staging) return launch_cfg<StagedCfg, kFold, Store>(s, plan, stream);
+  const bool staged = fits_xs && g_staging;
+  if (s.n <= 2 && staged) return launch_cfg<StagedCfg, kFold, Store>(s, plan, stream);
   if (s.n <= 2) return launch_cfg<PlanCfg, kFold, Store>(s, plan, stream);
+  if (s.n <= 4 && staged) return launch_cfg<Cfg<4, 3, 2560, true>, kFold, Store>(s, plan, stream);
   if (s.n <= 4) return launch_cfg<Cfg<4, 3, 2560>, kFold, Store>(s, plan, stream);  // ~203 KB
   launch_cfg<Cfg<8, 3, 2048>, kFold, Store>(s, plan, stream);                       // ~216 KB
 }
