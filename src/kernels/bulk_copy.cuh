@@ -86,6 +86,7 @@ __device__ __forceinline__ void copies_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
                : "memory");
 }
+
 // Named barrier `id` (id 0 is __syncthreads) completing when `threads` threads (whole warps)
 // have reached it; named_barrier waits, named_barrier_arrive only signals (a producer warp's side:
 // its earlier shared-memory writes are visible to the threads that wait).
