@@ -535,7 +535,8 @@ void bench_linear_batch(cudaStream_t s) {
 // shapes at n = 1, 2, 4, 8 rows, back to back, as TB/s of the bytes it must read (1 per weight plus
 // the f32 block scales); ratio: time over the bf16 production kernel's at the same n. The
 // projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them: with
-// input_rms and the folded norm; down and o_proj plain.
+// input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in the
+// ring's slots instead of staged (linear_fp8_set_staging).
 void bench_linear_fp8(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({8, 17408}, 5);
@@ -579,7 +580,7 @@ void bench_linear_fp8(cudaStream_t s) {
                      .decode_rows = n},
                     ctx);
       });
-      const double ms = batched_ms(s, 20, [&](int it) {
+      const auto fp8_call = [&](int it) {
         linear_cuda({.x = xn,
                      .weight = codes[it % 3],
                      .out = on,
@@ -589,24 +590,15 @@ void bench_linear_fp8(cudaStream_t s) {
                      .weight_scale_inv = scales[it % 3],
                      .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
                     ctx);
-      });
+      };
+      const double ms = batched_ms(s, 20, fp8_call);
       report(fmt::format("linear fp8 decode n={} [{},{}]{} (back to back)", n, out_f, in,
                          reads_residual ? " input_rms+fold" : ""),
              ms, bytes, bf16_ms);
-      std::string slots;  // 1-2 rows: the tokens in the ring's slots instead of staged
-      if (n <= 2) {
+      std::string slots;  // 1-4 rows: the tokens in the ring's slots instead of staged
+      if (n <= 4) {
         linear_fp8_set_staging(false);
-        const double slots_ms = batched_ms(s, 20, [&](int it) {
-          linear_cuda({.x = xn,
-                       .weight = codes[it % 3],
-                       .out = on,
-                       .input_rms = reads_residual,
-                       .input_scratch = sn,
-                       .decode_rows = n,
-                       .weight_scale_inv = scales[it % 3],
-                       .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
-                      ctx);
-        });
+        const double slots_ms = batched_ms(s, 20, fp8_call);
         linear_fp8_set_staging(true);
         report(fmt::format("linear fp8 decode n={} tokens in slots [{},{}] (back to back)", n,
                            out_f, in),

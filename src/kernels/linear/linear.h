@@ -130,7 +130,7 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx);
 // Benchmark-only: picks a decode-kernel variant (0 = production); returns the number of variants.
 // Only the persistent kernel's variants take LinearEpilogue::kSwiGluPairs.
 int linear_skinny_set_variant(int v);
-// Benchmark-only: FP8 decode rows of 1-2 tokens with the tokens staged once per block (true,
+// Benchmark-only: FP8 decode rows of 1-4 tokens with the tokens staged once per block (true,
 // production) or carried in every ring slot (linear_fp8_cuda.cu); the bits are the same.
 void linear_fp8_set_staging(bool on);
 #endif

@@ -295,6 +295,38 @@ __device__ __forceinline__ void rms_warp(const Params& p, S& sm, int lane, bool 
   }
 }
 
+// The k-split ranks' exchange of a tile's range sums c (sum buffer b, its round): a rank > 0
+// waits until rank 0 has read the buffer's previous tile, posts c to rank 0's inbox (DSMEM),
+// arrives and returns false; rank 0 adds the other ranks' sums in rank order, frees their inbox
+// slots and returns true (it goes on to store). One warp's lanes, each its own sums.
+template <int kNTiles, class S>
+__device__ __forceinline__ bool exchange_ranks(const Params& p, S& sm, float (&c)[kNTiles][4],
+                                               uint32_t b, uint32_t round, int rank, int lane) {
+  if (rank > 0) {
+    if (round > 0) cuda::mbar_wait_cluster(&sm.freed[b], (round - 1) & 1);
+    TileSums<kNTiles>* dst = cg::this_cluster().map_shared_rank(&sm.inbox[b][rank - 1], 0);
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) dst->v[j][q][lane] = c[j][q];
+    }
+    cuda::mbar_arrive_cluster(&sm.ready[b], 0);
+    return false;
+  }
+  if (p.splits > 1) {
+    cuda::mbar_wait_cluster(&sm.ready[b], round & 1);
+    for (int r = 1; r < p.splits; ++r) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) c[j][q] += sm.inbox[b][r - 1].v[j][q][lane];
+      }
+    }
+    for (int r = 1; r < p.splits; ++r) cuda::mbar_arrive_cluster(&sm.freed[b], r);
+  }
+  return true;
+}
+
 // The end of a tile in a consumer warp, once its accumulators c hold the warp's class sums of this
 // block's k range: the block's range sum ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)) in
 // warp 0, from warps 1..7's part[b]; a rank > 0 posts it to rank 0's inbox (DSMEM), rank 0 adds
@@ -337,29 +369,7 @@ __device__ __forceinline__ void finish_tile(const Params& p, S& sm, float (&c)[k
   if constexpr (kSumBufs == 1) {  // its reads are done: the warps may write the next tile's
     if (has_next) cuda::named_barrier_arrive(kPartBarrier, kConsumerWarps * 32);
   }
-  if (rank > 0) {
-    // Wait until rank 0 has read this buffer's previous tile, then post the sums and arrive.
-    if (round > 0) cuda::mbar_wait_cluster(&sm.freed[b], (round - 1) & 1);
-    TileSums<kNTiles>* dst = cg::this_cluster().map_shared_rank(&sm.inbox[b][rank - 1], 0);
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) dst->v[j][q][lane] = c[j][q];
-    }
-    cuda::mbar_arrive_cluster(&sm.ready[b], 0);
-    return;
-  }
-  if (p.splits > 1) {
-    cuda::mbar_wait_cluster(&sm.ready[b], round & 1);
-    for (int r = 1; r < p.splits; ++r) {
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) c[j][q] += sm.inbox[b][r - 1].v[j][q][lane];
-      }
-    }
-    for (int r = 1; r < p.splits; ++r) cuda::mbar_arrive_cluster(&sm.freed[b], r);
-  }
+  if (!exchange_ranks<kNTiles>(p, sm, c, b, round, rank, lane)) return;
   if (p.input_rms) {
     if (use == 0) {
       cuda::named_barrier(kRmsBarrier, 64);  // the rms warp's sums are in
@@ -464,28 +474,7 @@ __device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, 
     if (tile + 2 * p.clusters < p.tiles) {  // the consumers rewrite buffer b at use + 2
       cuda::named_barrier_arrive(kReadBarrier0 + b, kFinisherThreads);
     }
-    if (rank > 0) {
-      if (round > 0) cuda::mbar_wait_cluster(&sm.freed[b], (round - 1) & 1);
-      TileSums<kNTiles>* dst = cg::this_cluster().map_shared_rank(&sm.inbox[b][rank - 1], 0);
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) dst->v[j][q][lane] = c[j][q];
-      }
-      cuda::mbar_arrive_cluster(&sm.ready[b], 0);
-      continue;
-    }
-    if (p.splits > 1) {
-      cuda::mbar_wait_cluster(&sm.ready[b], round & 1);
-      for (int r = 1; r < p.splits; ++r) {
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) c[j][q] += sm.inbox[b][r - 1].v[j][q][lane];
-        }
-      }
-      for (int r = 1; r < p.splits; ++r) cuda::mbar_arrive_cluster(&sm.freed[b], r);
-    }
+    if (!exchange_ranks<kNTiles>(p, sm, c, b, round, rank, lane)) continue;
     if (p.input_rms) {
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
