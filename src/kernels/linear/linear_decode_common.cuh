@@ -295,6 +295,21 @@ __device__ __forceinline__ void rms_warp(const Params& p, S& sm, int lane, bool 
   }
 }
 
+// input_rms: the inverse RMS of the tokens of lane column t (8j + 2t + q, clamped to the last
+// token) from their sums of squares.
+template <int kNTiles>
+__device__ __forceinline__ void inverse_rms(const Params& p, const float* sumsq, int t,
+                                            float (&scale)[kNTiles][2]) {
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float ss = sumsq[min(j * 8 + 2 * t + q, p.n_tokens - 1)];
+      scale[j][q] = 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
+    }
+  }
+}
+
 // The k-split ranks' exchange of a tile's range sums c (sum buffer b, its round): a rank > 0
 // waits until rank 0 has read the buffer's previous tile, posts c to rank 0's inbox (DSMEM),
 // arrives and returns false; rank 0 adds the other ranks' sums in rank order, frees their inbox
@@ -373,14 +388,7 @@ __device__ __forceinline__ void finish_tile(const Params& p, S& sm, float (&c)[k
   if (p.input_rms) {
     if (use == 0) {
       cuda::named_barrier(kRmsBarrier, 64);  // the rms warp's sums are in
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const float ss = sm.sumsq[min(j * 8 + 2 * t + q, p.n_tokens - 1)];
-          scale[j][q] = 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
-        }
-      }
+      inverse_rms<kNTiles>(p, sm.sumsq, t, scale);
     }
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
@@ -442,14 +450,7 @@ __device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, 
     if (p.input_rms) {
       sum_squares<kRmsLoads>(p, lane, sm.sumsq);
       __syncwarp();
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const float ss = sm.sumsq[min(j * 8 + 2 * t + q, p.n_tokens - 1)];
-          scale[j][q] = 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
-        }
-      }
+      inverse_rms<kNTiles>(p, sm.sumsq, t, scale);
     }
   }
   uint32_t use = 0;
