@@ -342,6 +342,17 @@ __device__ __forceinline__ bool exchange_ranks(const Params& p, S& sm, float (&c
   return true;
 }
 
+// input_rms: a tile's sums times each token's inverse RMS.
+template <int kNTiles>
+__device__ __forceinline__ void scale_sums(float (&c)[kNTiles][4],
+                                           const float (&scale)[kNTiles][2]) {
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) c[j][q] *= scale[j][q & 1];
+  }
+}
+
 // The end of a tile in a consumer warp, once its accumulators c hold the warp's class sums of this
 // block's k range: the block's range sum ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)) in
 // warp 0, from warps 1..7's part[b]; a rank > 0 posts it to rank 0's inbox (DSMEM), rank 0 adds
@@ -390,11 +401,7 @@ __device__ __forceinline__ void finish_tile(const Params& p, S& sm, float (&c)[k
       cuda::named_barrier(kRmsBarrier, 64);  // the rms warp's sums are in
       inverse_rms<kNTiles>(p, sm.sumsq, t, scale);
     }
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) c[j][q] *= scale[j][q & 1];
-    }
+    scale_sums<kNTiles>(c, scale);
   }
   Store::store(p, tile, g, t, c, prev);
 }
@@ -476,13 +483,7 @@ __device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, 
       cuda::named_barrier_arrive(kReadBarrier0 + b, kFinisherThreads);
     }
     if (!exchange_ranks<kNTiles>(p, sm, c, b, round, rank, lane)) continue;
-    if (p.input_rms) {
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) c[j][q] *= scale[j][q & 1];
-      }
-    }
+    if (p.input_rms) scale_sums<kNTiles>(c, scale);
     Store::store(p, tile, g, t, c, prev);
   }
   finish_exit<2>(sm, use, 0, rank);
