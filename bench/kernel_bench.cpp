@@ -488,19 +488,20 @@ void bench_linear_variants(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
-// Group linear_batch: decode groups of n = 1..64 rows (LinearArgs::decode_rows = n) on the 27B
-// shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 10 (groups
-// of 16 rows), 12 (groups of 32 in the persistent kernel's wide configuration, the rule before the
-// batched kernel), production (the persistent kernel up to 8 rows, the batched kernel above) and
-// 13 (the batched kernel at every n); ratio: time over production's at the same n.
+// Group linear_batch: decode calls of n = 1..1024 rows (LinearArgs::decode_rows = n) on the 27B
+// shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 12 (groups
+// of 32 in the persistent kernel's wide configuration), production (the persistent kernel up to 8
+// rows, the batched kernel to 64, the class-split kernel above), 13 (the batched kernel at every
+// n <= 64) and 14 (the class-split kernel at every n); ratio: time over production's at the same n.
+// TFLOP/s = TB/s x n (2 n flops per 2-byte weight).
 void bench_linear_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
-  const Tensor x = random_bf16({64, 17408}, 4);
-  const Tensor out = Tensor::zeros({64, 34816}, DType::kBF16, Device::kCuda);
+  const Tensor x = random_bf16({1024, 17408}, 4);
+  const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
   const std::pair<int, const char*> variants[] = {{0, "production"},
-                                                  {10, "groups of 16"},
                                                   {12, "groups of 32 (persistent wide)"},
-                                                  {13, "batched kernel"}};
+                                                  {13, "batched kernel"},
+                                                  {14, "class-split kernel"}};
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
                                   {16480, 5120},
                                   {14336, 5120},
@@ -508,12 +509,13 @@ void bench_linear_batch(cudaStream_t s) {
                                   {5120, 6144}}) {
     std::vector<Tensor> w;
     for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
-    for (const int64_t n : {1, 4, 8, 16, 24, 32, 48, 64}) {
+    for (const int64_t n : {1, 8, 16, 32, 64, 128, 256, 1024}) {
       double production = 0;
       std::string line = fmt::format("linear decode [{},{}] n={}:", out_f, in, n);
       for (const auto& [v, name] : variants) {
+        if (n > 64 && (v == 12 || v == 13)) continue;  // groups of 32 / 64: see production at 64
         linear_skinny_set_variant(v);
-        const double ms = batched_ms(s, 20, [&](int it) {
+        const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
           linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
                        .weight = w[it % 3],
                        .out = out.slice(0, 0, n).slice(1, 0, out_f),

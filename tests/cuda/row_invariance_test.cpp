@@ -215,9 +215,9 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
   return bad == 0 ? std::string() : fmt::format(",{} rows differ (first: row {})", bad, first);
 }
 
-// Every row of a decode call of 17..100 rows (LinearArgs::decode_rows = n: groups of 64 rows in the
-// batched kernel, and a narrow one for a last group of 1..16) equals the same row computed
-// alone and in a 16-row call, bit for bit, with every epilogue and input_rms, on the five
+// Every row of a decode call of 17..256 rows (LinearArgs::decode_rows = n: the batched kernel up to
+// 64 rows, the class-split kernel above, in 32-, 64- and 128-token tiles) equals the same row
+// computed alone and in a 16-row call, bit for bit, with every epilogue and input_rms, on the five
 // Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8 tiles per cluster, and
 // awkward shapes (in not a multiple of 1024: a last chunk with 8 real k; out_f not a multiple of
 // 16). Rows past n are left alone.
@@ -225,7 +225,7 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(31);
-  constexpr int64_t kRows = 100;
+  constexpr int64_t kRows = 256;
   struct Shape2 {
     const char* name;
     int64_t out_f, in;
@@ -251,7 +251,7 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
       cs.sync();
       const std::vector<uint32_t> alone_bits = out_bits(alone.out),
                                   sixteen_bits = out_bits(sixteen.out);
-      for (const int64_t n : {17, 24, 32, 33, 48, 64, 100}) {
+      for (const int64_t n : {17, 24, 32, 33, 48, 64, 65, 100, 128, 129, 200, 256}) {
         const LinearBuffers batch = buffers();
         run_rows(f, x.dev, w, batch, 0, n, n, cs.ctx());
         cs.sync();
@@ -327,7 +327,8 @@ TEST(CudaRowInvariance, LinearMixedRows) {
 // chunks shorter than 1024 run its masked k-steps): bench variants 6-9 (other rings and chunks of
 // the narrow configurations), 10 (decode groups of 16 rows instead of 64), 11 and 12 (groups of 32
 // in the persistent kernel's wide configuration, 512-k and 1024-k rings), 13 (the batched
-// kernel at every row count), at 1..64 decode rows, with and without
+// kernel at every row count), 14 (the class-split kernel at every row count), at 1..64 decode
+// rows, with and without
 // epilogues, on shapes whose ranges end inside a chunk (k-splits of 2, 4 and 8) and whose
 // clusters end in a short super-tile.
 TEST(CudaRowInvariance, LinearConfigurations) {
@@ -360,7 +361,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
         cs.sync();
         production.push_back(out_bits(b.out));
       }
-      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13}) {
+      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14}) {
         linear_skinny_set_variant(variant);
         for (size_t i = 0; i < ns.size(); ++i) {
           const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);

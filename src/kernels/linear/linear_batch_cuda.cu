@@ -199,9 +199,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g][kl]) : zero;
             const uint4 pb =
                 ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g + 8][kl]) : zero;
+            // Every token tile's first mma, then every second one: each output still adds the
+            // step's two halves in order, and no mma waits on the one just before it.
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) {
               mma_bf16(c[r][j], pa.x, pb.x, pa.y, pb.y, xv[j].x, xv[j].y);
+            }
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j) {
               mma_bf16(c[r][j], pa.z, pb.z, pa.w, pb.w, xv[j].z, xv[j].w);
             }
           }

@@ -30,6 +30,9 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 constexpr int64_t kSkinnyMaxTokens = kLinearDecodeMaxTokens;  // linear.h
 constexpr int64_t kWideMaxTokens = 32;
 constexpr int64_t kBatchMaxTokens = 64;
+// The class-split kernel (linear_classes_cuda.cu): any number of rows up to this in one launch
+// (256 sequences verifying k = 7 drafts: 2,048 rows); production takes it above kBatchMaxTokens.
+constexpr int64_t kClassesMaxTokens = 2048;
 // Production: up to this many rows the persistent kernel (faster on the 27B shapes at 1..8 rows:
 // 3.3-4.2 TB/s against the batched kernel's 2.8-3.9), above it the batched one (at 16 rows 2.6-3.8
 // TB/s against 2.5-3.0; kernel_bench linear_batch).
@@ -37,7 +40,7 @@ constexpr int64_t kPersistentMaxTokens = 8;
 // The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
 // configurations only) instead of kBatchMaxTokens. A row's bits are the same either way.
 constexpr bool kWideDecodeGroups = true;
-// Rows per decode group (linear_cuda forms groups [0, G), [G, 2G), ...): kBatchMaxTokens, or
+// Rows per decode group (linear_cuda forms groups [0, G), [G, 2G), ...): kClassesMaxTokens, or
 // fewer under kWideDecodeGroups = false or a bench variant that runs an older rule
 // (linear_skinny_set_variant; linear_mma_cuda.cu).
 int64_t linear_decode_group_rows();
@@ -83,6 +86,10 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
 // input_rms. Returns false without launching when it cannot take the call (unaligned rows, a
 // tensor map the driver refuses).
 bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream);
+// The class-split kernel (linear_classes_cuda.cu), 1..kClassesMaxTokens rows, every epilogue and
+// input_rms, the persistent kernel's bits: its 8 warp classes are the 8 blocks of a cluster.
+// Returns false without launching when it cannot take the call.
+bool linear_decode_classes(const LinearShape& s, bool f32_out, cudaStream_t stream);
 // The cluster occupancy every decode configuration plans with (production's 1..4-token one).
 const std::array<int64_t, 4>& linear_plan_resident();
 // FP8 decode/verify rows (linear_fp8_cuda.cu): 1..kFp8DecodeMaxTokens rows of block-scaled

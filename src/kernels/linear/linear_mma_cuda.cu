@@ -109,6 +109,7 @@ enum class Kind {
   kPreviousRule,  // the rule before the persistent kernel: this kernel for many tiles, the
                   // bulk-copy kernel with a k-split of 8 for few
   kBatch,         // linear_batch_cuda.cu at every n
+  kClasses,       // linear_classes_cuda.cu at every n
 };
 struct Variant {
   Kind kind;
@@ -118,7 +119,7 @@ constexpr int kNarrowGroups = 5;
 // 10: the groups of 16 that decode batches ran in before the wide configuration (A/B, fallback);
 // 11: the wide configuration's 512-k alternative; 12: groups of 32 in the wide configuration (the
 // rule before the batched kernel); 13: the batched kernel for every decode group, also of 1..8
-// rows.
+// rows; 14: the class-split kernel for every decode group, also of 1..64 rows.
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -132,7 +133,8 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kNarrowGroups},
                                  {Kind::kPersistent, kLinearPersistentWide512},
                                  {Kind::kPersistent, kLinearPersistentWide},
-                                 {Kind::kBatch, 0}};
+                                 {Kind::kBatch, 0},
+                                 {Kind::kClasses, 0}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -161,7 +163,8 @@ void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream)
         return linear_skinny_stream(s, f32, kStreamMaxSplits, stream);
       return launch_mma<kNTiles, 2, TOut>(s, stream);
     case Kind::kBatch:
-      break;  // launch() takes it
+    case Kind::kClasses:
+      break;  // launch() takes them
   }
 }
 
@@ -173,6 +176,10 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   }
   if (v.kind == Kind::kBatch) {
     if (linear_decode_batch(s, sizeof(TOut) == 4, stream)) return;
+    return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
+  }
+  if (v.kind == Kind::kClasses) {
+    if (linear_decode_classes(s, sizeof(TOut) == 4, stream)) return;
     return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
   }
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,
@@ -193,9 +200,11 @@ int64_t linear_decode_group_rows() {
   const Variant& v = kVariants[g_variant];
   if (!kWideDecodeGroups) return kSkinnyMaxTokens;
   if (v.kind == Kind::kBatch) return kBatchMaxTokens;
+  if (v.kind == Kind::kClasses) return kClassesMaxTokens;
   if (v.kind != Kind::kPersistent || v.param == kNarrowGroups) return kSkinnyMaxTokens;
   const bool older_wide = v.param == kLinearPersistentWide512 || v.param == kLinearPersistentWide;
-  return older_wide ? kWideMaxTokens : kBatchMaxTokens;
+  if (older_wide) return kWideMaxTokens;
+  return v.param == 0 ? kClassesMaxTokens : kBatchMaxTokens;
 }
 int linear_skinny_set_variant(int v) {
   if (v >= 0 && v < static_cast<int>(std::size(kVariants))) g_variant = v;

@@ -292,9 +292,10 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
                "linear_skinny_persistent: the epilogues need bf16 out, and swiglu a multiple of {} "
                "rows, got out_f {}",
                kRows, s.out_f);
-  TANDEM_CHECK(s.n >= 1 && s.n <= kBatchMaxTokens,
-               "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kBatchMaxTokens);
+  TANDEM_CHECK(s.n >= 1 && s.n <= kClassesMaxTokens,
+               "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kClassesMaxTokens);
   const bool older_wide = config == kLinearPersistentWide512 || config == kLinearPersistentWide;
+  if (s.n > kBatchMaxTokens && !older_wide && linear_decode_classes(s, f32_out, stream)) return;
   if (s.n > kPersistentMaxTokens && !older_wide && linear_decode_batch(s, f32_out, stream)) {
     return;
   }
