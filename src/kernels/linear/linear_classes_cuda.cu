@@ -73,7 +73,8 @@ template <class C>
 struct ClassSmem {
   ClassStage<C> ring[C::kStages];  // first: 128-byte aligned (tensor-map boxes)
   // Every block's class sums of this block's share of the tile (current tile and range), pushed
-  // by their blocks: recv[class][token of the share][row].
+  // by their blocks: recv[class][token of the share][slot], row 16 T + i at slot 16 T + 2 i and
+  // row 16 T + 8 + i at slot 16 T + 2 i + 1 (i < 8): one 8-byte store per mma row pair.
   float recv[kClasses][C::kShare][C::kPitch];
   uint64_t full[C::kStages], empty[C::kStages];
   uint64_t ready;  // every block has pushed its sums into recv (8 arrivals, one per block)
@@ -104,13 +105,13 @@ __device__ __forceinline__ void box_copy(void* dst, const CUtensorMap* map, int6
       : "memory");
 }
 
-// A 4-byte store to the shared memory of block `rank` of this cluster at this block's shared
+// An 8-byte store to the shared memory of block `rank` of this cluster at this block's shared
 // address `addr` (mapa: the same offset in the other block's window); no wait for completion.
-__device__ __forceinline__ void store_remote(uint32_t addr, int rank, float v) {
+__device__ __forceinline__ void store_remote(uint32_t addr, int rank, float v0, float v1) {
   asm volatile(
       "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " st.shared::cluster.f32 [remote], %2;\n}\n" ::"r"(addr),
-      "r"(rank), "f"(v)
+      " st.shared::cluster.v2.f32 [remote], {%2, %3};\n}\n" ::"r"(addr),
+      "r"(rank), "f"(v0), "f"(v1)
       : "memory");
 }
 
@@ -331,12 +332,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int ni = 0; ni < C::kWN; ++ni) {
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int row = row0 + mi * 16 + g + (q >= 2 ? 8 : 0);
-              const int tok = tok0 + ni * 8 + 2 * t + (q & 1);
+            for (int q = 0; q < 2; ++q) {  // token 2t + q: rows g and g + 8 side by side
+              const int slot = row0 + mi * 16 + 2 * g;
+              const int tok = tok0 + ni * 8 + 2 * t + q;
               const uint32_t at =
-                  recv_base + static_cast<uint32_t>(((tok % C::kShare) * C::kPitch + row) * 4);
-              store_remote(at, tok / C::kShare, c[mi][ni][q]);
+                  recv_base + static_cast<uint32_t>(((tok % C::kShare) * C::kPitch + slot) * 4);
+              store_remote(at, tok / C::kShare, c[mi][ni][q], c[mi][ni][q + 2]);
             }
           }
         }
@@ -349,13 +350,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int unit = static_cast<int>(threadIdx.x) + u * kConsumerThreads;
           if (unit >= C::kUnits) break;
           const int tile16 = (unit >> 1) % (kMTile / 16), ts = (unit >> 1) / (kMTile / 16);
-          const int row = tile16 * 16 + (unit & 1) * 4;
+          // The unit's rows 16 T + 4 h + i and 16 T + 4 h + i + 8 (i < 4) sit at slots
+          // 16 T + 8 h + 2 i and + 1: its 8 sums are two float4s, in the order l = 2 i + hi,
+          // y index e = i + 4 hi.
+          const int slot = tile16 * 16 + (unit & 1) * 8;
           // Classes b and b + 1's sums of the unit's 8 outputs, added: the tree's first level.
           const auto pair_sum = [&](int b, float(&out)[8]) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const float4 a = *reinterpret_cast<const float4*>(&sm.recv[b][ts][row + 8 * h]);
-              const float4 d = *reinterpret_cast<const float4*>(&sm.recv[b + 1][ts][row + 8 * h]);
+              const float4 a = *reinterpret_cast<const float4*>(&sm.recv[b][ts][slot + 4 * h]);
+              const float4 d = *reinterpret_cast<const float4*>(&sm.recv[b + 1][ts][slot + 4 * h]);
               out[4 * h + 0] = a.x + d.x;
               out[4 * h + 1] = a.y + d.y;
               out[4 * h + 2] = a.z + d.z;
@@ -366,12 +370,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           pair_sum(0, s01);
           pair_sum(2, s23);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) s01[e] += s23[e];  // (c0 + c1) + (c2 + c3)
+          for (int l = 0; l < 8; ++l) s01[l] += s23[l];  // (c0 + c1) + (c2 + c3)
           pair_sum(4, s45);
           pair_sum(6, s67);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float range_sum = s01[e] + (s45[e] + s67[e]);
+          for (int l = 0; l < 8; ++l) {
+            const float range_sum = s01[l] + (s45[l] + s67[l]);
+            const int e = (l >> 1) + 4 * (l & 1);
             total[u][e] = r == 0 ? range_sum : total[u][e] + range_sum;
           }
         }
