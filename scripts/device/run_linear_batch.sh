@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs ON the H200 machine (device tool): the batched decode linear (linear_batch_cuda.cu) checked
-# and measured in one call, in order, each part under its own time limit, logs in $OUT as they
-# finish. Carry .devdeps (scripts/device/pack_deps.sh).
+# Runs ON the H200 machine (device tool): the batched decode linears (linear_batch_cuda.cu, 9-64
+# rows; linear_classes_cuda.cu, more) checked and measured in one call, in order, each part under
+# its own time limit, logs in $OUT as they finish. Carry .devdeps (scripts/device/pack_deps.sh).
 #   1. build cuda_tests, tandem and kernel_bench;
 #   2. the linear conformance and bitwise row-invariance tests (every kernel configuration and
-#      decode-group rule against production, 1..100 rows, every epilogue);
-#   3. kernel_bench linear_batch: TB/s of weights at 1..64 decode rows per kernel variant;
+#      decode-group rule against production, 1..256 rows, every epilogue);
+#   3. kernel_bench linear_batch: TB/s of weights at 1..1,024 decode rows per kernel variant;
 #   4. the GPU engine tests (spec == plain, graphs == eager, 256 requests batched == solo);
 #   5. tandem bench on the Qwen3.5-27B shape at BATCHES (default 1,8,32,64,256), 1K context.
 set -uo pipefail
@@ -36,10 +36,11 @@ if [[ ${BENCH_LIMIT:-150} -gt 0 ]]; then
 fi
 
 # 6. PROFILE_BATCH=B: ncu kernel times of two eager decode steps of the 27B shape at batch B
-#    (the bench randomises the state and starts with its warm-up decode steps: no prefill to skip).
+#    (the bench randomises the state with fill kernels, which the name filter skips, and starts
+#    with its warm-up decode steps: no prefill to skip).
 if [[ -n ${PROFILE_BATCH:-} ]]; then
   timeout "${PROFILE_LIMIT:-150}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    --launch-count "${PROFILE_COUNT:-1400}" "$B/tandem" bench --device cuda --synthetic configs/qwen3.5-27b.json \
+    --kernel-name 'regex:^(?!fill).*' --launch-count "${PROFILE_COUNT:-1400}" "$B/tandem" bench --device cuda --synthetic configs/qwen3.5-27b.json \
     --context 1024 --batch "$PROFILE_BATCH" --speculative none --num-speculative-tokens 1 --steps 2 --no-graphs \
     > "$OUT/profile.csv" 2> "$OUT/profile.err"
   summary "profile batch $PROFILE_BATCH rc=$? ($(stamp))"
