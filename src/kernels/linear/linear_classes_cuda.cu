@@ -23,6 +23,10 @@
 // k past `in`, rows past out_f and tokens past n_tokens arrive as zeros. A producer warp runs
 // ahead across the cluster's tiles and ranges; 8 consumer warps split the tile; the rms warp sums
 // the squares of the tokens this block stores. Each block stores a share of its tile's tokens.
+// Measured (H200, docs/cuda.md known gap 6): boxes of 64-byte rows fill shared memory at only
+// 2.4-3.0 TB/s in all, and the exchange costs about as much consumer time as the mma loop, so this
+// kernel streams 2.0-3.1 TB/s at 1..64 rows (production keeps the persistent and batched kernels
+// there) and 115-175 TFLOP/s at 128-256 rows.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
