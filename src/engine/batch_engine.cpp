@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/argmax/argmax.h"
+#include "kernels/linear/linear.h"
 #include "spec/acceptance.h"
 
 namespace tandem {
@@ -165,6 +166,7 @@ std::string BatchEngine::describe() const {
       graphs_.empty() ? std::string("eager launches")
                       : fmt::format("{} CUDA graphs (batch buckets up to {} x k = 0..{})",
                                     graphs_.size(), buckets_.back(), k_max_));
+  s += "\n" + kernels::linear_paths(model_.context().device);
   return s;
 }
 

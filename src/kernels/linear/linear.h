@@ -5,6 +5,8 @@
 // code in the same order whatever n_tokens is; any k-split is fixed by the weight shape alone.
 #pragma once
 
+#include <string>
+
 #include "core/exec_context.h"
 #include "core/tensor.h"
 #include "kernels/swiglu/swiglu.h"
@@ -125,8 +127,11 @@ inline void linear_expect_swiglu_pairs(const LinearArgs& a, const char* op) {
 }
 
 void linear_ref(const LinearArgs& a, const ExecContext& ctx);
+// Which kernel a linear's rows take on `device`, one line for the start-up log (DESIGN.md inv. 6).
+std::string linear_paths(Device device);
 #ifdef TANDEM_CUDA
 void linear_cuda(const LinearArgs& a, const ExecContext& ctx);
+std::string linear_cuda_paths();
 // Benchmark-only: picks a decode-kernel variant (0 = production); returns the number of variants.
 // Only the persistent kernel's variants take LinearEpilogue::kSwiGluPairs.
 int linear_skinny_set_variant(int v);

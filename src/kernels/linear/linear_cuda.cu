@@ -18,6 +18,8 @@
 // write y into the caller's scratch, then run swiglu_cuda over its pairs or add it to out
 // (rows_kernel): without input_rms the same bits as the persistent kernel, in two or three
 // launches.
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "kernels/cuda_common.cuh"
@@ -396,6 +398,16 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
     linear_family(rows_of(a, g, std::min(decode_rows, g + group)), true, ctx);
   }
   if (decode_rows < n) linear_family(rows_of(a, decode_rows, n), false, ctx);
+}
+
+std::string linear_cuda_paths() {
+  return fmt::format(
+      "linear: decode/verify rows 1-{} persistent bulk-copy kernel, {}-{} batched kernel, {}-{} "
+      "class-split kernel (one launch; more rows: groups of {}), unaligned rows the CUDA-core "
+      "kernel; prefill rows cuBLASLt (one pinned algorithm per shape); FP8 decode rows in groups "
+      "of {}, FP8 prefill rows on the bf16 dequantisation",
+      kPersistentMaxTokens, kPersistentMaxTokens + 1, kBatchMaxTokens, kBatchMaxTokens + 1,
+      kClassesMaxTokens, kClassesMaxTokens, kFp8DecodeMaxTokens);
 }
 
 void linear_reserve_fp8_scratch(int64_t numel, Device device) {

@@ -376,6 +376,19 @@ void linear_ref(const LinearArgs& a, const ExecContext& ctx) {
   ref::with_weight_type(a.weight, run);
 }
 
+std::string linear_paths(Device device) {
+#ifdef TANDEM_CUDA
+  if (device == Device::kCuda) return linear_cuda_paths();
+#endif
+  (void)device;
+#ifdef TANDEM_LINEAR_AVX2
+  return "linear: fp32 dot products of 8 FMA lanes in AVX2 register tiles (all rows of a decode "
+         "call in one tile, 3 x 4 tiles beyond 8 rows), features split between threads";
+#else
+  return "linear: fp32 dot products of 8 lanes, scalar, features split between threads";
+#endif
+}
+
 #ifndef TANDEM_CUDA
 void linear_reserve_fp8_scratch(int64_t /*numel*/, Device /*device*/) {}
 #endif
