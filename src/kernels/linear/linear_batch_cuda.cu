@@ -80,17 +80,6 @@ struct BatchParams {
   CUtensorMap x;        // box [kChunkK, kXRows]
 };
 
-// One 2D tensor-map box at element coordinates (k, row) into shared memory, counted on `bar`.
-__device__ __forceinline__ void tensor_copy(void* dst, const CUtensorMap* map, int64_t k,
-                                            int64_t row, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(cuda::smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(static_cast<int32_t>(k)),
-      "r"(static_cast<int32_t>(row)), "r"(cuda::smem_u32(bar))
-      : "memory");
-}
-
 template <class C, class Store>
 __global__ void __launch_bounds__(kThreads, 1)
     linear_batch_kernel(const __grid_constant__ BatchParams bp) {
@@ -127,17 +116,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       cuda::mbar_arrive_expect_tx(&sm.full[slot], bytes);
       const int64_t k = k_begin + i * kChunkK;
       if (rows_tiles == kRowTiles) {
-        tensor_copy(&sm.ring[slot].w[0][0], &bp.w_super, k, tile0 * kRows, &sm.full[slot]);
+        box_copy(&sm.ring[slot].w[0][0], &bp.w_super, k, tile0 * kRows, &sm.full[slot]);
       } else {
         for (int r = 0; r < rows_tiles; ++r) {
-          tensor_copy(&sm.ring[slot].w[r * kRows][0], &bp.w_tile, k, (tile0 + r) * kRows,
-                      &sm.full[slot]);
+          box_copy(&sm.ring[slot].w[r * kRows][0], &bp.w_tile, k, (tile0 + r) * kRows,
+                   &sm.full[slot]);
         }
       }
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
       if (lane == 0) {
-        tensor_copy(&sm.ring[slot].x[0][0], &bp.x, k_begin + i * kChunkK, 0, &sm.full[slot]);
+        box_copy(&sm.ring[slot].x[0][0], &bp.x, k_begin + i * kChunkK, 0, &sm.full[slot]);
       }
     };
     const auto tiles_at = [&](int64_t tile0) {
@@ -245,37 +234,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- host side ----
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A bf16 matrix [rows, cols] with row stride `stride` (elements) as boxes of [box_k, box_rows];
-// out-of-bounds elements read as zeros. False if the driver refuses it.
-bool encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t stride,
-                 int box_k, int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
-                box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <class C, class Store>
 const std::array<int64_t, 4>& batch_resident() {
   static const std::array<int64_t, 4> n = [] {
@@ -300,9 +258,9 @@ bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
   if (clusters < 1) return false;
   BatchParams bp{};
   bp.p = decode_params(s, plan, clusters);
-  if (!encode_rows(&bp.w_super, s.w, s.out_f, s.in, s.in, C::kChunkK, C::kWRows) ||
-      !encode_rows(&bp.w_tile, s.w, s.out_f, s.in, s.in, C::kChunkK, kRows) ||
-      !encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, C::kChunkK, C::kXRows)) {
+  if (!linear_encode_rows(&bp.w_super, s.w, s.out_f, s.in, s.in, C::kChunkK, C::kWRows) ||
+      !linear_encode_rows(&bp.w_tile, s.w, s.out_f, s.in, s.in, C::kChunkK, kRows) ||
+      !linear_encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, C::kChunkK, C::kXRows)) {
     return false;
   }
   cuda::launch_pdl_cluster(linear_batch_kernel<C, Store>,
@@ -324,6 +282,39 @@ bool launch_batch(const LinearShape& s, cudaStream_t stream) {
 }
 
 }  // namespace
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
+                        int64_t stride, int box_k, int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
+                box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream) {
   if (!s.vec_ok || s.n < 1 || s.n > kBatchMaxTokens) return false;

@@ -27,9 +27,6 @@
 // 2.4-3.0 TB/s in all, and the exchange costs about as much consumer time as the mma loop, so this
 // kernel streams 2.0-3.1 TB/s at 1..64 rows (production keeps the persistent and batched kernels
 // there) and 115-175 TFLOP/s at 128-256 rows.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 #include <array>
 
@@ -97,17 +94,6 @@ struct ClassParams {
 };
 
 enum class ClassStore { kBf16, kF32, kSwiGluPairs, kAddToOut };
-
-// One 2D tensor-map box at element coordinates (k, row) into shared memory, counted on `bar`.
-__device__ __forceinline__ void box_copy(void* dst, const CUtensorMap* map, int64_t k, int64_t row,
-                                         uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(cuda::smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(static_cast<int32_t>(k)),
-      "r"(static_cast<int32_t>(row)), "r"(cuda::smem_u32(bar))
-      : "memory");
-}
 
 // An 8-byte store to the shared memory of block `rank` of this cluster at this block's shared
 // address `addr` (mapa: the same offset in the other block's window); no wait for completion.
@@ -452,37 +438,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- host side ----
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A bf16 matrix [rows, cols] with row stride `stride` (elements) as boxes of [kStepK, box_rows];
-// out-of-bounds elements read as zeros. False if the driver refuses it.
-bool encode_steps(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t stride,
-                  int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kStepK), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
-                box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 // Clusters of 8 blocks of this instantiation that fit on the GPU at once (measured once).
 template <class C, ClassStore kStore>
 int64_t resident_clusters8() {
@@ -509,8 +464,8 @@ bool launch_classes_cfg(const LinearShape& s, cudaStream_t stream) {
   cp.n_tiles = static_cast<int>((s.n + C::kNTile - 1) / C::kNTile);
   cp.items = cp.m_tiles * cp.n_tiles;
   cp.clusters = static_cast<int>(std::min<int64_t>(resident, cp.items));
-  if (!encode_steps(&cp.w, s.w, s.out_f, s.in, s.in, C::kMTile) ||
-      !encode_steps(&cp.x, s.x, s.n, s.in, s.x_stride, C::kNTile)) {
+  if (!linear_encode_rows(&cp.w, s.w, s.out_f, s.in, s.in, kStepK, C::kMTile) ||
+      !linear_encode_rows(&cp.x, s.x, s.n, s.in, s.x_stride, kStepK, C::kNTile)) {
     return false;
   }
   const int64_t clusters = cp.clusters;

@@ -2,6 +2,7 @@
 // Not part of the op interface: model code includes linear.h only.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -90,6 +91,11 @@ bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream
 // input_rms, the persistent kernel's bits: its 8 warp classes are the 8 blocks of a cluster.
 // Returns false without launching when it cannot take the call.
 bool linear_decode_classes(const LinearShape& s, bool f32_out, cudaStream_t stream);
+// A tensor map of the bf16 matrix [rows, cols] (row stride `stride` elements) in boxes of
+// [box_k, box_rows] (linear_batch_cuda.cu; elements out of bounds read as zeros). False if the
+// driver refuses it.
+bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
+                        int64_t stride, int box_k, int box_rows);
 // The cluster occupancy every decode configuration plans with (production's 1..4-token one).
 const std::array<int64_t, 4>& linear_plan_resident();
 // FP8 decode/verify rows (linear_fp8_cuda.cu): 1..kFp8DecodeMaxTokens rows of block-scaled

@@ -62,6 +62,18 @@ struct Params {
   const __nv_bfloat16* fold;
 };
 
+// One 2D tensor-map box at element coordinates (k, row) into shared memory, counted on `bar`
+// (the batched and class-split kernels; maps from linear_encode_rows).
+__device__ __forceinline__ void box_copy(void* dst, const CUtensorMap* map, int64_t k, int64_t row,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(cuda::smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(static_cast<int32_t>(k)),
+      "r"(static_cast<int32_t>(row)), "r"(cuda::smem_u32(bar))
+      : "memory");
+}
+
 // A decode kernel's shared memory: its ring of slots (SlotT: the kernel's own chunk layout), the
 // ring's barriers and the sums of the end of a tile (init_barriers and finish_tile use these
 // names). Tile u uses sum buffer u % kSumBufs (its round: u / kSumBufs, the parity of its phases).
