@@ -47,3 +47,14 @@ if [[ -n ${PROFILE_BATCH:-} ]]; then
   python3 scripts/device/profile_step.py "$OUT/profile.csv" 2 > "$OUT/profile.txt" 2>&1
   head -30 "$OUT/profile.txt" | tee -a "$OUT/summary.txt"
 fi
+
+# 7. MEMCHECK=1: compute-sanitizer memcheck of the linear tests that run the class-split kernel
+#    (DSMEM pushes, remote barrier arrivals; every configuration at 1..64 rows, 65..256 in
+#    LinearDecodeBatch), limit MEMCHECK_LIMIT s.
+if [[ -n ${MEMCHECK:-} ]]; then
+  timeout "${MEMCHECK_LIMIT:-400}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$B/tests/cuda_tests" --gtest_filter='CudaRowInvariance.LinearConfigurations:CudaRowInvariance.LinearDecodeBatch' \
+    > "$OUT/memcheck.log" 2>&1
+  summary "memcheck rc=$? (0 clean, 9 errors, 124 time limit) ($(stamp))"
+  grep -E 'ERROR SUMMARY|Invalid' "$OUT/memcheck.log" | head -5 | tee -a "$OUT/summary.txt"
+fi
