@@ -386,8 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int unit = static_cast<int>(threadIdx.x) + u * kConsumerThreads;
           const int ts = min((unit >> 1) / (kMTile / 16), C::kShare - 1);
           if (n0 + share0 + ts >= p.n_tokens) continue;  // not stored
-          const float ss = sm.sumsq[nt * C::kShare + ts];
-          scale[u] = 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
+          scale[u] = inverse_rms_of(p, sm.sumsq[nt * C::kShare + ts]);
         }
       }
 #pragma unroll
@@ -423,8 +422,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               static_cast<__nv_bfloat16*>(p.out)[at] = __float2bfloat16_rn(y[e]);
             } else {
               auto* out = static_cast<__nv_bfloat16*>(p.out);
-              out[at] = __float2bfloat16_rn(__bfloat162float(out[at]) +
-                                            __bfloat162float(__float2bfloat16_rn(y[e])));
+              out[at] = add_to_out(__bfloat162float(out[at]), y[e]);
             }
           }
         }
@@ -468,9 +466,8 @@ bool launch_classes_cfg(const LinearShape& s, cudaStream_t stream) {
       !linear_encode_rows(&cp.x, s.x, s.n, s.in, s.x_stride, kStepK, C::kNTile)) {
     return false;
   }
-  const int64_t clusters = cp.clusters;
   cuda::launch_pdl_cluster(linear_classes_kernel<C, kStore>,
-                           static_cast<unsigned>(clusters * kClasses), kThreads, kClasses,
+                           static_cast<unsigned>(cp.clusters * kClasses), kThreads, kClasses,
                            sizeof(ClassSmem<C>), stream, cp);
   return true;
 }

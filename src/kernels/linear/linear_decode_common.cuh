@@ -168,6 +168,11 @@ struct StoreSwiGluPairs {
   }
 };
 
+// kAddToOut's one element: round(prev + round(y)), prev the out value as f32.
+__device__ __forceinline__ __nv_bfloat16 add_to_out(float prev, float y) {
+  return __float2bfloat16_rn(prev + __bfloat162float(__float2bfloat16_rn(y)));
+}
+
 // LinearEpilogue::kAddToOut (bf16 out): out = round(out + round(y)), the residual add of rms_norm;
 // `prev` holds the tile's out values, loaded by load_prev when the tile started.
 struct StoreAddY {
@@ -185,7 +190,7 @@ struct StoreAddY {
                                const float (&c)[kNTiles][4], const float (&prev)[kNTiles][4]) {
     auto* out = static_cast<__nv_bfloat16*>(p.out);
     for_each_out<kNTiles>(p, tile, g, t, [&](int j, int q, int64_t at) {
-      out[at] = __float2bfloat16_rn(prev[j][q] + __bfloat162float(__float2bfloat16_rn(c[j][q])));
+      out[at] = add_to_out(prev[j][q], c[j][q]);
     });
   }
 };
@@ -307,6 +312,11 @@ __device__ __forceinline__ void rms_warp(const Params& p, S& sm, int lane, bool 
   }
 }
 
+// input_rms: a token's inverse RMS from its sum of squares ss.
+__device__ __forceinline__ float inverse_rms_of(const Params& p, float ss) {
+  return 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
+}
+
 // input_rms: the inverse RMS of the tokens of lane column t (8j + 2t + q, clamped to the last
 // token) from their sums of squares.
 template <int kNTiles>
@@ -317,7 +327,7 @@ __device__ __forceinline__ void inverse_rms(const Params& p, const float* sumsq,
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const float ss = sumsq[min(j * 8 + 2 * t + q, p.n_tokens - 1)];
-      scale[j][q] = 1.f / sqrtf(ss / static_cast<float>(p.in) + p.input_rms_eps);
+      scale[j][q] = inverse_rms_of(p, ss);
     }
   }
 }
