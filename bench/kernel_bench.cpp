@@ -266,7 +266,7 @@ void bench_attention_batch(cudaStream_t s, int64_t n_seqs, int64_t ctx_len) {
 // the rows' inputs, outputs (and normed outputs) and their replay copies. The slots rotate over a
 // pool of >= 96 states (~290 MB) so that L2 holds none of them.
 void bench_gdr_batch(cudaStream_t s, int64_t n_seqs, int64_t rows, bool fused_norm, double base,
-                     double* ms_out) {
+                     double* ms_out, const char* label = "") {
   const ExecContext ctx{Device::kCuda, 1, s};
   const int64_t hk = 16, hv = 48, dk = 128, dv = 128, replay_rows = 9;
   const int64_t width = gdr_replay_width(hk, dk, hv, dv), n = n_seqs * rows;
@@ -324,8 +324,8 @@ void bench_gdr_batch(cudaStream_t s, int64_t n_seqs, int64_t rows, bool fused_no
   const std::string what =
       n_seqs == 1 ? fmt::format("gdr recurrent{} n={} (48 v-heads, 128x128)",
                                 fused_norm ? "+norm" : "", rows)
-                  : fmt::format("gdr recurrent{} batch {}x{} rows (48 v-heads, 128x128)",
-                                fused_norm ? "+norm" : "", n_seqs, rows);
+                  : fmt::format("gdr recurrent{} batch {}x{} rows (48 v-heads, 128x128){}",
+                                fused_norm ? "+norm" : "", n_seqs, rows, label);
   report(what, ms, bytes, base);
   if (ms_out != nullptr) *ms_out = ms;
 }
@@ -336,10 +336,17 @@ void bench_gdr(cudaStream_t s) {
     for (int64_t n : {1, 2, 4, 9})
       bench_gdr_batch(s, 1, n, fused_norm, base, n == 1 ? &base : nullptr);
   }
+  // Production (the streaming kernel from 8 sequences), then the per-sequence grid.
   for (const int64_t n_seqs : {8, 32, 256}) {
-    double base = 0;
-    for (const int64_t rows : {1, 4})
-      bench_gdr_batch(s, n_seqs, rows, true, base, rows == 1 ? &base : nullptr);
+    for (const bool stream : {true, false}) {
+      const int64_t prev = gated_delta_rule_set_stream_min_seqs(stream ? 8 : n_seqs + 1);
+      double base = 0;
+      for (const int64_t rows : {1, 4}) {
+        bench_gdr_batch(s, n_seqs, rows, true, base, rows == 1 ? &base : nullptr,
+                        stream ? " stream" : " per-sequence grid");
+      }
+      gated_delta_rule_set_stream_min_seqs(prev);
+    }
   }
 }
 

@@ -4,8 +4,9 @@
 # its own time limit, logs in $OUT as they finish. Carry .devdeps (scripts/device/pack_deps.sh).
 #   1. build cuda_tests, tandem and kernel_bench;
 #   2. the linear conformance and bitwise row-invariance tests (every kernel configuration and
-#      decode-group rule against production, 1..256 rows, every epilogue);
-#   3. kernel_bench linear_batch: TB/s of weights at 1..1,024 decode rows per kernel variant;
+#      decode-group rule against production, 1..256 rows, every epilogue), or LINEAR_FILTER's;
+#   3. kernel_bench KBENCH_GROUPS (default linear_batch: TB/s of weights at 1..1,024 decode rows per
+#      kernel variant; gdr: the GDN recurrence at 1..256 sequences, both kernels);
 #   4. the GPU engine tests (spec == plain, graphs == eager, 256 requests batched == solo);
 #   5. tandem bench on the Qwen3.5-27B shape at BATCHES (default 1,8,32,64,256), 1K context.
 set -uo pipefail
@@ -19,10 +20,10 @@ summary "linear tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/linear_te
 grep -E '^\[  FAILED  \]|FAIL' "$OUT/linear_tests.log" | head -20
 
 if [[ ${KBENCH_LIMIT:-100} -gt 0 ]]; then
-  KERNEL_BENCH_ONLY=linear_batch COMMIT=${COMMIT:-unknown} timeout "${KBENCH_LIMIT:-100}" \
-    $B/bench/kernel_bench "$OUT/kernel_bench_linear_batch.json" > "$OUT/kernel_bench.log" 2>&1
-  summary "kernel_bench linear_batch rc=$? ($(stamp))"
-  grep '^linear decode \[' "$OUT/kernel_bench.log" | tee -a "$OUT/summary.txt"
+  KERNEL_BENCH_ONLY=${KBENCH_GROUPS:-linear_batch} COMMIT=${COMMIT:-unknown} timeout "${KBENCH_LIMIT:-100}" \
+    $B/bench/kernel_bench "$OUT/kernel_bench_${KBENCH_GROUPS:-linear_batch}.json" > "$OUT/kernel_bench.log" 2>&1
+  summary "kernel_bench ${KBENCH_GROUPS:-linear_batch} rc=$? ($(stamp))"
+  grep -E '^(linear decode \[|gdr )' "$OUT/kernel_bench.log" | tee -a "$OUT/summary.txt"
 fi
 
 [[ ${ENGINE_LIMIT:-70} -gt 0 ]] && engine_tests "${ENGINE_LIMIT:-70}"
@@ -50,10 +51,10 @@ fi
 
 # 7. MEMCHECK=1: compute-sanitizer memcheck of the linear tests that run the class-split kernel
 #    (DSMEM pushes, remote barrier arrivals; every configuration at 1..64 rows, 65..256 in
-#    LinearDecodeBatch), limit MEMCHECK_LIMIT s.
+#    LinearDecodeBatch), or of MEMCHECK_FILTER's tests, limit MEMCHECK_LIMIT s.
 if [[ -n ${MEMCHECK:-} ]]; then
   timeout "${MEMCHECK_LIMIT:-400}" compute-sanitizer --tool memcheck --error-exitcode 9 \
-    "$B/tests/cuda_tests" --gtest_filter='CudaRowInvariance.LinearConfigurations:CudaRowInvariance.LinearDecodeBatch' \
+    "$B/tests/cuda_tests" --gtest_filter="${MEMCHECK_FILTER:-CudaRowInvariance.LinearConfigurations:CudaRowInvariance.LinearDecodeBatch}" \
     > "$OUT/memcheck.log" 2>&1
   summary "memcheck rc=$? (0 clean, 9 errors, 124 time limit) ($(stamp))"
   grep -E 'ERROR SUMMARY|Invalid' "$OUT/memcheck.log" | head -5 | tee -a "$OUT/summary.txt"

@@ -5,6 +5,7 @@
 //     a token-by-token run (T = 1 steps) over the accepted rows, and every verify row's output is
 //     the output of that row stepped alone; the replay rows are the raw inputs;
 //   conv: outputs and the committed window equal token-by-token steps;
+//   the streaming recurrence (many sequences) gives the per-sequence grid's bits;
 //   PDL: a layer's launches back to back (each may start before its predecessor ends) give the
 //     bits of the same launches with a synchronisation after each.
 #include <fmt/format.h>
@@ -234,6 +235,74 @@ void batch_invariance(const GdrShape& s, GdrMode mode, int64_t n_seqs, Rng& rng,
   cs.sync();
   check_bits("conv1d.batch_rows", p, rows_bits(c_a, 0, t.rows) == rows_bits(c_b, r0, t.rows));
   check_bits("conv1d.batch_history", p, slot_bits(A.history, 0) == slot_bits(B.history, t.slot));
+}
+
+// ---- the streaming kernel against the per-sequence grid ----
+
+// Sets which recurrent calls take the streaming kernel for one scope.
+struct StreamMinSeqs {
+  int64_t prev;
+  explicit StreamMinSeqs(int64_t n) : prev(gated_delta_rule_set_stream_min_seqs(n)) {}
+  ~StreamMinSeqs() { gated_delta_rule_set_stream_min_seqs(prev); }
+};
+
+// One recurrent call of n_seqs sequences (0..9 rows and 0..9 rows to fold each, one with neither,
+// one whose slot is outside the pool) through the per-sequence grid on pools A and through the
+// streaming kernel on pools B holding the same contents: outputs (normed too), every state slot
+// and every replay row equal bit for bit, with and without the fused norm.
+void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStream& cs) {
+  const int64_t n_slots = n_seqs + 3;
+  const Layer P = make_layer(s, 1, rng);
+  const std::vector<int32_t> slots = distinct_slots(n_seqs, n_slots, rng);
+  std::vector<Seq> seqs;
+  for (int64_t i = 0; i < n_seqs; ++i)
+    seqs.push_back({rng.index(10), slots[i], rng.index(10), rng.index(2)});
+  const auto pick = [&] { return rng.index(static_cast<int32_t>(n_seqs)); };
+  seqs[pick()].rows = 9;
+  seqs[pick()].n_acc = 9;
+  const int32_t idle = pick(), outside = pick();
+  seqs[idle].rows = 0, seqs[idle].n_acc = 0;
+  seqs[outside].slot = static_cast<int32_t>(n_slots);
+  const Batch bt = make_batch(seqs, 3);
+  const int64_t n_rows = bt.rs.back() + 2;
+  const Rows r = random_rows(P, n_rows, rng);
+  const std::string p =
+      fmt::format("n_seqs={},h_k={},h_v={},d_k={},d_v={}", n_seqs, s.hk, s.hv, s.dk, s.dv);
+  for (const bool norm : {false, true}) {
+    const Layer A = make_layer(s, n_slots, rng, &P), B = make_layer(s, n_slots, rng, &P);
+    for (int32_t i = 0; i < n_slots; ++i) copy_slot(B, i, A, i);
+    const Tensor out_a = out_rows(A, n_rows), out_b = out_rows(B, n_rows);
+    const Tensor n_a = norm ? out_rows(A, n_rows) : Tensor();
+    const Tensor n_b = norm ? out_rows(B, n_rows) : Tensor();
+    {
+      const StreamMinSeqs per_sequence(n_seqs + 1);
+      gdr(A, gdr_in(A, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_a, n_a, cs);
+    }
+    {
+      const StreamMinSeqs stream(1);
+      gdr(B, gdr_in(B, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_b, n_b, cs);
+    }
+    cs.sync();
+    const std::string pn = p + fmt::format(",norm={}", norm);
+    check_bits("gated_delta_rule.stream_rows", pn,
+               bytes_of(out_a) == bytes_of(out_b) && (!norm || bytes_of(n_a) == bytes_of(n_b)));
+    check_bits("gated_delta_rule.stream_state", pn,
+               bytes_of(A.state) == bytes_of(B.state) && bytes_of(A.replay) == bytes_of(B.replay));
+  }
+}
+
+TEST(CudaRowInvariance, GdrStreamMatchesPerSequence) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(31);
+  // d_v 16 and 24: one block, part idle; 96: three column blocks; 256: the norm not fused.
+  stream_matches(kModel, 8, rng, cs);
+  stream_matches(kModel, 64, rng, cs);
+  for (const GdrShape& s :
+       {GdrShape{2, 6, 128, 128}, GdrShape{1, 3, 64, 96}, GdrShape{3, 3, 256, 64},
+        GdrShape{2, 4, 32, 24}, GdrShape{1, 2, 16, 16}, GdrShape{1, 2, 64, 256}}) {
+    stream_matches(s, 3 + rng.index(40), rng, cs);
+  }
 }
 
 TEST(CudaRowInvariance, GdnBatchInvariance) {

@@ -74,6 +74,9 @@ void gated_delta_rule_ref(const GatedDeltaRuleArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA
 void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx);
 bool gated_delta_rule_cuda_supports(int64_t d_k);  // shapes the CUDA kernel is built for
+// Recurrent calls of at least n sequences take the streaming kernel (default 8; tests and
+// bench/kernel_bench compare and time both paths). Returns the previous value.
+int64_t gated_delta_rule_set_stream_min_seqs(int64_t n);
 #endif
 
 inline void gated_delta_rule(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {

@@ -74,17 +74,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gdr_recurrent_kernel(Gdr
   for (int r = 0; r < kRowsPerThread; ++r) {
     s[r] = gdr_ld_cg(state + (part * kRowsPerThread + r) * p.dv);
   }
-  const int64_t half_elems = p.replay_rows * p.replay_width;
+  const ColumnAt c{h, hk, col_base, j, jl, part, col_ok};
   if (sq.n_acc > 0) {
-    const BatchAt fold{(sq.slot * 2 + (1 - sq.parity)) * half_elems, -1, false, false};
-    for (int t0 = 0; t0 < sq.n_acc; t0 += kBatch) {
-      const int nb = min(kBatch, sq.n_acc - t0);
-      load_batch<kDk, true, false>(p, b, fold, t0, nb, h, hk, col_base, a_decay, dt_bias);
-      for (int tb = 0; tb < nb; ++tb) {
-        state_update(s, b.k[tb] + part * kRowsPerThread, b.decay[tb], b.beta[tb], b.v[tb][jl]);
-      }
-      __syncthreads();  // the batch buffers are rewritten by the next batch
-    }
+    fold_rows<kDk>(p, b, s, sq, c, a_decay, dt_bias);
     if (col_ok) {
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) state[(part * kRowsPerThread + r) * p.dv] = s[r];
@@ -96,32 +88,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gdr_recurrent_kernel(Gdr
   // The call's rows (they come from the predecessor); their raw k/v/a/b go to replay half
   // `parity`, each byte from one block: k from the first value head of its key head and column
   // block 0, a and b from column block 0, v from the block that owns the columns.
+  const int64_t half_elems = p.replay_rows * p.replay_width;
   const BatchAt cur{sq.r0, p.recurrent ? (sq.slot * 2 + sq.parity) * half_elems : -1,
                     p.recurrent && blockIdx.x == 0 && h % (p.hv_n / p.hk_n) == 0,
                     p.recurrent && blockIdx.x == 0};
-  for (int64_t t0 = 0; t0 < sq.n; t0 += kBatch) {
-    const int nb = static_cast<int>(min(static_cast<int64_t>(kBatch), sq.n - t0));
-    load_batch<kDk, false, kNorm>(p, b, cur, t0, nb, h, hk, col_base, a_decay, dt_bias);
-    for (int tb = 0; tb < nb; ++tb) {
-      const float* kn = b.k[tb] + part * kRowsPerThread;
-      const float* qn = b.q[tb] + part * kRowsPerThread;
-      state_update(s, kn, b.decay[tb], b.beta[tb], b.v[tb][jl]);
-      float o = 0.f;
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) o = fmaf(s[r], qn[r], o);
-      o += __shfl_xor_sync(0xffffffffu, o, 1);
-      o += __shfl_xor_sync(0xffffffffu, o, 2);
-      const __nv_bfloat16 o_bf = __float2bfloat16_rn(o);
-      if (part == 0) {
-        if (col_ok) p.out[(sq.r0 + t0 + tb) * p.out_s0 + h * p.out_s1 + j] = o_bf;
-        if constexpr (kNorm) b.o[tb][jl] = col_ok ? __bfloat162float(o_bf) : 0.f;
-      }
-    }
-    if constexpr (kNorm) {
-      store_norm<kDk>(p, b, b.psum, sq.r0 + t0, nb, t0 + kBatch >= sq.n, h, j, col_ok, jl, norm_w);
-    }
-    __syncthreads();  // the batch buffers are rewritten by the next batch
-  }
+  int pbuf = 0;
+  current_rows<kDk, kNorm>(p, b, &b.psum, pbuf, false, s, sq, cur, c, a_decay, dt_bias, norm_w);
   if (!p.recurrent && sq.n > 0 && col_ok) {  // the chunked fallback: the prompt's final state
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) state[(part * kRowsPerThread + r) * p.dv] = s[r];
@@ -250,7 +222,9 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
     p.norm_eps = norm.eps;
   }
   const cudaStream_t s = cuda::stream_of(ctx);
-  if (!(!recurrent && gdr_chunked_launch(p, dk, a.chunk_size, s))) {
+  const bool launched =
+      recurrent ? gdr_stream_launch(p, dk, s) : gdr_chunked_launch(p, dk, a.chunk_size, s);
+  if (!launched) {
     if (dk == 16) launch_recurrent<16>(p, s);
     if (dk == 32) launch_recurrent<32>(p, s);
     if (dk == 64) launch_recurrent<64>(p, s);

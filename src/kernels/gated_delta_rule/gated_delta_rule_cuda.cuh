@@ -97,6 +97,11 @@ __device__ __forceinline__ GdrSeq gdr_seq(const GdrParams& p, int64_t s) {
 // q/k not 4-byte aligned); the caller then runs the recurrence, which computes the same function.
 bool gdr_chunked_launch(const GdrParams& p, int64_t d_k, int chunk_size, cudaStream_t s);
 
+// Launches the streaming recurrence (gated_delta_rule_stream_cuda.cu) and returns true for a
+// kRecurrent call of gated_delta_rule_set_stream_min_seqs() or more sequences that it covers
+// (d_v a multiple of 4, at most 256 value heads); otherwise false, launching nothing.
+bool gdr_stream_launch(const GdrParams& p, int64_t d_k, cudaStream_t s);
+
 // gated_rms_norm_cuda over the rows of a call's sequences only, [row_start[0], row_start[n_seqs])
 // (read on the device; at most max_rows_total of them): the same kernel, so the same bits.
 void gated_rms_norm_rows_cuda(const GatedRmsNormArgs& a, const int32_t* row_start, int64_t n_seqs,

@@ -214,6 +214,71 @@ __device__ __forceinline__ void store_norm(const GdrParams& p, BatchSmem<kDk>& b
   if (!last) cluster.sync();
 }
 
+// Where a thread works: value head h (key head hk), its column j (jl within the block's 32 from
+// col_base; col_ok: j < d_v) and its part (rows part * d_k/4 .. of S[:, j]).
+struct ColumnAt {
+  int64_t h, hk, col_base, j;
+  int jl, part;
+  bool col_ok;
+};
+
+// The fold: the first n_acc rows of replay half 1 - parity (the last step's accepted raw rows)
+// applied to this thread's rows of S, with the current rows' per-token code.
+template <int kDk>
+__device__ __forceinline__ void fold_rows(const GdrParams& p, BatchSmem<kDk>& b,
+                                          float (&s)[kDk / kParts], const GdrSeq& sq,
+                                          const ColumnAt& c, float a_decay, float dt_bias) {
+  constexpr int kRowsPerThread = kDk / kParts;
+  const int64_t half_elems = p.replay_rows * p.replay_width;
+  const BatchAt fold{(sq.slot * 2 + (1 - sq.parity)) * half_elems, -1, false, false};
+  for (int t0 = 0; t0 < sq.n_acc; t0 += kBatch) {
+    const int nb = min(kBatch, sq.n_acc - t0);
+    load_batch<kDk, true, false>(p, b, fold, t0, nb, c.h, c.hk, c.col_base, a_decay, dt_bias);
+    for (int tb = 0; tb < nb; ++tb) {
+      state_update(s, b.k[tb] + c.part * kRowsPerThread, b.decay[tb], b.beta[tb], b.v[tb][c.jl]);
+    }
+    __syncthreads();  // the batch buffers are rewritten by the next batch
+  }
+}
+
+// The call's rows of one sequence: per batch of kBatch rows, the update of S, the output row (and
+// with kNorm its gated RMSNorm over the cluster), the raw rows into replay as `at` says. With
+// kNorm the sums go to psum[pbuf]: one buffer (alternate false: a trailing cluster barrier except
+// after the sequence's last batch) or two used in turn (alternate true, pbuf flips each batch).
+template <int kDk, bool kNorm>
+__device__ __forceinline__ void current_rows(const GdrParams& p, BatchSmem<kDk>& b,
+                                             float (*psum)[kBatch][kMaxNormBlocks], int& pbuf,
+                                             bool alternate, float (&s)[kDk / kParts],
+                                             const GdrSeq& sq, const BatchAt& at, const ColumnAt& c,
+                                             float a_decay, float dt_bias, float norm_w) {
+  constexpr int kRowsPerThread = kDk / kParts;
+  for (int64_t t0 = 0; t0 < sq.n; t0 += kBatch) {
+    const int nb = static_cast<int>(min(static_cast<int64_t>(kBatch), sq.n - t0));
+    load_batch<kDk, false, kNorm>(p, b, at, t0, nb, c.h, c.hk, c.col_base, a_decay, dt_bias);
+    for (int tb = 0; tb < nb; ++tb) {
+      const float* kn = b.k[tb] + c.part * kRowsPerThread;
+      const float* qn = b.q[tb] + c.part * kRowsPerThread;
+      state_update(s, kn, b.decay[tb], b.beta[tb], b.v[tb][c.jl]);
+      float o = 0.f;
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) o = fmaf(s[r], qn[r], o);
+      o += __shfl_xor_sync(0xffffffffu, o, 1);
+      o += __shfl_xor_sync(0xffffffffu, o, 2);
+      const __nv_bfloat16 o_bf = __float2bfloat16_rn(o);
+      if (c.part == 0) {
+        if (c.col_ok) p.out[(sq.r0 + t0 + tb) * p.out_s0 + c.h * p.out_s1 + c.j] = o_bf;
+        if constexpr (kNorm) b.o[tb][c.jl] = c.col_ok ? __bfloat162float(o_bf) : 0.f;
+      }
+    }
+    if constexpr (kNorm) {
+      store_norm<kDk>(p, b, psum[pbuf], sq.r0 + t0, nb, alternate || t0 + kBatch >= sq.n, c.h, c.j,
+                      c.col_ok, c.jl, norm_w);
+      if (alternate) pbuf ^= 1;
+    }
+    __syncthreads();  // the batch buffers are rewritten by the next batch
+  }
+}
+
 }  // namespace
 
 }  // namespace tandem::kernels
