@@ -61,6 +61,32 @@ struct BatchAt {
   bool own_k, own_ab;
 };
 
+// A row's gate: the decay e^g and beta (gated_delta_rule.h).
+__device__ __forceinline__ void row_gate(__nv_bfloat16 a, __nv_bfloat16 b, float a_decay,
+                                         float dt_bias, float& decay, float& beta) {
+  decay = expf(-a_decay * cuda::softplus(__bfloat162float(a) + dt_bias));
+  beta = cuda::sigmoid(__bfloat162float(b));
+}
+
+// L2-normalises one row's k (and q unless kFold, scaled by d_k^-1/2) in place, by one warp: lane
+// l sums elements l, l + 32, ... in order, then a butterfly.
+template <int kDk, bool kFold>
+__device__ __forceinline__ void normalise_row(float* q, float* k, int lane) {
+  const float q_scale = 1.f / sqrtf(static_cast<float>(kDk));
+  float ssq = 0.f, ssk = 0.f;
+  for (int i = lane; i < kDk; i += 32) {
+    if constexpr (!kFold) ssq += q[i] * q[i];
+    ssk += k[i] * k[i];
+  }
+  if constexpr (!kFold) ssq = cuda::warp_sum(ssq);
+  ssk = cuda::warp_sum(ssk);
+  const float inv_q = 1.f / sqrtf(ssq + 1e-6f), inv_k = 1.f / sqrtf(ssk + 1e-6f);
+  for (int i = lane; i < kDk; i += 32) {
+    if constexpr (!kFold) q[i] = (q[i] * inv_q) * q_scale;
+    k[i] = k[i] * inv_k;
+  }
+}
+
 // Loads rows [t0, t0 + nb) for this block's heads and columns and L2-normalises k (and q unless
 // kFold): warp w takes rows w, w + 4, ...; lane l sums elements l, l + 32, ... in order, then a
 // butterfly. Folded and current rows run the same arithmetic. Every load of the batch is issued
@@ -138,26 +164,11 @@ __device__ __forceinline__ void load_batch(const GdrParams& p, BatchSmem<kDk>& b
       row[0] = ar;
       row[p.hv_n] = br;
     }
-    b.decay[threadIdx.x] = expf(-a_decay * cuda::softplus(__bfloat162float(ar) + dt_bias));
-    b.beta[threadIdx.x] = cuda::sigmoid(__bfloat162float(br));
+    row_gate(ar, br, a_decay, dt_bias, b.decay[threadIdx.x], b.beta[threadIdx.x]);
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float q_scale = 1.f / sqrtf(static_cast<float>(kDk));
-  for (int t = warp; t < nb; t += kWarps) {
-    float ssq = 0.f, ssk = 0.f;
-    for (int i = lane; i < kDk; i += 32) {
-      if constexpr (!kFold) ssq += b.q[t][i] * b.q[t][i];
-      ssk += b.k[t][i] * b.k[t][i];
-    }
-    if constexpr (!kFold) ssq = cuda::warp_sum(ssq);
-    ssk = cuda::warp_sum(ssk);
-    const float inv_q = 1.f / sqrtf(ssq + 1e-6f), inv_k = 1.f / sqrtf(ssk + 1e-6f);
-    for (int i = lane; i < kDk; i += 32) {
-      if constexpr (!kFold) b.q[t][i] = (b.q[t][i] * inv_q) * q_scale;
-      b.k[t][i] = b.k[t][i] * inv_k;
-    }
-  }
+  for (int t = warp; t < nb; t += kWarps) normalise_row<kDk, kFold>(b.q[t], b.k[t], lane);
   __syncthreads();
 }
 

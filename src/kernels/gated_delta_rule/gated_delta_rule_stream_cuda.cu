@@ -1,18 +1,22 @@
 // CUDA gated delta rule, the token recurrence over many sequences (kRecurrent calls of
-// gdr_stream_min_seqs or more sequences). The per-sequence grid (gated_delta_rule_cuda.cu) gives
-// each (value-column block, value head, sequence) its own block, which holds its 16 KB slice of
-// the state in registers through a chain of dependent steps (metadata, state, fold rows, current
-// rows, the norm's cluster barriers): with 5 blocks per SM that kept ~80 KB of state per SM in
-// flight only part of the time, and 256 sequences of the 27B shape read and wrote their 1.6 GB
-// per layer at 1.7 TB/s (946 us per layer, a quarter of the step).
-// Here a grid that fits the GPU at once walks the items (value head, sequence) in a fixed order:
-// group g (a cluster of the column blocks when the norm is fused) takes items g, g + G, ...
-// While a block works on one item, the bulk-copy engine already brings the next item's state
-// slice (d_k rows of up to 128 bytes) into shared memory, and the item after that has its
-// metadata loaded. The work on an item is the per-sequence kernel's, through the same functions
-// (gated_delta_rule_rows_cuda.cuh): fold of the accepted rows and write-back, then the call's
-// rows, outputs, replay rows and fused norm. Same per-token code, so the same bits (tested
-// against the per-sequence grid: CudaRowInvariance.GdrStreamMatchesPerSequence).
+// gated_delta_rule_set_stream_min_seqs(), default 8, or more sequences; d_v a multiple of 32 up to
+// 128, d_k 64 or 128 with d_k <= 2 d_v). The per-sequence grid (gated_delta_rule_cuda.cu) keeps
+// each 32-column slice of S in the registers of 128 threads: 4-5 blocks per SM, each a chain of
+// dependent steps (state, fold rows, current rows, the norm's cluster barriers), so 256 sequences
+// of the 27B shape moved their 1.6 GB per layer at 1.7 TB/s (946 us per layer, a quarter of the
+// step). A first streaming form with the same blocks and the next slice brought by bulk copies
+// while the current one ran was slower (1.55 TB/s): the blocks were bound by their serial phases
+// (ncu: copy issue, the fold's and the rows' loads, the cluster barrier, the compute chains each
+// 5-14% of the samples), not by the state load.
+// Here a block owns a whole value head of one sequence at a time, its state S [d_k, d_v] in shared
+// memory (64 KB at 128 x 128): loaded by one bulk copy, folded in place, written back by one bulk
+// store, and only read by the last current row. Few registers (no state in them) and 3 blocks per
+// SM: 48 warps whose phases overlap. A resident grid walks the items (value head, sequence): block
+// g takes items g, g + G, ...; the fold's rows load while the state is in flight. Per token the
+// thread of (part, column) runs the per-sequence kernel's arithmetic: its d_k / 4 rows in order,
+// then the 4 parts added as (p0 + p1) + (p2 + p3) (what that kernel's butterfly gives), through
+// shared memory instead of shuffles; the norm sums each 32 columns by a warp butterfly and those
+// in column order. Same bits (CudaRowInvariance.GdrStreamMatchesPerSequence).
 #include <atomic>
 
 #include "kernels/bulk_copy.cuh"
@@ -24,23 +28,42 @@ namespace tandem::kernels {
 
 namespace {
 
-// Blocks per SM the registers must allow (at most 128 registers): 4 blocks x 16 KB of state slices
-// in flight per SM, plus the write-backs.
-constexpr int kStreamBlocks = 4;
-constexpr int kMaxHeads = 256;  // value heads whose gate parameters a block stages
+constexpr int kHeadRows = 2;    // rows whose inputs load together
+constexpr int kHeadBlocks = 3;  // blocks per SM: 3 x (64 KB + 8.5 KB + 1 KB reserved) <= 228 KB
+constexpr int kMaxHeadThreads = 256;  // 2 x d_v: a thread holds 2 columns of one part
+constexpr int64_t kMaxStateFloats = 16384;
 
 std::atomic<int64_t> g_stream_min_seqs{8};
 
-// A block's slice of S (d_k rows, 32 columns) in shared memory: row i at float i * kCols, shifted
-// by 8 floats per part (i / (d_k / 4)), so that the 4 parts of a column, which read rows d_k / 4
-// apart at once, fall in 4 different groups of 8 banks.
-template <int kDk>
-constexpr int slice_floats() {
-  return kDk * kCols + (kParts - 1) * 8;
+// Shared memory of a block, in floats from the start: S, then the row buffers.
+struct HeadSmem {
+  float *S, *q, *k, *v, *z, *o, *ring, *decay, *beta, *psum, *head_decay, *head_dt;
+  uint64_t* full;
+};
+
+__host__ __device__ inline int64_t head_smem_floats(int64_t dk, int64_t dv, int64_t hv_n) {
+  const int64_t n = dk * dv + kHeadRows * (2 * dk + 2 * dv) + 2 * kParts * dv +
+                    kHeadRows * (2 + kMaxNormBlocks) + 2 * hv_n;
+  return (n + 1) / 2 * 2 + 2;  // an 8-byte aligned mbarrier at the end
 }
+
 template <int kDk>
-__device__ __forceinline__ int slice_at(int i) {
-  return i * kCols + (i / (kDk / kParts)) * 8;
+__device__ __forceinline__ HeadSmem head_smem(float* base, int64_t dv, int64_t hv_n) {
+  HeadSmem m;
+  m.S = base;
+  m.q = m.S + kDk * dv;  // [kHeadRows][kDk], normalised in place
+  m.k = m.q + kHeadRows * kDk;
+  m.v = m.k + kHeadRows * kDk;  // [kHeadRows][dv]
+  m.z = m.v + kHeadRows * dv;
+  m.o = m.v;  // kNorm: the rounded outputs, over v (row tb's v is read before its o is written)
+  m.ring = m.z + kHeadRows * dv;  // [2][kParts][dv]: the parts' partial sums
+  m.decay = m.ring + 2 * kParts * dv;
+  m.beta = m.decay + kHeadRows;
+  m.psum = m.beta + kHeadRows;  // [kHeadRows][kMaxNormBlocks]
+  m.head_decay = m.psum + kHeadRows * kMaxNormBlocks;
+  m.head_dt = m.head_decay + hv_n;
+  m.full = reinterpret_cast<uint64_t*>(base + head_smem_floats(kDk, dv, hv_n) - 2);
+  return m;
 }
 
 // One item's metadata as loaded (decoded only when used, so that the loads stay in flight).
@@ -77,165 +100,302 @@ __device__ __forceinline__ GdrSeq decode_item(const GdrParams& p, const ItemLoad
   return q;
 }
 
-// Thread 0 has expected the bytes on `full`; every thread copies rows i = tid, tid + 128, ...
-template <int kDk>
-__device__ __forceinline__ void copy_slice(const GdrParams& p, int64_t slot, int64_t h,
-                                           int64_t col_base, uint32_t row_bytes, float* slice,
-                                           uint64_t* full) {
-  const float* src = p.state + (slot * p.hv_n + h) * kDk * p.dv + col_base;
-  for (int i = threadIdx.x; i < kDk; i += kThreads) {
-    cuda::bulk_copy(slice + slice_at<kDk>(i), src + i * p.dv, row_bytes, full);
+// Rows [t0, t0 + nb) of head h into shared memory (k, and q unless kFold, normalised; v, z with
+// kNorm; the gates). kFold: from replay half `base` (the accepted rows of the last step).
+// Otherwise the call's rows base + t, their raw k (own_k), v, a and b copied into the replay
+// half at `sink` for t < replay_rows. Every load is issued before the first store.
+template <int kDk, bool kFold, bool kNorm>
+__device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSmem& m, int64_t base,
+                                               int64_t sink, bool own_k, int64_t t0, int nb,
+                                               int64_t h, int64_t hk, float a_decay,
+                                               float dt_bias) {
+  const int tid = threadIdx.x;
+  const int64_t w = p.replay_width, dv = p.dv;
+  const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
+  // q/k: one element per thread (2 d_v >= kHeadRows d_k); v/z: one element (2 d_v threads).
+  const int tq = tid / kDk, iq = tid % kDk;
+  const int tv = static_cast<int>(tid / dv), jv = static_cast<int>(tid % dv);
+  __nv_bfloat16 qr = zero, kr = zero, vr = zero, zr = zero, ar = zero, br = zero;
+  if (tq < nb) {
+    const int64_t t = t0 + tq;
+    if constexpr (kFold) {
+      kr = gdr_ld_cg(p.replay + base + t * w + hk * kDk + iq);
+    } else {
+      qr = p.q[(base + t) * p.q_s0 + hk * p.q_s1 + iq];
+      kr = p.k[(base + t) * p.k_s0 + hk * p.k_s1 + iq];
+    }
   }
+  if (tv < nb) {
+    const int64_t t = t0 + tv;
+    if constexpr (kFold) {
+      vr = gdr_ld_cg(p.replay + base + t * w + p.hk_n * kDk + h * dv + jv);
+    } else {
+      vr = p.v[(base + t) * p.v_s0 + h * p.v_s1 + jv];
+      if constexpr (kNorm) zr = p.z[(base + t) * p.z_s0 + h * p.z_s1 + jv];
+    }
+  }
+  if (tid < nb) {
+    const int64_t t = t0 + tid;
+    if constexpr (kFold) {
+      const int64_t at = base + t * w + p.hk_n * kDk + p.hv_n * dv + h;
+      ar = gdr_ld_cg(p.replay + at);
+      br = gdr_ld_cg(p.replay + at + p.hv_n);
+    } else {
+      ar = p.a[(base + t) * p.a_s0 + h * p.a_s1];
+      br = p.b[(base + t) * p.b_s0 + h * p.b_s1];
+    }
+  }
+  if (tq < nb) {
+    const int64_t t = t0 + tq;
+    if constexpr (!kFold) m.q[tq * kDk + iq] = __bfloat162float(qr);
+    m.k[tq * kDk + iq] = __bfloat162float(kr);
+    if (!kFold && own_k && t < p.replay_rows) p.replay[sink + t * w + hk * kDk + iq] = kr;
+  }
+  if (tv < nb) {
+    const int64_t t = t0 + tv;
+    m.v[tv * dv + jv] = __bfloat162float(vr);
+    if constexpr (kNorm) m.z[tv * dv + jv] = __bfloat162float(zr);
+    if (!kFold && t < p.replay_rows) p.replay[sink + t * w + p.hk_n * kDk + h * dv + jv] = vr;
+  }
+  if (tid < nb) {
+    const int64_t t = t0 + tid;
+    if (!kFold && t < p.replay_rows) {
+      __nv_bfloat16* row = p.replay + sink + t * w + p.hk_n * kDk + p.hv_n * dv + h;
+      row[0] = ar;
+      row[p.hv_n] = br;
+    }
+    row_gate(ar, br, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
+  }
+  __syncthreads();
+  const int lane = tid & 31, warp = tid >> 5;
+  if (warp < nb) normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
+  __syncthreads();
+}
+
+// One token (row tb of the loaded rows) for this thread's columns c and c + d_v / 2, rows
+// part * d_k/4 .. of each: S <- e^g S; u = beta (v - S^T k); S <- S + k u^T (stored if kStore);
+// with kOut returns o = S^T q of both columns (every part gets them). The parts' partial sums meet
+// in ring[buf] (kv) and ring[1] (o; kOut calls pass buf 0).
+template <int kDk, bool kStore, bool kOut>
+__device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part, int c, int tb,
+                                             int buf) {
+  constexpr int kR = kDk / kParts;
+  const int half = dv / 2;
+  const float* kn = m.k + tb * kDk + part * kR;
+  const float* qn = m.q + tb * kDk + part * kR;
+  float* col = m.S + part * kR * dv + c;
+  const float decay = m.decay[tb];
+  float kv0 = 0.f, kv1 = 0.f;
+#pragma unroll 8
+  for (int r = 0; r < kR; ++r) {
+    const float kr = kn[r];
+    kv0 = fmaf(col[r * dv] * decay, kr, kv0);
+    kv1 = fmaf(col[r * dv + half] * decay, kr, kv1);
+  }
+  const float* ring = m.ring + buf * kParts * dv + c;
+  m.ring[buf * kParts * dv + part * dv + c] = kv0;
+  m.ring[buf * kParts * dv + part * dv + c + half] = kv1;
+  __syncthreads();
+  kv0 = (ring[0] + ring[dv]) + (ring[2 * dv] + ring[3 * dv]);
+  kv1 = (ring[half] + ring[dv + half]) + (ring[2 * dv + half] + ring[3 * dv + half]);
+  const float u0 = m.beta[tb] * (m.v[tb * dv + c] - kv0);
+  const float u1 = m.beta[tb] * (m.v[tb * dv + c + half] - kv1);
+  float o0 = 0.f, o1 = 0.f;
+#pragma unroll 8
+  for (int r = 0; r < kR; ++r) {
+    const float kr = kn[r];
+    const float s0 = fmaf(kr, u0, col[r * dv] * decay);
+    const float s1 = fmaf(kr, u1, col[r * dv + half] * decay);
+    if constexpr (kStore) {
+      col[r * dv] = s0;
+      col[r * dv + half] = s1;
+    }
+    if constexpr (kOut) {
+      o0 = fmaf(s0, qn[r], o0);
+      o1 = fmaf(s1, qn[r], o1);
+    }
+  }
+  if constexpr (kOut) {
+    float* ro = m.ring + kParts * dv + c;
+    ro[part * dv] = o0;
+    ro[part * dv + half] = o1;
+    __syncthreads();
+    o0 = (ro[0] + ro[dv]) + (ro[2 * dv] + ro[3 * dv]);
+    o1 = (ro[half] + ro[dv + half]) + (ro[2 * dv + half] + ro[3 * dv + half]);
+  }
+  return make_float2(o0, o1);
 }
 
 template <int kDk, bool kNorm>
-__global__ void __launch_bounds__(kThreads, kStreamBlocks) gdr_stream_kernel(GdrParams p) {
-  constexpr int kRowsPerThread = kDk / kParts;
-  __shared__ BatchSmem<kDk> b;
-  __shared__ alignas(128) float slice[slice_floats<kDk>()];
-  __shared__ float psum[2][kBatch][kMaxNormBlocks];
-  __shared__ float head_decay[kMaxHeads], head_dt[kMaxHeads];
-  __shared__ uint64_t full;
-  // kNorm: the first remote shared-memory write waits until every block of the cluster has
-  // started (this arrival's phase completes); the wait comes right after the PDL wait.
-  if constexpr (kNorm) cg::this_cluster().barrier_arrive();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int part = lane & (kParts - 1);
-  const int64_t col_blocks = (p.dv + kCols - 1) / kCols;
-  // Block x of a group holds column block x (the cluster's rank under kNorm).
-  const int64_t cb = blockIdx.x % col_blocks, group = blockIdx.x / col_blocks;
-  const int64_t n_groups = gridDim.x / col_blocks, items = p.hv_n * p.n_seqs;
-  const int jl = warp * (32 / kParts) + lane / kParts;  // column within the block
-  const int64_t col_base = cb * kCols, j = col_base + jl;
-  const bool col_ok = j < p.dv;
-  const int js = col_ok ? jl : 0;  // inactive columns compute on the slice's column 0
-  const int64_t jc = col_ok ? j : 0;
-  const uint32_t row_bytes =
-      static_cast<uint32_t>(min(static_cast<int64_t>(kCols), p.dv - col_base)) * 4u;
-  const uint32_t slice_bytes = row_bytes * kDk;
-  const int64_t head_elems = static_cast<int64_t>(kDk) * p.dv;
-  const int64_t half_elems = p.replay_rows * p.replay_width;
-  const float norm_w = kNorm ? p.norm_w[jc] : 0.f;
-  for (int64_t h = threadIdx.x; h < p.hv_n; h += kThreads) {
-    head_decay[h] = expf(p.a_log[h]);
-    head_dt[h] = p.dt_bias[h];
+__global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(GdrParams p) {
+  extern __shared__ __align__(128) float smem[];
+  const int64_t dv = p.dv, items = p.hv_n * p.n_seqs;
+  const int dvi = static_cast<int>(dv);
+  const HeadSmem m = head_smem<kDk>(smem, dv, p.hv_n);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int half = dvi / 2, part = tid / half, c = tid % half;  // columns c and c + half
+  const uint32_t state_bytes = static_cast<uint32_t>(kDk * dv * 4);
+  const int64_t head_elems = kDk * dv, half_elems = p.replay_rows * p.replay_width;
+  const int64_t n_blocks = gridDim.x;
+  const float norm_w0 = kNorm ? p.norm_w[c] : 0.f, norm_w1 = kNorm ? p.norm_w[c + half] : 0.f;
+  for (int64_t h = tid; h < p.hv_n; h += blockDim.x) {
+    m.head_decay[h] = expf(p.a_log[h]);
+    m.head_dt[h] = p.dt_bias[h];
   }
-  if (threadIdx.x == 0) {
-    cuda::mbar_init(&full, 1);
+  if (tid == 0) {
+    cuda::mbar_init(m.full, 1);
     cuda::fence_mbar_init();
   }
-  // Before the wait for the predecessor: the first item's metadata, state slice and fold (only
-  // this op writes the state and the replay buffer, two or more launches back; cuda_common.cuh).
-  bool live = false, next_live = false;
-  GdrSeq sq = decode_item(p, load_item(p, group, items), live);
-  if (threadIdx.x == 0 && live) cuda::mbar_arrive_expect_tx(&full, slice_bytes);
-  __syncthreads();  // the barrier is initialised, the head parameters staged
-  if (live) copy_slice<kDk>(p, sq.slot, group % p.hv_n, col_base, row_bytes, slice, &full);
-  ItemLoad next = load_item(p, group + n_groups, items);
+  __syncthreads();
   uint32_t phase = 0;
-  int pbuf = 0;
-  bool waited = false;  // past the PDL wait (and the cluster's start)
-  for (int64_t u = group; u < items; u += n_groups) {
-    const GdrSeq nsq = decode_item(p, next, next_live);
-    const int64_t h = u % p.hv_n, nh = (u + n_groups) % p.hv_n;
-    float s[kRowsPerThread];  // rows i = part * kRowsPerThread + r of S[:, j]
-    if (live) {
-      cuda::mbar_wait(&full, phase);
-      phase ^= 1;
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        s[r] = slice[slice_at<kDk>(part * kRowsPerThread + r) + js];
+  bool waited = false, store_pending = false;  // thread 0 tracks the bulk store
+  ItemLoad next = load_item(p, blockIdx.x, items);
+  for (int64_t u = blockIdx.x; u < items; u += n_blocks) {
+    bool live = false;
+    const GdrSeq sq = decode_item(p, next, live);
+    next = load_item(p, u + n_blocks, items);
+    if (!live) continue;
+    const int64_t h = u % p.hv_n, hk = h / (p.hv_n / p.hk_n);
+    float* const state = p.state + (sq.slot * p.hv_n + h) * head_elems;
+    const float a_decay = m.head_decay[h], dt_bias = m.head_dt[h];
+    // The state (the previous item's store has read it out first), and meanwhile the fold's
+    // first rows. Before the PDL wait for the first item (cuda_common.cuh, pdl_begin).
+    if (tid == 0) {
+      if (store_pending) cuda::bulk_wait_read();
+      store_pending = false;
+      cuda::mbar_arrive_expect_tx(m.full, state_bytes);
+      cuda::bulk_copy(m.S, state, state_bytes, m.full);
+    }
+    const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
+    for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
+      const int nb = min(kHeadRows, sq.n_acc - t0);
+      if (nb > 0) {
+        load_head_rows<kDk, true, false>(p, m, fold_base, -1, false, t0, nb, h, hk, a_decay,
+                                         dt_bias);
+      }
+      if (t0 == 0) {
+        cuda::mbar_wait(m.full, phase);
+        phase ^= 1;
+      }
+      for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
+      __syncthreads();  // the row buffers are rewritten by the next rows
+    }
+    if (sq.n_acc > 0) {  // the folded state back to its slot
+      cuda::fence_proxy_async();
+      __syncthreads();
+      if (tid == 0) {
+        cuda::bulk_store(state, m.S, state_bytes);
+        cuda::bulk_commit();
+        store_pending = true;
       }
     }
-    if (threadIdx.x == 0 && next_live) cuda::mbar_arrive_expect_tx(&full, slice_bytes);
-    __syncthreads();  // the slice is read: the next item's copy may land
-    if (next_live) copy_slice<kDk>(p, nsq.slot, nh, col_base, row_bytes, slice, &full);
-    next = load_item(p, u + 2 * n_groups, items);
-    if (live) {
-      const int64_t hk = h / (p.hv_n / p.hk_n);
-      float* const state = p.state + sq.slot * p.hv_n * head_elems + h * head_elems + jc;
-      const float a_decay = head_decay[h], dt_bias = head_dt[h];
-      const ColumnAt c{h, hk, col_base, j, jl, part, col_ok};
-      if (sq.n_acc > 0) {
-        fold_rows<kDk>(p, b, s, sq, c, a_decay, dt_bias);
-        if (col_ok) {
-#pragma unroll
-          for (int r = 0; r < kRowsPerThread; ++r) {
-            state[(part * kRowsPerThread + r) * p.dv] = s[r];
+    if (!waited) {
+      cuda::pdl_begin();
+      waited = true;
+    }
+    // The call's rows: outputs (and norm); their raw k (one value head per key head), v, a, b
+    // into replay half `parity`. Only a row with a later row stores its state, after the bulk
+    // store has read S out.
+    const int64_t sink = (sq.slot * 2 + sq.parity) * half_elems;
+    const bool own_k = h % (p.hv_n / p.hk_n) == 0;
+    for (int64_t t0 = 0; t0 < sq.n; t0 += kHeadRows) {
+      const int nb = static_cast<int>(min(static_cast<int64_t>(kHeadRows), sq.n - t0));
+      load_head_rows<kDk, false, kNorm>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay, dt_bias);
+      for (int tb = 0; tb < nb; ++tb) {
+        float2 o;
+        if (t0 + tb + 1 < sq.n) {
+          if (t0 + tb == 0) {  // the first state store of the item
+            if (tid == 0 && store_pending) cuda::bulk_wait_read();
+            store_pending = false;
+            __syncthreads();
+          }
+          o = head_token<kDk, true, true>(m, dvi, part, c, tb, 0);
+        } else {
+          o = head_token<kDk, false, true>(m, dvi, part, c, tb, 0);
+        }
+        const __nv_bfloat16 o0 = __float2bfloat16_rn(o.x), o1 = __float2bfloat16_rn(o.y);
+        if (part == 0) {
+          __nv_bfloat16* out = p.out + (sq.r0 + t0 + tb) * p.out_s0 + h * p.out_s1 + c;
+          out[0] = o0;
+          out[half] = o1;
+          if constexpr (kNorm) {
+            m.o[tb * dv + c] = __bfloat162float(o0);
+            m.o[tb * dv + c + half] = __bfloat162float(o1);
           }
         }
       }
-      if (!waited) {
-        cuda::pdl_begin();
-        if constexpr (kNorm) cg::this_cluster().barrier_wait();
-        waited = true;
+      if constexpr (kNorm) {  // gated RMSNorm: each 32 columns by a warp, then in column order
+        __syncthreads();
+        const int blocks = static_cast<int>(dv / 32);
+        for (int x = warp; x < nb * blocks; x += static_cast<int>(blockDim.x / 32)) {
+          const int tb = x / blocks, cb = x % blocks;
+          const float ov = m.o[tb * dv + cb * 32 + lane];
+          const float sq2 = cuda::warp_sum(ov * ov);
+          if (lane == 0) m.psum[tb * kMaxNormBlocks + cb] = sq2;
+        }
+        __syncthreads();
+        if (part == 0) {
+          for (int tb = 0; tb < nb; ++tb) {
+            float ss = 0.f;
+            for (int cb = 0; cb < blocks; ++cb) ss += m.psum[tb * kMaxNormBlocks + cb];
+            const float inv = 1.f / sqrtf(ss / static_cast<float>(dv) + p.norm_eps);
+            __nv_bfloat16* out =
+                p.norm_out + (sq.r0 + t0 + tb) * p.norm_out_s0 + h * p.norm_out_s1 + c;
+            out[0] = __float2bfloat16_rn(((m.o[tb * dv + c] * inv) * norm_w0) *
+                                         cuda::silu(m.z[tb * dv + c]));
+            out[half] = __float2bfloat16_rn(((m.o[tb * dv + c + half] * inv) * norm_w1) *
+                                            cuda::silu(m.z[tb * dv + c + half]));
+          }
+        }
       }
-      // The call's rows; their raw k/v/a/b go to replay half `parity`, each byte from one block
-      // (as in the per-sequence kernel).
-      const BatchAt at{sq.r0, (sq.slot * 2 + sq.parity) * half_elems,
-                       cb == 0 && h % (p.hv_n / p.hk_n) == 0, cb == 0};
-      current_rows<kDk, kNorm>(p, b, psum, pbuf, true, s, sq, at, c, a_decay, dt_bias, norm_w);
+      __syncthreads();  // the row buffers are rewritten by the next rows
     }
-    sq = nsq;
-    live = next_live;
   }
-  if (!waited) {
-    cuda::pdl_begin();
-    if constexpr (kNorm) cg::this_cluster().barrier_wait();
-  }
+  if (!waited) cuda::pdl_begin();
+  if (tid == 0 && store_pending) cuda::bulk_wait();
 }
 
-// Groups that are resident at once (clusters of the column blocks under kNorm), per kernel and
-// column-block count, computed once.
+bool head_kernel_fits(int64_t dk, int64_t dv) {
+  return (dk == 64 || dk == 128) && dv % 64 == 0 && dv <= kMaxHeadThreads / 2 &&
+         dk * dv <= kMaxStateFloats && kHeadRows * dk <= 2 * dv;
+}
+
+// Blocks resident at once, per kernel and shared-memory size (computed once for each).
 template <int kDk, bool kNorm>
-int64_t resident_groups(unsigned col_blocks) {
-  static std::atomic<int> cache[kMaxNormBlocks + 1] = {};
-  const unsigned key = kNorm ? col_blocks : 0;
-  int n = cache[key].load();
-  if (n > 0) return n;
-  if constexpr (kNorm) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(col_blocks * 64);
-    cfg.blockDim = dim3(kThreads);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = col_blocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cuda::check(cudaOccupancyMaxActiveClusters(&n, gdr_stream_kernel<kDk, kNorm>, &cfg),
-                "cudaOccupancyMaxActiveClusters");
-  } else {
-    int per_sm = 0;
-    cuda::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &per_sm, gdr_stream_kernel<kDk, kNorm>, kThreads, 0),
-                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    n = per_sm * cuda::sm_count();  // groups of col_blocks blocks: divided at the call
-  }
-  n = n > 0 ? n : 1;
-  cache[key].store(n);
+int64_t resident_blocks(int threads, size_t smem) {
+  static std::atomic<int64_t> key{-1}, blocks{0};
+  const int64_t k = static_cast<int64_t>(smem) * 1024 + threads;
+  if (key.load() == k) return blocks.load();
+  cuda::check(
+      cudaFuncSetAttribute(gdr_head_kernel<kDk, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)),
+      "cudaFuncSetAttribute");
+  int per_sm = 0;
+  cuda::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gdr_head_kernel<kDk, kNorm>,
+                                                            threads, smem),
+              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  const int64_t n = std::max(1, per_sm) * static_cast<int64_t>(cuda::sm_count());
+  blocks.store(n);
+  key.store(k);
   return n;
 }
 
 template <int kDk, bool kNorm>
-void launch_stream(const GdrParams& p, cudaStream_t s) {
-  const unsigned col_blocks = cuda::ceil_div(p.dv, kCols);
-  int64_t groups = resident_groups<kDk, kNorm>(col_blocks);
-  if constexpr (!kNorm) groups = groups / col_blocks > 0 ? groups / col_blocks : 1;
-  groups = std::min(groups, p.hv_n * p.n_seqs);
-  const dim3 grid(static_cast<unsigned>(groups * col_blocks));
-  cuda::launch_pdl_cluster(gdr_stream_kernel<kDk, kNorm>, grid, kThreads, kNorm ? col_blocks : 1, 0,
-                           s, p);
-  cuda::check_launch("gdr_stream_kernel");
+void launch_head(const GdrParams& p, cudaStream_t s) {
+  const int threads = static_cast<int>(2 * p.dv);
+  const size_t smem = static_cast<size_t>(head_smem_floats(kDk, p.dv, p.hv_n)) * sizeof(float);
+  const int64_t blocks = std::min(resident_blocks<kDk, kNorm>(threads, smem), p.hv_n * p.n_seqs);
+  cuda::launch_pdl(gdr_head_kernel<kDk, kNorm>, dim3(static_cast<unsigned>(blocks)), threads, smem,
+                   s, p);
+  cuda::check_launch("gdr_head_kernel");
 }
 
 template <int kDk>
-void launch_stream(const GdrParams& p, cudaStream_t s) {
+void launch_head(const GdrParams& p, cudaStream_t s) {
   if (p.norm_out != nullptr) {
-    launch_stream<kDk, true>(p, s);
+    launch_head<kDk, true>(p, s);
   } else {
-    launch_stream<kDk, false>(p, s);
+    launch_head<kDk, false>(p, s);
   }
 }
 
@@ -244,29 +404,13 @@ void launch_stream(const GdrParams& p, cudaStream_t s) {
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n) { return g_stream_min_seqs.exchange(n); }
 
 bool gdr_stream_launch(const GdrParams& p, int64_t d_k, cudaStream_t s) {
-  if (!p.recurrent || p.n_seqs < g_stream_min_seqs.load() || p.dv % 4 != 0 || p.hv_n > kMaxHeads ||
-      (p.norm_out != nullptr && p.dv > kMaxNormBlocks * kCols)) {
+  if (!p.recurrent || p.n_seqs < g_stream_min_seqs.load() || !head_kernel_fits(d_k, p.dv) ||
+      p.hv_n * 2 > 4096) {
     return false;
   }
-  switch (d_k) {
-    case 16:
-      launch_stream<16>(p, s);
-      return true;
-    case 32:
-      launch_stream<32>(p, s);
-      return true;
-    case 64:
-      launch_stream<64>(p, s);
-      return true;
-    case 128:
-      launch_stream<128>(p, s);
-      return true;
-    case 256:
-      launch_stream<256>(p, s);
-      return true;
-    default:
-      return false;
-  }
+  if (d_k == 64) launch_head<64>(p, s);
+  if (d_k == 128) launch_head<128>(p, s);
+  return true;
 }
 
 }  // namespace tandem::kernels
