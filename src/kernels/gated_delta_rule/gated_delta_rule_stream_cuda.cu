@@ -172,56 +172,73 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
   __syncthreads();
 }
 
-// One token (row tb of the loaded rows) for this thread's columns c and c + d_v / 2, rows
+// One token (row tb of the loaded rows) for this thread's columns c and c + 1 (c even), rows
 // part * d_k/4 .. of each: S <- e^g S; u = beta (v - S^T k); S <- S + k u^T (stored if kStore);
 // with kOut returns o = S^T q of both columns (every part gets them). The parts' partial sums meet
-// in ring[buf] (kv) and ring[1] (o; kOut calls pass buf 0).
+// in ring[buf] (kv) and ring[1] (o; kOut calls pass buf 0). S moves as column pairs, k and q as 4
+// rows at a time (broadcast); each column's sums still run over its rows in order.
 template <int kDk, bool kStore, bool kOut>
 __device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part, int c, int tb,
                                              int buf) {
   constexpr int kR = kDk / kParts;
-  const int half = dv / 2;
-  const float* kn = m.k + tb * kDk + part * kR;
-  const float* qn = m.q + tb * kDk + part * kR;
-  float* col = m.S + part * kR * dv + c;
+  const float4* kn = reinterpret_cast<const float4*>(m.k + tb * kDk + part * kR);
+  const float4* qn = reinterpret_cast<const float4*>(m.q + tb * kDk + part * kR);
+  float2* col = reinterpret_cast<float2*>(m.S + part * kR * dv + c);
+  const int stride = dv / 2;  // float2 per row
   const float decay = m.decay[tb];
   float kv0 = 0.f, kv1 = 0.f;
-#pragma unroll 8
-  for (int r = 0; r < kR; ++r) {
-    const float kr = kn[r];
-    kv0 = fmaf(col[r * dv] * decay, kr, kv0);
-    kv1 = fmaf(col[r * dv + half] * decay, kr, kv1);
-  }
-  const float* ring = m.ring + buf * kParts * dv + c;
-  m.ring[buf * kParts * dv + part * dv + c] = kv0;
-  m.ring[buf * kParts * dv + part * dv + c + half] = kv1;
-  __syncthreads();
-  kv0 = (ring[0] + ring[dv]) + (ring[2 * dv] + ring[3 * dv]);
-  kv1 = (ring[half] + ring[dv + half]) + (ring[2 * dv + half] + ring[3 * dv + half]);
-  const float u0 = m.beta[tb] * (m.v[tb * dv + c] - kv0);
-  const float u1 = m.beta[tb] * (m.v[tb * dv + c + half] - kv1);
-  float o0 = 0.f, o1 = 0.f;
-#pragma unroll 8
-  for (int r = 0; r < kR; ++r) {
-    const float kr = kn[r];
-    const float s0 = fmaf(kr, u0, col[r * dv] * decay);
-    const float s1 = fmaf(kr, u1, col[r * dv + half] * decay);
-    if constexpr (kStore) {
-      col[r * dv] = s0;
-      col[r * dv + half] = s1;
+#pragma unroll 2
+  for (int r4 = 0; r4 < kR / 4; ++r4) {
+    const float4 k4 = kn[r4];
+    const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 sv = col[(4 * r4 + j) * stride];
+      kv0 = fmaf(sv.x * decay, kr[j], kv0);
+      kv1 = fmaf(sv.y * decay, kr[j], kv1);
     }
+  }
+  float2* ring = reinterpret_cast<float2*>(m.ring + buf * kParts * dv + c);
+  ring[part * stride] = make_float2(kv0, kv1);
+  __syncthreads();
+  {
+    const float2 a = ring[0], b = ring[stride], e = ring[2 * stride], f = ring[3 * stride];
+    kv0 = (a.x + b.x) + (e.x + f.x);
+    kv1 = (a.y + b.y) + (e.y + f.y);
+  }
+  const float2 vv = *reinterpret_cast<const float2*>(m.v + tb * dv + c);
+  const float u0 = m.beta[tb] * (vv.x - kv0);
+  const float u1 = m.beta[tb] * (vv.y - kv1);
+  float o0 = 0.f, o1 = 0.f;
+#pragma unroll 2
+  for (int r4 = 0; r4 < kR / 4; ++r4) {
+    const float4 k4 = kn[r4];
+    const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
+    float qr[4] = {0.f, 0.f, 0.f, 0.f};
     if constexpr (kOut) {
-      o0 = fmaf(s0, qn[r], o0);
-      o1 = fmaf(s1, qn[r], o1);
+      const float4 q4 = qn[r4];
+      qr[0] = q4.x, qr[1] = q4.y, qr[2] = q4.z, qr[3] = q4.w;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2* at = col + (4 * r4 + j) * stride;
+      const float2 sv = *at;
+      const float s0 = fmaf(kr[j], u0, sv.x * decay);
+      const float s1 = fmaf(kr[j], u1, sv.y * decay);
+      if constexpr (kStore) *at = make_float2(s0, s1);
+      if constexpr (kOut) {
+        o0 = fmaf(s0, qr[j], o0);
+        o1 = fmaf(s1, qr[j], o1);
+      }
     }
   }
   if constexpr (kOut) {
-    float* ro = m.ring + kParts * dv + c;
-    ro[part * dv] = o0;
-    ro[part * dv + half] = o1;
+    float2* ro = reinterpret_cast<float2*>(m.ring + kParts * dv + c);
+    ro[part * stride] = make_float2(o0, o1);
     __syncthreads();
-    o0 = (ro[0] + ro[dv]) + (ro[2 * dv] + ro[3 * dv]);
-    o1 = (ro[half] + ro[dv + half]) + (ro[2 * dv + half] + ro[3 * dv + half]);
+    const float2 a = ro[0], b = ro[stride], e = ro[2 * stride], f = ro[3 * stride];
+    o0 = (a.x + b.x) + (e.x + f.x);
+    o1 = (a.y + b.y) + (e.y + f.y);
   }
   return make_float2(o0, o1);
 }
@@ -233,11 +250,11 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
   const int dvi = static_cast<int>(dv);
   const HeadSmem m = head_smem<kDk>(smem, dv, p.hv_n);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int half = dvi / 2, part = tid / half, c = tid % half;  // columns c and c + half
+  const int half = dvi / 2, part = tid / half, c = 2 * (tid % half);  // columns c and c + 1
   const uint32_t state_bytes = static_cast<uint32_t>(kDk * dv * 4);
   const int64_t head_elems = kDk * dv, half_elems = p.replay_rows * p.replay_width;
   const int64_t n_blocks = gridDim.x;
-  const float norm_w0 = kNorm ? p.norm_w[c] : 0.f, norm_w1 = kNorm ? p.norm_w[c + half] : 0.f;
+  const float norm_w0 = kNorm ? p.norm_w[c] : 0.f, norm_w1 = kNorm ? p.norm_w[c + 1] : 0.f;
   for (int64_t h = tid; h < p.hv_n; h += blockDim.x) {
     m.head_decay[h] = expf(p.a_log[h]);
     m.head_dt[h] = p.dt_bias[h];
@@ -317,10 +334,10 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
         if (part == 0) {
           __nv_bfloat16* out = p.out + (sq.r0 + t0 + tb) * p.out_s0 + h * p.out_s1 + c;
           out[0] = o0;
-          out[half] = o1;
+          out[1] = o1;
           if constexpr (kNorm) {
             m.o[tb * dv + c] = __bfloat162float(o0);
-            m.o[tb * dv + c + half] = __bfloat162float(o1);
+            m.o[tb * dv + c + 1] = __bfloat162float(o1);
           }
         }
       }
@@ -343,8 +360,8 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
                 p.norm_out + (sq.r0 + t0 + tb) * p.norm_out_s0 + h * p.norm_out_s1 + c;
             out[0] = __float2bfloat16_rn(((m.o[tb * dv + c] * inv) * norm_w0) *
                                          cuda::silu(m.z[tb * dv + c]));
-            out[half] = __float2bfloat16_rn(((m.o[tb * dv + c + half] * inv) * norm_w1) *
-                                            cuda::silu(m.z[tb * dv + c + half]));
+            out[1] = __float2bfloat16_rn(((m.o[tb * dv + c + 1] * inv) * norm_w1) *
+                                         cuda::silu(m.z[tb * dv + c + 1]));
           }
         }
       }
