@@ -1,6 +1,8 @@
-// CUDA gated delta rule over a batch of sequences, one launch per call. Grid (value-column blocks
-// of 32, value heads, sequences); in a block each column j is held by 4 threads, each owning d_k/4
-// rows of S[:, j] in fp32 registers for the whole call. kRecurrent (decode, verify), per block:
+// CUDA gated delta rule over a batch of sequences, one launch per call. kRecurrent calls of 8 or
+// more sequences whose shape it takes go to the streaming kernel (gated_delta_rule_stream_cuda.cu,
+// same bits); the rest run here. Grid (value-column blocks of 32, value heads, sequences); in a
+// block each column j is held by 4 threads, each owning d_k/4 rows of S[:, j] in fp32 registers for
+// the whole call. kRecurrent (decode, verify), per block:
 //   before the PDL wait: the sequence's metadata, its committed state slice state[slot] and the
 //     fold: the first n_acc rows of replay half 1 - parity (the last step's accepted raw rows),
 //     applied with the per-token code below; if n_acc > 0 the folded slice goes back to
