@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/argmax/argmax.h"
+#include "kernels/gated_delta_rule/gated_delta_rule.h"
 #include "kernels/linear/linear.h"
 #include "spec/acceptance.h"
 
@@ -167,6 +168,10 @@ std::string BatchEngine::describe() const {
                       : fmt::format("{} CUDA graphs (batch buckets up to {} x k = 0..{})",
                                     graphs_.size(), buckets_.back(), k_max_));
   s += "\n" + kernels::linear_paths(model_.context().device);
+  const ModelConfig& cfg = model_.config();
+  if (cfg.gdn_d_k > 0) {
+    s += "\n" + kernels::gated_delta_rule_paths(model_.context().device, cfg.gdn_d_k, cfg.gdn_d_v);
+  }
   return s;
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/exec_context.h"
 #include "core/tensor.h"
@@ -71,7 +72,11 @@ struct GatedDeltaRuleArgs {
 };
 
 void gated_delta_rule_ref(const GatedDeltaRuleArgs& a, const ExecContext& ctx);
+// One line for the start-up log: which kernel the recurrence of a d_k x d_v state takes on
+// `device` (DESIGN.md invariant 6).
+std::string gated_delta_rule_paths(Device device, int64_t d_k, int64_t d_v);
 #ifdef TANDEM_CUDA
+std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v);
 void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx);
 bool gated_delta_rule_cuda_supports(int64_t d_k);  // shapes the CUDA kernel is built for
 // Recurrent calls of at least n sequences take the streaming kernel (default 8; tests and

@@ -505,4 +505,12 @@ void gated_delta_rule_ref(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {
   }
 }
 
+std::string gated_delta_rule_paths(Device device, int64_t d_k, int64_t d_v) {
+#ifdef TANDEM_CUDA
+  if (device == Device::kCuda) return gated_delta_rule_cuda_paths(d_k, d_v);
+#endif
+  (void)device, (void)d_k, (void)d_v;
+  return "gated delta rule: fp32 reference, token by token for decode/verify, chunked for prefill";
+}
+
 }  // namespace tandem::kernels

@@ -17,6 +17,8 @@
 // then the 4 parts added as (p0 + p1) + (p2 + p3) (what that kernel's butterfly gives), through
 // shared memory instead of shuffles; the norm sums each 32 columns by a warp butterfly and those
 // in column order. Same bits (CudaRowInvariance.GdrStreamMatchesPerSequence).
+#include <fmt/format.h>
+
 #include <atomic>
 
 #include "kernels/bulk_copy.cuh"
@@ -429,6 +431,21 @@ void launch_head(const GdrParams& p, cudaStream_t s) {
 }  // namespace
 
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n) { return g_stream_min_seqs.exchange(n); }
+
+std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
+  const int64_t from = g_stream_min_seqs.load();
+  if (!head_kernel_fits(d_k, d_v)) {
+    return fmt::format(
+        "gated delta rule: decode/verify on the per-sequence grid (state {}x{} outside the "
+        "streaming kernel's shapes); prefill chunks in the chunked (WY) form",
+        d_k, d_v);
+  }
+  return fmt::format(
+      "gated delta rule: decode/verify of 1-{} sequences on the per-sequence grid, {}+ on the "
+      "streaming kernel (a value head per block, state in shared memory); prefill chunks in the "
+      "chunked (WY) form",
+      from - 1, from);
+}
 
 bool gdr_stream_launch(const GdrParams& p, int64_t d_k, cudaStream_t s) {
   if (!p.recurrent || p.n_seqs < g_stream_min_seqs.load() || !head_kernel_fits(d_k, p.dv) ||
