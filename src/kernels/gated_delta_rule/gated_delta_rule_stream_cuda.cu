@@ -299,16 +299,6 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
       for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
       __syncthreads();  // the row buffers are rewritten by the next rows
     }
-    // The next item's state toward L2 while this one runs (its metadata has arrived by now): its
-    // bulk copy then waits on L2, not on memory.
-    if (tid == 0) {
-      bool next_live = false;
-      const GdrSeq nsq = decode_item(p, next, next_live);
-      if (next_live) {
-        const int64_t nh = (u + n_blocks) % p.hv_n;
-        cuda::bulk_prefetch_l2(p.state + (nsq.slot * p.hv_n + nh) * head_elems, state_bytes);
-      }
-    }
     if (sq.n_acc > 0) {  // the folded state back to its slot
       cuda::fence_proxy_async();
       __syncthreads();
