@@ -1,6 +1,6 @@
 // CUDA gated delta rule, the token recurrence over many sequences (kRecurrent calls of
-// gated_delta_rule_set_stream_min_seqs(), default 8, or more sequences; d_v a multiple of 32 up to
-// 128, d_k 64 or 128 with d_k <= 2 d_v). The per-sequence grid (gated_delta_rule_cuda.cu) keeps
+// gated_delta_rule_set_stream_min_seqs(), default 8, or more sequences; d_v 64 or 128, d_k 64 or
+// 128 with d_k <= d_v). The per-sequence grid (gated_delta_rule_cuda.cu) keeps
 // each 32-column slice of S in the registers of 128 threads: 4-5 blocks per SM, each a chain of
 // dependent steps (state, fold rows, current rows, the norm's cluster barriers), so 256 sequences
 // of the 27B shape moved their 1.6 GB per layer at 1.7 TB/s (946 us per layer, a quarter of the
@@ -10,13 +10,13 @@
 // 5-14% of the samples), not by the state load.
 // Here a block owns a whole value head of one sequence at a time, its state S [d_k, d_v] in shared
 // memory (64 KB at 128 x 128): loaded by one bulk copy, folded in place, written back by one bulk
-// store, and only read by the last current row. Few registers (no state in them) and 3 blocks per
-// SM: 48 warps whose phases overlap. A resident grid walks the items (value head, sequence): block
-// g takes items g, g + G, ...; the fold's rows load while the state is in flight. Per token the
-// thread of (part, column) runs the per-sequence kernel's arithmetic: its d_k / 4 rows in order,
-// then the 4 parts added as (p0 + p1) + (p2 + p3) (what that kernel's butterfly gives), through
-// shared memory instead of shuffles; the norm sums each 32 columns by a warp butterfly and those
-// in column order. Same bits (CudaRowInvariance.GdrStreamMatchesPerSequence).
+// store, and only read by the last current row. No state in registers, 3 blocks per SM: 24 warps
+// whose phases overlap. A resident grid walks the items (value head, sequence): block g takes items
+// g, g + G, ...; the fold's rows load while the state is in flight. Per token the thread of (part,
+// column pair) runs the per-sequence kernel's arithmetic for each of its two columns: its d_k / 4
+// rows in order, then the 4 parts added as (p0 + p1) + (p2 + p3) (what that kernel's butterfly
+// gives), through shared memory instead of shuffles; the norm sums each 32 columns by a warp
+// butterfly and those in column order. Same bits (CudaRowInvariance.GdrStreamMatchesPerSequence).
 #include <fmt/format.h>
 
 #include <atomic>
