@@ -74,22 +74,38 @@ struct GdrSeq {
   bool ok;
 };
 
-__device__ __forceinline__ GdrSeq gdr_seq(const GdrParams& p, int64_t s) {
+// The values of sequence s as loaded (n_acc and parity only for kRecurrent), and the sequence
+// they give; kept apart so that a kernel may load one sequence's values early and use them later.
+struct GdrSeqLoad {
+  int32_t row0, row1, slot, n_acc, parity;
+};
+
+__device__ __forceinline__ GdrSeqLoad gdr_seq_load(const GdrParams& p, int64_t s) {
+  GdrSeqLoad l{gdr_ld_cg(p.row_start + s), gdr_ld_cg(p.row_start + s + 1), gdr_ld_cg(p.slot + s), 0,
+               0};
+  if (p.recurrent) {
+    l.n_acc = gdr_ld_cg(p.n_acc + s);
+    l.parity = gdr_ld_cg(p.parity + s);
+  }
+  return l;
+}
+
+__device__ __forceinline__ GdrSeq gdr_seq_of(const GdrParams& p, const GdrSeqLoad& l) {
   GdrSeq q;
-  const int64_t a = gdr_ld_cg(p.row_start + s), b = gdr_ld_cg(p.row_start + s + 1);
+  const int64_t a = l.row0, b = l.row1;
   q.r0 = a < 0 ? 0 : (a > p.n_rows ? p.n_rows : a);
   const int64_t r1 = b < q.r0 ? q.r0 : (b > p.n_rows ? p.n_rows : b);
   q.n = r1 - q.r0;
-  q.slot = gdr_ld_cg(p.slot + s);
+  q.slot = l.slot;
   q.ok = q.slot >= 0 && q.slot < p.n_slots;
-  q.n_acc = 0;
-  q.parity = 0;
-  if (p.recurrent) {
-    const int32_t na = gdr_ld_cg(p.n_acc + s);
-    q.n_acc = na < 0 ? 0 : (na > p.replay_rows ? static_cast<int>(p.replay_rows) : na);
-    q.parity = gdr_ld_cg(p.parity + s) & 1;
-  }
+  const int32_t na = l.n_acc;
+  q.n_acc = na < 0 ? 0 : (na > p.replay_rows ? static_cast<int>(p.replay_rows) : na);
+  q.parity = l.parity & 1;
   return q;
+}
+
+__device__ __forceinline__ GdrSeq gdr_seq(const GdrParams& p, int64_t s) {
+  return gdr_seq_of(p, gdr_seq_load(p, s));
 }
 
 // Launches the chunked (WY) kernel over all the call's sequences and returns true, or returns

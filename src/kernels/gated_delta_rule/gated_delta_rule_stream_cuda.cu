@@ -68,36 +68,16 @@ __device__ __forceinline__ HeadSmem head_smem(float* base, int64_t dv, int64_t h
   return m;
 }
 
-// One item's metadata as loaded (decoded only when used, so that the loads stay in flight).
-struct ItemLoad {
-  int32_t rs0, rs1, slot, n_acc, parity;
-};
-
-__device__ __forceinline__ ItemLoad load_item(const GdrParams& p, int64_t u, int64_t items) {
-  ItemLoad l{0, 0, -1, 0, 0};
-  if (u < items) {
-    const int64_t s = u / p.hv_n;
-    l.rs0 = gdr_ld_cg(p.row_start + s);
-    l.rs1 = gdr_ld_cg(p.row_start + s + 1);
-    l.slot = gdr_ld_cg(p.slot + s);
-    l.n_acc = gdr_ld_cg(p.n_acc + s);
-    l.parity = gdr_ld_cg(p.parity + s);
-  }
-  return l;
+// Item u's sequence values as loaded (gdr_seq_load; past the last item: no sequence), decoded
+// only when used so that the loads stay in flight.
+__device__ __forceinline__ GdrSeqLoad load_item(const GdrParams& p, int64_t u, int64_t items) {
+  return u < items ? gdr_seq_load(p, u / p.hv_n) : GdrSeqLoad{0, 0, -1, 0, 0};
 }
 
-// gdr_seq's clamps, on loaded values: an item is live if its slot is in the pool and it has rows
-// or rows to fold (a graph bucket's padding touches nothing).
-__device__ __forceinline__ GdrSeq decode_item(const GdrParams& p, const ItemLoad& l, bool& live) {
-  GdrSeq q;
-  const int64_t a = l.rs0, b = l.rs1;
-  q.r0 = a < 0 ? 0 : (a > p.n_rows ? p.n_rows : a);
-  const int64_t r1 = b < q.r0 ? q.r0 : (b > p.n_rows ? p.n_rows : b);
-  q.n = r1 - q.r0;
-  q.slot = l.slot;
-  q.ok = q.slot >= 0 && q.slot < p.n_slots;
-  q.n_acc = l.n_acc < 0 ? 0 : (l.n_acc > p.replay_rows ? static_cast<int>(p.replay_rows) : l.n_acc);
-  q.parity = l.parity & 1;
+// An item is live if its slot is in the pool and it has rows or rows to fold (a graph bucket's
+// padding touches nothing).
+__device__ __forceinline__ GdrSeq decode_item(const GdrParams& p, const GdrSeqLoad& l, bool& live) {
+  const GdrSeq q = gdr_seq_of(p, l);
   live = q.ok && (q.n > 0 || q.n_acc > 0);
   return q;
 }
@@ -121,7 +101,7 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
   if (tq < nb) {
     const int64_t t = t0 + tq;
     if constexpr (kFold) {
-      kr = gdr_ld_cg(p.replay + base + t * w + hk * kDk + iq);
+      kr = gdr_ld_cg(p.replay + base + t * w + replay_k<kDk>(hk) + iq);
     } else {
       qr = p.q[(base + t) * p.q_s0 + hk * p.q_s1 + iq];
       kr = p.k[(base + t) * p.k_s0 + hk * p.k_s1 + iq];
@@ -130,7 +110,7 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
   if (tv < nb) {
     const int64_t t = t0 + tv;
     if constexpr (kFold) {
-      vr = gdr_ld_cg(p.replay + base + t * w + p.hk_n * kDk + h * dv + jv);
+      vr = gdr_ld_cg(p.replay + base + t * w + replay_v<kDk>(p, h) + jv);
     } else {
       vr = p.v[(base + t) * p.v_s0 + h * p.v_s1 + jv];
       if constexpr (kNorm) zr = p.z[(base + t) * p.z_s0 + h * p.z_s1 + jv];
@@ -139,7 +119,7 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
   if (tid < nb) {
     const int64_t t = t0 + tid;
     if constexpr (kFold) {
-      const int64_t at = base + t * w + p.hk_n * kDk + p.hv_n * dv + h;
+      const int64_t at = base + t * w + replay_a<kDk>(p, h);
       ar = gdr_ld_cg(p.replay + at);
       br = gdr_ld_cg(p.replay + at + p.hv_n);
     } else {
@@ -151,18 +131,18 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
     const int64_t t = t0 + tq;
     if constexpr (!kFold) m.q[tq * kDk + iq] = __bfloat162float(qr);
     m.k[tq * kDk + iq] = __bfloat162float(kr);
-    if (!kFold && own_k && t < p.replay_rows) p.replay[sink + t * w + hk * kDk + iq] = kr;
+    if (!kFold && own_k && t < p.replay_rows) p.replay[sink + t * w + replay_k<kDk>(hk) + iq] = kr;
   }
   if (tv < nb) {
     const int64_t t = t0 + tv;
     m.v[tv * dv + jv] = __bfloat162float(vr);
     if constexpr (kNorm) m.z[tv * dv + jv] = __bfloat162float(zr);
-    if (!kFold && t < p.replay_rows) p.replay[sink + t * w + p.hk_n * kDk + h * dv + jv] = vr;
+    if (!kFold && t < p.replay_rows) p.replay[sink + t * w + replay_v<kDk>(p, h) + jv] = vr;
   }
   if (tid < nb) {
     const int64_t t = t0 + tid;
     if (!kFold && t < p.replay_rows) {
-      __nv_bfloat16* row = p.replay + sink + t * w + p.hk_n * kDk + p.hv_n * dv + h;
+      __nv_bfloat16* row = p.replay + sink + t * w + replay_a<kDk>(p, h);
       row[0] = ar;
       row[p.hv_n] = br;
     }
@@ -268,7 +248,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
   __syncthreads();
   uint32_t phase = 0;
   bool waited = false, store_pending = false;  // thread 0 tracks the bulk store
-  ItemLoad next = load_item(p, blockIdx.x, items);
+  GdrSeqLoad next = load_item(p, blockIdx.x, items);
   for (int64_t u = blockIdx.x; u < items; u += n_blocks) {
     bool live = false;
     const GdrSeq sq = decode_item(p, next, live);
