@@ -33,7 +33,7 @@ namespace {
 constexpr int kHeadRows = 2;    // rows whose inputs load together
 constexpr int kHeadBlocks = 3;  // blocks per SM: 3 x (64 KB + 8.5 KB + 1 KB reserved) <= 228 KB
 constexpr int kMaxHeadThreads = 256;  // 2 x d_v: a thread holds 2 columns of one part
-constexpr int64_t kMaxStateFloats = 16384;
+constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a block stages
 
 std::atomic<int64_t> g_stream_min_seqs{8};
 
@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
 
 bool head_kernel_fits(int64_t dk, int64_t dv) {
   return (dk == 64 || dk == 128) && dv % 64 == 0 && dv <= kMaxHeadThreads / 2 &&
-         dk * dv <= kMaxStateFloats && kHeadRows * dk <= 2 * dv;
+         kHeadRows * dk <= 2 * dv;
 }
 
 // Blocks resident at once, per kernel and shared-memory size (computed once for each).
@@ -419,7 +419,7 @@ std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
 
 bool gdr_stream_launch(const GdrParams& p, int64_t d_k, cudaStream_t s) {
   if (!p.recurrent || p.n_seqs < g_stream_min_seqs.load() || !head_kernel_fits(d_k, p.dv) ||
-      p.hv_n * 2 > 4096) {
+      p.hv_n > kMaxHeads) {
     return false;
   }
   if (d_k == 64) launch_head<64>(p, s);
