@@ -541,16 +541,17 @@ void bench_linear_batch(cudaStream_t s) {
 }
 
 // Group linear_fp8: the FP8 decode linear (block-scaled e4m3, linear_fp8_cuda.cu) on the 27B
-// shapes at n = 1, 2, 4, 8 rows, back to back, as TB/s of the bytes it must read (1 per weight plus
+// shapes at n = 1, 2, 4, 8, 16, 32 rows, back to back, as TB/s of the bytes it must read (1 per weight plus
 // the f32 block scales); ratio: time over the bf16 production kernel's at the same n. The
 // projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them: with
 // input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in the
-// ring's slots instead of staged (linear_fp8_set_staging).
+// ring's slots instead of staged (linear_fp8_set_staging); at every n also the other kernel
+// (linear_fp8_set_batch): the batched one at 1-8 rows, launches of 8 rows above.
 void bench_linear_fp8(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
-  const Tensor x = random_bf16({8, 17408}, 5);
-  const Tensor out = Tensor::zeros({8, 34816}, DType::kBF16, Device::kCuda);
-  const Tensor scratch = Tensor::zeros({8, 17408}, DType::kBF16, Device::kCuda);
+  const Tensor x = random_bf16({32, 17408}, 5);
+  const Tensor out = Tensor::zeros({32, 34816}, DType::kBF16, Device::kCuda);
+  const Tensor scratch = Tensor::zeros({32, 17408}, DType::kBF16, Device::kCuda);
   const Tensor fold = random_bf16({17408}, 6);
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
                                   {16480, 5120},
@@ -576,7 +577,7 @@ void bench_linear_fp8(cudaStream_t s) {
       scales.push_back(sc.to(Device::kCuda));
     }
     const double bytes = static_cast<double>(out_f * in) + 4.0 * scales[0].numel();
-    for (const int64_t n : {1, 2, 4, 8}) {
+    for (const int64_t n : {1, 2, 4, 8, 16, 32}) {
       const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
                    on = out.slice(0, 0, n).slice(1, 0, out_f);
       const Tensor sn = scratch.slice(0, 0, n).slice(1, 0, in);
@@ -614,6 +615,16 @@ void bench_linear_fp8(cudaStream_t s) {
                slots_ms, bytes, ms);
         slots = fmt::format(", tokens in slots {:.2f} TB/s", bytes / (slots_ms * 1e-3) / 1e12);
       }
+      // The other kernel at the same n: launches of up to 8 rows above 8 (what production ran
+      // before the batched kernel), the batched kernel at 1..8.
+      linear_fp8_set_batch(n > 8 ? Fp8BatchMode::kOff : Fp8BatchMode::kAll);
+      const double other_ms = batched_ms(s, 20, fp8_call);
+      linear_fp8_set_batch(Fp8BatchMode::kAbove8);
+      report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n,
+                         n > 8 ? "groups of 8" : "batched kernel", out_f, in),
+             other_ms, bytes, ms);
+      slots += fmt::format(", {} {:.2f} TB/s", n > 8 ? "groups of 8" : "batched kernel",
+                           bytes / (other_ms * 1e-3) / 1e12);
       fmt::print("linear fp8 [{},{}] n={}: {:.3f} ms {:.2f} TB/s{} (bf16 {:.3f} ms {:.2f} TB/s)\n",
                  out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, slots, bf16_ms,
                  2.0 * out_f * in / (bf16_ms * 1e-3) / 1e12);

@@ -4,6 +4,7 @@
 //    epilogue, input_rms and the folded norm, on shapes whose scale blocks straddle the matrix
 //    edges, and scale rows of 128 and of 8 (the gate|up interleave);
 //  - row invariance: a decode row has the same bits alone, among 1..8 rows and in decode groups;
+//    the batched kernel's rows (9..32 per launch) are the 1..8-row kernel's, bit for bit;
 //  - prefill rows: bitwise the bf16 path on the load-time dequantisation
 //    bf16(f32(code) scale (1 + g)), which is what the prefill path computes.
 #include <fmt/format.h>
@@ -216,7 +217,7 @@ TEST_F(Fp8Linear, DecodeRowsMatchTheReference) {
   for (const Shape3& sh : kShapes) {
     const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
     const Mirror g = random_fold(sh.in, rng);
-    for (const int64_t n : {1, 2, 3, 5, 8, 19}) {
+    for (const int64_t n : {1, 2, 3, 5, 8, 19, 40}) {
       Mirror xs = random_mirror({n, sh.in + 16}, rng, DType::kBF16, -2.f, 2.f);  // strided rows
       const Mirror res = random_mirror({n, sh.out}, rng, DType::kBF16, -4.f, 4.f);
       for (const Form& f : forms(sh.out)) {
@@ -260,6 +261,51 @@ TEST_F(Fp8Linear, DecodeRowsAreInvariant) {
               "linear_fp8.decode_invariance",
               fmt::format("in={},out={},form={},rows [{}, {})", sh.in, sh.out, f.name(), r, r + m),
               same);
+        }
+      }
+    }
+  }
+}
+
+// The batched FP8 kernel (linear_fp8_batch_cuda.cu) against launches of up to 8 rows, bitwise: 45
+// rows (production: one batched launch of 32 rows and one of 13) and calls of 1..45 rows at several
+// offsets, with the batched kernel taking every group (kAll: its 1-8 row configuration too), the
+// groups of more than 8 rows (production) or none.
+TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
+  CudaStream cs;
+  Rng rng(29);
+  struct Restore {
+    ~Restore() { linear_fp8_set_batch(Fp8BatchMode::kAbove8); }
+  } restore;
+  for (const Shape3& sh : kShapes) {
+    const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
+    const Mirror g = random_fold(sh.in, rng);
+    constexpr int64_t kN = 45;
+    const Mirror xs = random_mirror({kN, sh.in + 8}, rng, DType::kBF16, -2.f, 2.f);
+    const Mirror res = random_mirror({kN, sh.out}, rng, DType::kBF16, -4.f, 4.f);
+    const Tensor x = cols(xs.dev, sh.in);
+    for (const Form& f : forms(sh.out)) {
+      linear_fp8_set_batch(Fp8BatchMode::kOff);
+      const Tensor want = out_for(f, kN, sh.out, res);
+      run(f, x, w, g.dev, want, kN, cs);
+      cs.sync();
+      const std::vector<uint16_t> want_bits = download_bits<uint16_t>(want);
+      const int64_t cols_out = want.dim(1);
+      for (const Fp8BatchMode mode : {Fp8BatchMode::kAbove8, Fp8BatchMode::kAll}) {
+        linear_fp8_set_batch(mode);
+        for (const auto& [r, m] : std::vector<std::pair<int64_t, int64_t>>{
+                 {0, 45}, {0, 1}, {3, 5}, {8, 8}, {1, 9}, {17, 13}, {5, 16}, {13, 17}, {2, 32}}) {
+          const Mirror sub_res{res.host.slice(0, r, r + m), res.dev.slice(0, r, r + m)};
+          const Tensor got = out_for(f, m, sh.out, sub_res);
+          run(f, x.slice(0, r, r + m), w, g.dev, got, m, cs);
+          cs.sync();
+          const std::vector<uint16_t> bits = download_bits<uint16_t>(got);
+          check_bits("linear_fp8.batched_kernel",
+                     fmt::format("in={},out={},rows={},form={},{},rows [{}, {})", sh.in, sh.out,
+                                 sh.rows, f.name(),
+                                 mode == Fp8BatchMode::kAll ? "every group" : "production", r,
+                                 r + m),
+                     std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
         }
       }
     }

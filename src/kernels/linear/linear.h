@@ -138,6 +138,11 @@ int linear_skinny_set_variant(int v);
 // Benchmark-only: FP8 decode rows of 1-4 tokens with the tokens staged once per block (true,
 // production) or carried in every ring slot (linear_fp8_cuda.cu); the bits are the same.
 void linear_fp8_set_staging(bool on);
+// Benchmark and test only: which FP8 decode rows the batched FP8 kernel takes, in groups of up to
+// 32 rows: kOff none (launches of up to 8 rows), kAbove8 production (groups of
+// more than 8 rows), kAll every group. The bits are the same.
+enum class Fp8BatchMode { kOff, kAbove8, kAll };
+void linear_fp8_set_batch(Fp8BatchMode mode);
 #endif
 
 inline void linear(const LinearArgs& a, const ExecContext& ctx) {

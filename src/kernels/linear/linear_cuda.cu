@@ -307,8 +307,11 @@ int64_t decode_rows_of(const LinearArgs& a) {
 // destroyed, since a static's destructor would free it after the CUDA runtime has shut down.
 Tensor& g_fp8_scratch = *new Tensor();
 
-// FP8 weights: decode rows in groups of kFp8DecodeMaxTokens through linear_fp8_cuda.cu's kernel;
-// prefill rows through the bf16 family on the matrix dequantised (and folded) into the scratch.
+Fp8BatchMode g_fp8_batch = Fp8BatchMode::kAbove8;  // linear_fp8_set_batch
+
+// FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (up to 8 rows) and the batched one
+// (9..32 rows); prefill rows through the bf16 family on the matrix dequantised (and folded) into
+// the scratch.
 void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
   cuda::expect_cuda(a.out, "linear", "out");
@@ -370,14 +373,29 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   s.epilogue = a.epilogue;
   s.input_rms = a.input_rms;
   s.input_rms_eps = a.input_rms_eps;
-  for (int64_t g0 = 0; g0 < decode_rows; g0 += kFp8DecodeMaxTokens) {
-    const LinearArgs b = rows_of(a, g0, std::min(decode_rows, g0 + kFp8DecodeMaxTokens));
+  const auto rows = [&](int64_t r0, int64_t r1) {
+    const LinearArgs b = rows_of(a, r0, r1);
     s.n = b.x.dim(0);
     s.x = b.x.raw();
     s.x_stride = b.x.stride(0);
     s.out = b.out.raw();
     s.out_stride = b.out.stride(0);
-    linear_fp8_decode(s, f32_out, stream);
+  };
+  // Groups of kFp8BatchMaxTokens rows; one of more than kFp8DecodeMaxTokens rows in one pass of the
+  // batched kernel, when it takes the call; otherwise (and at most 8 rows) groups of 8. The same
+  // bits either way.
+  for (int64_t g0 = 0; g0 < decode_rows; g0 += kFp8BatchMaxTokens) {
+    const int64_t g1 = std::min(decode_rows, g0 + kFp8BatchMaxTokens);
+    const bool batch = g_fp8_batch == Fp8BatchMode::kAll ||
+                       (g_fp8_batch == Fp8BatchMode::kAbove8 && g1 - g0 > kFp8DecodeMaxTokens);
+    if (batch) {
+      rows(g0, g1);
+      if (linear_fp8_decode_batch(s, f32_out, stream)) continue;
+    }
+    for (int64_t r0 = g0; r0 < g1; r0 += kFp8DecodeMaxTokens) {
+      rows(r0, std::min(g1, r0 + kFp8DecodeMaxTokens));
+      linear_fp8_decode(s, f32_out, stream);
+    }
   }
 }
 
@@ -404,11 +422,15 @@ std::string linear_cuda_paths() {
   return fmt::format(
       "linear: decode/verify rows 1-{} persistent bulk-copy kernel, {}-{} batched kernel, {}-{} "
       "class-split kernel (one launch; more rows: groups of {}), unaligned rows the CUDA-core "
-      "kernel; prefill rows cuBLASLt (one pinned algorithm per shape); FP8 decode rows in groups "
-      "of {}, FP8 prefill rows on the bf16 dequantisation",
+      "kernel; prefill rows cuBLASLt (one pinned algorithm per shape); FP8 decode rows 1-{} FP8 "
+      "kernel, {}-{} batched FP8 kernel (more rows: groups of {}), FP8 prefill rows on the bf16 "
+      "dequantisation",
       kPersistentMaxTokens, kPersistentMaxTokens + 1, kBatchMaxTokens, kBatchMaxTokens + 1,
-      kClassesMaxTokens, kClassesMaxTokens, kFp8DecodeMaxTokens);
+      kClassesMaxTokens, kClassesMaxTokens, kFp8DecodeMaxTokens, kFp8DecodeMaxTokens + 1,
+      kFp8BatchMaxTokens, kFp8BatchMaxTokens);
 }
+
+void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
 
 void linear_reserve_fp8_scratch(int64_t numel, Device device) {
   if (device != Device::kCuda || numel <= g_fp8_scratch.numel()) return;

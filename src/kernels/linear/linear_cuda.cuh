@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/linear/linear.h"
+#include "kernels/linear/linear_plan.h"
 
 namespace tandem::kernels {
 
@@ -96,12 +97,27 @@ bool linear_decode_classes(const LinearShape& s, bool f32_out, cudaStream_t stre
 // driver refuses it.
 bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                         int64_t stride, int box_k, int box_rows);
+// The same for the bytes of an FP8 matrix [rows, cols] (contiguous), in boxes of [box_k <= 128,
+// box_rows] stored with the 128-byte swizzle: 16-byte piece q of box row r lands at piece
+// q ^ (r % 8) of its 128-byte row (the box's shared-memory address 1024-byte aligned).
+bool linear_encode_fp8_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
+                            int box_k, int box_rows);
 // The cluster occupancy every decode configuration plans with (production's 1..4-token one).
 const std::array<int64_t, 4>& linear_plan_resident();
 // FP8 decode/verify rows (linear_fp8_cuda.cu): 1..kFp8DecodeMaxTokens rows of block-scaled
 // f8_e4m3 weights, every epilogue, input_rms and the folded norm (LinearShape::fold).
 constexpr int64_t kFp8DecodeMaxTokens = 8;
 void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream);
+// The plan every FP8 decode kernel runs for a weight shape (ranges multiples of 128 k; the
+// occupancy of linear_fp8_cuda.cu's 1-2 row configuration): a row's bits depend on it.
+LinearPlan linear_fp8_plan(int64_t out_f, int64_t in);
+// The batched FP8 kernel (linear_fp8_batch_cuda.cu): 1..kFp8BatchMaxTokens rows in one pass over
+// the weights, the bits of linear_fp8_decode, every epilogue, input_rms and the fold. Returns
+// false without launching when it cannot take the call (scale blocks of fewer than 8 rows, a
+// tensor map the driver refuses). Production takes it for decode groups of more than
+// kFp8DecodeMaxTokens rows.
+constexpr int64_t kFp8BatchMaxTokens = 32;
+bool linear_fp8_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream);
 // The FP8 matrix dequantised to bf16, out[o, i] = bf16(f32(w[o, i]) scale (1 + g_i)) (g_i = 0
 // without a fold), the load-time formula of a folded bf16 matrix: the prefill path's weights.
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream);
