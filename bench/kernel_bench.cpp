@@ -546,7 +546,7 @@ void bench_linear_batch(cudaStream_t s) {
 // projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them: with
 // input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in the
 // ring's slots instead of staged (linear_fp8_set_staging); at every n also the other kernel
-// (linear_fp8_set_batch): the batched one at 1-8 rows, launches of 8 rows above.
+// (linear_fp8_set_batch): the batched one at 1-4 rows, the FP8 kernel in launches of 8 rows above.
 void bench_linear_fp8(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({32, 17408}, 5);
@@ -615,16 +615,16 @@ void bench_linear_fp8(cudaStream_t s) {
                slots_ms, bytes, ms);
         slots = fmt::format(", tokens in slots {:.2f} TB/s", bytes / (slots_ms * 1e-3) / 1e12);
       }
-      // The other kernel at the same n: launches of up to 8 rows above 8 (what production ran
-      // before the batched kernel), the batched kernel at 1..8.
-      linear_fp8_set_batch(n > 8 ? Fp8BatchMode::kOff : Fp8BatchMode::kAll);
+      // The other kernel at the same n: above 4 rows launches of up to 8 rows of the FP8 kernel
+      // (what production ran before the batched kernel), at 1-4 the batched kernel.
+      const bool batched = n >= 5;  // kFp8BatchMinTokens
+      linear_fp8_set_batch(batched ? Fp8BatchMode::kOff : Fp8BatchMode::kAll);
       const double other_ms = batched_ms(s, 20, fp8_call);
-      linear_fp8_set_batch(Fp8BatchMode::kAbove8);
-      report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n,
-                         n > 8 ? "groups of 8" : "batched kernel", out_f, in),
+      linear_fp8_set_batch(Fp8BatchMode::kProduction);
+      const char* other = batched ? "FP8 kernel, groups of 8" : "batched kernel";
+      report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, other, out_f, in),
              other_ms, bytes, ms);
-      slots += fmt::format(", {} {:.2f} TB/s", n > 8 ? "groups of 8" : "batched kernel",
-                           bytes / (other_ms * 1e-3) / 1e12);
+      slots += fmt::format(", {} {:.2f} TB/s", other, bytes / (other_ms * 1e-3) / 1e12);
       fmt::print("linear fp8 [{},{}] n={}: {:.3f} ms {:.2f} TB/s{} (bf16 {:.3f} ms {:.2f} TB/s)\n",
                  out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, slots, bf16_ms,
                  2.0 * out_f * in / (bf16_ms * 1e-3) / 1e12);

@@ -4,7 +4,7 @@
 //    epilogue, input_rms and the folded norm, on shapes whose scale blocks straddle the matrix
 //    edges, and scale rows of 128 and of 8 (the gate|up interleave);
 //  - row invariance: a decode row has the same bits alone, among 1..8 rows and in decode groups;
-//    the batched kernel's rows (9..32 per launch) are the 1..8-row kernel's, bit for bit;
+//    the batched kernel's rows (5..32 per launch) are the 1..8-row kernel's, bit for bit;
 //  - prefill rows: bitwise the bf16 path on the load-time dequantisation
 //    bf16(f32(code) scale (1 + g)), which is what the prefill path computes.
 #include <fmt/format.h>
@@ -239,7 +239,7 @@ TEST_F(Fp8Linear, DecodeRowsAreInvariant) {
   for (const Shape3& sh : kShapes) {
     const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
     const Mirror g = random_fold(sh.in, rng);
-    constexpr int64_t kN = 21;  // decode groups of 8, 8 and 5
+    constexpr int64_t kN = 21;  // one batched launch; alone and in 1..8 rows below
     const Mirror xs = random_mirror({kN, sh.in}, rng, DType::kBF16, -2.f, 2.f);
     const Mirror res = random_mirror({kN, sh.out}, rng, DType::kBF16, -4.f, 4.f);
     for (const Form& f : forms(sh.out)) {
@@ -267,15 +267,15 @@ TEST_F(Fp8Linear, DecodeRowsAreInvariant) {
   }
 }
 
-// The batched FP8 kernel (linear_fp8_batch_cuda.cu) against launches of up to 8 rows, bitwise: 45
-// rows (production: one batched launch of 32 rows and one of 13) and calls of 1..45 rows at several
-// offsets, with the batched kernel taking every group (kAll: its 1-8 row configuration too), the
-// groups of more than 8 rows (production) or none.
+// The batched FP8 kernel (linear_fp8_batch_cuda.cu) against launches of up to 8 rows of
+// linear_fp8_cuda.cu, bitwise: 45 rows (production: one batched launch of 32 rows and one of 13)
+// and calls of 1..45 rows at several offsets, with the batched kernel taking every group (kAll:
+// 1-4 rows too), the groups of 5 or more rows (production) or none.
 TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
   CudaStream cs;
   Rng rng(29);
   struct Restore {
-    ~Restore() { linear_fp8_set_batch(Fp8BatchMode::kAbove8); }
+    ~Restore() { linear_fp8_set_batch(Fp8BatchMode::kProduction); }
   } restore;
   for (const Shape3& sh : kShapes) {
     const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
@@ -291,7 +291,7 @@ TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
       cs.sync();
       const std::vector<uint16_t> want_bits = download_bits<uint16_t>(want);
       const int64_t cols_out = want.dim(1);
-      for (const Fp8BatchMode mode : {Fp8BatchMode::kAbove8, Fp8BatchMode::kAll}) {
+      for (const Fp8BatchMode mode : {Fp8BatchMode::kProduction, Fp8BatchMode::kAll}) {
         linear_fp8_set_batch(mode);
         for (const auto& [r, m] : std::vector<std::pair<int64_t, int64_t>>{
                  {0, 45}, {0, 1}, {3, 5}, {8, 8}, {1, 9}, {17, 13}, {5, 16}, {13, 17}, {2, 32}}) {

@@ -139,9 +139,9 @@ int linear_skinny_set_variant(int v);
 // production) or carried in every ring slot (linear_fp8_cuda.cu); the bits are the same.
 void linear_fp8_set_staging(bool on);
 // Benchmark and test only: which FP8 decode rows the batched FP8 kernel takes, in groups of up to
-// 32 rows: kOff none (launches of up to 8 rows), kAbove8 production (groups of
-// more than 8 rows), kAll every group. The bits are the same.
-enum class Fp8BatchMode { kOff, kAbove8, kAll };
+// 32 rows: kOff none (launches of up to 8 rows of linear_fp8_cuda.cu), kProduction groups of more
+// than 4 rows, kAll every group. The bits are the same.
+enum class Fp8BatchMode { kOff, kProduction, kAll };
 void linear_fp8_set_batch(Fp8BatchMode mode);
 #endif
 

@@ -325,8 +325,9 @@ bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_
 
 bool linear_encode_fp8_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                             int box_k, int box_rows) {
-  return encode_rows(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, rows, cols, cols, box_k,
-                     box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
+  if (cols % 2 != 0 || box_k % 2 != 0) return false;
+  return encode_rows(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, base, rows, cols / 2, cols / 2,
+                     box_k / 2, box_rows, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream) {

@@ -307,10 +307,10 @@ int64_t decode_rows_of(const LinearArgs& a) {
 // destroyed, since a static's destructor would free it after the CUDA runtime has shut down.
 Tensor& g_fp8_scratch = *new Tensor();
 
-Fp8BatchMode g_fp8_batch = Fp8BatchMode::kAbove8;  // linear_fp8_set_batch
+Fp8BatchMode g_fp8_batch = Fp8BatchMode::kProduction;  // linear_fp8_set_batch
 
-// FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (up to 8 rows) and the batched one
-// (9..32 rows); prefill rows through the bf16 family on the matrix dequantised (and folded) into
+// FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows) and the
+// batched one (5..32 rows); prefill rows through the bf16 family on the matrix dequantised (and folded) into
 // the scratch.
 void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
@@ -381,13 +381,13 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
     s.out = b.out.raw();
     s.out_stride = b.out.stride(0);
   };
-  // Groups of kFp8BatchMaxTokens rows; one of more than kFp8DecodeMaxTokens rows in one pass of the
-  // batched kernel, when it takes the call; otherwise (and at most 8 rows) groups of 8. The same
-  // bits either way.
+  // Groups of kFp8BatchMaxTokens rows; one of kFp8BatchMinTokens or more rows in one pass of the
+  // batched kernel, when it takes the call; otherwise launches of up to 8 rows. The same bits
+  // either way.
   for (int64_t g0 = 0; g0 < decode_rows; g0 += kFp8BatchMaxTokens) {
     const int64_t g1 = std::min(decode_rows, g0 + kFp8BatchMaxTokens);
     const bool batch = g_fp8_batch == Fp8BatchMode::kAll ||
-                       (g_fp8_batch == Fp8BatchMode::kAbove8 && g1 - g0 > kFp8DecodeMaxTokens);
+                       (g_fp8_batch == Fp8BatchMode::kProduction && g1 - g0 >= kFp8BatchMinTokens);
     if (batch) {
       rows(g0, g1);
       if (linear_fp8_decode_batch(s, f32_out, stream)) continue;
@@ -426,7 +426,7 @@ std::string linear_cuda_paths() {
       "kernel, {}-{} batched FP8 kernel (more rows: groups of {}), FP8 prefill rows on the bf16 "
       "dequantisation",
       kPersistentMaxTokens, kPersistentMaxTokens + 1, kBatchMaxTokens, kBatchMaxTokens + 1,
-      kClassesMaxTokens, kClassesMaxTokens, kFp8DecodeMaxTokens, kFp8DecodeMaxTokens + 1,
+      kClassesMaxTokens, kClassesMaxTokens, kFp8BatchMinTokens - 1, kFp8BatchMinTokens,
       kFp8BatchMaxTokens, kFp8BatchMaxTokens);
 }
 

@@ -97,9 +97,8 @@ bool linear_decode_classes(const LinearShape& s, bool f32_out, cudaStream_t stre
 // driver refuses it.
 bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                         int64_t stride, int box_k, int box_rows);
-// The same for the bytes of an FP8 matrix [rows, cols] (contiguous), in boxes of [box_k <= 128,
-// box_rows] stored with the 128-byte swizzle: 16-byte piece q of box row r lands at piece
-// q ^ (r % 8) of its 128-byte row (the box's shared-memory address 1024-byte aligned).
+// The same for the bytes of an FP8 matrix [rows, cols] (contiguous, cols even), in boxes of
+// [box_k <= 512 (even), box_rows] (the map counts pairs of codes; box coordinates are k / 2).
 bool linear_encode_fp8_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                             int box_k, int box_rows);
 // The cluster occupancy every decode configuration plans with (production's 1..4-token one).
@@ -114,8 +113,11 @@ LinearPlan linear_fp8_plan(int64_t out_f, int64_t in);
 // The batched FP8 kernel (linear_fp8_batch_cuda.cu): 1..kFp8BatchMaxTokens rows in one pass over
 // the weights, the bits of linear_fp8_decode, every epilogue, input_rms and the fold. Returns
 // false without launching when it cannot take the call (scale blocks of fewer than 8 rows, a
-// tensor map the driver refuses). Production takes it for decode groups of more than
-// kFp8DecodeMaxTokens rows.
+// tensor map the driver refuses). Production takes it for decode groups of kFp8BatchMinTokens or
+// more rows (at 8 rows it streams 2.7-2.9 TB/s on the 27B shapes where linear_fp8_cuda.cu's
+// 8-row configuration streams 2.1-2.7; at 1-4 rows linear_fp8_cuda.cu is faster: 3.2-3.8 against
+// 2.8-2.9).
+constexpr int64_t kFp8BatchMinTokens = 5;
 constexpr int64_t kFp8BatchMaxTokens = 32;
 bool linear_fp8_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream);
 // The FP8 matrix dequantised to bf16, out[o, i] = bf16(f32(w[o, i]) scale (1 + g_i)) (g_i = 0

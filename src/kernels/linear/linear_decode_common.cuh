@@ -448,13 +448,15 @@ __device__ __forceinline__ void finish_exit(S& sm, uint32_t use, int warp, int r
 // that the bits are finish_tile's. A tile's end then costs the consumers one barrier arrival, not
 // a wait for the slowest warp and warp 0's exchange and store (in the FP8 kernel, whose tiles
 // hold half the bytes of a bf16 tile, that wait was a quarter of the consumers' time).
-// Consumer side: before rewriting buffer b (tile use, from use 2 on) wait until the finisher has
-// read it, write this warp's sums, arrive.
-template <int kNTiles, class S>
+// Consumer side: before rewriting buffer b (tile use, from use kSumBufs on) wait until the
+// finisher has read it, write this warp's sums, arrive. With one buffer a tile's post waits for the
+// finisher's reads of the tile before it; with two, of the tile two before.
+template <int kNTiles, int kSumBufs = 2, class S>
 __device__ __forceinline__ void post_tile_sums(S& sm, const float (&c)[kNTiles][4], uint32_t use,
                                                int warp, int lane) {
-  const uint32_t b = use % 2;
-  if (use >= 2) cuda::named_barrier(kReadBarrier0 + b, kFinisherThreads);
+  static_assert(kSumBufs == 1 || kSumBufs == 2);
+  const uint32_t b = use % kSumBufs;
+  if (use >= kSumBufs) cuda::named_barrier(kReadBarrier0 + b, kFinisherThreads);
 #pragma unroll
   for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
@@ -463,14 +465,15 @@ __device__ __forceinline__ void post_tile_sums(S& sm, const float (&c)[kNTiles][
   cuda::named_barrier_arrive(kPostedBarrier0 + b, kFinisherThreads);
 }
 
-// Finisher side, the rms warp of every block, for the block's tiles in the consumers' order: with
-// input_rms in a storing block, each token's sum of squares first (rms_warp's sums) and the
-// inverse RMS per token; per tile, the old out values (Store::kReadsOut), then the warp tree,
-// the ranks' exchange in rank order, the scale and the store of finish_tile; at the end
-// finish_exit's wait of a rank > 0.
-template <int kNTiles, int kRmsLoads, class Store, class S>
-__device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, int rank,
-                                              int64_t cluster_id, bool stores) {
+// Finisher side, the rms warp of every block, for the block's `count` tiles first, first + step,
+// ... in the consumers' order: with input_rms in a storing block, each token's sum of squares first
+// (rms_warp's sums) and the inverse RMS per token; per tile, the old out values
+// (Store::kReadsOut), then the warp tree, the ranks' exchange in rank order, the scale and the
+// store of finish_tile; at the end finish_exit's wait of a rank > 0.
+template <int kNTiles, int kSumBufs, int kRmsLoads, class Store, class S>
+__device__ __forceinline__ void finish_tiles(const Params& p, S& sm, int lane, int rank,
+                                             int64_t first, int64_t step, int64_t count,
+                                             bool stores) {
   const int g = lane >> 2, t = lane & 3;
   cluster_wait(p.splits);
   float scale[kNTiles][2] = {};
@@ -483,8 +486,8 @@ __device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, 
     }
   }
   uint32_t use = 0;
-  for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
-    const uint32_t b = use % 2, round = use / 2;
+  for (int64_t tile = first; use < count; tile += step, ++use) {
+    const uint32_t b = use % kSumBufs, round = use / kSumBufs;
     float c[kNTiles][4], prev[kNTiles][4] = {};
     if constexpr (Store::kReadsOut) {
       if (stores) Store::load_prev(p, tile, g, t, prev);  // lands during the wait
@@ -501,14 +504,24 @@ __device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, 
             ((w[4].v[j][q][lane] + w[5].v[j][q][lane]) + (w[6].v[j][q][lane] + w[7].v[j][q][lane]));
       }
     }
-    if (tile + 2 * p.clusters < p.tiles) {  // the consumers rewrite buffer b at use + 2
+    if (use + kSumBufs < count) {  // the consumers rewrite buffer b at use + kSumBufs
       cuda::named_barrier_arrive(kReadBarrier0 + b, kFinisherThreads);
     }
     if (!exchange_ranks<kNTiles>(p, sm, c, b, round, rank, lane)) continue;
     if (p.input_rms) scale_sums<kNTiles>(c, scale);
     Store::store(p, tile, g, t, c, prev);
   }
-  finish_exit<2>(sm, use, 0, rank);
+  finish_exit<kSumBufs>(sm, use, 0, rank);
+}
+
+// The finisher of the kernels that take tiles c, c + clusters, ... (linear_fp8_cuda.cu).
+template <int kNTiles, int kRmsLoads, class Store, class S>
+__device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, int rank,
+                                              int64_t cluster_id, bool stores) {
+  const int64_t count = cluster_id < p.tiles ? (p.tiles - cluster_id + p.clusters - 1) / p.clusters
+                                             : 0;
+  finish_tiles<kNTiles, 2, kRmsLoads, Store>(p, sm, lane, rank, cluster_id, p.clusters, count,
+                                             stores);
 }
 
 // Initialises a block's ring and sum barriers (thread 0), then arrives at the cluster barrier

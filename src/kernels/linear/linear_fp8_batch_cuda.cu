@@ -17,10 +17,13 @@
 //    the same additions as linear_fp8_cuda.cu's finisher.
 // Which cluster computes a tile and how many tokens share a slot change no addition.
 //
-// Copies: tensor maps, per 512-k chunk four boxes of 128 k of the super-tile's weight rows (128-byte
-// rows in the 128-byte swizzle, so the 8-byte fragment loads of rows g = 0..7 spread over the
-// banks) and two boxes of 256 k of the tokens (512-byte rows, as in the bf16 batched kernel), plus
-// the chunk's block scales of the super-tile's row groups (one cp.async per producer lane).
+// Copies: tensor maps, per 512-k chunk one box of the super-tile's weight rows (512 bytes a row:
+// the map counts the codes in pairs, since a box row holds at most 256 elements) and two boxes of
+// 256 k of the tokens (512-byte rows, as in the bf16 batched kernel), plus the chunk's block scales
+// of the super-tile's row groups (one cp.async per producer lane). Measured against four 128-k
+// boxes in the 128-byte swizzle (conflict-free fragment loads, where these rows put rows g and
+// g + 4 of a half-warp's 8-byte loads on the same banks): 0-13% faster at 16-32 rows, the same at
+// 1-8 (bench/results/logs/h200-run9).
 #include <cuda.h>
 
 #include <algorithm>
@@ -39,7 +42,6 @@ using namespace fp8_linear;     // NOLINT: the FP8 kernels' arithmetic
 using cuda::mbar_wait;
 
 constexpr int kChunkK = kGroupK;  // one unit per consumer warp
-constexpr int kWBoxK = 128;       // bytes of a weight row per box (the swizzle's row)
 constexpr int kXBoxK = 256;       // tokens per box row (512 bytes)
 constexpr int kScaleCols = kChunkK / kBlockK;
 
@@ -50,7 +52,7 @@ struct Fp8BatchCfg {
   static constexpr int kSumBufs = kSumBufs_;
   static constexpr int kXRows = 8 * kNTiles;
   static constexpr int kWRows = kRows * kRowTiles;
-  static constexpr int kWBoxes = kChunkK / kWBoxK, kXBoxes = kChunkK / kXBoxK;
+  static constexpr int kXBoxes = kChunkK / kXBoxK;
   // Scale row groups a super-tile can touch with blocks of >= 8 rows (it starts at a multiple of
   // 16 rows).
   static constexpr int kScaleRows = kWRows / 8 + 1;
@@ -59,34 +61,29 @@ struct Fp8BatchCfg {
   static_assert(kWRows <= 256 && kXRows <= 256, "a box's sides are <= 256");
 };
 
-// One ring slot, every box 1024-byte aligned (the swizzle's period) when the slot is.
+// One ring slot: the chunk's weight rows (one box, 512 bytes a row) and its tokens (two boxes).
 template <class C>
 struct Fp8BatchSlot {
-  uint8_t w[C::kWBoxes][C::kWRows][kWBoxK];
+  uint8_t w[C::kWRows][kChunkK];
   __nv_bfloat16 x[C::kXBoxes][C::kXRows][kXBoxK];
 };
 
 template <class C>
-struct Fp8BatchSmem : RingSmem<Fp8BatchSlot<C>, C::kStages, C::kSumBufs, C::kNTiles> {
-  static_assert(sizeof(Fp8BatchSlot<C>) % 1024 == 0, "slots keep the boxes 1024-byte aligned");
+struct Fp8BatchSmem
+    : RingSmem<Fp8BatchSlot<C>, C::kStages, C::kSumBufs, C::kNTiles, kConsumerWarps> {
+  static_assert(sizeof(Fp8BatchSlot<C>) % 128 == 0, "slots keep the boxes 128-byte aligned");
   float scale[C::kStages][C::kScaleRows][kScaleCols];  // the chunk's scales of the row groups
 };
 
-// The dynamic shared memory a launch asks for: the struct and room to align it to 1024 bytes.
 template <class C>
-constexpr int kSmemBytes = static_cast<int>(sizeof(Fp8BatchSmem<C>)) + 1024;
+constexpr int kSmemBytes = static_cast<int>(sizeof(Fp8BatchSmem<C>));
 
 struct Fp8BatchParams {
   Params p;             // tiles: 16-row tiles; clusters: clusters launched
-  CUtensorMap w_super;  // FP8 box [kWBoxK, kWRows], 128-byte swizzle
-  CUtensorMap w_tile;   // FP8 box [kWBoxK, 16], 128-byte swizzle
+  CUtensorMap w_super;  // FP8 box [kChunkK, kWRows] (as pairs of codes)
+  CUtensorMap w_tile;   // FP8 box [kChunkK, 16]
   CUtensorMap x;        // bf16 box [kXBoxK, kXRows]
 };
-
-// Byte offset of (row, byte kb) in a swizzled box of 128-byte rows.
-__device__ __forceinline__ int swizzled(int row, int kb) {
-  return row * kWBoxK + ((((kb >> 4) ^ row) & 7) << 4) + (kb & 15);
-}
 
 template <class C, bool kFold, class Store>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -94,8 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kNTiles = C::kNTiles, kRowTiles = C::kRowTiles;
   const Params& p = bp.p;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint32_t misalign = cuda::smem_u32(smem_raw) & 1023u;
-  auto& sm = *reinterpret_cast<Fp8BatchSmem<C>*>(smem_raw + ((1024u - misalign) & 1023u));
+  auto& sm = *reinterpret_cast<Fp8BatchSmem<C>*>(smem_raw);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int splits = p.splits;
   const auto [rank, cluster_id, k_begin, k_end, len] = block_range(p);
@@ -108,7 +104,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   init_barriers<C::kStages, C::kSumBufs>(sm, splits, 1 + 32);
   const bool stores = rank == 0 && t_begin < t_end;
   if (warp == kRmsWarp) {
-    rms_warp<C::kRmsLoads>(p, sm, lane, stores);
+    finish_tiles<kNTiles, C::kSumBufs, C::kRmsLoads, Store>(p, sm, lane, rank, t_begin, 1,
+                                                            t_end - t_begin, stores);
   } else if (warp == kProducerWarp) {
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&bp.w_super))
@@ -126,15 +123,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) {
         const uint32_t bytes = (rows_tiles * kRows + 2 * C::kXRows) * kChunkK;
         cuda::mbar_arrive_expect_tx(&sm.full[slot], bytes);
-        for (int b = 0; b < C::kWBoxes; ++b) {
-          if (rows_tiles == kRowTiles) {
-            box_copy(&sm.ring[slot].w[b][0][0], &bp.w_super, k + b * kWBoxK, tile0 * kRows,
+        // The maps count 2-byte pairs of codes: k / 2.
+        if (rows_tiles == kRowTiles) {
+          box_copy(&sm.ring[slot].w[0][0], &bp.w_super, k / 2, tile0 * kRows, &sm.full[slot]);
+        } else {
+          for (int r = 0; r < rows_tiles; ++r) {
+            box_copy(&sm.ring[slot].w[r * kRows][0], &bp.w_tile, k / 2, (tile0 + r) * kRows,
                      &sm.full[slot]);
-          } else {
-            for (int r = 0; r < rows_tiles; ++r) {
-              box_copy(&sm.ring[slot].w[b][r * kRows][0], &bp.w_tile, k + b * kWBoxK,
-                       (tile0 + r) * kRows, &sm.full[slot]);
-            }
           }
         }
       }
@@ -180,7 +175,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     cuda::pdl_begin();
     const int g = lane >> 2, t = lane & 3;
     const int ku = warp * kUnitK;  // this warp's unit in every chunk
-    float rms[kNTiles][2] = {};
     const uint4 zero = make_uint4(0, 0, 0, 0);
     uint32_t it = 0, use = 0;
     for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
@@ -237,7 +231,6 @@ __global__ void __launch_bounds__(kThreads, 1)
               xh[s][j] = tokens_f16<kFold>(xv, gv[s]);
             }
           }
-          const int box = ku / kWBoxK;
 #pragma unroll
           for (int r = 0; r < kRowTiles; ++r) {
             if (r >= mt) break;
@@ -254,13 +247,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int s = 0; s < kStepsPerUnit; ++s) {
               const int kl = ku + s * kStepK + 8 * t;
               const bool ok = !checked || kl < lim;
-              const uint8_t* w = &src.w[box][0][0];
-              const int kb = kl % kWBoxK;
-              const uint2 qa = ok ? *reinterpret_cast<const uint2*>(w + swizzled(r * kRows + g, kb))
+              const uint2 qa = ok ? *reinterpret_cast<const uint2*>(&src.w[r * kRows + g][kl])
                                   : make_uint2(0, 0);
-              const uint2 qb =
-                  ok ? *reinterpret_cast<const uint2*>(w + swizzled(r * kRows + g + 8, kb))
-                     : make_uint2(0, 0);
+              const uint2 qb = ok ? *reinterpret_cast<const uint2*>(&src.w[r * kRows + g + 8][kl])
+                                  : make_uint2(0, 0);
               // Lane (g, t): k 0..7 of its step, a0 = row g (k0, k1), a1 = row g + 8, a2 = row g
               // (k2, k3), ...: linear_fp8_cuda.cu's fragments. Every token tile's first mma, then
               // every second one: each output adds the step's halves in order.
@@ -294,16 +284,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r) {
         if (r >= mt) break;
-        float prev[kNTiles][4] = {};
-        if constexpr (Store::kReadsOut) {
-          if (warp == 0 && stores) Store::load_prev(p, tile0 + r, g, t, prev);
-        }
-        finish_tile<kNTiles, C::kSumBufs, Store>(p, sm, c[r], prev, rms, tile0 + r, use,
-                                                 tile0 + r + 1 < t_end, warp, lane, rank);
+        post_tile_sums<kNTiles, C::kSumBufs>(sm, c[r], use, warp, lane);
         ++use;
       }
     }
-    finish_exit<C::kSumBufs>(sm, use, warp, rank);
   }
 }
 
@@ -333,8 +317,8 @@ bool launch_cfg(const LinearShape& s, cudaStream_t stream) {
   if (clusters < 1) return false;
   Fp8BatchParams bp{};
   bp.p = decode_params(s, plan, clusters);
-  if (!linear_encode_fp8_rows(&bp.w_super, s.w, s.out_f, s.in, kWBoxK, C::kWRows) ||
-      !linear_encode_fp8_rows(&bp.w_tile, s.w, s.out_f, s.in, kWBoxK, kRows) ||
+  if (!linear_encode_fp8_rows(&bp.w_super, s.w, s.out_f, s.in, kChunkK, C::kWRows) ||
+      !linear_encode_fp8_rows(&bp.w_tile, s.w, s.out_f, s.in, kChunkK, kRows) ||
       !linear_encode_rows(&bp.x, s.x, s.n, s.in, s.x_stride, kXBoxK, C::kXRows)) {
     return false;
   }
