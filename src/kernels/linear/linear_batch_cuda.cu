@@ -12,7 +12,8 @@
 // warp classes (warp w takes k-steps w, w + 8, ... of each 256-k chunk, masked steps to
 // linear_masked_end after a range's last chunk), the same fragment loads and mma sequence per
 // (tile, token), and the same end of a tile (finish_tile: warp tree, ranks in order, input_rms,
-// store). Each row tile of a super-tile keeps its own accumulators.
+// store, here in the finisher form: the rms warp ends the tiles while the consumers stream on).
+// Each row tile of a super-tile keeps its own accumulators.
 //
 // Copies: tensor maps (TMA, cp.async.bulk.tensor.2d), per 256-k chunk one box of the weights
 // (16 x kRowTiles rows, or one of 16 rows per tile for a super-tile cut short) and one of the
@@ -71,7 +72,7 @@ struct BatchSlot {
 };
 
 template <class C>
-using BatchSmem = RingSmem<BatchSlot<C>, C::kStages, C::kSumBufs, C::kNTiles>;
+using BatchSmem = RingSmem<BatchSlot<C>, C::kStages, C::kSumBufs, C::kNTiles, kConsumerWarps>;
 
 struct BatchParams {
   Params p;             // tiles: 16-row tiles; clusters: clusters launched
@@ -98,7 +99,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   init_barriers<C::kStages, C::kSumBufs>(sm, splits);
   const bool stores = rank == 0 && t_begin < t_end;
   if (warp == kRmsWarp) {
-    rms_warp<C::kRmsLoads>(p, sm, lane, stores);
+    finish_tiles<kNTiles, C::kSumBufs, C::kRmsLoads, Store>(p, sm, lane, rank, t_begin, 1,
+                                                            t_end - t_begin, stores);
   } else if (warp == kProducerWarp) {
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&bp.w_super))
@@ -152,7 +154,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     cluster_wait(splits);
     cuda::pdl_begin();
     const int g = lane >> 2, t = lane & 3;
-    float scale[kNTiles][2] = {};
     const uint4 zero = make_uint4(0, 0, 0, 0);
     uint32_t it = 0, use = 0;
     for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
@@ -219,16 +220,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r) {
         if (r >= mt) break;
-        float prev[kNTiles][4] = {};
-        if constexpr (Store::kReadsOut) {
-          if (warp == 0 && stores) Store::load_prev(p, tile0 + r, g, t, prev);
-        }
-        finish_tile<kNTiles, C::kSumBufs, Store>(p, sm, c[r], prev, scale, tile0 + r, use,
-                                                 tile0 + r + 1 < t_end, warp, lane, rank);
+        post_tile_sums<kNTiles, C::kSumBufs>(sm, c[r], use, warp, lane);
         ++use;
       }
     }
-    finish_exit<C::kSumBufs>(sm, use, warp, rank);
   }
 }
 
