@@ -300,12 +300,12 @@ TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
           run(f, x.slice(0, r, r + m), w, g.dev, got, m, cs);
           cs.sync();
           const std::vector<uint16_t> bits = download_bits<uint16_t>(got);
-          check_bits("linear_fp8.batched_kernel",
-                     fmt::format("in={},out={},rows={},form={},{},rows [{}, {})", sh.in, sh.out,
-                                 sh.rows, f.name(),
-                                 mode == Fp8BatchMode::kAll ? "every group" : "production", r,
-                                 r + m),
-                     std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
+          check_bits(
+              "linear_fp8.batched_kernel",
+              fmt::format("in={},out={},rows={},form={},{},rows [{}, {})", sh.in, sh.out, sh.rows,
+                          f.name(), mode == Fp8BatchMode::kAll ? "every group" : "production", r,
+                          r + m),
+              std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
         }
       }
     }

@@ -310,8 +310,8 @@ Tensor& g_fp8_scratch = *new Tensor();
 Fp8BatchMode g_fp8_batch = Fp8BatchMode::kProduction;  // linear_fp8_set_batch
 
 // FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows) and the
-// batched one (5..32 rows); prefill rows through the bf16 family on the matrix dequantised (and folded) into
-// the scratch.
+// batched one (5..32 rows); prefill rows through the bf16 family on the matrix dequantised (and
+// folded) into the scratch.
 void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
   cuda::expect_cuda(a.out, "linear", "out");

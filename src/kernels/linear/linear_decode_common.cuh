@@ -518,8 +518,8 @@ __device__ __forceinline__ void finish_tiles(const Params& p, S& sm, int lane, i
 template <int kNTiles, int kRmsLoads, class Store, class S>
 __device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, int rank,
                                               int64_t cluster_id, bool stores) {
-  const int64_t count = cluster_id < p.tiles ? (p.tiles - cluster_id + p.clusters - 1) / p.clusters
-                                             : 0;
+  const int64_t count =
+      cluster_id < p.tiles ? (p.tiles - cluster_id + p.clusters - 1) / p.clusters : 0;
   finish_tiles<kNTiles, 2, kRmsLoads, Store>(p, sm, lane, rank, cluster_id, p.clusters, count,
                                              stores);
 }

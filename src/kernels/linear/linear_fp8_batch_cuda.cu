@@ -201,8 +201,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int64_t i = 0; i < count; ++i, ++it) {
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
         const int lim = static_cast<int>(min(int64_t{kChunkK}, len - i * kChunkK));
-        const bool run = ku < lim;                  // the unit starts inside the range
-        const bool checked = ku + kUnitK > lim;     // the range ends inside the unit
+        const bool run = ku < lim;               // the unit starts inside the range
+        const bool checked = ku + kUnitK > lim;  // the range ends inside the unit
         // The unit's folded-norm values, loaded before the wait.
         uint4 gv[kStepsPerUnit] = {};
         if constexpr (kFold) {
