@@ -131,25 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         box_copy(&sm.ring[slot].x[0][0], &bp.x, k_begin + i * kChunkK, 0, &sm.full[slot]);
       }
     };
-    const auto tiles_at = [&](int64_t tile0) {
-      return static_cast<int>(min(int64_t{kRowTiles}, t_end - tile0));
-    };
-    const int64_t pre = t_begin < t_end ? min(count, static_cast<int64_t>(kSlots)) : 0;
-    for (int64_t i = 0; i < pre; ++i) {
-      issue_w(t_begin, tiles_at(t_begin), i, static_cast<uint32_t>(i));
-    }
-    cluster_wait(splits);
-    cuda::pdl_begin();
-    for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
-    uint32_t it = static_cast<uint32_t>(pre);
-    for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
-      for (int64_t i = tile0 == t_begin ? pre : 0; i < count; ++i, ++it) {
-        const uint32_t slot = it % kSlots, round = it / kSlots;
-        if (round > 0) mbar_wait(&sm.empty[slot], (round - 1) & 1);
-        issue_w(tile0, tiles_at(tile0), i, slot);
-        issue_x(i, slot);
-      }
-    }
+    produce_super_tiles<kSlots, kRowTiles>(sm, splits, t_begin, t_end, count, issue_w, issue_x);
   } else {
     cluster_wait(splits);
     cuda::pdl_begin();

@@ -300,6 +300,35 @@ __device__ __forceinline__ void produce_tiles(const Params& p, S& sm, int64_t fi
   }
 }
 
+// The producer warp's schedule in the kernels that stream a cluster's contiguous tiles
+// [t_begin, t_end) in super-tiles of kRowTiles (batched bf16 and FP8; the last one may be shorter):
+// as produce_tiles, the first super-tile's first kSlots chunks of weights before the previous
+// kernel has finished, their tokens after. issue_w(tile0, row tiles, chunk, slot) copies a chunk of
+// the super-tile's weights (and expects its tokens' bytes too), issue_x(chunk, slot) its tokens.
+template <uint32_t kSlots, int kRowTiles, class S, class IssueW, class IssueX>
+__device__ __forceinline__ void produce_super_tiles(S& sm, int splits, int64_t t_begin,
+                                                    int64_t t_end, int64_t count, IssueW&& issue_w,
+                                                    IssueX&& issue_x) {
+  const auto tiles_at = [&](int64_t tile0) {
+    return static_cast<int>(min(int64_t{kRowTiles}, t_end - tile0));
+  };
+  const int64_t pre = t_begin < t_end ? min(count, static_cast<int64_t>(kSlots)) : 0;
+  for (int64_t i = 0; i < pre; ++i)
+    issue_w(t_begin, tiles_at(t_begin), i, static_cast<uint32_t>(i));
+  cluster_wait(splits);
+  cuda::pdl_begin();
+  for (int64_t i = 0; i < pre; ++i) issue_x(i, static_cast<uint32_t>(i));
+  uint32_t it = static_cast<uint32_t>(pre);
+  for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
+    for (int64_t i = tile0 == t_begin ? pre : 0; i < count; ++i, ++it) {
+      const uint32_t slot = it % kSlots, round = it / kSlots;
+      if (round > 0) cuda::mbar_wait(&sm.empty[slot], (round - 1) & 1);
+      issue_w(tile0, tiles_at(tile0), i, slot);
+      issue_x(i, slot);
+    }
+  }
+}
+
 // The rms warp: with input_rms, in a block that stores, each token's sum of squares into
 // sm.sumsq, then the arrival warp 0 waits for before its first store.
 template <int kLoads, class S>
