@@ -115,9 +115,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     constexpr uint32_t kSlots = C::kStages;
     const int64_t last_group = (p.out_f - 1) >> p.scale_shift;
-    // Chunk i of the super-tile's weight rows (one box per 128 k, or one per tile when the
-    // super-tile is cut short) and its block scales; expects the tokens' bytes too. A box is
-    // whole: k past the range is stale, masked by the consumers; rows past out_f arrive as zeros.
+    // Chunk i of the super-tile's weight rows (one box, or one per tile when the super-tile is
+    // cut short) and its block scales; expects the tokens' bytes too. A box is whole: k past the
+    // range is stale, masked by the consumers; rows past out_f arrive as zeros.
     auto issue_w = [&](int64_t tile0, int rows_tiles, int64_t i, uint32_t slot) {
       const int64_t k = k_begin + i * kChunkK;
       if (lane == 0) {
