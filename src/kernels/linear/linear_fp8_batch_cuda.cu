@@ -1,4 +1,4 @@
-// Batched FP8 decode/verify linear (production: decode groups of 9..kFp8BatchMaxTokens rows): the
+// Batched FP8 decode/verify linear (production: decode groups of 5..kFp8BatchMaxTokens rows): the
 // FP8 kernel's arithmetic (linear_fp8_cuda.cu) with the tokens shared by several weight tiles, as
 // linear_batch_cuda.cu does for bf16. linear_fp8_cuda.cu serves 1..8 rows per launch, so 32 rows
 // (8 streams verifying k = 3, or 32 decoding) read the weights 4 times; here a ring slot holds a
@@ -13,17 +13,17 @@
 //  - a unit is the same two steps in two chains of two mma.sync m16n8k16 f16 each, with the same
 //    fragments (codes widened exactly, tokens through tokens_f16: fold, 2^-8, f16), then one fmaf
 //    per output with the unit's block scale times 2^8;
-//  - the end of a tile: finish_tile (the warp tree, the ranks in order, input_rms, the store),
-//    the same additions as linear_fp8_cuda.cu's finisher.
+//  - the end of a tile: finish_tiles in the rms warp (the warp tree, the ranks in order,
+//    input_rms, the store), linear_fp8_cuda.cu's finisher, while the consumers stream on.
 // Which cluster computes a tile and how many tokens share a slot change no addition.
 //
 // Copies: tensor maps, per 512-k chunk one box of the super-tile's weight rows (512 bytes a row:
 // the map counts the codes in pairs, since a box row holds at most 256 elements) and two boxes of
 // 256 k of the tokens (512-byte rows, as in the bf16 batched kernel), plus the chunk's block scales
 // of the super-tile's row groups (one cp.async per producer lane). Measured against four 128-k
-// boxes in the 128-byte swizzle (conflict-free fragment loads, where these rows put rows g and
-// g + 4 of a half-warp's 8-byte loads on the same banks): 0-13% faster at 16-32 rows, the same at
-// 1-8 (bench/results/logs/h200-run9).
+// boxes in the 128-byte swizzle (conflict-free fragment loads, where these 512-byte rows put the
+// 4 rows of a half-warp's 8-byte loads on the same banks): 0-13% faster at 16-32 rows, -4..+12%
+// at 1-8 (bench/results/logs/h200-run9).
 #include <cuda.h>
 
 #include <algorithm>
