@@ -279,8 +279,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 
 // A 2D map of a row-major matrix: elements of elem_bytes, `stride` elements between rows.
 bool encode_rows(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base,
-                 int64_t rows, int64_t cols, int64_t stride, int box_k, int box_rows,
-                 CUtensorMapSwizzle swizzle) {
+                 int64_t rows, int64_t cols, int64_t stride, int box_k, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -288,7 +287,8 @@ bool encode_rows(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, con
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
   return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -297,14 +297,14 @@ bool encode_rows(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, con
 bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                         int64_t stride, int box_k, int box_rows) {
   return encode_rows(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, cols, stride, box_k,
-                     box_rows, CU_TENSOR_MAP_SWIZZLE_NONE);
+                     box_rows);
 }
 
 bool linear_encode_fp8_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                             int box_k, int box_rows) {
   if (cols % 2 != 0 || box_k % 2 != 0) return false;
   return encode_rows(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, base, rows, cols / 2, cols / 2,
-                     box_k / 2, box_rows, CU_TENSOR_MAP_SWIZZLE_NONE);
+                     box_k / 2, box_rows);
 }
 
 bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream) {

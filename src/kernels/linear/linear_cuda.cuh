@@ -114,9 +114,9 @@ LinearPlan linear_fp8_plan(int64_t out_f, int64_t in);
 // the weights, the bits of linear_fp8_decode, every epilogue, input_rms and the fold. Returns
 // false without launching when it cannot take the call (scale blocks of fewer than 8 rows, a
 // tensor map the driver refuses). Production takes it for decode groups of kFp8BatchMinTokens or
-// more rows (at 8 rows it streams 2.7-2.9 TB/s on the 27B shapes where linear_fp8_cuda.cu's
-// 8-row configuration streams 2.1-2.7; at 1-4 rows linear_fp8_cuda.cu is faster: 3.2-3.8 against
-// 2.8-2.9).
+// more rows (at 8 rows it streams 2.0-3.0 TB/s on the 27B shapes where linear_fp8_cuda.cu's
+// 8-row configuration streams 2.1-2.8, faster on 4 of the 5; at 1-4 rows linear_fp8_cuda.cu is
+// faster on all: 2.5-3.8 against 1.9-3.0; kernel-bench-h200-linear-fp8-b3f9187.json).
 constexpr int64_t kFp8BatchMinTokens = 5;
 constexpr int64_t kFp8BatchMaxTokens = 32;
 bool linear_fp8_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream);

@@ -1,10 +1,14 @@
-// Pieces shared by the two decode-linear kernels that stream weights through a shared-memory ring
+// Pieces shared by the decode-linear kernels that stream weights through a shared-memory ring
 // (linear_persistent_cuda.cu: 16-row tiles, one bulk copy per row; linear_batch_cuda.cu:
-// super-tiles of several 16-row tiles sharing one copy of the tokens, tensor-map copies): the warp
-// roles, the store policies (epilogues), the input_rms sums of squares, and the end of a tile, i.e.
-// the fixed order in which its 8 warp-class sums and its k-split ranks' sums are added. Both
-// kernels run the same plan (linear_plan.h) and this one sequence of additions, so a row's bits do
-// not depend on which kernel, or how many rows, computed it. Internal to src/kernels/linear.
+// super-tiles of several 16-row tiles sharing one copy of the tokens, tensor-map copies; their FP8
+// forms linear_fp8_cuda.cu and linear_fp8_batch_cuda.cu; linear_classes_cuda.cu takes the warp
+// roles and the store policies): the warp roles, the producers' schedules, the store policies
+// (epilogues), the input_rms sums of squares, and the end of a tile, i.e. the fixed order in which
+// its 8 warp-class sums and its k-split ranks' sums are added, either in the consumer warps
+// (finish_tile) or in the rms warp while they stream on (the finisher form: post_tile_sums,
+// finish_tiles). The kernels of one weight type run the same plan (linear_plan.h) and this one
+// sequence of additions, so a row's bits do not depend on which kernel, or how many rows, computed
+// it. Internal to src/kernels/linear.
 #pragma once
 
 #include <cooperative_groups.h>
