@@ -540,7 +540,8 @@ void bench_linear_batch(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
-// Group linear_fp8: the FP8 decode linear (block-scaled e4m3, linear_fp8_cuda.cu) on the 27B
+// Group linear_fp8: the FP8 decode linear (block-scaled e4m3, production: linear_fp8_cuda.cu at
+// 1-4 rows, linear_fp8_batch_cuda.cu above) on the 27B
 // shapes at n = 1, 2, 4, 8, 16, 32 rows, back to back, as TB/s of the bytes it must read (1 per
 // weight plus the f32 block scales); ratio: time over the bf16 production kernel's at the same n.
 // The projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them:
@@ -605,7 +606,7 @@ void bench_linear_fp8(cudaStream_t s) {
       report(fmt::format("linear fp8 decode n={} [{},{}]{} (back to back)", n, out_f, in,
                          reads_residual ? " input_rms+fold" : ""),
              ms, bytes, bf16_ms);
-      std::string slots;  // 1-4 rows: the tokens in the ring's slots instead of staged
+      std::string extra;  // the other forms: tokens in the slots (1-4 rows), the other kernel
       if (n <= 4) {
         linear_fp8_set_staging(false);
         const double slots_ms = batched_ms(s, 20, fp8_call);
@@ -613,7 +614,7 @@ void bench_linear_fp8(cudaStream_t s) {
         report(fmt::format("linear fp8 decode n={} tokens in slots [{},{}] (back to back)", n,
                            out_f, in),
                slots_ms, bytes, ms);
-        slots = fmt::format(", tokens in slots {:.2f} TB/s", bytes / (slots_ms * 1e-3) / 1e12);
+        extra = fmt::format(", tokens in slots {:.2f} TB/s", bytes / (slots_ms * 1e-3) / 1e12);
       }
       // The other kernel at the same n: above 4 rows launches of up to 8 rows of the FP8 kernel
       // (what production ran before the batched kernel), at 1-4 the batched kernel.
@@ -624,9 +625,9 @@ void bench_linear_fp8(cudaStream_t s) {
       const char* other = batched ? "FP8 kernel, groups of 8" : "batched kernel";
       report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, other, out_f, in),
              other_ms, bytes, ms);
-      slots += fmt::format(", {} {:.2f} TB/s", other, bytes / (other_ms * 1e-3) / 1e12);
+      extra += fmt::format(", {} {:.2f} TB/s", other, bytes / (other_ms * 1e-3) / 1e12);
       fmt::print("linear fp8 [{},{}] n={}: {:.3f} ms {:.2f} TB/s{} (bf16 {:.3f} ms {:.2f} TB/s)\n",
-                 out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, slots, bf16_ms,
+                 out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, extra, bf16_ms,
                  2.0 * out_f * in / (bf16_ms * 1e-3) / 1e12);
     }
   }
