@@ -1,4 +1,4 @@
-// Decode/verify linear (production: 1..8 rows; its wide configuration, 17..32 rows, is the rule
+// Decode/verify linear (production: 1..4 rows; its wide configuration, 17..32 rows, is the rule
 // before the batched kernel linear_batch_cuda.cu and its fallback): one persistent launch per call
 // that streams every weight tile through a shared-memory ring filled by the bulk-copy engine, so
 // that no SM idles in a wave tail and no block pays a ramp of its own.
@@ -22,7 +22,11 @@
 //  - in a chunk, warp w takes k-steps w, w + 8, ...; the 8 warp sums are added as
 //    ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)); the ranks' range sums go to rank 0's
 //    shared memory (DSMEM) and are added in rank order. No atomics, no workspace: a token's result
-//    depends only on its inputs and the shape.
+//    depends only on its inputs and the shape;
+//  - the end of a tile (those additions, the exchange, input_rms and the store) runs in the tenth
+//    warp while the consumers stream the next tile (the finisher form, linear_decode_common.cuh:
+//    the consumers only post their sums); the wide configuration, with one sum buffer, ends tiles
+//    in the consumers (finish_tile), in the same order of additions.
 // Why every configuration computes the same bits: a token is its own mma B column, and an output's
 // order of additions is fixed by the plan alone. Warp w accumulates the k-steps of its class
 // (index mod 8, since a chunk is a multiple of 8 steps) in increasing order across chunks, and a
@@ -34,11 +38,11 @@
 // shared with the batched kernel, as is the end of a tile) of one kernel body: an epilogue costs
 // the plain linear nothing, and its sums are the plain linear's, bit for bit.
 // LinearArgs::input_rms (an RMSNorm folded into the weights): in rank 0 of each cluster, the one
-// that stores, a tenth warp sums each token's squares (lane l: 8-element groups l, l + 32, ... in
-// order, then the lanes' butterfly) while the consumers stream, so that the norm costs no launch
-// of its own, no pass over the weights and no consumer time; warp 0 scales its sums by the inverse
-// RMS before the store's rounding. kAddToOut's old out values are loaded when a tile starts, so
-// that the read-modify-write adds no memory latency to the store.
+// that stores, the tenth warp sums each token's squares first (lane l: 8-element groups l,
+// l + 32, ... in order, then the lanes' butterfly) while the consumers stream, so that the norm
+// costs no launch of its own, no pass over the weights and no consumer time; the sums are scaled by
+// the inverse RMS before the store's rounding. kAddToOut's old out values are loaded before the
+// tile's sums are in, so that the read-modify-write adds no memory latency to the store.
 #include <algorithm>
 #include <array>
 
@@ -80,8 +84,15 @@ struct Slot {
   __nv_bfloat16 x[C::kXRows][C::kRowPitch];
 };
 
+// Two sum buffers: the finisher form (the rms warp ends the tiles, part[] holds all 8 warps'
+// sums); one (the wide configuration, whose ~226 KB leave no room for an eighth part): the
+// consumer warps end them (finish_tile).
 template <class C>
-using Smem = RingSmem<Slot<C>, C::kStages, C::kSumBufs, C::kNTiles>;
+constexpr bool kFinisherForm = C::kSumBufs == 2;
+
+template <class C>
+using Smem = RingSmem<Slot<C>, C::kStages, C::kSumBufs, C::kNTiles,
+                      kFinisherForm<C> ? kConsumerWarps : kConsumerWarps - 1>;
 
 template <class C, class Store>
 __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Params p) {
@@ -102,7 +113,11 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
   // input_rms is needed by the block that stores: rank 0, when its cluster has a tile.
   const bool stores = rank == 0 && cluster_id < p.tiles;
   if (warp == kRmsWarp) {
-    rms_warp<C::kRmsLoads>(p, sm, lane, stores);
+    if constexpr (kFinisherForm<C>) {
+      finisher_warp<kNTiles, C::kRmsLoads, Store>(p, sm, lane, rank, cluster_id, stores);
+    } else {
+      rms_warp<C::kRmsLoads>(p, sm, lane, stores);
+    }
   } else if (warp == kProducerWarp) {
     // Producer: fill slot after slot, waiting only for the consumers to free it. Lanes 0-15 copy
     // the weight rows (past out_f: the last row again), lane t token t.
@@ -132,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
     cluster_wait(splits);
     cuda::pdl_begin();  // before writing `out`, which the previous kernel may still read
     const int g = lane >> 2, t = lane & 3;
-    float scale[kNTiles][2] = {};  // input_rms: warp 0's tokens' inverse RMS
+    float scale[kNTiles][2] = {};  // input_rms, finish_tile: warp 0's tokens' inverse RMS
     const uint4 zero = make_uint4(0, 0, 0, 0);
     uint32_t it = 0, use = 0;
     for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
@@ -142,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
 #pragma unroll
         for (int q = 0; q < 4; ++q) c[j][q] = prev[j][q] = 0.f;
       }
-      if constexpr (Store::kReadsOut) {
+      if constexpr (Store::kReadsOut && !kFinisherForm<C>) {
         if (warp == 0 && stores) Store::load_prev(p, tile, g, t, prev);  // lands while streaming
       }
       for (int64_t i = 0; i < count; ++i, ++it) {
@@ -183,10 +198,14 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
         }
       }
 
-      finish_tile<kNTiles, C::kSumBufs, Store>(p, sm, c, prev, scale, tile, use,
-                                               tile + p.clusters < p.tiles, warp, lane, rank);
+      if constexpr (kFinisherForm<C>) {
+        post_tile_sums<kNTiles>(sm, c, use, warp, lane);
+      } else {
+        finish_tile<kNTiles, C::kSumBufs, Store>(p, sm, c, prev, scale, tile, use,
+                                                 tile + p.clusters < p.tiles, warp, lane, rank);
+      }
     }
-    finish_exit<C::kSumBufs>(sm, use, warp, rank);
+    if constexpr (!kFinisherForm<C>) finish_exit<C::kSumBufs>(sm, use, warp, rank);
   }
 }
 
