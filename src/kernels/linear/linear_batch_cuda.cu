@@ -1,4 +1,4 @@
-// Batched decode/verify linear (9..64 rows in production; any 1..64 as a bench variant): the
+// Batched decode/verify linear (5..64 rows in production; any 1..64 as a bench variant): the
 // persistent kernel's arithmetic (linear_persistent_cuda.cu) with the tokens shared by several
 // weight tiles. A decode group streams every weight once; what limited the persistent kernel at
 // 32 rows was not DRAM but the fill of shared memory: it copies a chunk's token rows again for

@@ -1,8 +1,8 @@
 // CUDA linear y = x W^T, bf16 x and W, fp32 accumulation, bf16 or f32 out. Each row belongs to
 // a numerics family (LinearArgs::decode_rows), and the kernel is chosen by the family and the
 // operands' alignment, never by how many rows share the call (docs/cuda.md):
-//  - decode/verify rows with 16-byte aligned rows: the persistent bulk-copy kernel up to 8 rows,
-//    the batched kernel for 9..64 (linear_persistent_cuda.cu, linear_batch_cuda.cu, through the
+//  - decode/verify rows with 16-byte aligned rows: the persistent bulk-copy kernel up to 4 rows,
+//    the batched kernel for 5..64 (linear_persistent_cuda.cu, linear_batch_cuda.cu, through the
 //    dispatcher in linear_mma_cuda.cu), one pass over the weights per launch; more decode rows (a
 //    batch) run as groups [0, 64), [64, 128), ..., each token its own mma column and every group
 //    size and kernel the same plan and order of additions, so a row's bits are the same at batch 1

@@ -35,10 +35,11 @@ constexpr int64_t kBatchMaxTokens = 64;
 // The class-split kernel (linear_classes_cuda.cu): any number of rows up to this in one launch
 // (256 sequences verifying k = 7 drafts: 2,048 rows); production takes it above kBatchMaxTokens.
 constexpr int64_t kClassesMaxTokens = 2048;
-// Production: up to this many rows the persistent kernel (faster on the 27B shapes at 1..8 rows:
-// 3.3-4.2 TB/s against the batched kernel's 2.8-3.9), above it the batched one (at 16 rows 2.6-3.8
-// TB/s against 2.5-3.0; kernel_bench linear_batch).
-constexpr int64_t kPersistentMaxTokens = 8;
+// Production: up to this many rows the persistent kernel, above it the batched one (27B shapes,
+// both in the finisher form, kernel_bench linear_batch back to back: at 1 and 4 rows 3.5-4.2 TB/s
+// against 3.2-3.9; at 8 rows 3.2-3.9 against 3.1-3.9, gate|up 3.19 against 3.77, and the whole
+// 27B step at 8 streams 16.74 against 16.10 ms).
+constexpr int64_t kPersistentMaxTokens = 4;
 // The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
 // configurations only) instead of kBatchMaxTokens. A row's bits are the same either way.
 constexpr bool kWideDecodeGroups = true;
@@ -80,7 +81,7 @@ void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cu
 // production's). Every configuration computes the same bits.
 // kLinearPersistentWide: 17..32 rows in the persistent kernel's wide configuration (the rule
 // before the batched kernel). Above kWideMaxTokens rows the persistent kernel runs groups of 32
-// unless the batched kernel takes the call (production: it does for 9..64 rows).
+// unless the batched kernel takes the call (production: it does for 5..64 rows).
 constexpr int kLinearPersistentWide512 = 6;
 constexpr int kLinearPersistentWide = 7;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);

@@ -1,6 +1,6 @@
 // Decode/verify linear (a decode group of up to 64 rows): the dispatcher and the register-prefetch
-// mma kernel. Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) up to 8
-// rows and the batched kernel (linear_batch_cuda.cu) for 9..64, for every shape; the kernels here
+// mma kernel. Production is the persistent bulk-copy kernel (linear_persistent_cuda.cu) up to 4
+// rows and the batched kernel (linear_batch_cuda.cu) for 5..64, for every shape; the kernels here
 // and in linear_stream_cuda.cu stay as measured alternatives that
 // kernel_bench times and cross-checks (linear_skinny_set_variant, docs/cuda.md), variant 1 being
 // its baseline; they take LinearEpilogue::kNone only (the bench times nothing else) and at most 16
