@@ -41,8 +41,9 @@ TEST(CudaRowInvariance, Linear) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(21);
-  // 4104 -> 100 runs the decode kernel with a k-split of 8 uneven ranges. A single row runs the
-  // 5-slot ring of calls up to 4 tokens, n = 6 the 4-slot one, n = 9 and 16 two B tiles.
+  // 4104 -> 100 runs the decode kernels with a k-split of 8 uneven ranges. A single row and n = 2
+  // run the persistent kernel's 5-slot ring (calls up to 4 tokens), n = 6, 9 and 16 the batched
+  // kernel (LinearConfigurations runs every configuration of both against production).
   for (const auto& [in, out_f] :
        {std::pair<int64_t, int64_t>{1003, 1000}, {5120, 1000}, {4104, 100}}) {
     Mirror w = random_mirror({out_f, in}, rng, DType::kBF16, 0.01f, 0.1f);
