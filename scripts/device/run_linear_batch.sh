@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs ON the H200 machine (device tool): the batched decode linears (linear_batch_cuda.cu, 9-64
+# Runs ON the H200 machine (device tool): the batched decode linears (linear_batch_cuda.cu, 5-64
 # rows; linear_classes_cuda.cu, more) checked and measured in one call, in order, each part under
 # its own time limit, logs in $OUT as they finish. Carry .devdeps (scripts/device/pack_deps.sh).
 #   1. build cuda_tests, tandem and kernel_bench;
