@@ -145,7 +145,9 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
     produce_tiles<kSlots>(p, sm, cluster_id, count, issue_w, issue_x);
   } else {
     cluster_wait(splits);
-    cuda::pdl_begin();  // before writing `out`, which the previous kernel may still read
+    // finish_tile writes `out`, which the previous kernel may still read; in the finisher form
+    // the wait stays too (every kernel waits before it triggers its dependents).
+    cuda::pdl_begin();
     const int g = lane >> 2, t = lane & 3;
     float scale[kNTiles][2] = {};  // input_rms, finish_tile: warp 0's tokens' inverse RMS
     const uint4 zero = make_uint4(0, 0, 0, 0);
