@@ -7,6 +7,8 @@
 # bf16 then 25 FP8 launches per shape and row count), FP8 on in_proj and down at 1 row.
 # Out: profiles.tar.gz of NAME.txt (details), NAME_source.csv (SASS with stall samples) and
 # NAME_stalls.txt (the raw stall metrics); the device returns at most 8 files.
+# KERNEL_NAME_BASE=demangled matches the regex against the demangled name with its template
+# arguments, to pick one configuration (e.g. 'linear_batch_kernel<.*BatchCfg<4,.4,.4,.1>').
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 build_cuda kernel_bench
@@ -15,9 +17,11 @@ PROFILES=${PROFILES:-"linear_fp8:linear_fp8_kernel:10:fp8_gateup_n1 linear_fp8:l
 for p in $PROFILES; do
   IFS=: read -r group regex skip name <<< "$p"
   KERNEL_BENCH_ONLY=$group timeout "${NCU_LIMIT:-150}" ncu --set full --import-source yes \
+    --kernel-name-base "${KERNEL_NAME_BASE:-function}" \
     --kernel-name "regex:$regex" --launch-skip "$skip" --launch-count 1 --kill yes \
     -o "/tmp/$name" -f "$B/bench/kernel_bench" /tmp/kb.json > "/tmp/$name.ncu.log" 2>&1
   summary "ncu $name rc=$? ($(stamp))"
+  cp "/tmp/$name.ncu.log" "$P/$name.ncu.log"  # what ncu matched, or why nothing
   ncu --import "/tmp/$name.ncu-rep" --page details --print-details all > "$P/$name.txt" 2>&1
   ncu --import "/tmp/$name.ncu-rep" --page source --csv --print-source sass > "$P/${name}_source.csv" 2>&1
   ncu --import "/tmp/$name.ncu-rep" --page raw --csv 2>/dev/null | python3 -c '
