@@ -1,9 +1,11 @@
 // Does a Hopper wgmma give the bits of the mma.sync chains the decode linears run? A standalone
-// probe (no tandem code), the question that decides whether a wgmma kernel can join the decode
-// family without breaking row invariance (DESIGN.md inv. 2; docs/cuda.md known gap 6).
+// probe (of tandem it uses only the decode kernels' mma wrapper, mma_bf16), the question that
+// decides whether a wgmma kernel can join the decode family without breaking row invariance
+// (DESIGN.md inv. 2; docs/cuda.md known gap 6).
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a bench/probes/mma_bits_probe.cu \
-//        -o /tmp/mma_bits_probe && /tmp/mma_bits_probe
+//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -DTANDEM_CUDA \
+//        -DFMT_USE_CONSTEXPR=1 --expt-relaxed-constexpr \
+//        bench/probes/mma_bits_probe.cu -o /tmp/mma_bits_probe && /tmp/mma_bits_probe
 //
 // Per block: W [64 rows][256 k] and X [32 tokens][256 k] bf16, a chain of 16 k16 steps into fp32
 // accumulators from zero, computed six ways:
@@ -27,7 +29,11 @@
 #include <random>
 #include <vector>
 
+#include "kernels/linear/linear_cuda.cuh"
+
 namespace {
+
+using tandem::kernels::mma_bf16;
 
 constexpr int kM = 64, kN = 32, kK = 256, kSteps = kK / 16, kBlocks = 96, kForms = 7;
 const char* const kFormNames[kForms] = {"prod",    "wg_reg", "wg_reg8", "nat",
@@ -41,15 +47,6 @@ const char* const kFormNames[kForms] = {"prod",    "wg_reg", "wg_reg8", "nat",
       std::exit(1);                                                                        \
     }                                                                                      \
   } while (0)
-
-__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                    uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -173,8 +170,8 @@ __global__ void __launch_bounds__(128)
       const uint4 pa = *reinterpret_cast<const uint4*>(&s.w[r0][k32 + 8 * t]);
       const uint4 pb = *reinterpret_cast<const uint4*>(&s.w[r1][k32 + 8 * t]);
       const uint4 xv = *reinterpret_cast<const uint4*>(&s.x[8 * j + g][k32 + 8 * t]);
-      mma(c, pa.x, pb.x, pa.y, pb.y, xv.x, xv.y);
-      mma(c, pa.z, pb.z, pa.w, pb.w, xv.z, xv.w);
+      mma_bf16(c, pa.x, pb.x, pa.y, pb.y, xv.x, xv.y);
+      mma_bf16(c, pa.z, pb.z, pa.w, pb.w, xv.z, xv.w);
     }
     store(0, j, c);
   }
@@ -206,8 +203,9 @@ __global__ void __launch_bounds__(128)
         auto frag = [&](auto get, int row, int q) {
           return pack(get(row, k0 + slot_k(q)), get(row, k0 + slot_k(q + 1)));
         };
-        mma(c, frag(wk, r0, 2 * t), frag(wk, r1, 2 * t), frag(wk, r0, 2 * t + 8),
-            frag(wk, r1, 2 * t + 8), frag(xk, 8 * j + g, 2 * t), frag(xk, 8 * j + g, 2 * t + 8));
+        mma_bf16(c, frag(wk, r0, 2 * t), frag(wk, r1, 2 * t), frag(wk, r0, 2 * t + 8),
+                 frag(wk, r1, 2 * t + 8), frag(xk, 8 * j + g, 2 * t),
+                 frag(xk, 8 * j + g, 2 * t + 8));
       }
       store(form, j, c);
     }
