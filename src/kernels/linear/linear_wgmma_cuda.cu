@@ -16,7 +16,7 @@
 //    16 bf16 pairs transposed as a 4 x 4 matrix (pair 4t + s to place 4s + t), which puts at wgmma
 //    slot q the k that the decode kernels' fragment puts at mma slot q. No tensor map can do that
 //    (its smallest contiguous piece is 16 bytes), so a small kernel first writes the call's tokens
-//    in that order, tiled as the ring wants them, into a scratch reserved at load
+//    in that order, tiled as the ring wants them, into a scratch reserved beforehand
 //    (linear_reserve_decode_scratch), with input_rms's sums of squares in sum_squares' order;
 //  - class w runs the 32-k steps w, w + 8, ... of each rank's range up to
 //    linear_masked_end(len) in order, steps past the range with zero operands; the range sum is
@@ -38,9 +38,9 @@
 // (kernel_bench linear_batch, TB/s of weights; docs/cuda.md known gap 6): at 256 rows 0.23-0.58
 // against the class-split kernel's 0.48-0.70 (faster only on gate|up), at 1..64 rows 1.0-2.5
 // against the batched kernel's 2.0-4.1. Every stage moves as many token bytes as weight bytes into
-// shared memory (64 x 64 tiles: the 8 classes' accumulators fill the registers), so the fill, ~4-5
-// TB/s in all, bounds it at ~130-150 TFLOP/s; out_f = 5120 has only 80 row tiles, and the ranks
-// are serial.
+// shared memory (64 x 64 tiles: the 8 classes' accumulators fill the registers), so the fill (~4-5
+// TB/s in all, estimated from these figures, not profiled) bounds it at ~130-150 TFLOP/s; out_f =
+// 5120 has only 80 row tiles, and the ranks are serial.
 #include <cuda.h>
 
 #include <algorithm>
