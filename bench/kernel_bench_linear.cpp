@@ -1,0 +1,273 @@
+// kernel_bench's linear groups (kernel_bench.cpp runs them): the decode linear at the 27B shapes,
+// its bench variants, decode groups of 1..1,024 rows, and the FP8 kernels.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernel_bench_util.h"
+#include "kernels/linear/linear.h"
+
+namespace tandem::kernel_bench {
+
+using namespace tandem::kernels;  // NOLINT: the ops under test
+
+void bench_linear(cudaStream_t s, int64_t out_f, int64_t in) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  std::vector<Tensor> w;
+  for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 10 + i));
+  const Tensor x = random_bf16({8192, in}, 3);
+  const Tensor out = Tensor::zeros({8192, out_f}, DType::kBF16, Device::kCuda);
+  double base = 0;
+  for (int64_t n : {1, 2, 3, 4, 8, 16}) {
+    const double ms = median_ms(s, 50, [&](int i) {
+      linear_cuda({x.slice(0, 0, n), w[i % 3], out.slice(0, 0, n)}, ctx);
+    });
+    if (n == 1) base = ms;
+    report(fmt::format("linear skinny [{}x{}] x [{},{}]^T", n, in, out_f, in), ms,
+           2.0 * (out_f * in + n * in + n * out_f), base);
+  }
+  // The folded-norm forms (LinearArgs::input_rms, LinearEpilogue::kAddToOut), ratio to the plain
+  // linear of the same n measured next to them.
+  const Tensor scratch = Tensor::zeros({16, out_f}, DType::kBF16, Device::kCuda);
+  const Tensor x_scratch = Tensor::zeros({16, in}, DType::kBF16, Device::kCuda);
+  for (int64_t n : {1, 4}) {
+    const Tensor xn = x.slice(0, 0, n), on = out.slice(0, 0, n);
+    const double plain = median_ms(s, 50, [&](int i) { linear_cuda({xn, w[i % 3], on}, ctx); });
+    const double rms = median_ms(s, 50, [&](int i) {
+      linear_cuda({.x = xn,
+                   .weight = w[i % 3],
+                   .out = on,
+                   .input_rms = true,
+                   .input_scratch = x_scratch.slice(0, 0, n)},
+                  ctx);
+    });
+    const double add = median_ms(s, 50, [&](int i) {
+      linear_cuda({.x = xn,
+                   .weight = w[i % 3],
+                   .out = on,
+                   .epilogue = LinearEpilogue::kAddToOut,
+                   .scratch = scratch.slice(0, 0, n)},
+                  ctx);
+    });
+    const double bytes = 2.0 * (out_f * in + n * in + n * out_f);
+    report(fmt::format("linear +input_rms [{}x{}] x [{},{}]^T", n, in, out_f, in), rms, bytes,
+           plain);
+    report(fmt::format("linear +add_to_out [{}x{}] x [{},{}]^T", n, in, out_f, in), add, bytes,
+           plain);
+  }
+  const int64_t n = 8192;
+  const double ms = median_ms(s, 5, [&](int i) { linear_cuda({x, w[i % 3], out}, ctx); });
+  fmt::print("{:<44} {:>9.4f} ms {:>8.1f} TFLOP/s ({:.1f}% of 790)\n",
+             fmt::format("linear gemm  [{}x{}] x [{},{}]^T", n, in, out_f, in), ms,
+             2.0 * n * in * out_f / (ms * 1e-3) / 1e12,
+             100 * 2.0 * n * in * out_f / (ms * 1e-3) / 790e12);
+}
+
+// Decode-linear variants (linear_skinny_set_variant) over the 27B shapes: TB/s at n = 1 and 4,
+// timed back to back (batched_ms).
+void bench_linear_variants(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {34816, 5120}, {16480, 5120}, {14336, 5120}, {5120, 17408}, {5120, 6144}};
+  std::vector<std::vector<Tensor>> ws;
+  for (const auto& [out_f, in] : shapes) {
+    std::vector<Tensor> w;
+    for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 20 + i));
+    ws.push_back(w);
+  }
+  const Tensor x = random_bf16({16, 17408}, 3);
+  const Tensor out = Tensor::zeros({16, 34816}, DType::kBF16, Device::kCuda);
+  const int n_variants = linear_skinny_set_variant(0);
+  // Each variant's [4 x out_f] result, against variant 1's, as max |diff| / max |value|.
+  auto result = [&](size_t i) {
+    const auto [out_f, in] = shapes[i];
+    const Tensor o = Tensor::zeros({4, out_f}, DType::kBF16, Device::kCuda);
+    linear_cuda({x.slice(0, 0, 4).slice(1, 0, in), ws[i][0], o}, ctx);
+    check(cudaStreamSynchronize(s), "sync");
+    std::vector<float> r;
+    const Tensor hh = o.to(Device::kCpu);
+    for (int64_t e = 0; e < hh.numel(); ++e) r.push_back(bf16_to_f32(hh.data<bf16>()[e]));
+    return r;
+  };
+  std::vector<std::vector<float>> baseline;
+  linear_skinny_set_variant(1);
+  for (size_t i = 0; i < shapes.size(); ++i) baseline.push_back(result(i));
+  for (int v = 0; v < n_variants; ++v) {
+    linear_skinny_set_variant(v);
+    double err = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const std::vector<float> r = result(i);
+      double dmax = 0, vmax = 0;
+      for (size_t e = 0; e < r.size(); ++e) {
+        dmax = std::max(dmax, static_cast<double>(std::fabs(r[e] - baseline[i][e])));
+        vmax = std::max(vmax, static_cast<double>(std::fabs(baseline[i][e])));
+      }
+      err = std::max(err, dmax / vmax);
+    }
+    std::string line = fmt::format("linear variant {} (rel diff {:.1e}):", v, err);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto [out_f, in] = shapes[i];
+      for (int64_t n : {1, 4}) {
+        const double ms = batched_ms(s, 30, [&](int it) {
+          linear_cuda({x.slice(0, 0, n).slice(1, 0, in), ws[i][it % 3],
+                       out.slice(0, 0, n).slice(1, 0, out_f)},
+                      ctx);
+        });
+        const double tbs = 2.0 * out_f * in / (ms * 1e-3) / 1e12;
+        line += fmt::format(" {}x{} n{} {:.2f}", out_f, in, n, tbs);
+        rows.push_back({fmt::format("linear variant {} [{}x{}] x [{},{}]^T (back to back)", v, n,
+                                    in, out_f, in),
+                        ms, 2.0 * out_f * in, tbs, tbs / kBoundTbs, 1.0});
+      }
+    }
+    fmt::print("{}\n", line);
+  }
+  linear_skinny_set_variant(0);
+}
+
+// Group linear_batch: decode calls of n = 1..1024 rows (LinearArgs::decode_rows = n) on the 27B
+// shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 12 (groups
+// of 32 in the persistent kernel's wide configuration), production (the persistent kernel up to 4
+// rows, the batched kernel to 64, the class-split kernel above), 13 (the batched kernel at every
+// n <= 64), 14 (the class-split kernel at every n) and 15 (the wgmma kernel at every n); ratio:
+// time over production's at the same n.
+// TFLOP/s = TB/s x n (2 n flops per 2-byte weight).
+void bench_linear_batch(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const Tensor x = random_bf16({1024, 17408}, 4);
+  const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
+  const std::pair<int, const char*> variants[] = {{0, "production"},
+                                                  {12, "groups of 32 (persistent wide)"},
+                                                  {13, "batched kernel"},
+                                                  {14, "class-split kernel"},
+                                                  {15, "wgmma kernel"}};
+  linear_reserve_decode_scratch(17408, Device::kCuda);
+  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
+                                  {16480, 5120},
+                                  {14336, 5120},
+                                  {5120, 17408},
+                                  {5120, 6144}}) {
+    std::vector<Tensor> w;
+    for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
+    for (const int64_t n : {1, 4, 8, 16, 32, 64, 128, 256, 1024}) {
+      double production = 0;
+      std::string line = fmt::format("linear decode [{},{}] n={}:", out_f, in, n);
+      for (const auto& [v, name] : variants) {
+        if (n > 64 && (v == 12 || v == 13)) continue;  // groups of 32 / 64: see production at 64
+        linear_skinny_set_variant(v);
+        const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
+          linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
+                       .weight = w[it % 3],
+                       .out = out.slice(0, 0, n).slice(1, 0, out_f),
+                       .decode_rows = n},
+                      ctx);
+        });
+        if (v == 0) production = ms;
+        report(fmt::format("linear decode n={} {} [{},{}] (back to back)", n, name, out_f, in), ms,
+               2.0 * out_f * in, production);
+        line += fmt::format(" v{} {:.2f}", v, 2.0 * out_f * in / (ms * 1e-3) / 1e12);
+      }
+      fmt::print("{}\n", line);
+    }
+  }
+  linear_skinny_set_variant(0);
+}
+
+// Group linear_fp8: the FP8 decode linear (block-scaled e4m3, production: linear_fp8_cuda.cu at
+// 1-4 rows, linear_fp8_batch_cuda.cu above) on the 27B
+// shapes at n = 1, 2, 4, 8, 16, 32 rows, back to back, as TB/s of the bytes it must read (1 per
+// weight plus the f32 block scales); ratio: time over the bf16 production kernel's at the same n.
+// The projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them:
+// with input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in
+// the ring's slots instead of staged (linear_fp8_set_staging); at every n also the other kernel
+// (linear_fp8_set_batch): the batched one at 1-4 rows, the FP8 kernel in launches of 8 rows above.
+void bench_linear_fp8(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const Tensor x = random_bf16({32, 17408}, 5);
+  const Tensor out = Tensor::zeros({32, 34816}, DType::kBF16, Device::kCuda);
+  const Tensor scratch = Tensor::zeros({32, 17408}, DType::kBF16, Device::kCuda);
+  const Tensor fold = random_bf16({17408}, 6);
+  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
+                                  {16480, 5120},
+                                  {14336, 5120},
+                                  {5120, 17408},
+                                  {5120, 6144}}) {
+    const bool reads_residual = in == 5120;
+    std::vector<Tensor> bf, codes, scales;
+    for (int i = 0; i < 3; ++i) {
+      bf.push_back(random_bf16({out_f, in}, 40 + i));
+      // Random bytes without the two NaN codes, scales of 2^-8.
+      Tensor h = Tensor::zeros({out_f, in}, DType::kF8E4M3);
+      auto* c = static_cast<uint8_t*>(h.raw());
+      uint32_t r = 77u + static_cast<uint32_t>(i);
+      for (int64_t e = 0; e < h.numel(); ++e) {
+        r = r * 1664525u + 1013904223u;
+        const auto b = static_cast<uint8_t>(r >> 24);
+        c[e] = (b & 0x7f) == 0x7f ? 0x3f : b;
+      }
+      codes.push_back(h.to(Device::kCuda));
+      Tensor sc = Tensor::zeros({(out_f + 127) / 128, (in + 127) / 128}, DType::kF32);
+      for (int64_t e = 0; e < sc.numel(); ++e) sc.data<float>()[e] = 1.f / 256.f;
+      scales.push_back(sc.to(Device::kCuda));
+    }
+    const double bytes = static_cast<double>(out_f * in) + 4.0 * scales[0].numel();
+    for (const int64_t n : {1, 2, 4, 8, 16, 32}) {
+      const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
+                   on = out.slice(0, 0, n).slice(1, 0, out_f);
+      const Tensor sn = scratch.slice(0, 0, n).slice(1, 0, in);
+      const double bf16_ms = batched_ms(s, 20, [&](int it) {
+        linear_cuda({.x = xn,
+                     .weight = bf[it % 3],
+                     .out = on,
+                     .input_rms = reads_residual,
+                     .input_scratch = sn,
+                     .decode_rows = n},
+                    ctx);
+      });
+      const auto fp8_call = [&](int it) {
+        linear_cuda({.x = xn,
+                     .weight = codes[it % 3],
+                     .out = on,
+                     .input_rms = reads_residual,
+                     .input_scratch = sn,
+                     .decode_rows = n,
+                     .weight_scale_inv = scales[it % 3],
+                     .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
+                    ctx);
+      };
+      const double ms = batched_ms(s, 20, fp8_call);
+      report(fmt::format("linear fp8 decode n={} [{},{}]{} (back to back)", n, out_f, in,
+                         reads_residual ? " input_rms+fold" : ""),
+             ms, bytes, bf16_ms);
+      std::string extra;  // the other forms: tokens in the slots (1-4 rows), the other kernel
+      if (n <= 4) {
+        linear_fp8_set_staging(false);
+        const double slots_ms = batched_ms(s, 20, fp8_call);
+        linear_fp8_set_staging(true);
+        report(fmt::format("linear fp8 decode n={} tokens in slots [{},{}] (back to back)", n,
+                           out_f, in),
+               slots_ms, bytes, ms);
+        extra = fmt::format(", tokens in slots {:.2f} TB/s", bytes / (slots_ms * 1e-3) / 1e12);
+      }
+      // The other kernel at the same n: above 4 rows launches of up to 8 rows of the FP8 kernel
+      // (what production ran before the batched kernel), at 1-4 the batched kernel.
+      const bool batched = n >= 5;  // kFp8BatchMinTokens
+      linear_fp8_set_batch(batched ? Fp8BatchMode::kOff : Fp8BatchMode::kAll);
+      const double other_ms = batched_ms(s, 20, fp8_call);
+      linear_fp8_set_batch(Fp8BatchMode::kProduction);
+      const char* other = batched ? "FP8 kernel, groups of 8" : "batched kernel";
+      report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, other, out_f, in),
+             other_ms, bytes, ms);
+      extra += fmt::format(", {} {:.2f} TB/s", other, bytes / (other_ms * 1e-3) / 1e12);
+      fmt::print("linear fp8 [{},{}] n={}: {:.3f} ms {:.2f} TB/s{} (bf16 {:.3f} ms {:.2f} TB/s)\n",
+                 out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, extra, bf16_ms,
+                 2.0 * out_f * in / (bf16_ms * 1e-3) / 1e12);
+    }
+  }
+}
+
+}  // namespace tandem::kernel_bench

@@ -1,0 +1,45 @@
+// Shared pieces of kernel_bench (kernel_bench.cpp: main and the copy, attention and GDN groups;
+// kernel_bench_linear.cpp: the linear groups): timing, inputs, the rows of the report.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tandem::kernel_bench {
+
+constexpr double kBoundTbs = 4.3;  // DESIGN.md section 6: the H200's copy bandwidth
+
+void check(cudaError_t e, const char* what);
+
+// Median milliseconds of fn(i) over reps calls (i rotates inputs), after warm-up.
+double median_ms(cudaStream_t s, int reps, const std::function<void(int)>& fn);
+
+// Mean of `reps` back-to-back calls between two events: the per-call cost inside a step, where
+// launches queue ahead (median_ms instead pays each call's launch latency on an idle GPU).
+double batched_ms(cudaStream_t s, int reps, const std::function<void(int)>& fn);
+
+// Random bf16 bits in [-1, 1) (never zero), filled on the host once.
+Tensor random_bf16(const Shape& shape, uint32_t seed);
+
+struct Row {
+  std::string what;
+  double ms, bytes, tbs, frac, ratio;
+};
+extern std::vector<Row> rows;  // what report() printed, for the JSON
+
+// Prints a row (TB/s of `bytes`, its fraction of kBoundTbs, ms over base_ms) and keeps it.
+void report(const std::string& what, double ms, double bytes, double base_ms);
+
+// The linear groups (kernel_bench_linear.cpp).
+void bench_linear(cudaStream_t s, int64_t out_f, int64_t in);
+void bench_linear_variants(cudaStream_t s);
+void bench_linear_batch(cudaStream_t s);
+void bench_linear_fp8(cudaStream_t s);
+
+}  // namespace tandem::kernel_bench
