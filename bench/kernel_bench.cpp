@@ -324,14 +324,7 @@ int main(int argc, char** argv) {
     check(cudaStreamCreate(&s), "cudaStreamCreate");
     if (wanted("copy")) bench_copy(s);
     if (wanted("linear")) {
-      // Qwen3.5-27B: gate|up, GDN in_proj (qkv|z|b|a), attention q|k|v, down_proj, out/o_proj.
-      for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
-                                      {16480, 5120},
-                                      {14336, 5120},
-                                      {5120, 17408},
-                                      {5120, 6144}}) {
-        bench_linear(s, out_f, in);
-      }
+      for (const auto& [out_f, in] : kQwen27bShapes) bench_linear(s, out_f, in);
     }
     if (wanted("linear_variants")) bench_linear_variants(s);
     if (wanted("linear_batch")) bench_linear_batch(s);

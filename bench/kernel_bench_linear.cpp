@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,10 +72,8 @@ void bench_linear(cudaStream_t s, int64_t out_f, int64_t in) {
 // timed back to back (batched_ms).
 void bench_linear_variants(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {34816, 5120}, {16480, 5120}, {14336, 5120}, {5120, 17408}, {5120, 6144}};
   std::vector<std::vector<Tensor>> ws;
-  for (const auto& [out_f, in] : shapes) {
+  for (const auto& [out_f, in] : kQwen27bShapes) {
     std::vector<Tensor> w;
     for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 20 + i));
     ws.push_back(w);
@@ -84,7 +83,7 @@ void bench_linear_variants(cudaStream_t s) {
   const int n_variants = linear_skinny_set_variant(0);
   // Each variant's [4 x out_f] result, against variant 1's, as max |diff| / max |value|.
   auto result = [&](size_t i) {
-    const auto [out_f, in] = shapes[i];
+    const auto [out_f, in] = kQwen27bShapes[i];
     const Tensor o = Tensor::zeros({4, out_f}, DType::kBF16, Device::kCuda);
     linear_cuda({x.slice(0, 0, 4).slice(1, 0, in), ws[i][0], o}, ctx);
     check(cudaStreamSynchronize(s), "sync");
@@ -95,11 +94,11 @@ void bench_linear_variants(cudaStream_t s) {
   };
   std::vector<std::vector<float>> baseline;
   linear_skinny_set_variant(1);
-  for (size_t i = 0; i < shapes.size(); ++i) baseline.push_back(result(i));
+  for (size_t i = 0; i < std::size(kQwen27bShapes); ++i) baseline.push_back(result(i));
   for (int v = 0; v < n_variants; ++v) {
     linear_skinny_set_variant(v);
     double err = 0;
-    for (size_t i = 0; i < shapes.size(); ++i) {
+    for (size_t i = 0; i < std::size(kQwen27bShapes); ++i) {
       const std::vector<float> r = result(i);
       double dmax = 0, vmax = 0;
       for (size_t e = 0; e < r.size(); ++e) {
@@ -109,8 +108,8 @@ void bench_linear_variants(cudaStream_t s) {
       err = std::max(err, dmax / vmax);
     }
     std::string line = fmt::format("linear variant {} (rel diff {:.1e}):", v, err);
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const auto [out_f, in] = shapes[i];
+    for (size_t i = 0; i < std::size(kQwen27bShapes); ++i) {
+      const auto [out_f, in] = kQwen27bShapes[i];
       for (int64_t n : {1, 4}) {
         const double ms = batched_ms(s, 30, [&](int it) {
           linear_cuda({x.slice(0, 0, n).slice(1, 0, in), ws[i][it % 3],
@@ -146,11 +145,7 @@ void bench_linear_batch(cudaStream_t s) {
                                                   {14, "class-split kernel"},
                                                   {15, "wgmma kernel"}};
   linear_reserve_decode_scratch(17408, Device::kCuda);
-  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
-                                  {16480, 5120},
-                                  {14336, 5120},
-                                  {5120, 17408},
-                                  {5120, 6144}}) {
+  for (const auto& [out_f, in] : kQwen27bShapes) {
     std::vector<Tensor> w;
     for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
     for (const int64_t n : {1, 4, 8, 16, 32, 64, 128, 256, 1024}) {
@@ -191,11 +186,7 @@ void bench_linear_fp8(cudaStream_t s) {
   const Tensor out = Tensor::zeros({32, 34816}, DType::kBF16, Device::kCuda);
   const Tensor scratch = Tensor::zeros({32, 17408}, DType::kBF16, Device::kCuda);
   const Tensor fold = random_bf16({17408}, 6);
-  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
-                                  {16480, 5120},
-                                  {14336, 5120},
-                                  {5120, 17408},
-                                  {5120, 6144}}) {
+  for (const auto& [out_f, in] : kQwen27bShapes) {
     const bool reads_residual = in == 5120;
     std::vector<Tensor> bf, codes, scales;
     for (int i = 0; i < 3; ++i) {

@@ -15,6 +15,14 @@ namespace tandem::kernel_bench {
 
 constexpr double kBoundTbs = 4.3;  // DESIGN.md section 6: the H200's copy bandwidth
 
+// The Qwen3.5-27B decode matrices [out, in]: gate|up, GDN in_proj (qkv|z|b|a), attention q|k|v,
+// down_proj, out/o_proj.
+struct MatrixShape {
+  int64_t out_f, in;
+};
+constexpr MatrixShape kQwen27bShapes[] = {
+    {34816, 5120}, {16480, 5120}, {14336, 5120}, {5120, 17408}, {5120, 6144}};
+
 void check(cudaError_t e, const char* what);
 
 // Median milliseconds of fn(i) over reps calls (i rotates inputs), after warm-up.
