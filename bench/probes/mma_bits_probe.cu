@@ -1,7 +1,7 @@
 // Does a Hopper wgmma give the bits of the mma.sync chains the decode linears run? A standalone
-// probe (of tandem it uses only the decode kernels' mma wrapper, mma_bf16), the question that
-// decides whether a wgmma kernel can join the decode family without breaking row invariance
-// (DESIGN.md inv. 2; docs/cuda.md known gap 6).
+// probe (of tandem it uses only the decode kernels' mma wrapper, mma_bf16, and smem_u32), the
+// question that decides whether a wgmma kernel can join the decode family without breaking row
+// invariance (DESIGN.md inv. 2; docs/cuda.md known gap 6).
 //
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -DTANDEM_CUDA \
 //        -DFMT_USE_CONSTEXPR=1 --expt-relaxed-constexpr \
@@ -29,11 +29,13 @@
 #include <random>
 #include <vector>
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/linear/linear_cuda.cuh"
 
 namespace {
 
 using tandem::kernels::mma_bf16;
+using tandem::kernels::cuda::smem_u32;
 
 constexpr int kM = 64, kN = 32, kK = 256, kSteps = kK / 16, kBlocks = 96, kForms = 7;
 const char* const kFormNames[kForms] = {"prod",    "wg_reg", "wg_reg8", "nat",
@@ -47,10 +49,6 @@ const char* const kFormNames[kForms] = {"prod",    "wg_reg", "wg_reg8", "nat",
       std::exit(1);                                                                        \
     }                                                                                      \
   } while (0)
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // A no-swizzle K-major operand (rows x 16 k of one step): 8 x 8 core matrices of 128 bytes, the
 // two k halves `lbo` bytes apart, consecutive 8-row groups `sbo` bytes apart.
