@@ -61,7 +61,7 @@ struct BatchCfg {
   static_assert(kStepsPerWarp >= 1 && kSteps % kConsumerWarps == 0);
   static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
   static_assert(kWRows <= 256 && kXRows <= 256 && kChunkK <= 256, "a box's sides are <= 256");
-  static_assert(kSumBufs == 1 || kSumBufs == 2);
+  static_assert(kSumBufs >= 1 && kSumBufs <= kMaxSumBufs);
 };
 
 // One ring slot: a box of the super-tile's rows and one of the tokens, [row][k], 512 bytes a row.
@@ -247,14 +247,17 @@ bool launch_batch_cfg(const LinearShape& s, cudaStream_t stream) {
 }
 
 // The configuration by token count. Shared memory: 4 tiles (64 rows x 512 bytes, 32 KB of weights
-// a slot) with 5 slots up to 16 tokens, 4 slots at 32; 2 tiles with 3 slots at 64. Measured and
-// dropped: 8 tiles (4 at 64 tokens), whose accumulators spill: up to 32% slower at 32 and 64 rows,
-// and no faster below.
+// a slot) with 5 slots and 4 sum buffers up to 8 tokens, 4 slots and 4 buffers at 16, 3 slots and
+// 2 buffers at 32; 2 tiles with 3 slots and one buffer at 64. A super-tile ends its row tiles at
+// once, and with fewer buffers than row tiles the consumers wait there for the finisher (ncu, 8 and
+// 32 rows on gate|up with 2 and 1 buffers and 5 and 4 slots: ~21% of their samples; docs/cuda.md
+// known gap 6). Measured and dropped: 8 tiles (4 at 64 tokens), whose accumulators spill: up to
+// 32% slower at 32 and 64 rows, and no faster below.
 template <class Store>
 bool launch_batch(const LinearShape& s, cudaStream_t stream) {
-  if (s.n <= 8) return launch_batch_cfg<BatchCfg<1, 4, 5, 2>, Store>(s, stream);
-  if (s.n <= 16) return launch_batch_cfg<BatchCfg<2, 4, 5, 1>, Store>(s, stream);
-  if (s.n <= 32) return launch_batch_cfg<BatchCfg<4, 4, 4, 1>, Store>(s, stream);
+  if (s.n <= 8) return launch_batch_cfg<BatchCfg<1, 4, 5, 4>, Store>(s, stream);
+  if (s.n <= 16) return launch_batch_cfg<BatchCfg<2, 4, 4, 4>, Store>(s, stream);
+  if (s.n <= 32) return launch_batch_cfg<BatchCfg<4, 4, 3, 2>, Store>(s, stream);
   return launch_batch_cfg<BatchCfg<8, 2, 3, 1>, Store>(s, stream);
 }
 

@@ -36,8 +36,9 @@ constexpr uint32_t kPartBarrier = 3;  // one sum buffer: warp 0 has read part[] 
 // The finisher form (finisher_warp, two sum buffers): the rms warp ends every tile, the 8 consumer
 // warps only post their sums. Buffer b's barriers: posted (the 8 parts are in) and read (the
 // finisher is done with them), each of the consumers and the finisher (288 threads).
-constexpr uint32_t kPostedBarrier0 = 4;  // + b
-constexpr uint32_t kReadBarrier0 = 6;    // + b
+constexpr int kMaxSumBufs = 4;           // as many as a super-tile's row tiles
+constexpr uint32_t kPostedBarrier0 = 4;  // + b: 4..7
+constexpr uint32_t kReadBarrier0 = 9;    // + b: 9..12 (8: linear_fp8_cuda.cu's stage barrier)
 constexpr uint32_t kFinisherThreads = (kConsumerWarps + 1) * 32;
 constexpr int kRows = 16;
 constexpr int kMaxSplits = 8;  // portable cluster size
@@ -482,12 +483,12 @@ __device__ __forceinline__ void finish_exit(S& sm, uint32_t use, int warp, int r
 // a wait for the slowest warp and warp 0's exchange and store (in the FP8 kernel, whose tiles
 // hold half the bytes of a bf16 tile, that wait was a quarter of the consumers' time).
 // Consumer side: before rewriting buffer b (tile use, from use kSumBufs on) wait until the
-// finisher has read it, write this warp's sums, arrive. With one buffer a tile's post waits for the
-// finisher's reads of the tile before it; with two, of the tile two before.
+// finisher has read it, write this warp's sums, arrive. With B buffers a tile's post waits for the
+// finisher's reads of the tile B before it (B = 1..kMaxSumBufs).
 template <int kNTiles, int kSumBufs = 2, class S>
 __device__ __forceinline__ void post_tile_sums(S& sm, const float (&c)[kNTiles][4], uint32_t use,
                                                int warp, int lane) {
-  static_assert(kSumBufs == 1 || kSumBufs == 2);
+  static_assert(kSumBufs >= 1 && kSumBufs <= kMaxSumBufs);
   const uint32_t b = use % kSumBufs;
   if (use >= kSumBufs) cuda::named_barrier(kReadBarrier0 + b, kFinisherThreads);
 #pragma unroll
