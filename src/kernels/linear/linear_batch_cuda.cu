@@ -27,13 +27,13 @@
 // tokens from L2 into registers a chunk ahead, the ring holding weights only (6 slots instead of 4
 // at 32 rows): 6-37% slower on every 27B shape and row count (d4a9083..76ef3b6, variant 15).
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <array>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
+#include "kernels/tensor_map_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -263,51 +263,17 @@ bool launch_batch(const LinearShape& s, cudaStream_t stream) {
 
 }  // namespace
 
-namespace {
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A 2D map of a row-major matrix: elements of elem_bytes, `stride` elements between rows.
-bool encode_rows(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base,
-                 int64_t rows, int64_t cols, int64_t stride, int box_k, int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * elem_bytes};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-}  // namespace
-
 bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                         int64_t stride, int box_k, int box_rows) {
-  return encode_rows(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, cols, stride, box_k,
-                     box_rows);
+  return cuda::encode_tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, cols,
+                                    stride, box_k, box_rows);
 }
 
 bool linear_encode_fp8_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                             int box_k, int box_rows) {
   if (cols % 2 != 0 || box_k % 2 != 0) return false;
-  return encode_rows(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, base, rows, cols / 2, cols / 2,
-                     box_k / 2, box_rows);
+  return cuda::encode_tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, base, rows, cols / 2,
+                                    cols / 2, box_k / 2, box_rows);
 }
 
 bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream) {

@@ -21,6 +21,7 @@
 #include "kernels/linear/linear_plan.h"
 #include "kernels/swiglu/swiglu.h"
 #include "kernels/swiglu/swiglu_cuda.cuh"
+#include "kernels/tensor_map_cuda.cuh"
 
 namespace tandem::kernels::decode_linear {
 
@@ -71,12 +72,7 @@ struct Params {
 // (the batched and class-split kernels; maps from linear_encode_rows).
 __device__ __forceinline__ void box_copy(void* dst, const CUtensorMap* map, int64_t k, int64_t row,
                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(cuda::smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(static_cast<int32_t>(k)),
-      "r"(static_cast<int32_t>(row)), "r"(cuda::smem_u32(bar))
-      : "memory");
+  cuda::tensor_load_2d(dst, map, k, row, bar);
 }
 
 // A decode kernel's shared memory: its ring of slots (SlotT: the kernel's own chunk layout), the
