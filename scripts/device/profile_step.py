@@ -2,6 +2,10 @@
 """Sums an ncu CSV (--metrics gpu__time_duration.sum --csv) by kernel name: where a step's time goes.
 
 Usage: profile_step.py NCU_CSV [STEPS]  (STEPS: how many decode steps the capture covers)
+
+ncu's --launch-count can end a capture mid-step, and a bench's warm-up steps are captured too:
+count one kernel's launches against its launches per step to know STEPS, or read only the shares
+and the per-launch times.
 """
 import csv
 import sys
