@@ -34,9 +34,9 @@ constexpr int kThreads = (kConsumerWarps + 2) * 32;  // + the producer and the r
 constexpr uint32_t kSumBarrier = 1;                  // consumer warps: part[] is written (256)
 constexpr uint32_t kRmsBarrier = 2;                  // rms warp -> warp 0 (64 threads)
 constexpr uint32_t kPartBarrier = 3;  // one sum buffer: warp 0 has read part[] (256 threads)
-// The finisher form (finisher_warp, two sum buffers): the rms warp ends every tile, the 8 consumer
-// warps only post their sums. Buffer b's barriers: posted (the 8 parts are in) and read (the
-// finisher is done with them), each of the consumers and the finisher (288 threads).
+// The finisher form (finisher_warp, 1..kMaxSumBufs sum buffers): the rms warp ends every tile, the
+// 8 consumer warps only post their sums. Buffer b's barriers: posted (the 8 parts are in) and read
+// (the finisher is done with them), each of the consumers and the finisher (288 threads).
 constexpr int kMaxSumBufs = 4;           // as many as a super-tile's row tiles
 constexpr uint32_t kPostedBarrier0 = 4;  // + b: 4..7
 constexpr uint32_t kReadBarrier0 = 9;    // + b: 9..12 (8: linear_fp8_cuda.cu's stage barrier)
@@ -472,7 +472,7 @@ __device__ __forceinline__ void finish_exit(S& sm, uint32_t use, int warp, int r
   }
 }
 
-// The finisher form of the end of a tile (two sum buffers; S::part holds 8 warps' sums): the
+// The finisher form of the end of a tile (1..kMaxSumBufs buffers; S::part holds 8 warps' sums): the
 // consumer warps post their class sums and go on streaming, and the rms warp (the finisher) adds
 // them, exchanges the ranks' sums and stores, in the same order and arithmetic as finish_tile, so
 // that the bits are finish_tile's. A tile's end then costs the consumers one barrier arrival, not
