@@ -14,10 +14,8 @@
 // and mma sequence per (tile, token), and the same end of a tile (finish_tile: warp tree, ranks in
 // order, input_rms, store, here in the finisher form: the rms warp ends the tiles while the
 // consumers stream on). A 256-k chunk holds the pieces of 4 classes (0-3, or 4-7 in the odd
-// chunks of a range): warp w (class w) runs the two steps of its piece in every second chunk, for
-// every row tile, so each chunk is consumed by 4 warps. The even and odd chunks have rings of
-// their own (kEvenStages and kOddStages slots of one ring array), so that each slot's barriers
-// complete once per use by the same 4 warps, in order.
+// chunks of a range), so warp w runs classes w / 2 and 4 + w / 2 of half the super-tile's row
+// tiles (w % 2), with one accumulator set per (class, row tile).
 //
 // Copies: tensor maps (TMA, cp.async.bulk.tensor.2d), per 256-k chunk one box of the weights
 // (16 x kRowTiles rows, or one of 16 rows per tile for a super-tile cut short) and one of the
@@ -51,11 +49,10 @@ template <int kNTiles_, int kRowTiles_, int kStages_, int kSumBufs_>
 struct BatchCfg {
   static constexpr int kNTiles = kNTiles_, kRowTiles = kRowTiles_, kStages = kStages_;
   static constexpr int kSumBufs = kSumBufs_;
-  // 8 k-steps: half a class period, the pieces of 4 classes (classes 0-3 in the even chunks of a
-  // range, 4-7 in the odd ones), which come through their own slots: the even chunks' ring is
-  // slots [0, kEvenStages), the odd chunks' the rest.
+  // 8 k-steps: half a class period, the pieces of 4 classes (classes 0-3 in even chunks of a
+  // range, 4-7 in odd ones).
   static constexpr int kChunkK = 256;
-  static constexpr int kEvenStages = (kStages + 1) / 2, kOddStages = kStages / 2;
+  static constexpr int kHalfTiles = kRowTiles / 2;  // row tiles per warp
   static constexpr int kXRows = 8 * kNTiles;
   static constexpr int kWRows = kRows * kRowTiles;
   static constexpr int kRmsLoads = kNTiles >= 4 ? 32 : 16;
@@ -63,7 +60,7 @@ struct BatchCfg {
   // (kRowTiles x kNTiles x 4): more than 64 of those spill at the 168 registers of 10 warps.
   static_assert(kNTiles * kRowTiles <= 16, "accumulators and token fragments fit the registers");
   static_assert(2 * kChunkK == kClassPeriodK && kClassSteps == 2, "a chunk: 4 classes' pieces");
-  static_assert(kOddStages >= 1, "a slot for each half");
+  static_assert(kRowTiles % 2 == 0, "each warp takes half the row tiles");
   static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
   static_assert(kWRows <= 256 && kXRows <= 256 && kChunkK <= 256, "a box's sides are <= 256");
   static_assert(kSumBufs >= 1 && kSumBufs <= kMaxSumBufs);
@@ -101,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t t_begin = cluster_id * p.tiles / p.clusters;
   const int64_t t_end = (cluster_id + 1) * p.tiles / p.clusters;
 
-  init_barriers<C::kStages, C::kSumBufs>(sm, splits, 1, kConsumerWarps / 2);
+  init_barriers<C::kStages, C::kSumBufs>(sm, splits);
   const bool stores = rank == 0 && t_begin < t_end;
   if (warp == kRmsWarp) {
     finish_tiles<kNTiles, C::kSumBufs, C::kRmsLoads, Store>(p, sm, lane, rank, t_begin, 1,
@@ -136,63 +133,37 @@ __global__ void __launch_bounds__(kThreads, 1)
         box_copy(&sm.ring[slot].x[0][0], &bp.x, k_begin + i * kChunkK, 0, &sm.full[slot]);
       }
     };
-    // As produce_super_tiles, with chunk i of a super-tile in the ring of its half (i % 2): the
-    // first kSlots chunks' weights before the previous kernel has finished, their tokens after.
-    uint32_t used[2] = {0, 0};  // chunks each half's ring has taken
-    const auto slot_of = [&](int64_t i, uint32_t& round) {
-      const uint32_t h = static_cast<uint32_t>(i & 1), n = used[h]++;
-      const uint32_t stages = h ? C::kOddStages : C::kEvenStages;
-      round = n / stages;
-      return (h ? C::kEvenStages : 0) + n % stages;
-    };
-    const auto tiles_at = [&](int64_t tile0) {
-      return static_cast<int>(min(int64_t{kRowTiles}, t_end - tile0));
-    };
-    const int64_t pre = t_begin < t_end ? min(count, static_cast<int64_t>(kSlots)) : 0;
-    uint32_t round = 0;
-    for (int64_t i = 0; i < pre; ++i) issue_w(t_begin, tiles_at(t_begin), i, slot_of(i, round));
-    cluster_wait(splits);
-    cuda::pdl_begin();
-    used[0] = used[1] = 0;
-    for (int64_t i = 0; i < pre; ++i) issue_x(i, slot_of(i, round));
-    for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
-      for (int64_t i = tile0 == t_begin ? pre : 0; i < count; ++i) {
-        const uint32_t slot = slot_of(i, round);
-        if (round > 0) cuda::mbar_wait(&sm.empty[slot], (round - 1) & 1);
-        issue_w(tile0, tiles_at(tile0), i, slot);
-        issue_x(i, slot);
-      }
-    }
+    produce_super_tiles<kSlots, kRowTiles>(sm, splits, t_begin, t_end, count, issue_w, issue_x);
   } else {
     cluster_wait(splits);
     cuda::pdl_begin();
     const int g = lane >> 2, t = lane & 3;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    // Warp w is class w: the local steps 2 (w % 4) and 2 (w % 4) + 1 of the chunks of its half.
-    const int half = warp / (kConsumerWarps / 2), piece = warp % (kConsumerWarps / 2);
-    const uint32_t stages = half ? C::kOddStages : C::kEvenStages;
-    const uint32_t ring0 = half ? C::kEvenStages : 0;
-    uint32_t n = 0, use = 0;  // chunks this half has consumed, tiles finished
+    // Warp w: classes m and 4 + m (m = w / 2; a chunk's local steps 2m, 2m + 1) of the row tiles
+    // [h kHalfTiles, (h + 1) kHalfTiles) of each super-tile (h = w % 2): lo holds class m's sums,
+    // hi class 4 + m's.
+    const int m = warp >> 1, h = warp & 1;
+    uint32_t it = 0, use = 0;
     for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
       const int mt = static_cast<int>(min(int64_t{kRowTiles}, t_end - tile0));
-      float c[kRowTiles][kNTiles][4];
+      const int own = min(C::kHalfTiles, mt - h * C::kHalfTiles);  // this warp's tiles here
+      float lo[C::kHalfTiles][kNTiles][4], hi[C::kHalfTiles][kNTiles][4];
 #pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) {
+      for (int r = 0; r < C::kHalfTiles; ++r) {
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) c[r][j][q] = 0.f;
+          for (int q = 0; q < 4; ++q) lo[r][j][q] = hi[r][j][q] = 0.f;
         }
       }
-      for (int64_t i = half; i < count; i += 2, ++n) {
-        const uint32_t slot = ring0 + n % stages, round = n / stages;
-        mbar_wait(&sm.full[slot], round & 1);
-        const BatchSlot<C>& src = sm.ring[slot];
+      // Chunk i's two steps of this warp's class into acc.
+      const auto run_chunk = [&](const BatchSlot<C>& src, int64_t i,
+                                 float(&acc)[C::kHalfTiles][kNTiles][4]) {
 #pragma unroll
         for (int e = 0; e < kClassSteps; ++e) {
-          const int kl = (kClassSteps * piece + e) * kStepK + 8 * t;  // k within the chunk
-          const bool ok = k_begin + i * kChunkK + kl < k_end;         // past the range: stale
-          uint4 xv[kNTiles];                                          // token j * 8 + g's
+          const int kl = (kClassSteps * m + e) * kStepK + 8 * t;  // k within the chunk
+          const bool ok = k_begin + i * kChunkK + kl < k_end;     // past the range: stale data
+          uint4 xv[kNTiles];                                      // token j * 8 + g's fragment
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j) {
             const int tok = j * 8 + g;
@@ -200,44 +171,59 @@ __global__ void __launch_bounds__(kThreads, 1)
                 ok && tok < p.n_tokens ? *reinterpret_cast<const uint4*>(&src.x[tok][kl]) : zero;
           }
 #pragma unroll
-          for (int r = 0; r < kRowTiles; ++r) {
-            if (r >= mt) break;
-            const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g][kl]) : zero;
-            const uint4 pb =
-                ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g + 8][kl]) : zero;
+          for (int r = 0; r < C::kHalfTiles; ++r) {
+            if (r >= own) break;
+            const int row = (h * C::kHalfTiles + r) * kRows + g;
+            const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[row][kl]) : zero;
+            const uint4 pb = ok ? *reinterpret_cast<const uint4*>(&src.w[row + 8][kl]) : zero;
             // Every token tile's first mma, then every second one: each output still adds the
             // step's two halves in order, and no mma waits on the one just before it.
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) {
-              mma_bf16(c[r][j], pa.x, pb.x, pa.y, pb.y, xv[j].x, xv[j].y);
+              mma_bf16(acc[r][j], pa.x, pb.x, pa.y, pb.y, xv[j].x, xv[j].y);
             }
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) {
-              mma_bf16(c[r][j], pa.z, pb.z, pa.w, pb.w, xv[j].z, xv[j].w);
+              mma_bf16(acc[r][j], pa.z, pb.z, pa.w, pb.w, xv[j].z, xv[j].w);
             }
           }
+        }
+      };
+      for (int64_t i = 0; i < count; ++i, ++it) {
+        const uint32_t slot = it % C::kStages, round = it / C::kStages;
+        mbar_wait(&sm.full[slot], round & 1);
+        if (i & 1) {
+          run_chunk(sm.ring[slot], i, hi);
+        } else {
+          run_chunk(sm.ring[slot], i, lo);
         }
         __syncwarp();
         if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
       }
       // The steps production runs past the range's length, with zero operands (the end of its
-      // last 1024-k chunk): class_total_steps per class, 2 of them in each chunk of its half.
-      const int64_t zeros = class_total_steps(len) - kClassSteps * ((count - half + 1) / 2);
-      for (int64_t z = 0; z < zeros; ++z) {
+      // last 1024-k chunk): class_total_steps per class, of which the even (odd) chunks ran 2 each
+      // of classes m (4 + m).
+      const int64_t total = class_total_steps(len);
+      const auto run_zeros = [&](int64_t zeros, float(&acc)[C::kHalfTiles][kNTiles][4]) {
+        for (int64_t z = 0; z < zeros; ++z) {
 #pragma unroll
-        for (int r = 0; r < kRowTiles; ++r) {
-          if (r >= mt) break;
+          for (int r = 0; r < C::kHalfTiles; ++r) {
+            if (r >= own) break;
 #pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            mma_bf16(c[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
-            mma_bf16(c[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
+            for (int j = 0; j < kNTiles; ++j) {
+              mma_bf16(acc[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
+              mma_bf16(acc[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
+            }
           }
         }
-      }
+      };
+      run_zeros(total - kClassSteps * ((count + 1) / 2), lo);
+      run_zeros(total - kClassSteps * (count / 2), hi);
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r) {
         if (r >= mt) break;
-        post_tile_sums<kNTiles, C::kSumBufs>(sm, c[r], use, warp, lane);
+        const int mine = r - h * C::kHalfTiles;  // this warp's index of tile r, if it owns it
+        post_tile_class_pair<kNTiles, C::kSumBufs, C::kHalfTiles>(sm, lo, hi, mine, use, m, lane);
         ++use;
       }
     }

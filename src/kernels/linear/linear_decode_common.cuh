@@ -518,6 +518,32 @@ __device__ __forceinline__ void post_tile_sums(S& sm, const float (&c)[kNTiles][
   cuda::named_barrier_arrive(kPostedBarrier0 + b, kFinisherThreads);
 }
 
+// post_tile_sums for a warp that holds two classes, m and 4 + m (lo, hi), of kHalf row tiles
+// (linear_batch_cuda.cu): every consumer warp passes the barriers of every tile, and the warp that
+// owns the tile (its index `mine` among the warp's tiles; otherwise out of [0, kHalf)) writes both
+// classes' sums.
+template <int kNTiles, int kSumBufs, int kHalf, class S>
+__device__ __forceinline__ void post_tile_class_pair(S& sm, const float (&lo)[kHalf][kNTiles][4],
+                                                     const float (&hi)[kHalf][kNTiles][4], int mine,
+                                                     uint32_t use, int m, int lane) {
+  static_assert(kSumBufs >= 1 && kSumBufs <= kMaxSumBufs);
+  const uint32_t b = use % kSumBufs;
+  if (use >= kSumBufs) cuda::named_barrier(kReadBarrier0 + b, kFinisherThreads);
+#pragma unroll
+  for (int r = 0; r < kHalf; ++r) {
+    if (r != mine) continue;
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        sm.part[b][m].v[j][q][lane] = lo[r][j][q];
+        sm.part[b][m + kConsumerWarps / 2].v[j][q][lane] = hi[r][j][q];
+      }
+    }
+  }
+  cuda::named_barrier_arrive(kPostedBarrier0 + b, kFinisherThreads);
+}
+
 // Finisher side, the rms warp of every block, for the block's `count` tiles first, first + step,
 // ... in the consumers' order: with input_rms in a storing block, each token's sum of squares first
 // (rms_warp's sums) and the inverse RMS per token; per tile, the old out values
@@ -579,15 +605,13 @@ __device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, 
 
 // Initialises a block's ring and sum barriers (thread 0), then arrives at the cluster barrier
 // that every thread waits at (cluster_wait) before any remote arrival or inbox write.
-// full_arrivals: arrivals that complete a slot besides its bytes (1: the producer's expect_tx);
-// empty_arrivals: the consumer warps that free a slot.
+// full_arrivals: arrivals that complete a slot besides its bytes (1: the producer's expect_tx).
 template <int kStages, int kSumBufs, class S>
-__device__ __forceinline__ void init_barriers(S& sm, int splits, uint32_t full_arrivals = 1,
-                                              uint32_t empty_arrivals = kConsumerWarps) {
+__device__ __forceinline__ void init_barriers(S& sm, int splits, uint32_t full_arrivals = 1) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       cuda::mbar_init(&sm.full[s], full_arrivals);
-      cuda::mbar_init(&sm.empty[s], empty_arrivals);
+      cuda::mbar_init(&sm.empty[s], kConsumerWarps);
     }
     for (int b = 0; b < kSumBufs; ++b) {
       cuda::mbar_init(&sm.ready[b], 32 * (splits - 1));  // every lane of warp 0 of each rank > 0
