@@ -132,8 +132,8 @@ void bench_linear_variants(cudaStream_t s) {
 // shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 12 (groups
 // of 32 in the persistent kernel's wide configuration), production (the persistent kernel up to 4
 // rows, the batched kernel to 64, the class-split kernel above), 13 (the batched kernel at every
-// n <= 64) and 14 (the class-split kernel at every n); ratio: time over production's at the same
-// n.
+// n <= 64), 14 (the class-split kernel at every n) and 15 (the wgmma kernel at every n); ratio:
+// time over production's at the same n.
 // TFLOP/s = TB/s x n (2 n flops per 2-byte weight).
 void bench_linear_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
@@ -142,7 +142,9 @@ void bench_linear_batch(cudaStream_t s) {
   const std::pair<int, const char*> variants[] = {{0, "production"},
                                                   {12, "groups of 32 (persistent wide)"},
                                                   {13, "batched kernel"},
-                                                  {14, "class-split kernel"}};
+                                                  {14, "class-split kernel"},
+                                                  {15, "wgmma kernel"}};
+  linear_reserve_decode_scratch(17408, Device::kCuda);
   for (const auto& [out_f, in] : kQwen27bShapes) {
     std::vector<Tensor> w;
     for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));

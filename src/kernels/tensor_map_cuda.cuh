@@ -14,16 +14,12 @@ namespace tandem::kernels::cuda {
 
 // A map of the matrix [rows, cols] at `base` (elements of elem_bytes of `type`, `stride` elements
 // between rows) in boxes of [box_cols, box_rows]; elements outside the matrix read as zeros and
-// are not written; `swizzle` as the driver defines it (128B: 16-byte chunk c of a 128-byte box
-// row r lands at chunk c ^ (r % 8), the box 1024-byte aligned). False if the driver is too old or
-// refuses the map (alignment, box size).
+// are not written. False if the driver is too old or refuses the map (alignment, box size).
 bool encode_tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes,
                           const void* base, int64_t rows, int64_t cols, int64_t stride,
-                          int box_cols, int box_rows,
-                          CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE);
+                          int box_cols, int box_rows);
 
-// The box at element coordinates (col, row) into this block's shared memory (128-byte aligned;
-// 1024 under the 128-byte swizzle),
+// The box at element coordinates (col, row) into this block's shared memory (128-byte aligned),
 // its bytes counted on `bar`.
 __device__ __forceinline__ void tensor_load_2d(void* dst, const CUtensorMap* map, int64_t col,
                                                int64_t row, uint64_t* bar) {

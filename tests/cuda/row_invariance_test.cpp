@@ -221,12 +221,17 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
 // computed alone and in a 16-row call, bit for bit, with every epilogue and input_rms, on the five
 // Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8 tiles per cluster, and
 // awkward shapes (in not a multiple of 1024: a last chunk with 8 real k; out_f not a multiple of
-// 16). Rows past n are left alone.
+// 16). Rows past n are left alone. Above 64 rows bench variant 15 (the wgmma kernel,
+// linear_wgmma_cuda.cu) is checked against the rows computed alone as well.
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(31);
   constexpr int64_t kRows = 256;
+  linear_reserve_decode_scratch(17408, Device::kCuda);  // variant 15 (the wgmma kernel)
+  struct ProductionAfter {  // leaves the production variant selected, whatever fails
+    ~ProductionAfter() { linear_skinny_set_variant(0); }
+  } production_after;
   struct Shape2 {
     const char* name;
     int64_t out_f, in;
@@ -270,6 +275,16 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
           untouched &= bits[e] == (f.epilogue == LinearEpilogue::kAddToOut ? res_bits[e] : poison);
         }
         check_bits("linear.decode_batch_bounds", p, untouched);
+        if (n <= 64) continue;
+        // Bench variant 15, the wgmma kernel (the class-split kernel where it does not apply):
+        // the same bits above 64 rows too.
+        linear_skinny_set_variant(15);
+        const LinearBuffers wg = buffers();
+        run_rows(f, x.dev, w, wg, 0, n, n, cs.ctx());
+        cs.sync();
+        linear_skinny_set_variant(0);
+        const std::string vs1_wg = bad_rows(out_bits(wg.out), alone_bits, 0, n, cols);
+        check_bits("linear.decode_batch_wgmma_vs_1", p + vs1_wg, vs1_wg.empty());
       }
     }
   }
@@ -328,9 +343,11 @@ TEST(CudaRowInvariance, LinearMixedRows) {
 // chunks shorter than 1024 run its masked k-steps): bench variants 6-9 (other rings and chunks of
 // the narrow configurations), 10 (decode groups of 16 rows instead of 64), 11 and 12 (groups of 32
 // in the persistent kernel's wide configuration, 512-k and 1024-k rings), 13 (the batched
-// kernel at every row count) and 14 (the class-split kernel at every row count), at 1..64 decode
-// rows, with and without epilogues, on shapes whose ranges end inside a chunk (k-splits of 2, 4
-// and 8) and whose clusters end in a short super-tile.
+// kernel at every row count), 14 (the class-split kernel at every row count), 15 (the wgmma kernel
+// at every row count; in = 3080 and 4104 take the class-split kernel), at 1..64 decode
+// rows, with and without
+// epilogues, on shapes whose ranges end inside a chunk (k-splits of 2, 4 and 8) and whose
+// clusters end in a short super-tile.
 TEST(CudaRowInvariance, LinearConfigurations) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
@@ -339,6 +356,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
     ~ProductionAfter() { linear_skinny_set_variant(0); }
   } production_after;
   constexpr int64_t kRows = 64;
+  linear_reserve_decode_scratch(17408, Device::kCuda);  // variant 15 (the wgmma kernel)
   const std::vector<int64_t> ns = {1, 3, 4, 6, 8, 9, 16, 17, 32, 33, 40, 64};
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{1008, 3080},
                                   {320, 17408},
@@ -361,7 +379,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
         cs.sync();
         production.push_back(out_bits(b.out));
       }
-      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14}) {
+      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
         linear_skinny_set_variant(variant);
         for (size_t i = 0; i < ns.size(); ++i) {
           const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);

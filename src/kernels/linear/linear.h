@@ -86,6 +86,13 @@ void fp8_dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows
 // elements, once at load, so that no step allocates. No-op on the CPU.
 void linear_reserve_fp8_scratch(int64_t numel, Device device);
 
+// The decode linear's wgmma kernel (linear_wgmma_cuda.cu; a bench variant, not production: see
+// docs/cuda.md known gap 6) reads the call's tokens from a buffer in its own k order, written by a
+// small kernel before it; this sizes that buffer (a process-wide device buffer, ~71 MB at in =
+// 17,408) for matrices of up to `max_in` columns, so that no step allocates. Without it the variant
+// takes the class-split kernel (the same bits). No-op on the CPU.
+void linear_reserve_decode_scratch(int64_t max_in, Device device);
+
 // The block scales an f8_e4m3 weight needs, on every device: weight_scale_inv f32 [ceil(out /
 // scale_block_rows), ceil(in / kFp8BlockCols)], contiguous.
 inline void linear_expect_fp8_scales(const LinearArgs& a, const char* op) {

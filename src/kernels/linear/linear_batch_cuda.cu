@@ -9,13 +9,11 @@
 // Same bits as the persistent kernel, by construction: the same plan (plan_linear of the 16-row
 // tiles with the production configuration's occupancy: `splits` ranks and range_k, which fix a
 // row's order of additions; the number of clusters only changes who computes a tile), the same
-// warp classes (linear_decode_common.cuh: class c's pieces of two 32-k steps at 64 c + 512 j of
-// a range, masked steps to linear_masked_end after a range's last chunk), the same fragment loads
-// and mma sequence per (tile, token), and the same end of a tile (finish_tile: warp tree, ranks in
-// order, input_rms, store, here in the finisher form: the rms warp ends the tiles while the
-// consumers stream on). A 256-k chunk holds the pieces of 4 classes (0-3, or 4-7 in the odd
-// chunks of a range), so warp w runs classes w / 2 and 4 + w / 2 of half the super-tile's row
-// tiles (w % 2), with one accumulator set per (class, row tile).
+// warp classes (warp w takes k-steps w, w + 8, ... of each 256-k chunk, masked steps to
+// linear_masked_end after a range's last chunk), the same fragment loads and mma sequence per
+// (tile, token), and the same end of a tile (finish_tile: warp tree, ranks in order, input_rms,
+// store, here in the finisher form: the rms warp ends the tiles while the consumers stream on).
+// Each row tile of a super-tile keeps its own accumulators.
 //
 // Copies: tensor maps (TMA, cp.async.bulk.tensor.2d), per 256-k chunk one box of the weights
 // (16 x kRowTiles rows, or one of 16 rows per tile for a super-tile cut short) and one of the
@@ -44,23 +42,23 @@ namespace {
 using namespace decode_linear;  // NOLINT: the shared pieces of both decode kernels
 using cuda::mbar_wait;
 
+constexpr int kStepK = 32;  // k per mma k-step pair (one 16-byte fragment per lane)
+
 // B tiles (8 tokens each), 16-row tiles per super-tile, ring slots, tile-sum buffers.
 template <int kNTiles_, int kRowTiles_, int kStages_, int kSumBufs_>
 struct BatchCfg {
   static constexpr int kNTiles = kNTiles_, kRowTiles = kRowTiles_, kStages = kStages_;
   static constexpr int kSumBufs = kSumBufs_;
-  // 8 k-steps: half a class period, the pieces of 4 classes (classes 0-3 in even chunks of a
-  // range, 4-7 in odd ones).
-  static constexpr int kChunkK = 256;
-  static constexpr int kHalfTiles = kRowTiles / 2;  // row tiles per warp
+  static constexpr int kChunkK = 256;  // 8 k-steps: one per consumer warp
+  static constexpr int kSteps = kChunkK / kStepK;
+  static constexpr int kStepsPerWarp = kSteps / kConsumerWarps;
   static constexpr int kXRows = 8 * kNTiles;
   static constexpr int kWRows = kRows * kRowTiles;
   static constexpr int kRmsLoads = kNTiles >= 4 ? 32 : 16;
   // A k-step's token fragments stay in registers across the row tiles, next to the accumulators
   // (kRowTiles x kNTiles x 4): more than 64 of those spill at the 168 registers of 10 warps.
   static_assert(kNTiles * kRowTiles <= 16, "accumulators and token fragments fit the registers");
-  static_assert(2 * kChunkK == kClassPeriodK && kClassSteps == 2, "a chunk: 4 classes' pieces");
-  static_assert(kRowTiles % 2 == 0, "each warp takes half the row tiles");
+  static_assert(kStepsPerWarp >= 1 && kSteps % kConsumerWarps == 0);
   static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
   static_assert(kWRows <= 256 && kXRows <= 256 && kChunkK <= 256, "a box's sides are <= 256");
   static_assert(kSumBufs >= 1 && kSumBufs <= kMaxSumBufs);
@@ -139,31 +137,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     cuda::pdl_begin();
     const int g = lane >> 2, t = lane & 3;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    // Warp w: classes m and 4 + m (m = w / 2; a chunk's local steps 2m, 2m + 1) of the row tiles
-    // [h kHalfTiles, (h + 1) kHalfTiles) of each super-tile (h = w % 2): lo holds class m's sums,
-    // hi class 4 + m's.
-    const int m = warp >> 1, h = warp & 1;
     uint32_t it = 0, use = 0;
     for (int64_t tile0 = t_begin; tile0 < t_end; tile0 += kRowTiles) {
       const int mt = static_cast<int>(min(int64_t{kRowTiles}, t_end - tile0));
-      const int own = min(C::kHalfTiles, mt - h * C::kHalfTiles);  // this warp's tiles here
-      float lo[C::kHalfTiles][kNTiles][4], hi[C::kHalfTiles][kNTiles][4];
+      float c[kRowTiles][kNTiles][4];
 #pragma unroll
-      for (int r = 0; r < C::kHalfTiles; ++r) {
+      for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) lo[r][j][q] = hi[r][j][q] = 0.f;
+          for (int q = 0; q < 4; ++q) c[r][j][q] = 0.f;
         }
       }
-      // Chunk i's two steps of this warp's class into acc.
-      const auto run_chunk = [&](const BatchSlot<C>& src, int64_t i,
-                                 float(&acc)[C::kHalfTiles][kNTiles][4]) {
+      for (int64_t i = 0; i < count; ++i, ++it) {
+        const uint32_t slot = it % C::kStages, round = it / C::kStages;
+        mbar_wait(&sm.full[slot], round & 1);
+        const BatchSlot<C>& src = sm.ring[slot];
 #pragma unroll
-        for (int e = 0; e < kClassSteps; ++e) {
-          const int kl = (kClassSteps * m + e) * kStepK + 8 * t;  // k within the chunk
-          const bool ok = k_begin + i * kChunkK + kl < k_end;     // past the range: stale data
-          uint4 xv[kNTiles];                                      // token j * 8 + g's fragment
+        for (int s = 0; s < C::kStepsPerWarp; ++s) {
+          const int step = s * kConsumerWarps + warp;
+          const int kl = step * kStepK + 8 * t;                // k within the chunk
+          const bool ok = k_begin + i * kChunkK + kl < k_end;  // past the range: stale data
+          uint4 xv[kNTiles];                                   // token j * 8 + g's fragment
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j) {
             const int tok = j * 8 + g;
@@ -171,59 +166,43 @@ __global__ void __launch_bounds__(kThreads, 1)
                 ok && tok < p.n_tokens ? *reinterpret_cast<const uint4*>(&src.x[tok][kl]) : zero;
           }
 #pragma unroll
-          for (int r = 0; r < C::kHalfTiles; ++r) {
-            if (r >= own) break;
-            const int row = (h * C::kHalfTiles + r) * kRows + g;
-            const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[row][kl]) : zero;
-            const uint4 pb = ok ? *reinterpret_cast<const uint4*>(&src.w[row + 8][kl]) : zero;
+          for (int r = 0; r < kRowTiles; ++r) {
+            if (r >= mt) break;
+            const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g][kl]) : zero;
+            const uint4 pb =
+                ok ? *reinterpret_cast<const uint4*>(&src.w[r * kRows + g + 8][kl]) : zero;
             // Every token tile's first mma, then every second one: each output still adds the
             // step's two halves in order, and no mma waits on the one just before it.
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) {
-              mma_bf16(acc[r][j], pa.x, pb.x, pa.y, pb.y, xv[j].x, xv[j].y);
+              mma_bf16(c[r][j], pa.x, pb.x, pa.y, pb.y, xv[j].x, xv[j].y);
             }
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) {
-              mma_bf16(acc[r][j], pa.z, pb.z, pa.w, pb.w, xv[j].z, xv[j].w);
+              mma_bf16(c[r][j], pa.z, pb.z, pa.w, pb.w, xv[j].z, xv[j].w);
             }
           }
-        }
-      };
-      for (int64_t i = 0; i < count; ++i, ++it) {
-        const uint32_t slot = it % C::kStages, round = it / C::kStages;
-        mbar_wait(&sm.full[slot], round & 1);
-        if (i & 1) {
-          run_chunk(sm.ring[slot], i, hi);
-        } else {
-          run_chunk(sm.ring[slot], i, lo);
         }
         __syncwarp();
         if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
       }
-      // The steps production runs past the range's length, with zero operands (the end of its
-      // last 1024-k chunk): class_total_steps per class, of which the even (odd) chunks ran 2 each
-      // of classes m (4 + m).
-      const int64_t total = class_total_steps(len);
-      const auto run_zeros = [&](int64_t zeros, float(&acc)[C::kHalfTiles][kNTiles][4]) {
-        for (int64_t z = 0; z < zeros; ++z) {
+      // The masked steps of production's last 1024-k chunk (linear_persistent_cuda.cu).
+      const int64_t end = linear_masked_end(len);
+      for (int64_t k = count * kChunkK + warp * kStepK; k < end; k += kConsumerWarps * kStepK) {
 #pragma unroll
-          for (int r = 0; r < C::kHalfTiles; ++r) {
-            if (r >= own) break;
+        for (int r = 0; r < kRowTiles; ++r) {
+          if (r >= mt) break;
 #pragma unroll
-            for (int j = 0; j < kNTiles; ++j) {
-              mma_bf16(acc[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
-              mma_bf16(acc[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
-            }
+          for (int j = 0; j < kNTiles; ++j) {
+            mma_bf16(c[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
+            mma_bf16(c[r][j], 0u, 0u, 0u, 0u, 0u, 0u);
           }
         }
-      };
-      run_zeros(total - kClassSteps * ((count + 1) / 2), lo);
-      run_zeros(total - kClassSteps * (count / 2), hi);
+      }
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r) {
         if (r >= mt) break;
-        const int mine = r - h * C::kHalfTiles;  // this warp's index of tile r, if it owns it
-        post_tile_class_pair<kNTiles, C::kSumBufs, C::kHalfTiles>(sm, lo, hi, mine, use, m, lane);
+        post_tile_sums<kNTiles, C::kSumBufs>(sm, c[r], use, warp, lane);
         ++use;
       }
     }

@@ -10,32 +10,28 @@
 // Same bits as the persistent kernel, by construction:
 //  - the plan (plan_linear of the 16-row tiles, production's occupancy): `splits` k ranges of
 //    range_k, masked_end = linear_masked_end(len) per range;
-//  - class c (block rank c) runs its 32-k steps of each range (class_step: the pieces of two
-//    steps at 64 c + 512 j) in increasing order, class_total_steps of them, each as the same two
-//    mma.sync m16n8k16 with the same fragment loads (lane (g, t): 8 consecutive k at 8t of rows
-//    g, g + 8 and of token g), lanes whose k is past the range's end with zero operands, steps
-//    past the range's length all zeros;
+//  - class c (block rank c) runs the 32-k steps c, c + 8, ... < masked_end / 32 of each range in
+//    increasing order, each as the same two mma.sync m16n8k16 with the same fragment loads (lane
+//    (g, t): 8 consecutive k at 8t of rows g, g + 8 and of token g), lanes whose k is past the
+//    range's end with zero operands, steps past the range's length all zeros;
 //  - the range sum ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)), the ranks' sums added in
 //    rank order, input_rms's scale (the same sums of squares, sum_squares), then the store.
 // Which block reduces an output, and how many tokens or rows share a tile, changes no addition.
 //
-// Copies: tensor maps, one box of a class piece (64 k, 128-byte rows) x the tile's rows for the
-// weights and one for the tokens per piece, counted on the stage's mbarrier (lanes of odd g read a
-// piece's second step first, so that rows g and g + 1 of a quarter-warp's loads use other banks);
+// Copies: tensor maps, one box of 32 k x the tile's rows per step for the weights and one for the
+// tokens (64-byte rows: the fragment loads are conflict-free), counted on the stage's mbarrier;
 // k past `in`, rows past out_f and tokens past n_tokens arrive as zeros. A producer warp runs
 // ahead across the cluster's tiles and ranges; 8 consumer warps split the tile; the rms warp sums
 // the squares of the tokens this block stores. Each block stores a share of its tile's tokens.
-// Measured (H200, docs/cuda.md known gap 6), in the order before class pieces (one 32-k step per
-// class and 256 k, 64-byte box rows): shared memory filled at only 2.4-3.0 TB/s in all, and the
-// exchange cost about as much consumer time as the mma loop, so this kernel streamed 2.0-3.1 TB/s
-// at 1..64 rows (production keeps the persistent and batched kernels there) and 115-175 TFLOP/s
-// at 128-256 rows.
+// Measured (H200, docs/cuda.md known gap 6): boxes of 64-byte rows fill shared memory at only
+// 2.4-3.0 TB/s in all, and the exchange costs about as much consumer time as the mma loop, so this
+// kernel streams 2.0-3.1 TB/s at 1..64 rows (production keeps the persistent and batched kernels
+// there) and 115-175 TFLOP/s at 128-256 rows.
 #include <algorithm>
 #include <array>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
-#include "kernels/tensor_map_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -44,19 +40,19 @@ namespace {
 using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
 using cuda::mbar_wait;
 
-constexpr int kClasses = kConsumerWarps;       // the 8 warp classes: a cluster's blocks
-constexpr int kPieceK = kClassSteps * kStepK;  // a class piece: one box row of 128 bytes
+constexpr int kClasses = kConsumerWarps;  // the 8 warp classes: a cluster's blocks
+constexpr int kStepK = 32;                // k per step (one 16-byte fragment per lane)
 constexpr int kConsumerThreads = kConsumerWarps * 32;
 constexpr uint32_t kReduceBarrier = 1;  // consumer warps (256)
 constexpr uint32_t kScaleBarrier = 2;   // rms warp -> consumers (288)
 
 // kMTile weight rows x kNTile tokens per tile, kWarpsM x (8 / kWarpsM) consumer warps over it,
-// kPieces class pieces per ring stage, kStages stages.
-template <int kMTile_, int kNTile_, int kWarpsM_, int kPieces_, int kStages_>
+// kSteps steps per ring stage, kStages stages.
+template <int kMTile_, int kNTile_, int kWarpsM_, int kSteps_, int kStages_>
 struct ClassCfg {
   static constexpr int kMTile = kMTile_, kNTile = kNTile_, kWarpsM = kWarpsM_;
   static constexpr int kWarpsN = kConsumerWarps / kWarpsM;
-  static constexpr int kPieces = kPieces_, kStages = kStages_;
+  static constexpr int kSteps = kSteps_, kStages = kStages_;
   static constexpr int kWM = kMTile / kWarpsM / 16;  // m16 tiles per warp
   static constexpr int kWN = kNTile / kWarpsN / 8;   // n8 tiles per warp
   static constexpr int kPitch = kMTile + 4;  // floats per token row of `recv`: 4 mod 32 banks
@@ -70,16 +66,13 @@ struct ClassCfg {
 
 template <class C>
 struct ClassStage {
-  __nv_bfloat16 w[C::kPieces][C::kMTile][kPieceK];
-  __nv_bfloat16 x[C::kPieces][C::kNTile][kPieceK];
+  __nv_bfloat16 w[C::kSteps][C::kMTile][kStepK];
+  __nv_bfloat16 x[C::kSteps][C::kNTile][kStepK];
 };
-
-// The 128-byte swizzle repeats every 8 rows of 128 bytes: boxes start at multiples of 1024 bytes.
-constexpr uint32_t kSmemAlign = 1024;
 
 template <class C>
 struct ClassSmem {
-  ClassStage<C> ring[C::kStages];  // first: 1024-byte aligned (the swizzled boxes)
+  ClassStage<C> ring[C::kStages];  // first: 128-byte aligned (tensor-map boxes)
   // Every block's class sums of this block's share of the tile (current tile and range), pushed
   // by their blocks: recv[class][token of the share][slot], row 16 T + i at slot 16 T + 2 i and
   // row 16 T + 8 + i at slot 16 T + 2 i + 1 (i < 8): one 8-byte store per mma row pair.
@@ -92,8 +85,8 @@ struct ClassSmem {
 
 struct ClassParams {
   Params p;       // tiles: 16-row tiles (the plan's); clusters: unused
-  CUtensorMap w;  // box [kPieceK, kMTile]
-  CUtensorMap x;  // box [kPieceK, kNTile]
+  CUtensorMap w;  // box [32, kMTile]
+  CUtensorMap x;  // box [32, kNTile]
   // Items (row tile m, token tile n) in row-major order i = m n_tiles + n; cluster c takes
   // [c items / clusters, (c + 1) items / clusters): the token tiles of a row tile back to back,
   // so that its weights come from L2 after the first.
@@ -112,8 +105,8 @@ __device__ __forceinline__ void store_remote(uint32_t addr, int rank, float v0, 
       : "memory");
 }
 
-// A rank's k range and its class-c pieces: `loaded` of them touch the range (copied; piece j at
-// k_begin + 512 j + 64 c), `total` steps run (class_total_steps).
+// A rank's k range and its class-c steps: `loaded` of them touch the range (copied), `total` run
+// (production's 1024-k chunks: masked_end / 256 per class).
 struct RankSteps {
   int64_t k_begin, k_end;
   int loaded, total;
@@ -123,32 +116,18 @@ __device__ __forceinline__ RankSteps rank_steps(const Params& p, int rank, int c
   r.k_begin = rank * p.range_k;
   r.k_end = min(p.in, r.k_begin + p.range_k);
   const int64_t len = max(r.k_end - r.k_begin, int64_t{0});
-  const int64_t first = static_cast<int64_t>(cls) * kPieceK;  // piece 0's offset
-  r.loaded = static_cast<int>(len > first ? (len - first + kClassPeriodK - 1) / kClassPeriodK : 0);
-  r.total = static_cast<int>(class_total_steps(len));
+  const int64_t steps = (len + kStepK - 1) / kStepK;  // steps touching the range
+  r.loaded = static_cast<int>(steps > cls ? (steps - cls + kClasses - 1) / kClasses : 0);
+  r.total = static_cast<int>(linear_masked_end(len) / (kStepK * kClasses));
   return r;
-}
-// Which row of each 8-row group of a box mma row (and B column) g reads: g's pairs (2i, 2i + 1)
-// sit 4 rows apart, so that under the 128-byte swizzle (16-byte chunk c of row r stored at
-// c ^ (r % 8)) the two rows of a quarter-warp's 16-byte loads fall in different halves of the
-// banks. Which mma row or column an output occupies does not change its bits (each is its own dot
-// product; the push below puts it back in place).
-__device__ __forceinline__ int box_row(int g) { return ((g & 1) << 2) | (g >> 1); }
-constexpr int kRowBytes = kPieceK * 2;  // a box row: 128 bytes
-
-__device__ __forceinline__ int64_t piece_k(int64_t k_begin, int cls, int j) {
-  return k_begin + j * kClassPeriodK + static_cast<int64_t>(cls) * kPieceK;
 }
 
 template <class C, ClassStore kStore>
 __global__ void __launch_bounds__(kThreads, 1)
     linear_classes_kernel(const __grid_constant__ ClassParams cp) {
-  constexpr int kMTile = C::kMTile, kNTile = C::kNTile, kPieces = C::kPieces;
+  constexpr int kMTile = C::kMTile, kNTile = C::kNTile, kSteps = C::kSteps;
   const Params& p = cp.p;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  // The dynamic shared memory of a block without static shared memory starts at a 1024-byte
-  // boundary on sm_90 (after the 1 KB the system reserves); the swizzle needs it, so check.
-  if (cuda::smem_u32(smem_raw) % kSmemAlign != 0) __trap();
   auto& sm = *reinterpret_cast<ClassSmem<C>*>(smem_raw);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int cls = static_cast<int>(blockIdx.x % kClasses);  // the block's rank in its cluster
@@ -198,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                    : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&cp.x))
                    : "memory");
-      // Stage it: pieces [j0, j0 + n) of class cls in rank r of row tile m. The first kStages
+      // Stage it: steps [j0, j0 + n) of class cls in rank r of row tile m. The first kStages
       // stages' weights go out before the previous kernel has finished (weights are never
       // written by a step), their tokens after its end; then each stage once it is free.
       uint32_t it = 0;
@@ -208,17 +187,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int64_t n0 = static_cast<int64_t>(i % cp.n_tiles) * kNTile;
           for (int r = 0; r < p.splits; ++r) {
             const RankSteps rs = rank_steps(p, r, cls);
-            for (int j0 = 0; j0 < rs.loaded; j0 += C::kPieces) {
-              if (!fn(m, n0, rs.k_begin, j0, min(C::kPieces, rs.loaded - j0))) return;
+            for (int j0 = 0; j0 < rs.loaded; j0 += kSteps) {
+              if (!fn(m, n0, rs.k_begin, j0, min(kSteps, rs.loaded - j0))) return;
             }
           }
         }
       };
-      const auto k_of = [&](int64_t k_begin, int j) { return piece_k(k_begin, cls, j); };
-      const uint32_t piece_bytes = (kMTile + kNTile) * kPieceK * 2;
+      const auto k_of = [&](int64_t k_begin, int j) {
+        return k_begin + static_cast<int64_t>(cls + kClasses * j) * kStepK;
+      };
+      const uint32_t stage_bytes = (kMTile + kNTile) * kStepK * 2;
       stages([&](int m, int64_t, int64_t k_begin, int j0, int n) {
         if (it >= static_cast<uint32_t>(C::kStages)) return false;
-        cuda::mbar_arrive_expect_tx(&sm.full[it], piece_bytes * static_cast<uint32_t>(n));
+        cuda::mbar_arrive_expect_tx(&sm.full[it], stage_bytes * static_cast<uint32_t>(n));
         for (int s = 0; s < n; ++s) {
           box_copy(&sm.ring[it].w[s][0][0], &cp.w, k_of(k_begin, j0 + s),
                    static_cast<int64_t>(m) * kMTile, &sm.full[it]);
@@ -233,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
         if (it >= pre) {
           if (round > 0) mbar_wait(&sm.empty[slot], (round - 1) & 1);
-          cuda::mbar_arrive_expect_tx(&sm.full[slot], piece_bytes * static_cast<uint32_t>(n));
+          cuda::mbar_arrive_expect_tx(&sm.full[slot], stage_bytes * static_cast<uint32_t>(n));
           for (int s = 0; s < n; ++s) {
             box_copy(&sm.ring[slot].w[s][0][0], &cp.w, k_of(k_begin, j0 + s),
                      static_cast<int64_t>(m) * kMTile, &sm.full[slot]);
@@ -250,7 +231,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     cg::this_cluster().barrier_wait();
     cuda::pdl_begin();  // before writing `out`, which the previous kernel may read
     const int g = lane >> 2, t = lane & 3;
-    const int sg = box_row(g);  // the box row (of each 8) that mma row / column g reads
     const int row0 = (warp % C::kWarpsM) * C::kWM * 16;  // the warp's rows and tokens in the tile
     const int tok0 = (warp / C::kWarpsM) * C::kWN * 8;
     const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -273,55 +253,43 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int q = 0; q < 4; ++q) c[mi][ni][q] = 0.f;
           }
         }
-        for (int j0 = 0; j0 < rs.loaded; j0 += kPieces, ++it) {
+        for (int j0 = 0; j0 < rs.loaded; j0 += kSteps, ++it) {
           const uint32_t slot = it % C::kStages, round = it / C::kStages;
           mbar_wait(&sm.full[slot], round & 1);
           const ClassStage<C>& src = sm.ring[slot];
 #pragma unroll
-          for (int s = 0; s < kPieces; ++s) {
+          for (int s = 0; s < kSteps; ++s) {
             const int j = j0 + s;
             if (j >= rs.loaded) break;
-            const unsigned char* wbase = reinterpret_cast<const unsigned char*>(&src.w[s][0][0]);
-            const unsigned char* xbase = reinterpret_cast<const unsigned char*>(&src.x[s][0][0]);
-#pragma unroll 1
-            for (int e = 0; e < kClassSteps; ++e) {
-              const int64_t k0 = piece_k(rs.k_begin, cls, j) + e * kStepK;
-              const bool ok = k0 + 8 * t < rs.k_end;  // past the range: the next rank's k
-              // Lane (g, t)'s 16 bytes: chunk 4 e + t of box row (8-row group) + sg, stored at
-              // chunk (4 e + t) ^ sg by the 128-byte swizzle.
-              const int chunk = ((kStepK / 8) * e + t) ^ sg;
-              uint4 xv[C::kWN];
+            const int64_t k0 = rs.k_begin + static_cast<int64_t>(cls + kClasses * j) * kStepK;
+            const bool ok = k0 + 8 * t < rs.k_end;  // past the range: the next rank's k
+            uint4 xv[C::kWN];
+#pragma unroll
+            for (int ni = 0; ni < C::kWN; ++ni) {
+              xv[ni] =
+                  ok ? *reinterpret_cast<const uint4*>(&src.x[s][tok0 + ni * 8 + g][8 * t]) : zero;
+            }
+            uint4 pa[C::kWM], pb[C::kWM];  // rows g and g + 8 of each m16 tile
+#pragma unroll
+            for (int mi = 0; mi < C::kWM; ++mi) {
+              const int row = row0 + mi * 16 + g;
+              pa[mi] = ok ? *reinterpret_cast<const uint4*>(&src.w[s][row][8 * t]) : zero;
+              pb[mi] = ok ? *reinterpret_cast<const uint4*>(&src.w[s][row + 8][8 * t]) : zero;
+            }
+            // Every accumulator's first mma of the step, then every second one: each output
+            // still adds its step's two halves in order, and no mma waits for the one before.
+#pragma unroll
+            for (int mi = 0; mi < C::kWM; ++mi) {
 #pragma unroll
               for (int ni = 0; ni < C::kWN; ++ni) {
-                const int row = tok0 + ni * 8 + sg;
-                xv[ni] = ok ? *reinterpret_cast<const uint4*>(xbase + row * kRowBytes + 16 * chunk)
-                            : zero;
+                mma_bf16(c[mi][ni], pa[mi].x, pb[mi].x, pa[mi].y, pb[mi].y, xv[ni].x, xv[ni].y);
               }
-              uint4 pa[C::kWM], pb[C::kWM];  // rows sg and sg + 8 of each m16 tile
+            }
 #pragma unroll
-              for (int mi = 0; mi < C::kWM; ++mi) {
-                const int row = row0 + mi * 16 + sg;
-                pa[mi] = ok ? *reinterpret_cast<const uint4*>(wbase + row * kRowBytes + 16 * chunk)
-                            : zero;
-                pb[mi] =
-                    ok ? *reinterpret_cast<const uint4*>(wbase + (row + 8) * kRowBytes + 16 * chunk)
-                       : zero;
-              }
-              // Every accumulator's first mma of the step, then every second one: each output
-              // still adds its step's two halves in order, and no mma waits for the one before.
+            for (int mi = 0; mi < C::kWM; ++mi) {
 #pragma unroll
-              for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-                for (int ni = 0; ni < C::kWN; ++ni) {
-                  mma_bf16(c[mi][ni], pa[mi].x, pb[mi].x, pa[mi].y, pb[mi].y, xv[ni].x, xv[ni].y);
-                }
-              }
-#pragma unroll
-              for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-                for (int ni = 0; ni < C::kWN; ++ni) {
-                  mma_bf16(c[mi][ni], pa[mi].z, pb[mi].z, pa[mi].w, pb[mi].w, xv[ni].z, xv[ni].w);
-                }
+              for (int ni = 0; ni < C::kWN; ++ni) {
+                mma_bf16(c[mi][ni], pa[mi].z, pb[mi].z, pa[mi].w, pb[mi].w, xv[ni].z, xv[ni].w);
               }
             }
           }
@@ -329,8 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
         }
         // The steps production runs past the range's length, with zero operands (the end of its
-        // last 1024-k chunk): class_total_steps in all.
-        for (int j = kClassSteps * rs.loaded; j < rs.total; ++j) {
+        // last 1024-k chunk).
+        for (int j = rs.loaded; j < rs.total; ++j) {
 #pragma unroll
           for (int mi = 0; mi < C::kWM; ++mi) {
 #pragma unroll
@@ -355,8 +323,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int ni = 0; ni < C::kWN; ++ni) {
 #pragma unroll
             for (int q = 0; q < 2; ++q) {  // token 2t + q: rows g and g + 8 side by side
-              const int slot = row0 + mi * 16 + 2 * sg;            // mma row g: tile row sg
-              const int tok = tok0 + ni * 8 + box_row(2 * t + q);  // mma column n: token row
+              const int slot = row0 + mi * 16 + 2 * g;
+              const int tok = tok0 + ni * 8 + 2 * t + q;
               const uint32_t at =
                   recv_base + static_cast<uint32_t>(((tok % C::kShare) * C::kPitch + slot) * 4);
               store_remote(at, tok / C::kShare, c[mi][ni][q], c[mi][ni][q + 2]);
@@ -468,17 +436,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- host side ----
 
-// A block's dynamic shared memory.
-template <class C>
-constexpr size_t class_smem_bytes() {
-  return sizeof(ClassSmem<C>);
-}
-
 // Clusters of 8 blocks of this instantiation that fit on the GPU at once (measured once).
 template <class C, ClassStore kStore>
 int64_t resident_clusters8() {
   static const int64_t n = [] {
-    const int smem = static_cast<int>(class_smem_bytes<C>());
+    const int smem = static_cast<int>(sizeof(ClassSmem<C>));
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_classes_kernel<C, kStore>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return measure_resident_clusters(linear_classes_kernel<C, kStore>, smem)[3];
@@ -488,7 +450,7 @@ int64_t resident_clusters8() {
 
 template <class C, ClassStore kStore>
 bool launch_classes_cfg(const LinearShape& s, cudaStream_t stream) {
-  static_assert(class_smem_bytes<C>() <= 227 * 1024, "shared memory of one block on sm_90");
+  static_assert(sizeof(ClassSmem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan =
       plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), cuda::sm_count());
@@ -500,16 +462,13 @@ bool launch_classes_cfg(const LinearShape& s, cudaStream_t stream) {
   cp.n_tiles = static_cast<int>((s.n + C::kNTile - 1) / C::kNTile);
   cp.items = cp.m_tiles * cp.n_tiles;
   cp.clusters = static_cast<int>(std::min<int64_t>(resident, cp.items));
-  constexpr auto kSwizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  if (!cuda::encode_tensor_map_2d(&cp.w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, s.w, s.out_f, s.in,
-                                  s.in, kPieceK, C::kMTile, kSwizzle) ||
-      !cuda::encode_tensor_map_2d(&cp.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, s.x, s.n, s.in,
-                                  s.x_stride, kPieceK, C::kNTile, kSwizzle)) {
+  if (!linear_encode_rows(&cp.w, s.w, s.out_f, s.in, s.in, kStepK, C::kMTile) ||
+      !linear_encode_rows(&cp.x, s.x, s.n, s.in, s.x_stride, kStepK, C::kNTile)) {
     return false;
   }
   cuda::launch_pdl_cluster(linear_classes_kernel<C, kStore>,
                            static_cast<unsigned>(cp.clusters * kClasses), kThreads, kClasses,
-                           class_smem_bytes<C>(), stream, cp);
+                           sizeof(ClassSmem<C>), stream, cp);
   return true;
 }
 
@@ -518,9 +477,9 @@ bool launch_classes_cfg(const LinearShape& s, cudaStream_t stream) {
 // tile of 128 at a time, its weights read once per 128 tokens: from L2 after the first).
 template <ClassStore kStore>
 bool launch_classes(const LinearShape& s, cudaStream_t stream) {
-  if (s.n <= 32) return launch_classes_cfg<ClassCfg<256, 32, 8, 1, 5>, kStore>(s, stream);
-  if (s.n <= 64) return launch_classes_cfg<ClassCfg<256, 64, 4, 1, 4>, kStore>(s, stream);
-  return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 4>, kStore>(s, stream);
+  if (s.n <= 32) return launch_classes_cfg<ClassCfg<256, 32, 8, 2, 5>, kStore>(s, stream);
+  if (s.n <= 64) return launch_classes_cfg<ClassCfg<256, 64, 4, 2, 4>, kStore>(s, stream);
+  return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 4>, kStore>(s, stream);
 }
 
 }  // namespace

@@ -93,6 +93,11 @@ bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream
 // input_rms, the persistent kernel's bits: its 8 warp classes are the 8 blocks of a cluster.
 // Returns false without launching when it cannot take the call.
 bool linear_decode_classes(const LinearShape& s, bool f32_out, cudaStream_t stream);
+// The wgmma kernel (linear_wgmma_cuda.cu), 1..kClassesMaxTokens rows, every epilogue and
+// input_rms, the persistent kernel's bits; false (nothing launched) where it does not apply: in or
+// the plan's range_k not multiples of 32, no scratch reserved for this `in`
+// (linear_reserve_decode_scratch), or rows that are not 16-byte loadable.
+bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream);
 // A tensor map of the bf16 matrix [rows, cols] (row stride `stride` elements) in boxes of
 // [box_k, box_rows] (linear_batch_cuda.cu; elements out of bounds read as zeros). False if the
 // driver refuses it.

@@ -44,29 +44,6 @@ constexpr uint32_t kFinisherThreads = (kConsumerWarps + 1) * 32;
 constexpr int kRows = 16;
 constexpr int kMaxSplits = 8;  // portable cluster size
 
-// The decode order's warp classes. A rank's range is cut into 32-k steps counted from its start;
-// step s belongs to class (s / kClassSteps) % 8, so a class owns one piece of kClassSteps steps
-// (64 k, 128 bytes of a bf16 row) in every kClassPeriodK of the range, and runs its steps in
-// increasing order. Pieces of 128 bytes rather than single 32-k steps let a kernel that streams
-// one class (linear_classes_cuda.cu) copy 128-byte box rows: boxes of 64-byte rows fill shared
-// memory slowly. Every bf16 decode kernel computes this order.
-constexpr int kStepK = 32;      // k per step: one 16-byte fragment per lane, two mma.sync halves
-constexpr int kClassSteps = 2;  // steps per class piece
-constexpr int kClassPeriod =
-    kClassSteps * kConsumerWarps;  // steps in which every class has one piece
-constexpr int64_t kClassPeriodK = kClassPeriod * kStepK;  // 512
-static_assert(kLinearPlanChunkK % kClassPeriodK == 0, "a plan chunk holds whole periods");
-
-// The i-th step (counted from the range's start) of class cls.
-__host__ __device__ constexpr int class_step(int cls, int i) {
-  return (i / kClassSteps) * kClassPeriod + cls * kClassSteps + i % kClassSteps;
-}
-// Steps of each class that production runs for a range of len k: every step of its 1024-k chunks
-// (linear_masked_end), those past len with zero operands.
-__host__ __device__ constexpr int64_t class_total_steps(int64_t len) {
-  return linear_masked_end(len) / (kStepK * kConsumerWarps);
-}
-
 // One tile's sums in the mma C layout: v[j][q][lane] is row g (+8 if q >= 2), token
 // 8j + 2t + (q & 1).
 template <int kNTiles>
@@ -514,32 +491,6 @@ __device__ __forceinline__ void post_tile_sums(S& sm, const float (&c)[kNTiles][
   for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) sm.part[b][warp].v[j][q][lane] = c[j][q];
-  }
-  cuda::named_barrier_arrive(kPostedBarrier0 + b, kFinisherThreads);
-}
-
-// post_tile_sums for a warp that holds two classes, m and 4 + m (lo, hi), of kHalf row tiles
-// (linear_batch_cuda.cu): every consumer warp passes the barriers of every tile, and the warp that
-// owns the tile (its index `mine` among the warp's tiles; otherwise out of [0, kHalf)) writes both
-// classes' sums.
-template <int kNTiles, int kSumBufs, int kHalf, class S>
-__device__ __forceinline__ void post_tile_class_pair(S& sm, const float (&lo)[kHalf][kNTiles][4],
-                                                     const float (&hi)[kHalf][kNTiles][4], int mine,
-                                                     uint32_t use, int m, int lane) {
-  static_assert(kSumBufs >= 1 && kSumBufs <= kMaxSumBufs);
-  const uint32_t b = use % kSumBufs;
-  if (use >= kSumBufs) cuda::named_barrier(kReadBarrier0 + b, kFinisherThreads);
-#pragma unroll
-  for (int r = 0; r < kHalf; ++r) {
-    if (r != mine) continue;
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        sm.part[b][m].v[j][q][lane] = lo[r][j][q];
-        sm.part[b][m + kConsumerWarps / 2].v[j][q][lane] = hi[r][j][q];
-      }
-    }
   }
   cuda::named_barrier_arrive(kPostedBarrier0 + b, kFinisherThreads);
 }

@@ -16,7 +16,7 @@ namespace tandem::kernels::fp8_linear {
 using decode_linear::kConsumerWarps;
 
 constexpr int kBlockK = 128;  // k per scale block (kFp8BlockCols)
-using decode_linear::kStepK;  // k per warp step (8 per lane)
+constexpr int kStepK = 32;    // k per warp step (8 per lane)
 constexpr int kUnitK = 64;    // k per warp unit: 2 steps, half a scale block
 constexpr int kStepsPerUnit = kUnitK / kStepK;
 // k per group: one unit of each consumer warp. Chunks start at multiples of it (from the range's

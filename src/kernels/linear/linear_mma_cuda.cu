@@ -110,6 +110,7 @@ enum class Kind {
                   // bulk-copy kernel with a k-split of 8 for few
   kBatch,         // linear_batch_cuda.cu at every n
   kClasses,       // linear_classes_cuda.cu at every n
+  kWgmma,  // linear_wgmma_cuda.cu at every n (the class-split kernel where it does not apply)
 };
 struct Variant {
   Kind kind;
@@ -119,8 +120,8 @@ constexpr int kNarrowGroups = 5;
 // 10: the groups of 16 that decode batches ran in before the wide configuration (A/B, fallback);
 // 11: the wide configuration's 512-k alternative; 12: groups of 32 in the wide configuration (the
 // rule before the batched kernel); 13: the batched kernel for every decode group, also of 1..8
-// rows; 14: the class-split kernel for every decode group, also of 1..64 rows. (15, a wgmma
-// kernel with the order before class pieces, was removed at their introduction: docs/cuda.md.)
+// rows; 14: the class-split kernel for every decode group, also of 1..64 rows; 15: the wgmma
+// kernel for every decode group, also of 1..64 rows.
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -135,7 +136,8 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kLinearPersistentWide512},
                                  {Kind::kPersistent, kLinearPersistentWide},
                                  {Kind::kBatch, 0},
-                                 {Kind::kClasses, 0}};
+                                 {Kind::kClasses, 0},
+                                 {Kind::kWgmma, 0}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -165,6 +167,7 @@ void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream)
       return launch_mma<kNTiles, 2, TOut>(s, stream);
     case Kind::kBatch:
     case Kind::kClasses:
+    case Kind::kWgmma:
       break;  // launch() takes them
   }
 }
@@ -179,7 +182,8 @@ void launch(const LinearShape& s, cudaStream_t stream) {
     if (linear_decode_batch(s, sizeof(TOut) == 4, stream)) return;
     return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
   }
-  if (v.kind == Kind::kClasses) {
+  if (v.kind == Kind::kWgmma && linear_decode_wgmma(s, sizeof(TOut) == 4, stream)) return;
+  if (v.kind == Kind::kClasses || v.kind == Kind::kWgmma) {
     if (linear_decode_classes(s, sizeof(TOut) == 4, stream)) return;
     return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
   }
@@ -201,7 +205,7 @@ int64_t linear_decode_group_rows() {
   const Variant& v = kVariants[g_variant];
   if (!kWideDecodeGroups) return kSkinnyMaxTokens;
   if (v.kind == Kind::kBatch) return kBatchMaxTokens;
-  if (v.kind == Kind::kClasses) return kClassesMaxTokens;
+  if (v.kind == Kind::kClasses || v.kind == Kind::kWgmma) return kClassesMaxTokens;
   if (v.kind != Kind::kPersistent || v.param == kNarrowGroups) return kSkinnyMaxTokens;
   const bool older_wide = v.param == kLinearPersistentWide512 || v.param == kLinearPersistentWide;
   if (older_wide) return kWideMaxTokens;

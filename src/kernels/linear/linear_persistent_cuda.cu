@@ -19,8 +19,7 @@
 //    and starts on the weights before the previous kernel has finished (programmatic dependent
 //    launch; the tokens only after); 8 consumer warps feed mma.sync m16n8k16 (bf16 -> fp32) with
 //    the weights as the A operand and up to 32 tokens as 1, 2 or 4 8-column B tiles;
-//  - in a chunk, warp w takes the k-steps of class w (linear_decode_common.cuh: pieces of two
-//    32-k steps, 64 w + 512 j); the 8 warp sums are added as
+//  - in a chunk, warp w takes k-steps w, w + 8, ...; the 8 warp sums are added as
 //    ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)); the ranks' range sums go to rank 0's
 //    shared memory (DSMEM) and are added in rank order. No atomics, no workspace: a token's result
 //    depends only on its inputs and the shape;
@@ -30,7 +29,7 @@
 //    in the consumers (finish_tile), in the same order of additions.
 // Why every configuration computes the same bits: a token is its own mma B column, and an output's
 // order of additions is fixed by the plan alone. Warp w accumulates the k-steps of its class
-// (class_step; a chunk holds whole periods of 16 steps) in increasing order across chunks, and a
+// (index mod 8, since a chunk is a multiple of 8 steps) in increasing order across chunks, and a
 // chunk shorter than 1024 runs, after a range's last chunk, the masked steps production's 1024-k
 // chunk would have run (linear_masked_end), so even zero products land in the same place.
 // Within a k-step, lane (g, t) reads 8 consecutive k of rows g and g + 8 and of token g; the mma's
@@ -67,8 +66,8 @@ struct Cfg {
   static constexpr int kXRows = kXRows_, kSumBufs = kSumBufs_;
   static constexpr int kRmsLoads = kNTiles == 4 ? 32 : 16;  // sum_squares' loads in flight
   static constexpr int kRowPitch = kChunkK + 32;  // 2K + 64 bytes = 64 mod 128: no bank conflicts
-  static constexpr int kStepsPerWarp = kChunkK / kStepK / kConsumerWarps;  // of class w per chunk
-  static_assert(kStepsPerWarp >= 1 && kChunkK % kClassPeriodK == 0, "chunks of whole periods");
+  static constexpr int kStepsPerWarp = kChunkK / 32 / kConsumerWarps;  // warp w: steps w, w + 8..
+  static_assert(kStepsPerWarp >= 1 && kChunkK % (32 * kConsumerWarps) == 0);
   static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
   static_assert(kXRows <= 8 * kNTiles && kXRows <= 32, "one producer lane per token row");
   static_assert(kSumBufs == 1 || kSumBufs == 2);
@@ -169,8 +168,8 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
         const Slot<C>& src = sm.ring[slot];
 #pragma unroll
         for (int s = 0; s < C::kStepsPerWarp; ++s) {
-          const int kl = class_step(warp, s) * kStepK + 8 * t;  // k within the chunk
-          const bool ok = k_begin + i * kChunkK + kl < k_end;   // past the range: stale data
+          const int kl = (s * kConsumerWarps + warp) * 32 + 8 * t;  // k within the chunk
+          const bool ok = k_begin + i * kChunkK + kl < k_end;       // past the range: stale data
           const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[g][kl]) : zero;
           const uint4 pb = ok ? *reinterpret_cast<const uint4*>(&src.w[g + 8][kl]) : zero;
 #pragma unroll
@@ -191,8 +190,8 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
         // with zero operands (the `ok` false branch above): run them here, after the last chunk,
         // as production does. A zero product changes nothing but the sign of a -0 sum; this
         // keeps even that.
-        const int64_t zeros = class_total_steps(len) - count * C::kStepsPerWarp;
-        for (int64_t z = 0; z < zeros; ++z) {
+        const int64_t end = linear_masked_end(len);
+        for (int64_t k = count * kChunkK + warp * 32; k < end; k += kConsumerWarps * 32) {
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j) {
             mma_bf16(c[j], 0u, 0u, 0u, 0u, 0u, 0u);
@@ -276,8 +275,8 @@ void launch_narrow(const LinearShape& s, int config, cudaStream_t stream) {
       return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 3 : 2>, Store>(s, stream);
     case 2:
       return launch_cfg<Cfg<kNTiles, 512, 3>, Store>(s, stream);
-    case 3:  // 512-k chunks, deeper (was 256-k chunks, shorter than a class period)
-      return launch_cfg<Cfg<kNTiles, 512, kNTiles == 1 ? 6 : 4>, Store>(s, stream);
+    case 3:
+      return launch_cfg<Cfg<kNTiles, 256, kNTiles == 1 ? 12 : 9>, Store>(s, stream);
     case 4:  // the production ring before a950b97: EightRows at every n
       return launch_cfg<EightRows, Store>(s, stream);
     default:
