@@ -118,17 +118,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       cuda::mbar_arrive_expect_tx(&sm.full[slot], bytes);
       const int64_t k = k_begin + i * kChunkK;
       if (rows_tiles == kRowTiles) {
-        box_copy(&sm.ring[slot].w[0][0], &bp.w_super, k, tile0 * kRows, &sm.full[slot]);
+        cuda::tensor_load_2d(&sm.ring[slot].w[0][0], &bp.w_super, k, tile0 * kRows, &sm.full[slot]);
       } else {
         for (int r = 0; r < rows_tiles; ++r) {
-          box_copy(&sm.ring[slot].w[r * kRows][0], &bp.w_tile, k, (tile0 + r) * kRows,
-                   &sm.full[slot]);
+          cuda::tensor_load_2d(&sm.ring[slot].w[r * kRows][0], &bp.w_tile, k, (tile0 + r) * kRows,
+                               &sm.full[slot]);
         }
       }
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
       if (lane == 0) {
-        box_copy(&sm.ring[slot].x[0][0], &bp.x, k_begin + i * kChunkK, 0, &sm.full[slot]);
+        cuda::tensor_load_2d(&sm.ring[slot].x[0][0], &bp.x, k_begin + i * kChunkK, 0,
+                             &sm.full[slot]);
       }
     };
     produce_super_tiles<kSlots, kRowTiles>(sm, splits, t_begin, t_end, count, issue_w, issue_x);

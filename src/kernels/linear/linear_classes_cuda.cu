@@ -32,6 +32,7 @@
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
+#include "kernels/tensor_map_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -201,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (it >= static_cast<uint32_t>(C::kStages)) return false;
         cuda::mbar_arrive_expect_tx(&sm.full[it], stage_bytes * static_cast<uint32_t>(n));
         for (int s = 0; s < n; ++s) {
-          box_copy(&sm.ring[it].w[s][0][0], &cp.w, k_of(k_begin, j0 + s),
-                   static_cast<int64_t>(m) * kMTile, &sm.full[it]);
+          cuda::tensor_load_2d(&sm.ring[it].w[s][0][0], &cp.w, k_of(k_begin, j0 + s),
+                               static_cast<int64_t>(m) * kMTile, &sm.full[it]);
         }
         ++it;
         return true;
@@ -216,12 +217,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (round > 0) mbar_wait(&sm.empty[slot], (round - 1) & 1);
           cuda::mbar_arrive_expect_tx(&sm.full[slot], stage_bytes * static_cast<uint32_t>(n));
           for (int s = 0; s < n; ++s) {
-            box_copy(&sm.ring[slot].w[s][0][0], &cp.w, k_of(k_begin, j0 + s),
-                     static_cast<int64_t>(m) * kMTile, &sm.full[slot]);
+            cuda::tensor_load_2d(&sm.ring[slot].w[s][0][0], &cp.w, k_of(k_begin, j0 + s),
+                                 static_cast<int64_t>(m) * kMTile, &sm.full[slot]);
           }
         }
         for (int s = 0; s < n; ++s) {
-          box_copy(&sm.ring[slot].x[s][0][0], &cp.x, k_of(k_begin, j0 + s), n0, &sm.full[slot]);
+          cuda::tensor_load_2d(&sm.ring[slot].x[s][0][0], &cp.x, k_of(k_begin, j0 + s), n0,
+                               &sm.full[slot]);
         }
         ++it;
         return true;

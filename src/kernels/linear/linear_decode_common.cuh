@@ -21,7 +21,6 @@
 #include "kernels/linear/linear_plan.h"
 #include "kernels/swiglu/swiglu.h"
 #include "kernels/swiglu/swiglu_cuda.cuh"
-#include "kernels/tensor_map_cuda.cuh"
 
 namespace tandem::kernels::decode_linear {
 
@@ -67,13 +66,6 @@ struct Params {
   int scale_shift;
   const __nv_bfloat16* fold;
 };
-
-// One 2D tensor-map box at element coordinates (k, row) into shared memory, counted on `bar`
-// (the batched and class-split kernels; maps from linear_encode_rows).
-__device__ __forceinline__ void box_copy(void* dst, const CUtensorMap* map, int64_t k, int64_t row,
-                                         uint64_t* bar) {
-  cuda::tensor_load_2d(dst, map, k, row, bar);
-}
 
 // A decode kernel's shared memory: its ring of slots (SlotT: the kernel's own chunk layout), the
 // ring's barriers and the sums of the end of a tile (init_barriers and finish_tile use these

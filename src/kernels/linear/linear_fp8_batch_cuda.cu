@@ -32,6 +32,7 @@
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
 #include "kernels/linear/linear_plan.h"
+#include "kernels/tensor_map_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -125,11 +126,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         cuda::mbar_arrive_expect_tx(&sm.full[slot], bytes);
         // The maps count 2-byte pairs of codes: k / 2.
         if (rows_tiles == kRowTiles) {
-          box_copy(&sm.ring[slot].w[0][0], &bp.w_super, k / 2, tile0 * kRows, &sm.full[slot]);
+          cuda::tensor_load_2d(&sm.ring[slot].w[0][0], &bp.w_super, k / 2, tile0 * kRows,
+                               &sm.full[slot]);
         } else {
           for (int r = 0; r < rows_tiles; ++r) {
-            box_copy(&sm.ring[slot].w[r * kRows][0], &bp.w_tile, k / 2, (tile0 + r) * kRows,
-                     &sm.full[slot]);
+            cuda::tensor_load_2d(&sm.ring[slot].w[r * kRows][0], &bp.w_tile, k / 2,
+                                 (tile0 + r) * kRows, &sm.full[slot]);
           }
         }
       }
@@ -147,8 +149,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue_x = [&](int64_t i, uint32_t slot) {
       if (lane != 0) return;
       for (int b = 0; b < C::kXBoxes; ++b) {
-        box_copy(&sm.ring[slot].x[b][0][0], &bp.x, k_begin + i * kChunkK + b * kXBoxK, 0,
-                 &sm.full[slot]);
+        cuda::tensor_load_2d(&sm.ring[slot].x[b][0][0], &bp.x, k_begin + i * kChunkK + b * kXBoxK,
+                             0, &sm.full[slot]);
       }
     };
     produce_super_tiles<kSlots, kRowTiles>(sm, splits, t_begin, t_end, count, issue_w, issue_x);

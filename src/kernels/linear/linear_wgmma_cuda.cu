@@ -47,6 +47,7 @@
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
+#include "kernels/tensor_map_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -214,8 +215,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const uint32_t slot = u % kStages;
     if (weights) {
       cuda::mbar_arrive_expect_tx(&sm.full[slot], kStageBytes);
-      box_copy(&sm.ring[slot].w[0][0], &wp.w, k, static_cast<int64_t>(item / wp.n_tiles) * kTileM,
-               &sm.full[slot]);
+      cuda::tensor_load_2d(&sm.ring[slot].w[0][0], &wp.w, k,
+                           static_cast<int64_t>(item / wp.n_tiles) * kTileM, &sm.full[slot]);
     }
     if (tokens) {
       const int64_t nt = item % wp.n_tiles;
