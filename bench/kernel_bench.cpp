@@ -328,6 +328,7 @@ int main(int argc, char** argv) {
     }
     if (wanted("linear_variants")) bench_linear_variants(s);
     if (wanted("linear_batch")) bench_linear_batch(s);
+    if (wanted("linear_classes")) bench_linear_classes(s);
     if (wanted("linear_fp8")) bench_linear_fp8(s);
     if (wanted("attention")) {
       for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);

@@ -172,6 +172,42 @@ void bench_linear_batch(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
+// Group linear_classes: the class-split kernel's exchange forms (linear_classes_set_form)
+// at 65..1,024 decode rows on the 27B shapes, back to back, TB/s of weights; ratio: time over form
+// 1's (one receive buffer, remote stores published by release arrivals: the form before form 0).
+void bench_linear_classes(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const Tensor x = random_bf16({1024, 17408}, 4);
+  const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
+  struct FormAfter {  // leaves production's form selected
+    ~FormAfter() { linear_classes_set_form(0); }
+  } form_after;
+  for (const auto& [out_f, in] : kQwen27bShapes) {
+    std::vector<Tensor> w;
+    for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
+    for (const int64_t n : {65, 128, 256, 512, 1024}) {
+      std::string line = fmt::format("linear classes [{},{}] n={}:", out_f, in, n);
+      double before = 0;
+      for (const int form : {1, 0, 2, 3}) {
+        linear_classes_set_form(form);
+        const double ms = batched_ms(s, 8, [&](int it) {
+          linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
+                       .weight = w[it % 3],
+                       .out = out.slice(0, 0, n).slice(1, 0, out_f),
+                       .decode_rows = n},
+                      ctx);
+        });
+        if (form == 1) before = ms;
+        report(
+            fmt::format("linear classes n={} form {} [{},{}] (back to back)", n, form, out_f, in),
+            ms, 2.0 * out_f * in, before);
+        line += fmt::format(" f{} {:.3f}", form, 2.0 * out_f * in / (ms * 1e-3) / 1e12);
+      }
+      fmt::print("{}\n", line);
+    }
+  }
+}
+
 // Group linear_fp8: the FP8 decode linear (block-scaled e4m3, production: linear_fp8_cuda.cu at
 // 1-4 rows, linear_fp8_batch_cuda.cu above) on the 27B
 // shapes at n = 1, 2, 4, 8, 16, 32 rows, back to back, as TB/s of the bytes it must read (1 per

@@ -24,7 +24,7 @@ if [[ ${KBENCH_LIMIT:-100} -gt 0 ]]; then
   KERNEL_BENCH_ONLY=${KBENCH_GROUPS:-linear_batch} COMMIT=${COMMIT:-unknown} timeout "${KBENCH_LIMIT:-100}" \
     $B/bench/kernel_bench "$OUT/kernel_bench_${KBENCH_GROUPS:-linear_batch}.json" > "$OUT/kernel_bench.log" 2>&1
   summary "kernel_bench ${KBENCH_GROUPS:-linear_batch} rc=$? ($(stamp))"
-  grep -E '^(linear decode \[|gdr )' "$OUT/kernel_bench.log" | tee -a "$OUT/summary.txt"
+  grep -E '^(linear (decode|classes) \[|gdr )' "$OUT/kernel_bench.log" | tee -a "$OUT/summary.txt"
 fi
 
 [[ ${ENGINE_LIMIT:-70} -gt 0 ]] && engine_tests "${ENGINE_LIMIT:-70}"

@@ -222,7 +222,8 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
 // Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8 tiles per cluster, and
 // awkward shapes (in not a multiple of 1024: a last chunk with 8 real k; out_f not a multiple of
 // 16). Rows past n are left alone. Above 64 rows bench variant 15 (the wgmma kernel,
-// linear_wgmma_cuda.cu) is checked against the rows computed alone as well.
+// linear_wgmma_cuda.cu) and the class-split kernel's other exchange forms
+// (linear_classes_set_form) are checked against the rows computed alone as well.
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
@@ -285,6 +286,17 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
         linear_skinny_set_variant(0);
         const std::string vs1_wg = bad_rows(out_bits(wg.out), alone_bits, 0, n, cols);
         check_bits("linear.decode_batch_wgmma_vs_1", p + vs1_wg, vs1_wg.empty());
+        // The class-split kernel's other exchange forms: the same bits.
+        for (int form = 1; form < kLinearClassesForms; ++form) {
+          linear_classes_set_form(form);
+          const LinearBuffers cf = buffers();
+          run_rows(f, x.dev, w, cf, 0, n, n, cs.ctx());
+          cs.sync();
+          linear_classes_set_form(0);
+          const std::string vs1_cf = bad_rows(out_bits(cf.out), alone_bits, 0, n, cols);
+          check_bits("linear.decode_batch_classes_form_vs_1",
+                     fmt::format("{},classes_form={}{}", p, form, vs1_cf), vs1_cf.empty());
+        }
       }
     }
   }
