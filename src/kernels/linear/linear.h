@@ -153,7 +153,7 @@ void linear_fp8_set_batch(Fp8BatchMode mode);
 // Benchmark and test only: the class-split decode kernel's exchange form above 64 rows (0 =
 // production, 1..kLinearClassesForms - 1 the alternatives in linear_cuda.cuh); returns the form
 // selected. The bits are the same.
-constexpr int kLinearClassesForms = 4;
+constexpr int kLinearClassesForms = 7;
 int linear_classes_set_form(int form);
 #endif
 

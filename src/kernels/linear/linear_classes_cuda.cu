@@ -573,6 +573,12 @@ bool launch_classes(const LinearShape& s, cudaStream_t stream) {
       return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 4, 1, true>, kStore>(s, stream);
     case 3:
       return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 5>, kStore>(s, stream);
+    case 4:
+      return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 2, 2, true>, kStore>(s, stream);
+    case 5:
+      return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 4>, kStore>(s, stream);
+    case 6:
+      return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 2, 2, false>, kStore>(s, stream);
     default:  // two buffers need the smaller ring: 5 stages of one step (80 KB)
       return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 5, 2, true>, kStore>(s, stream);
   }
