@@ -101,6 +101,17 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// A consumer warp's release of a ring slot that bulk copies refill: every lane's reads of the slot
+// are ordered before the refill's writes (a proxy fence: generic-proxy reads, then async-proxy
+// writes), then lane 0 arrives on `empty`. Without the fence, when ptxas sinks the mma that
+// consumes the last fragment loads below the arrival, a refill may overwrite fragments not yet
+// read (seen on the H200 in the class-split kernel with 1-step stages, docs/cuda.md).
+__device__ __forceinline__ void release_slot(uint64_t* empty, int lane) {
+  fence_proxy_async();
+  __syncwarp();
+  if (lane == 0) mbar_arrive(empty);
+}
+
 // Copies 4 bytes from global to shared memory (cp.async, no alignment beyond 4 bytes).
 __device__ __forceinline__ void copy4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src)

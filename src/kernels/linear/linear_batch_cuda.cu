@@ -184,8 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
-        __syncwarp();
-        if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+        cuda::release_slot(&sm.empty[slot], lane);
       }
       // The masked steps of production's last 1024-k chunk (linear_persistent_cuda.cu).
       const int64_t end = linear_masked_end(len);

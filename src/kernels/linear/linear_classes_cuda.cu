@@ -486,8 +486,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
-        __syncwarp();
-        if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+        cuda::release_slot(&sm.empty[slot], lane);
       }
       // The steps production runs past the range's length, with zero operands (the end of its
       // last 1024-k chunk).

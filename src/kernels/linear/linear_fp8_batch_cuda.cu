@@ -262,8 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
-        __syncwarp();
-        if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+        cuda::release_slot(&sm.empty[slot], lane);
       }
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r) {

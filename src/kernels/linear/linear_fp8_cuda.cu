@@ -277,8 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
           if (u < whole) run_unit(u, std::false_type{});
         }
         if (whole < kUnits && unit_k(whole, warp) < lim) run_unit(whole, std::true_type{});
-        __syncwarp();
-        if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+        cuda::release_slot(&sm.empty[slot], lane);
       }
       post_tile_sums<1>(sm, c, use, warp, lane);
     }

@@ -182,8 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
             mma_bf16(c[j], pa.z, pb.z, pa.w, pb.w, xv.z, xv.w);
           }
         }
-        __syncwarp();  // every lane's reads of the slot are done (consumed by the mma)
-        if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+        cuda::release_slot(&sm.empty[slot], lane);
       }
       if constexpr (kChunkK < kLinearPlanChunkK) {
         // Production's last 1024-k chunk also runs this warp's steps up to linear_masked_end

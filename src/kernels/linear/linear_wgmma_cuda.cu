@@ -295,8 +295,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
         wgmma_commit_wait();
         if (staged) {
-          __syncwarp();
-          if (lane == 0) cuda::mbar_arrive(&sm.empty[slot]);
+          cuda::release_slot(&sm.empty[slot], lane);
           if (refills && it + kStages < n_stages) {
             cuda::mbar_wait(&sm.empty[slot], (it / kStages) & 1);
             issue(it + kStages, true, true);
