@@ -172,9 +172,9 @@ void bench_linear_batch(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
-// Group linear_classes: the class-split kernel's exchange forms (linear_classes_set_form)
-// at 65..1,024 decode rows on the 27B shapes, back to back, TB/s of weights; ratio: time over form
-// 1's (one receive buffer, remote stores published by release arrivals: the form before form 0).
+// Group linear_classes: the class-split kernel's configurations above 64 rows
+// (linear_classes_set_form: production's 2-step ring stages, the 1-step ones) at 65..1,024 decode
+// rows on the 27B shapes, back to back, TB/s of weights; ratio: time over production's.
 void bench_linear_classes(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({1024, 17408}, 4);
@@ -187,8 +187,8 @@ void bench_linear_classes(cudaStream_t s) {
     for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
     for (const int64_t n : {65, 128, 256, 512, 1024}) {
       std::string line = fmt::format("linear classes [{},{}] n={}:", out_f, in, n);
-      double before = 0;
-      for (const int form : {1, 0, 2, 3}) {
+      double production = 0;
+      for (int form = 0; form < kLinearClassesForms; ++form) {
         linear_classes_set_form(form);
         const double ms = batched_ms(s, 8, [&](int it) {
           linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
@@ -197,10 +197,10 @@ void bench_linear_classes(cudaStream_t s) {
                        .decode_rows = n},
                       ctx);
         });
-        if (form == 1) before = ms;
+        if (form == 0) production = ms;
         report(
             fmt::format("linear classes n={} form {} [{},{}] (back to back)", n, form, out_f, in),
-            ms, 2.0 * out_f * in, before);
+            ms, 2.0 * out_f * in, production);
         line += fmt::format(" f{} {:.3f}", form, 2.0 * out_f * in / (ms * 1e-3) / 1e12);
       }
       fmt::print("{}\n", line);

@@ -222,7 +222,7 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
 // Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8 tiles per cluster, and
 // awkward shapes (in not a multiple of 1024: a last chunk with 8 real k; out_f not a multiple of
 // 16). Rows past n are left alone. Above 64 rows bench variant 15 (the wgmma kernel,
-// linear_wgmma_cuda.cu) and the class-split kernel's other exchange forms
+// linear_wgmma_cuda.cu) and the class-split kernel with 1-step ring stages
 // (linear_classes_set_form) are checked against the rows computed alone as well.
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
@@ -286,7 +286,9 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
         linear_skinny_set_variant(0);
         const std::string vs1_wg = bad_rows(out_bits(wg.out), alone_bits, 0, n, cols);
         check_bits("linear.decode_batch_wgmma_vs_1", p + vs1_wg, vs1_wg.empty());
-        // The class-split kernel's other exchange forms: the same bits.
+        // The class-split kernel with 1-step ring stages (linear_classes_set_form 1: its last mma
+        // comes after the slot's release, so without release_slot's proxy fence a refill could
+        // overwrite fragments still being read): the same bits.
         for (int form = 1; form < kLinearClassesForms; ++form) {
           linear_classes_set_form(form);
           const LinearBuffers cf = buffers();

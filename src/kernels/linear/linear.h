@@ -150,10 +150,12 @@ void linear_fp8_set_staging(bool on);
 // than 4 rows, kAll every group. The bits are the same.
 enum class Fp8BatchMode { kOff, kProduction, kAll };
 void linear_fp8_set_batch(Fp8BatchMode mode);
-// Benchmark and test only: the class-split decode kernel's exchange form above 64 rows (0 =
-// production, 1..kLinearClassesForms - 1 the alternatives in linear_cuda.cuh); returns the form
+// Benchmark and test only: the class-split decode kernel's configuration above 64 rows: 0
+// production (256-k ring stages of 2 steps), 1 stages of one step, in which ptxas places the last
+// mma of a stage after the slot's release: the canary for release_slot's proxy fence
+// (bulk_copy.cuh; without it that configuration gave wrong sums on the H200). Returns the form
 // selected. The bits are the same.
-constexpr int kLinearClassesForms = 7;
+constexpr int kLinearClassesForms = 2;
 int linear_classes_set_form(int form);
 #endif
 

@@ -48,18 +48,12 @@ constexpr uint32_t kReduceBarrier = 1;  // consumer warps (256)
 constexpr uint32_t kScaleBarrier = 2;   // rms warp -> consumers (288)
 
 // kMTile weight rows x kNTile tokens per tile, kWarpsM x (8 / kWarpsM) consumer warps over it,
-// kSteps steps per ring stage, kStages stages. The exchange: kBufs receive buffers (2: a block
-// adds the class sums of a tile while the cluster already computes the next, see the kernel) and
-// kAsyncPush (the pushes as st.async counted on the owner's `ready` barrier, instead of remote
-// stores that a CTA barrier and one release arrival per block publish).
-template <int kMTile_, int kNTile_, int kWarpsM_, int kSteps_, int kStages_, int kBufs_ = 1,
-          bool kAsyncPush_ = false>
+// kSteps steps per ring stage, kStages stages.
+template <int kMTile_, int kNTile_, int kWarpsM_, int kSteps_, int kStages_>
 struct ClassCfg {
   static constexpr int kMTile = kMTile_, kNTile = kNTile_, kWarpsM = kWarpsM_;
   static constexpr int kWarpsN = kConsumerWarps / kWarpsM;
   static constexpr int kSteps = kSteps_, kStages = kStages_;
-  static constexpr int kBufs = kBufs_;
-  static constexpr bool kAsyncPush = kAsyncPush_;
   static constexpr int kWM = kMTile / kWarpsM / 16;  // m16 tiles per warp
   static constexpr int kWN = kNTile / kWarpsN / 8;   // n8 tiles per warp
   static constexpr int kPitch = kMTile + 4;  // floats per token row of `recv`: 4 mod 32 banks
@@ -67,13 +61,8 @@ struct ClassCfg {
   // A reduction unit: one token, 4 rows of a 16-row tile and the 4 rows 8 below.
   static constexpr int kUnits = kShare * (kMTile / 16) * 2;
   static constexpr int kUnitsPerThread = (kUnits + kConsumerThreads - 1) / kConsumerThreads;
-  // The bytes one buffer receives per use: every class's sums of this block's share.
-  static constexpr uint32_t kRecvBytes = kClasses * kShare * kMTile * 4;
   static_assert(kWM >= 1 && kWN >= 1 && kMTile % (16 * kWarpsM) == 0 && kNTile % kClasses == 0);
   static_assert(kMTile <= 256 && kNTile <= 256, "a box's sides are <= 256");
-  static_assert(kBufs == 1 || kBufs == 2);
-  static_assert(kRecvBytes < (1u << 20), "an mbarrier's tx-count");
-  static_assert(!kAsyncPush || kShare % 8 == 0, "an n8 tile's tokens go to one block");
 };
 
 template <class C>
@@ -88,13 +77,10 @@ struct ClassSmem {
   // Every block's class sums of this block's share of the tile (current tile and range), pushed
   // by their blocks: recv[class][token of the share][slot], row 16 T + i at slot 16 T + 2 i and
   // row 16 T + 8 + i at slot 16 T + 2 i + 1 (i < 8): one 8-byte store per mma row pair.
-  // Use u (the u-th (item, rank) of the cluster) goes to buffer u % kBufs.
-  float recv[C::kBufs][kClasses][C::kShare][C::kPitch];
+  float recv[kClasses][C::kShare][C::kPitch];
   uint64_t full[C::kStages], empty[C::kStages];
-  // Every block has pushed its sums into recv[b]: 8 arrivals, one per block, or (kAsyncPush) the
-  // owner's arrival expecting kRecvBytes and the pushes' bytes.
-  uint64_t ready[C::kBufs];
-  uint64_t freed[C::kBufs];  // every block has read recv[b] (8 arrivals): the next push may go
+  uint64_t ready;  // every block has pushed its sums into recv (8 arrivals, one per block)
+  uint64_t freed;  // every block has read its recv (8 arrivals): the next push may go
   float sumsq[kClassesMaxTokens / kClasses];  // input_rms: this block's tokens of every token tile
 };
 
@@ -117,24 +103,6 @@ __device__ __forceinline__ void store_remote(uint32_t addr, int rank, float v0, 
       "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
       " st.shared::cluster.v2.f32 [remote], {%2, %3};\n}\n" ::"r"(addr),
       "r"(rank), "f"(v0), "f"(v1)
-      : "memory");
-}
-
-// The shared::cluster address of `addr` (this block's shared address) in block `rank`'s window.
-__device__ __forceinline__ uint32_t remote_addr(uint32_t addr, int rank) {
-  uint32_t remote;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-  return remote;
-}
-
-// An asynchronous 8-byte store into another block's shared memory (shared::cluster addresses)
-// whose bytes complete on that block's barrier `remote_bar`.
-__device__ __forceinline__ void store_async(uint32_t remote, uint32_t remote_bar, float v0,
-                                            float v1) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];\n" ::"r"(
-          remote),
-      "r"(__float_as_uint(v0)), "r"(__float_as_uint(v1)), "r"(remote_bar)
       : "memory");
 }
 
@@ -176,10 +144,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       cuda::mbar_init(&sm.full[s], 1);
       cuda::mbar_init(&sm.empty[s], kConsumerWarps);
     }
-    for (int b = 0; b < C::kBufs; ++b) {
-      cuda::mbar_init(&sm.ready[b], C::kAsyncPush ? 1 : kClasses);
-      cuda::mbar_init(&sm.freed[b], kClasses);
-    }
+    cuda::mbar_init(&sm.ready, kClasses);
+    cuda::mbar_init(&sm.freed, kClasses);
     cuda::fence_mbar_init();
   }
   __syncthreads();
@@ -270,52 +236,94 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int row0 = (warp % C::kWarpsM) * C::kWM * 16;  // the warp's rows and tokens in the tile
     const int tok0 = (warp / C::kWarpsM) * C::kWN * 8;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    // The cluster's uses: (item, rank) pairs, items in order and ranks in order within an item.
-    // Use u's class sums go to buffer u % kBufs. With one buffer a block adds a use's sums right
-    // after pushing them (it waits for every block's push); with two it adds use u - 1's after
-    // pushing use u, so a block one tile behind the others stalls nobody.
-    const int uses = (item_end - item_begin) * p.splits;
-    float total[C::kUnitsPerThread][8];  // the item's sum over its ranks so far
+    // recv[cls] in every block: this block's slice of each owner's receive buffer.
+    const uint32_t recv_base = cuda::smem_u32(&sm.recv[cls][0][0]);
+    uint32_t it = 0, use = 0;
     bool rms_in = false;
-    uint32_t it = 0;
-
-    // This class's sums of use `use` into the owners' recv (once every block has read that
-    // buffer's previous use).
-    const auto push = [&](int use, const float(&c)[C::kWM][C::kWN][4]) {
-      const int b = use % C::kBufs;
-      if (use >= C::kBufs) {
-        if (threadIdx.x == 0) cuda::mbar_wait_cluster(&sm.freed[b], (use / C::kBufs - 1) & 1);
-        cuda::named_barrier(kReduceBarrier, kConsumerThreads);
-      }
-      // recv[b][cls] in every block: this block's slice of each owner's receive buffer.
-      const uint32_t recv_base = cuda::smem_u32(&sm.recv[b][cls][0][0]);
-      if constexpr (C::kAsyncPush) {
-        if (threadIdx.x == 0) cuda::mbar_arrive_expect_tx(&sm.ready[b], C::kRecvBytes);
-        const uint32_t ready_bar = cuda::smem_u32(&sm.ready[b]);
-#pragma unroll
-        for (int ni = 0; ni < C::kWN; ++ni) {
-          const int owner = (tok0 + ni * 8) / C::kShare;  // the n8 tile's 8 tokens: one owner
-          const uint32_t remote = remote_addr(recv_base, owner);
-          const uint32_t remote_bar = remote_addr(ready_bar, owner);
-#pragma unroll
-          for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {  // token 2t + q: rows g and g + 8 side by side
-              const int slot = row0 + mi * 16 + 2 * g;
-              const int tok = tok0 + ni * 8 + 2 * t + q;
-              store_async(
-                  remote + static_cast<uint32_t>(((tok % C::kShare) * C::kPitch + slot) * 4),
-                  remote_bar, c[mi][ni][q], c[mi][ni][q + 2]);
-            }
-          }
-        }
-      } else {
+    for (int i = item_begin; i < item_end; ++i) {
+      const int m = i / cp.n_tiles, nt = i % cp.n_tiles;
+      const int64_t n0 = static_cast<int64_t>(nt) * kNTile;  // the item's first token
+      float total[C::kUnitsPerThread][8];
+      for (int r = 0; r < p.splits; ++r, ++use) {
+        const RankSteps rs = rank_steps(p, r, cls);
+        float c[C::kWM][C::kWN][4];
 #pragma unroll
         for (int mi = 0; mi < C::kWM; ++mi) {
 #pragma unroll
           for (int ni = 0; ni < C::kWN; ++ni) {
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
+            for (int q = 0; q < 4; ++q) c[mi][ni][q] = 0.f;
+          }
+        }
+        for (int j0 = 0; j0 < rs.loaded; j0 += kSteps, ++it) {
+          const uint32_t slot = it % C::kStages, round = it / C::kStages;
+          mbar_wait(&sm.full[slot], round & 1);
+          const ClassStage<C>& src = sm.ring[slot];
+#pragma unroll
+          for (int s = 0; s < kSteps; ++s) {
+            const int j = j0 + s;
+            if (j >= rs.loaded) break;
+            const int64_t k0 = rs.k_begin + static_cast<int64_t>(cls + kClasses * j) * kStepK;
+            const bool ok = k0 + 8 * t < rs.k_end;  // past the range: the next rank's k
+            uint4 xv[C::kWN];
+#pragma unroll
+            for (int ni = 0; ni < C::kWN; ++ni) {
+              xv[ni] =
+                  ok ? *reinterpret_cast<const uint4*>(&src.x[s][tok0 + ni * 8 + g][8 * t]) : zero;
+            }
+            uint4 pa[C::kWM], pb[C::kWM];  // rows g and g + 8 of each m16 tile
+#pragma unroll
+            for (int mi = 0; mi < C::kWM; ++mi) {
+              const int row = row0 + mi * 16 + g;
+              pa[mi] = ok ? *reinterpret_cast<const uint4*>(&src.w[s][row][8 * t]) : zero;
+              pb[mi] = ok ? *reinterpret_cast<const uint4*>(&src.w[s][row + 8][8 * t]) : zero;
+            }
+            // Every accumulator's first mma of the step, then every second one: each output
+            // still adds its step's two halves in order, and no mma waits for the one before.
+#pragma unroll
+            for (int mi = 0; mi < C::kWM; ++mi) {
+#pragma unroll
+              for (int ni = 0; ni < C::kWN; ++ni) {
+                mma_bf16(c[mi][ni], pa[mi].x, pb[mi].x, pa[mi].y, pb[mi].y, xv[ni].x, xv[ni].y);
+              }
+            }
+#pragma unroll
+            for (int mi = 0; mi < C::kWM; ++mi) {
+#pragma unroll
+              for (int ni = 0; ni < C::kWN; ++ni) {
+                mma_bf16(c[mi][ni], pa[mi].z, pb[mi].z, pa[mi].w, pb[mi].w, xv[ni].z, xv[ni].w);
+              }
+            }
+          }
+          cuda::release_slot(&sm.empty[slot], lane);
+        }
+        // The steps production runs past the range's length, with zero operands (the end of its
+        // last 1024-k chunk).
+        for (int j = rs.loaded; j < rs.total; ++j) {
+#pragma unroll
+          for (int mi = 0; mi < C::kWM; ++mi) {
+#pragma unroll
+            for (int ni = 0; ni < C::kWN; ++ni) {
+              mma_bf16(c[mi][ni], 0u, 0u, 0u, 0u, 0u, 0u);
+              mma_bf16(c[mi][ni], 0u, 0u, 0u, 0u, 0u, 0u);
+            }
+          }
+        }
+
+        // Push this class's sums to the blocks that own their tokens (once every block has read
+        // the previous push), then add the 8 classes of this block's share in the persistent
+        // kernel's order. One thread waits (acquiring at cluster scope) and a CTA barrier
+        // passes it on; 8 lanes arrive, one remote block each, in parallel.
+        if (use > 0) {
+          if (threadIdx.x == 0) cuda::mbar_wait_cluster(&sm.freed, (use - 1) & 1);
+          cuda::named_barrier(kReduceBarrier, kConsumerThreads);
+        }
+#pragma unroll
+        for (int mi = 0; mi < C::kWM; ++mi) {
+#pragma unroll
+          for (int ni = 0; ni < C::kWN; ++ni) {
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {  // token 2t + q: rows g and g + 8 side by side
               const int slot = row0 + mi * 16 + 2 * g;
               const int tok = tok0 + ni * 8 + 2 * t + q;
               const uint32_t at =
@@ -324,61 +332,48 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
-        // One thread per block publishes this block's stores (release at cluster scope after
-        // the CTA barrier).
         cuda::named_barrier(kReduceBarrier, kConsumerThreads);
-        if (threadIdx.x < kClasses) cuda::mbar_arrive_cluster(&sm.ready[b], threadIdx.x);
-      }
-    };
-
-    // Adds the 8 classes of this block's share of use `use` in the persistent kernel's order into
-    // `total`, frees the buffer, and stores the item's share after its last rank.
-    const auto reduce = [&](int use) {
-      const int b = use % C::kBufs, r = use % p.splits;
-      const int i = item_begin + use / p.splits;
-      const int m = i / cp.n_tiles, nt = i % cp.n_tiles;
-      const int64_t n0 = static_cast<int64_t>(nt) * kNTile;  // the item's first token
-      // One thread waits (acquiring at cluster scope) and a CTA barrier passes it on.
-      if (threadIdx.x == 0) cuda::mbar_wait_cluster(&sm.ready[b], (use / C::kBufs) & 1);
-      cuda::named_barrier(kReduceBarrier, kConsumerThreads);
+        if (threadIdx.x < kClasses) cuda::mbar_arrive_cluster(&sm.ready, threadIdx.x);
+        if (threadIdx.x == 0) cuda::mbar_wait_cluster(&sm.ready, use & 1);
+        cuda::named_barrier(kReduceBarrier, kConsumerThreads);
 #pragma unroll
-      for (int u = 0; u < C::kUnitsPerThread; ++u) {
-        const int unit = static_cast<int>(threadIdx.x) + u * kConsumerThreads;
-        if (unit >= C::kUnits) break;
-        const int tile16 = (unit >> 1) % (kMTile / 16), ts = (unit >> 1) / (kMTile / 16);
-        // The unit's rows 16 T + 4 h + i and 16 T + 4 h + i + 8 (i < 4) sit at slots
-        // 16 T + 8 h + 2 i and + 1: its 8 sums are two float4s, in the order l = 2 i + hi,
-        // y index e = i + 4 hi.
-        const int slot = tile16 * 16 + (unit & 1) * 8;
-        // Classes b and b + 1's sums of the unit's 8 outputs, added: the tree's first level.
-        const auto pair_sum = [&](int k, float(&out)[8]) {
+        for (int u = 0; u < C::kUnitsPerThread; ++u) {
+          const int unit = static_cast<int>(threadIdx.x) + u * kConsumerThreads;
+          if (unit >= C::kUnits) break;
+          const int tile16 = (unit >> 1) % (kMTile / 16), ts = (unit >> 1) / (kMTile / 16);
+          // The unit's rows 16 T + 4 h + i and 16 T + 4 h + i + 8 (i < 4) sit at slots
+          // 16 T + 8 h + 2 i and + 1: its 8 sums are two float4s, in the order l = 2 i + hi,
+          // y index e = i + 4 hi.
+          const int slot = tile16 * 16 + (unit & 1) * 8;
+          // Classes b and b + 1's sums of the unit's 8 outputs, added: the tree's first level.
+          const auto pair_sum = [&](int b, float(&out)[8]) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float4 a = *reinterpret_cast<const float4*>(&sm.recv[b][k][ts][slot + 4 * h]);
-            const float4 d = *reinterpret_cast<const float4*>(&sm.recv[b][k + 1][ts][slot + 4 * h]);
-            out[4 * h + 0] = a.x + d.x;
-            out[4 * h + 1] = a.y + d.y;
-            out[4 * h + 2] = a.z + d.z;
-            out[4 * h + 3] = a.w + d.w;
+            for (int h = 0; h < 2; ++h) {
+              const float4 a = *reinterpret_cast<const float4*>(&sm.recv[b][ts][slot + 4 * h]);
+              const float4 d = *reinterpret_cast<const float4*>(&sm.recv[b + 1][ts][slot + 4 * h]);
+              out[4 * h + 0] = a.x + d.x;
+              out[4 * h + 1] = a.y + d.y;
+              out[4 * h + 2] = a.z + d.z;
+              out[4 * h + 3] = a.w + d.w;
+            }
+          };
+          float s01[8], s23[8], s45[8], s67[8];
+          pair_sum(0, s01);
+          pair_sum(2, s23);
+#pragma unroll
+          for (int l = 0; l < 8; ++l) s01[l] += s23[l];  // (c0 + c1) + (c2 + c3)
+          pair_sum(4, s45);
+          pair_sum(6, s67);
+#pragma unroll
+          for (int l = 0; l < 8; ++l) {
+            const float range_sum = s01[l] + (s45[l] + s67[l]);
+            const int e = (l >> 1) + 4 * (l & 1);
+            total[u][e] = r == 0 ? range_sum : total[u][e] + range_sum;
           }
-        };
-        float s01[8], s23[8], s45[8], s67[8];
-        pair_sum(0, s01);
-        pair_sum(2, s23);
-#pragma unroll
-        for (int l = 0; l < 8; ++l) s01[l] += s23[l];  // (c0 + c1) + (c2 + c3)
-        pair_sum(4, s45);
-        pair_sum(6, s67);
-#pragma unroll
-        for (int l = 0; l < 8; ++l) {
-          const float range_sum = s01[l] + (s45[l] + s67[l]);
-          const int e = (l >> 1) + 4 * (l & 1);
-          total[u][e] = r == 0 ? range_sum : total[u][e] + range_sum;
         }
+        cuda::named_barrier(kReduceBarrier, kConsumerThreads);  // every read of recv is done
+        if (threadIdx.x < kClasses) cuda::mbar_arrive_cluster(&sm.freed, threadIdx.x);
       }
-      cuda::named_barrier(kReduceBarrier, kConsumerThreads);  // every read of recv[b] is done
-      if (threadIdx.x < kClasses) cuda::mbar_arrive_cluster(&sm.freed[b], threadIdx.x);
-      if (r != p.splits - 1) return;
 
       // The store of this block's share: input_rms's scale, then the epilogue.
       float scale[C::kUnitsPerThread] = {};
@@ -433,87 +428,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-    };
-
-    for (int use = 0; use < uses; ++use) {
-      const RankSteps rs = rank_steps(p, use % p.splits, cls);
-      float c[C::kWM][C::kWN][4];
-#pragma unroll
-      for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-        for (int ni = 0; ni < C::kWN; ++ni) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) c[mi][ni][q] = 0.f;
-        }
-      }
-      for (int j0 = 0; j0 < rs.loaded; j0 += kSteps, ++it) {
-        const uint32_t slot = it % C::kStages, round = it / C::kStages;
-        mbar_wait(&sm.full[slot], round & 1);
-        const ClassStage<C>& src = sm.ring[slot];
-#pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-          const int j = j0 + s;
-          if (j >= rs.loaded) break;
-          const int64_t k0 = rs.k_begin + static_cast<int64_t>(cls + kClasses * j) * kStepK;
-          const bool ok = k0 + 8 * t < rs.k_end;  // past the range: the next rank's k
-          uint4 xv[C::kWN];
-#pragma unroll
-          for (int ni = 0; ni < C::kWN; ++ni) {
-            xv[ni] =
-                ok ? *reinterpret_cast<const uint4*>(&src.x[s][tok0 + ni * 8 + g][8 * t]) : zero;
-          }
-          uint4 pa[C::kWM], pb[C::kWM];  // rows g and g + 8 of each m16 tile
-#pragma unroll
-          for (int mi = 0; mi < C::kWM; ++mi) {
-            const int row = row0 + mi * 16 + g;
-            pa[mi] = ok ? *reinterpret_cast<const uint4*>(&src.w[s][row][8 * t]) : zero;
-            pb[mi] = ok ? *reinterpret_cast<const uint4*>(&src.w[s][row + 8][8 * t]) : zero;
-          }
-          // Every accumulator's first mma of the step, then every second one: each output
-          // still adds its step's two halves in order, and no mma waits for the one before.
-#pragma unroll
-          for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-            for (int ni = 0; ni < C::kWN; ++ni) {
-              mma_bf16(c[mi][ni], pa[mi].x, pb[mi].x, pa[mi].y, pb[mi].y, xv[ni].x, xv[ni].y);
-            }
-          }
-#pragma unroll
-          for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-            for (int ni = 0; ni < C::kWN; ++ni) {
-              mma_bf16(c[mi][ni], pa[mi].z, pb[mi].z, pa[mi].w, pb[mi].w, xv[ni].z, xv[ni].w);
-            }
-          }
-        }
-        cuda::release_slot(&sm.empty[slot], lane);
-      }
-      // The steps production runs past the range's length, with zero operands (the end of its
-      // last 1024-k chunk).
-      for (int j = rs.loaded; j < rs.total; ++j) {
-#pragma unroll
-        for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-          for (int ni = 0; ni < C::kWN; ++ni) {
-            mma_bf16(c[mi][ni], 0u, 0u, 0u, 0u, 0u, 0u);
-            mma_bf16(c[mi][ni], 0u, 0u, 0u, 0u, 0u, 0u);
-          }
-        }
-      }
-      push(use, c);
-      if constexpr (C::kBufs == 1) {
-        reduce(use);
-      } else if (use > 0) {
-        reduce(use - 1);
-      }
     }
-    if (C::kBufs > 1 && uses > 0) reduce(uses - 1);
-    // No block leaves while another may still arrive on its barriers or push into it: every
-    // block has read its last use (so every push and arrival on `ready` is done) and arrived on
-    // `freed` (each block's arrivals on a barrier come in use order, from one thread).
-    if (uses > 0 && threadIdx.x == 0) {
-      cuda::mbar_wait_cluster(&sm.freed[(uses - 1) % C::kBufs], ((uses - 1) / C::kBufs) & 1);
-    }
+    // No block leaves while another may still arrive on its barriers: every block has read its
+    // last push (so every push and arrival on `ready` is done) and arrived on `freed`.
+    if (use > 0 && threadIdx.x == 0) cuda::mbar_wait_cluster(&sm.freed, (use - 1) & 1);
   }
 }
 
@@ -559,28 +477,15 @@ int g_classes_form = 0;  // linear_classes_set_form
 
 // The tile by token count: 256 rows x 32 tokens (5 stages: the ring keeps ~160 KB of weights in
 // flight per SM at memory-bound row counts), 256 x 64 (4 stages), 128 x 128 beyond (a token
-// tile of 128 at a time, its weights read once per 128 tokens: from L2 after the first). Above
-// 64 rows (where production runs this kernel) the exchange's form: linear_classes_set_form.
+// tile of 128 at a time, its weights read once per 128 tokens: from L2 after the first).
 template <ClassStore kStore>
 bool launch_classes(const LinearShape& s, cudaStream_t stream) {
   if (s.n <= 32) return launch_classes_cfg<ClassCfg<256, 32, 8, 2, 5>, kStore>(s, stream);
   if (s.n <= 64) return launch_classes_cfg<ClassCfg<256, 64, 4, 2, 4>, kStore>(s, stream);
-  switch (g_classes_form) {
-    case 1:
-      return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 4>, kStore>(s, stream);
-    case 2:
-      return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 4, 1, true>, kStore>(s, stream);
-    case 3:
-      return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 5>, kStore>(s, stream);
-    case 4:
-      return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 2, 2, true>, kStore>(s, stream);
-    case 5:
-      return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 4>, kStore>(s, stream);
-    case 6:
-      return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 2, 2, false>, kStore>(s, stream);
-    default:  // two buffers need the smaller ring: 5 stages of one step (80 KB)
-      return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 5, 2, true>, kStore>(s, stream);
+  if (g_classes_form == 1) {  // 1-step stages: ptxas sinks the mma below the slot's release
+    return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 4>, kStore>(s, stream);
   }
+  return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 4>, kStore>(s, stream);
 }
 
 }  // namespace

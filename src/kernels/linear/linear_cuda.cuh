@@ -93,10 +93,6 @@ bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream
 // input_rms, the persistent kernel's bits: its 8 warp classes are the 8 blocks of a cluster.
 // Returns false without launching when it cannot take the call.
 bool linear_decode_classes(const LinearShape& s, bool f32_out, cudaStream_t stream);
-// Its exchange forms above 64 rows (linear_classes_set_form in linear.h; the same bits): 0
-// production (two receive buffers, st.async pushes, a 5 x 1-step ring), 1 one buffer and remote
-// stores published by release arrivals (4 x 2-step ring: the form before), 2 form 1 with st.async
-// pushes, 3 form 1 with production's ring.
 // The wgmma kernel (linear_wgmma_cuda.cu), 1..kClassesMaxTokens rows, every epilogue and
 // input_rms, the persistent kernel's bits; false (nothing launched) where it does not apply: in or
 // the plan's range_k not multiples of 32, no scratch reserved for this `in`
