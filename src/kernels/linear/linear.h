@@ -153,10 +153,9 @@ void linear_fp8_set_batch(Fp8BatchMode mode);
 // Benchmark and test only: the class-split decode kernel's configuration above 64 rows: 0
 // production (256-k ring stages of 2 steps), 1 stages of one step, in which ptxas places the last
 // mma of a stage after the slot's release: the canary for release_slot's proxy fence
-// (bulk_copy.cuh; without it that configuration gave wrong sums on the H200); 2 production's with
-// steps inside the range loaded without per-lane selects; 3 form 2 with the tokens as the mma's A
-// operand and the weights as B. Returns the form selected. The bits are the same.
-constexpr int kLinearClassesForms = 4;
+// (bulk_copy.cuh; without it that configuration gave wrong sums on the H200). Returns the form
+// selected. The bits are the same.
+constexpr int kLinearClassesForms = 2;
 int linear_classes_set_form(int form);
 #endif
 

@@ -49,22 +49,14 @@ constexpr uint32_t kReduceBarrier = 1;  // consumer warps (256)
 constexpr uint32_t kScaleBarrier = 2;   // rms warp -> consumers (288)
 
 // kMTile weight rows x kNTile tokens per tile, kWarpsM x (8 / kWarpsM) consumer warps over it,
-// kSteps steps per ring stage, kStages stages. kSwapAB: the tokens are the mma's A operand and the
-// weights its B (the same products in the same k16 sets, so the same bits: docs/cuda.md), so a
-// weight fragment is one 16-byte load's halves with no register moves. kUniformOk: a step whose
-// k lies inside the range for every lane loads without the per-lane zero selects.
-template <int kMTile_, int kNTile_, int kWarpsM_, int kSteps_, int kStages_, bool kSwapAB_ = false,
-          bool kUniformOk_ = false>
+// kSteps steps per ring stage, kStages stages.
+template <int kMTile_, int kNTile_, int kWarpsM_, int kSteps_, int kStages_>
 struct ClassCfg {
   static constexpr int kMTile = kMTile_, kNTile = kNTile_, kWarpsM = kWarpsM_;
   static constexpr int kWarpsN = kConsumerWarps / kWarpsM;
   static constexpr int kSteps = kSteps_, kStages = kStages_;
-  static constexpr bool kSwapAB = kSwapAB_, kUniformOk = kUniformOk_;
-  static constexpr int kWM = kMTile / kWarpsM / 16;  // m16 row tiles per warp (as if not swapped)
-  static constexpr int kWN = kNTile / kWarpsN / 8;   // n8 token tiles per warp (as if not swapped)
-  // The accumulators c[kAM][kAN][4]: m16 x n8 mma tiles, rows x tokens or (kSwapAB) tokens x rows.
-  static constexpr int kAM = kSwapAB ? kWN / 2 : kWM;
-  static constexpr int kAN = kSwapAB ? kWM * 2 : kWN;
+  static constexpr int kWM = kMTile / kWarpsM / 16;  // m16 tiles per warp
+  static constexpr int kWN = kNTile / kWarpsN / 8;   // n8 tiles per warp
   static constexpr int kPitch = kMTile + 4;  // floats per token row of `recv`: 4 mod 32 banks
   static constexpr int kShare = kNTile / kClasses;  // tokens each block reduces and stores
   // A reduction unit: one token, 4 rows of a 16-row tile and the 4 rows 8 below.
@@ -72,7 +64,6 @@ struct ClassCfg {
   static constexpr int kUnitsPerThread = (kUnits + kConsumerThreads - 1) / kConsumerThreads;
   static_assert(kWM >= 1 && kWN >= 1 && kMTile % (16 * kWarpsM) == 0 && kNTile % kClasses == 0);
   static_assert(kMTile <= 256 && kNTile <= 256, "a box's sides are <= 256");
-  static_assert(!kSwapAB || kWN % 2 == 0, "whole m16 token tiles");
 };
 
 template <class C>
@@ -256,11 +247,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       float total[C::kUnitsPerThread][8];
       for (int r = 0; r < p.splits; ++r, ++use) {
         const RankSteps rs = rank_steps(p, r, cls);
-        float c[C::kAM][C::kAN][4];
+        float c[C::kWM][C::kWN][4];
 #pragma unroll
-        for (int mi = 0; mi < C::kAM; ++mi) {
+        for (int mi = 0; mi < C::kWM; ++mi) {
 #pragma unroll
-          for (int ni = 0; ni < C::kAN; ++ni) {
+          for (int ni = 0; ni < C::kWN; ++ni) {
 #pragma unroll
             for (int q = 0; q < 4; ++q) c[mi][ni][q] = 0.f;
           }
@@ -274,67 +265,42 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int j = j0 + s;
             if (j >= rs.loaded) break;
             const int64_t k0 = rs.k_begin + static_cast<int64_t>(cls + kClasses * j) * kStepK;
-            // Lanes whose k is past the range (the next rank's k) take zero operands.
+            // Lanes whose k is past the range (the next rank's k) take zero operands; a step inside
+            // the range for every lane loads without the per-lane selects (measured 1-2% faster).
             const auto step = [&](auto all_ok) {
               const bool ok = decltype(all_ok)::value || k0 + 8 * t < rs.k_end;
               const auto frag = [&](const __nv_bfloat16* at) {
                 return ok ? *reinterpret_cast<const uint4*>(at) : zero;
               };
-              if constexpr (C::kSwapAB) {
-                uint4 px[C::kAM], qx[C::kAM], wv[C::kAN];  // tokens g and g + 8; row g
+              uint4 xv[C::kWN];
 #pragma unroll
-                for (int mi = 0; mi < C::kAM; ++mi) {
-                  px[mi] = frag(&src.x[s][tok0 + mi * 16 + g][8 * t]);
-                  qx[mi] = frag(&src.x[s][tok0 + mi * 16 + 8 + g][8 * t]);
+              for (int ni = 0; ni < C::kWN; ++ni)
+                xv[ni] = frag(&src.x[s][tok0 + ni * 8 + g][8 * t]);
+              uint4 pa[C::kWM], pb[C::kWM];  // rows g and g + 8 of each m16 tile
+#pragma unroll
+              for (int mi = 0; mi < C::kWM; ++mi) {
+                const int row = row0 + mi * 16 + g;
+                pa[mi] = frag(&src.w[s][row][8 * t]);
+                pb[mi] = frag(&src.w[s][row + 8][8 * t]);
+              }
+              // Every accumulator's first mma of the step, then every second one: each output
+              // still adds its step's two halves in order, and no mma waits for the one before.
+#pragma unroll
+              for (int mi = 0; mi < C::kWM; ++mi) {
+#pragma unroll
+                for (int ni = 0; ni < C::kWN; ++ni) {
+                  mma_bf16(c[mi][ni], pa[mi].x, pb[mi].x, pa[mi].y, pb[mi].y, xv[ni].x, xv[ni].y);
                 }
+              }
 #pragma unroll
-                for (int ni = 0; ni < C::kAN; ++ni)
-                  wv[ni] = frag(&src.w[s][row0 + ni * 8 + g][8 * t]);
+              for (int mi = 0; mi < C::kWM; ++mi) {
 #pragma unroll
-                for (int mi = 0; mi < C::kAM; ++mi) {
-#pragma unroll
-                  for (int ni = 0; ni < C::kAN; ++ni) {
-                    mma_bf16(c[mi][ni], px[mi].x, qx[mi].x, px[mi].y, qx[mi].y, wv[ni].x, wv[ni].y);
-                  }
-                }
-#pragma unroll
-                for (int mi = 0; mi < C::kAM; ++mi) {
-#pragma unroll
-                  for (int ni = 0; ni < C::kAN; ++ni) {
-                    mma_bf16(c[mi][ni], px[mi].z, qx[mi].z, px[mi].w, qx[mi].w, wv[ni].z, wv[ni].w);
-                  }
-                }
-              } else {
-                uint4 xv[C::kWN];
-#pragma unroll
-                for (int ni = 0; ni < C::kWN; ++ni)
-                  xv[ni] = frag(&src.x[s][tok0 + ni * 8 + g][8 * t]);
-                uint4 pa[C::kWM], pb[C::kWM];  // rows g and g + 8 of each m16 tile
-#pragma unroll
-                for (int mi = 0; mi < C::kWM; ++mi) {
-                  const int row = row0 + mi * 16 + g;
-                  pa[mi] = frag(&src.w[s][row][8 * t]);
-                  pb[mi] = frag(&src.w[s][row + 8][8 * t]);
-                }
-                // Every accumulator's first mma of the step, then every second one: each output
-                // still adds its step's two halves in order, and no mma waits for the one before.
-#pragma unroll
-                for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-                  for (int ni = 0; ni < C::kWN; ++ni) {
-                    mma_bf16(c[mi][ni], pa[mi].x, pb[mi].x, pa[mi].y, pb[mi].y, xv[ni].x, xv[ni].y);
-                  }
-                }
-#pragma unroll
-                for (int mi = 0; mi < C::kWM; ++mi) {
-#pragma unroll
-                  for (int ni = 0; ni < C::kWN; ++ni) {
-                    mma_bf16(c[mi][ni], pa[mi].z, pb[mi].z, pa[mi].w, pb[mi].w, xv[ni].z, xv[ni].w);
-                  }
+                for (int ni = 0; ni < C::kWN; ++ni) {
+                  mma_bf16(c[mi][ni], pa[mi].z, pb[mi].z, pa[mi].w, pb[mi].w, xv[ni].z, xv[ni].w);
                 }
               }
             };
-            if (C::kUniformOk && k0 + 24 < rs.k_end) {
+            if (k0 + 24 < rs.k_end) {
               step(std::true_type{});
             } else {
               step(std::false_type{});
@@ -346,9 +312,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // last 1024-k chunk).
         for (int j = rs.loaded; j < rs.total; ++j) {
 #pragma unroll
-          for (int mi = 0; mi < C::kAM; ++mi) {
+          for (int mi = 0; mi < C::kWM; ++mi) {
 #pragma unroll
-            for (int ni = 0; ni < C::kAN; ++ni) {
+            for (int ni = 0; ni < C::kWN; ++ni) {
               mma_bf16(c[mi][ni], 0u, 0u, 0u, 0u, 0u, 0u);
               mma_bf16(c[mi][ni], 0u, 0u, 0u, 0u, 0u, 0u);
             }
@@ -364,22 +330,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           cuda::named_barrier(kReduceBarrier, kConsumerThreads);
         }
 #pragma unroll
-        for (int mi = 0; mi < C::kAM; ++mi) {
+        for (int mi = 0; mi < C::kWM; ++mi) {
 #pragma unroll
-          for (int ni = 0; ni < C::kAN; ++ni) {
+          for (int ni = 0; ni < C::kWN; ++ni) {
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
-              // Not swapped: token 2t + q, rows g and g + 8 side by side (slots 2g, 2g + 1 of
-              // the 16-row tile). Swapped: token g + 8q, rows 2t and 2t + 1 (slots = rows).
-              const int slot = C::kSwapAB ? row0 + ni * 8 + 2 * t : row0 + mi * 16 + 2 * g;
-              const int tok = C::kSwapAB ? tok0 + mi * 16 + 8 * q + g : tok0 + ni * 8 + 2 * t + q;
+              // Token 2t + q: rows g and g + 8 side by side.
+              const int slot = row0 + mi * 16 + 2 * g;
+              const int tok = tok0 + ni * 8 + 2 * t + q;
               const uint32_t at =
                   recv_base + static_cast<uint32_t>(((tok % C::kShare) * C::kPitch + slot) * 4);
-              if constexpr (C::kSwapAB) {
-                store_remote(at, tok / C::kShare, c[mi][ni][2 * q], c[mi][ni][2 * q + 1]);
-              } else {
-                store_remote(at, tok / C::kShare, c[mi][ni][q], c[mi][ni][q + 2]);
-              }
+              store_remote(at, tok / C::kShare, c[mi][ni][q], c[mi][ni][q + 2]);
             }
           }
         }
@@ -394,16 +355,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int tile16 = (unit >> 1) % (kMTile / 16), ts = (unit >> 1) / (kMTile / 16);
           // The unit's rows 16 T + 4 h + i and 16 T + 4 h + i + 8 (i < 4) sit at slots
           // 16 T + 8 h + 2 i and + 1: its 8 sums are two float4s, in the order l = 2 i + hi,
-          // y index e = i + 4 hi. Swapped: at slots 16 T + 4 h + i and + 8 (slot = row), l = e.
-          const int slot = tile16 * 16 + (unit & 1) * (C::kSwapAB ? 4 : 8);
-          constexpr int kHalf = C::kSwapAB ? 8 : 4;  // the second float4's offset
+          // y index e = i + 4 hi.
+          const int slot = tile16 * 16 + (unit & 1) * 8;
           // Classes b and b + 1's sums of the unit's 8 outputs, added: the tree's first level.
           const auto pair_sum = [&](int b, float(&out)[8]) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const float4 a = *reinterpret_cast<const float4*>(&sm.recv[b][ts][slot + kHalf * h]);
-              const float4 d =
-                  *reinterpret_cast<const float4*>(&sm.recv[b + 1][ts][slot + kHalf * h]);
+              const float4 a = *reinterpret_cast<const float4*>(&sm.recv[b][ts][slot + 4 * h]);
+              const float4 d = *reinterpret_cast<const float4*>(&sm.recv[b + 1][ts][slot + 4 * h]);
               out[4 * h + 0] = a.x + d.x;
               out[4 * h + 1] = a.y + d.y;
               out[4 * h + 2] = a.z + d.z;
@@ -420,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int l = 0; l < 8; ++l) {
             const float range_sum = s01[l] + (s45[l] + s67[l]);
-            const int e = C::kSwapAB ? l : (l >> 1) + 4 * (l & 1);
+            const int e = (l >> 1) + 4 * (l & 1);
             total[u][e] = r == 0 ? range_sum : total[u][e] + range_sum;
           }
         }
@@ -537,12 +496,6 @@ bool launch_classes(const LinearShape& s, cudaStream_t stream) {
   if (s.n <= 64) return launch_classes_cfg<ClassCfg<256, 64, 4, 2, 4>, kStore>(s, stream);
   if (g_classes_form == 1) {  // 1-step stages: ptxas sinks the mma below the slot's release
     return launch_classes_cfg<ClassCfg<128, 128, 2, 1, 4>, kStore>(s, stream);
-  }
-  if (g_classes_form == 2) {
-    return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 4, false, true>, kStore>(s, stream);
-  }
-  if (g_classes_form == 3) {
-    return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 4, true, true>, kStore>(s, stream);
   }
   return launch_classes_cfg<ClassCfg<128, 128, 2, 2, 4>, kStore>(s, stream);
 }
