@@ -308,7 +308,8 @@ void bench_gdr_chunked(cudaStream_t s) {
   }
 }
 
-// KERNEL_BENCH_ONLY=copy,linear,attention,attention_prefill,gdr,gdr_chunked picks groups.
+// KERNEL_BENCH_ONLY=copy,linear,linear_variants,linear_batch,linear_classes,linear_fp8,attention,
+// attention_prefill,gdr,gdr_chunked picks groups.
 bool wanted(const char* group) {
   const char* only = std::getenv("KERNEL_BENCH_ONLY");
   if (only == nullptr || *only == 0) return true;
