@@ -274,8 +274,9 @@ __global__ void __launch_bounds__(kThreads, 1)
               };
               uint4 xv[C::kWN];
 #pragma unroll
-              for (int ni = 0; ni < C::kWN; ++ni)
+              for (int ni = 0; ni < C::kWN; ++ni) {
                 xv[ni] = frag(&src.x[s][tok0 + ni * 8 + g][8 * t]);
+              }
               uint4 pa[C::kWM], pb[C::kWM];  // rows g and g + 8 of each m16 tile
 #pragma unroll
               for (int mi = 0; mi < C::kWM; ++mi) {
@@ -334,8 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int ni = 0; ni < C::kWN; ++ni) {
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              // Token 2t + q: rows g and g + 8 side by side.
+            for (int q = 0; q < 2; ++q) {  // token 2t + q: rows g and g + 8 side by side
               const int slot = row0 + mi * 16 + 2 * g;
               const int tok = tok0 + ni * 8 + 2 * t + q;
               const uint32_t at =
