@@ -129,30 +129,25 @@ void bench_linear_variants(cudaStream_t s) {
 }
 
 // Group linear_batch: decode calls of n = 1..1024 rows (LinearArgs::decode_rows = n) on the 27B
-// shapes, back to back, as TB/s of weight bytes (what a batch must read, once): variant 12 (groups
-// of 32 in the persistent kernel's wide configuration), production (the persistent kernel up to 4
-// rows, the batched kernel to 64, the class-split kernel above), 13 (the batched kernel at every
-// n <= 64), 14 (the class-split kernel at every n) and 15 (the wgmma kernel at every n); ratio:
-// time over production's at the same n.
-// TFLOP/s = TB/s x n (2 n flops per 2-byte weight).
+// shapes, back to back, as TB/s of weight bytes (what a batch must read, once): production (the
+// persistent kernel up to 4 rows, the wgmma kernel above), variant 12 (groups of 32 in the
+// persistent kernel's wide configuration) and 13 (the wgmma kernel at every n); ratio: time over
+// production's at the same n. TFLOP/s = TB/s x n (2 n flops per 2-byte weight).
 void bench_linear_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({1024, 17408}, 4);
   const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
-  const std::pair<int, const char*> variants[] = {{0, "production"},
-                                                  {12, "groups of 32 (persistent wide)"},
-                                                  {13, "batched kernel"},
-                                                  {14, "class-split kernel"},
-                                                  {15, "wgmma kernel"}};
-  linear_reserve_decode_scratch(17408, Device::kCuda);
+  const std::pair<int, const char*> variants[] = {
+      {0, "production"}, {12, "groups of 32 (persistent wide)"}, {13, "wgmma kernel"}};
+  linear_reserve_decode_workspace(Device::kCuda);
   for (const auto& [out_f, in] : kQwen27bShapes) {
     std::vector<Tensor> w;
     for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
-    for (const int64_t n : {1, 4, 8, 16, 32, 64, 128, 256, 1024}) {
+    for (const int64_t n : {1, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024}) {
       double production = 0;
       std::string line = fmt::format("linear decode [{},{}] n={}:", out_f, in, n);
       for (const auto& [v, name] : variants) {
-        if (n > 64 && (v == 12 || v == 13)) continue;  // groups of 32 / 64: see production at 64
+        if ((n > 64 && v == 12) || (n > 4 && v == 13)) continue;  // 13: production above 4
         linear_skinny_set_variant(v);
         const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
           linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
@@ -170,42 +165,6 @@ void bench_linear_batch(cudaStream_t s) {
     }
   }
   linear_skinny_set_variant(0);
-}
-
-// Group linear_classes: the class-split kernel's configurations above 64 rows
-// (linear_classes_set_form: production's 2-step ring stages, the 1-step ones) at 65..1,024 decode
-// rows on the 27B shapes, back to back, TB/s of weights; ratio: time over production's.
-void bench_linear_classes(cudaStream_t s) {
-  const ExecContext ctx{Device::kCuda, 1, s};
-  const Tensor x = random_bf16({1024, 17408}, 4);
-  const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
-  struct FormAfter {  // leaves production's form selected
-    ~FormAfter() { linear_classes_set_form(0); }
-  } form_after;
-  for (const auto& [out_f, in] : kQwen27bShapes) {
-    std::vector<Tensor> w;
-    for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
-    for (const int64_t n : {65, 128, 256, 512, 1024}) {
-      std::string line = fmt::format("linear classes [{},{}] n={}:", out_f, in, n);
-      double production = 0;
-      for (int form = 0; form < kLinearClassesForms; ++form) {
-        linear_classes_set_form(form);
-        const double ms = batched_ms(s, 8, [&](int it) {
-          linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
-                       .weight = w[it % 3],
-                       .out = out.slice(0, 0, n).slice(1, 0, out_f),
-                       .decode_rows = n},
-                      ctx);
-        });
-        if (form == 0) production = ms;
-        report(
-            fmt::format("linear classes n={} form {} [{},{}] (back to back)", n, form, out_f, in),
-            ms, 2.0 * out_f * in, production);
-        line += fmt::format(" f{} {:.3f}", form, 2.0 * out_f * in / (ms * 1e-3) / 1e12);
-      }
-      fmt::print("{}\n", line);
-    }
-  }
 }
 
 // Group linear_fp8: the FP8 decode linear (block-scaled e4m3, production: linear_fp8_cuda.cu at

@@ -48,7 +48,6 @@ void report(const std::string& what, double ms, double bytes, double base_ms);
 void bench_linear(cudaStream_t s, int64_t out_f, int64_t in);
 void bench_linear_variants(cudaStream_t s);
 void bench_linear_batch(cudaStream_t s);
-void bench_linear_classes(cudaStream_t s);
 void bench_linear_fp8(cudaStream_t s);
 
 }  // namespace tandem::kernel_bench

@@ -15,9 +15,13 @@ namespace tandem::kernels::cuda {
 // A map of the matrix [rows, cols] at `base` (elements of elem_bytes of `type`, `stride` elements
 // between rows) in boxes of [box_cols, box_rows]; elements outside the matrix read as zeros and
 // are not written. False if the driver is too old or refuses the map (alignment, box size).
+// `swizzle`: how a box's rows land in shared memory (CU_TENSOR_MAP_SWIZZLE_128B: the layout wgmma
+// reads with a 128-byte-swizzle descriptor; the box's rows must then be 128 bytes and its shared
+// memory 1024-byte aligned).
 bool encode_tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes,
                           const void* base, int64_t rows, int64_t cols, int64_t stride,
-                          int box_cols, int box_rows);
+                          int box_cols, int box_rows,
+                          CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE);
 
 // The box at element coordinates (col, row) into this block's shared memory (128-byte aligned),
 // its bytes counted on `bar`.

@@ -216,23 +216,18 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
   return bad == 0 ? std::string() : fmt::format(",{} rows differ (first: row {})", bad, first);
 }
 
-// Every row of a decode call of 17..256 rows (LinearArgs::decode_rows = n: the batched kernel up to
-// 64 rows, the class-split kernel above, in 32-, 64- and 128-token tiles) equals the same row
-// computed alone and in a 16-row call, bit for bit, with every epilogue and input_rms, on the five
-// Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8 tiles per cluster, and
-// awkward shapes (in not a multiple of 1024: a last chunk with 8 real k; out_f not a multiple of
-// 16). Rows past n are left alone. Above 64 rows bench variant 15 (the wgmma kernel,
-// linear_wgmma_cuda.cu) and the class-split kernel with 1-step ring stages
-// (linear_classes_set_form) are checked against the rows computed alone as well.
+// Every row of a decode call of 5..256 rows (LinearArgs::decode_rows = n: the wgmma kernel, in
+// 16-, 32-, 64- and 128-token items, split mode where the row tiles are few) equals the same row
+// computed alone (the persistent kernel) and in a 16-row call, bit for bit, with every epilogue and
+// input_rms, on the five Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8
+// tiles per cluster, and awkward shapes (in not a multiple of 64: a last 16-k step with 8 real k;
+// out_f not a multiple of 16 or of 128). Rows past n are left alone.
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(31);
   constexpr int64_t kRows = 256;
-  linear_reserve_decode_scratch(17408, Device::kCuda);  // variant 15 (the wgmma kernel)
-  struct ProductionAfter {  // leaves the production variant selected, whatever fails
-    ~ProductionAfter() { linear_skinny_set_variant(0); }
-  } production_after;
+  linear_reserve_decode_workspace(Device::kCuda);  // split mode
   struct Shape2 {
     const char* name;
     int64_t out_f, in;
@@ -258,7 +253,7 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
       cs.sync();
       const std::vector<uint32_t> alone_bits = out_bits(alone.out),
                                   sixteen_bits = out_bits(sixteen.out);
-      for (const int64_t n : {17, 24, 32, 33, 48, 64, 65, 100, 128, 129, 200, 256}) {
+      for (const int64_t n : {5, 8, 17, 24, 32, 33, 48, 64, 65, 100, 128, 129, 200, 256}) {
         const LinearBuffers batch = buffers();
         run_rows(f, x.dev, w, batch, 0, n, n, cs.ctx());
         cs.sync();
@@ -276,29 +271,6 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
           untouched &= bits[e] == (f.epilogue == LinearEpilogue::kAddToOut ? res_bits[e] : poison);
         }
         check_bits("linear.decode_batch_bounds", p, untouched);
-        if (n <= 64) continue;
-        // Bench variant 15, the wgmma kernel (the class-split kernel where it does not apply):
-        // the same bits above 64 rows too.
-        linear_skinny_set_variant(15);
-        const LinearBuffers wg = buffers();
-        run_rows(f, x.dev, w, wg, 0, n, n, cs.ctx());
-        cs.sync();
-        linear_skinny_set_variant(0);
-        const std::string vs1_wg = bad_rows(out_bits(wg.out), alone_bits, 0, n, cols);
-        check_bits("linear.decode_batch_wgmma_vs_1", p + vs1_wg, vs1_wg.empty());
-        // The class-split kernel with 1-step ring stages (linear_classes_set_form 1: its last mma
-        // comes after the slot's release, so without release_slot's proxy fence a refill could
-        // overwrite fragments still being read): the same bits.
-        for (int form = 1; form < kLinearClassesForms; ++form) {
-          linear_classes_set_form(form);
-          const LinearBuffers cf = buffers();
-          run_rows(f, x.dev, w, cf, 0, n, n, cs.ctx());
-          cs.sync();
-          linear_classes_set_form(0);
-          const std::string vs1_cf = bad_rows(out_bits(cf.out), alone_bits, 0, n, cols);
-          check_bits("linear.decode_batch_classes_form_vs_1",
-                     fmt::format("{},classes_form={}{}", p, form, vs1_cf), vs1_cf.empty());
-        }
       }
     }
   }
@@ -353,15 +325,12 @@ TEST(CudaRowInvariance, LinearMixedRows) {
   }
 }
 
-// Every configuration of the decode kernels computes production's bits (they share its plan, and
-// chunks shorter than 1024 run its masked k-steps): bench variants 6-9 (other rings and chunks of
-// the narrow configurations), 10 (decode groups of 16 rows instead of 64), 11 and 12 (groups of 32
-// in the persistent kernel's wide configuration, 512-k and 1024-k rings), 13 (the batched
-// kernel at every row count), 14 (the class-split kernel at every row count), 15 (the wgmma kernel
-// at every row count; in = 3080 and 4104 take the class-split kernel), at 1..64 decode
-// rows, with and without
-// epilogues, on shapes whose ranges end inside a chunk (k-splits of 2, 4 and 8) and whose
-// clusters end in a short super-tile.
+// Every configuration of the decode kernels computes production's bits (they share its plan and
+// the decode order): bench variants 6-9 (other rings and chunks of the narrow configurations), 10
+// (decode groups of 16 rows), 11 and 12 (groups of 32 in the persistent kernel's wide
+// configuration, 512-k and 1024-k rings), 13 (the wgmma kernel at every row count, 1-4 rows too),
+// at 1..64 decode rows, with and without epilogues, on shapes whose ranges end inside a chunk
+// (k-splits of 2, 4 and 8) and inside a 16-k step.
 TEST(CudaRowInvariance, LinearConfigurations) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
@@ -370,7 +339,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
     ~ProductionAfter() { linear_skinny_set_variant(0); }
   } production_after;
   constexpr int64_t kRows = 64;
-  linear_reserve_decode_scratch(17408, Device::kCuda);  // variant 15 (the wgmma kernel)
+  linear_reserve_decode_workspace(Device::kCuda);  // split mode
   const std::vector<int64_t> ns = {1, 3, 4, 6, 8, 9, 16, 17, 32, 33, 40, 64};
   for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{1008, 3080},
                                   {320, 17408},
@@ -393,7 +362,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
         cs.sync();
         production.push_back(out_bits(b.out));
       }
-      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13}) {
         linear_skinny_set_variant(variant);
         for (size_t i = 0; i < ns.size(); ++i) {
           const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);

@@ -1,13 +1,14 @@
 // The persistent decode linear's work split (src/kernels/linear/linear_plan.h), checked on the
 // CPU over many shapes and GPUs: every k is covered exactly once by non-empty ranges the kernel
 // can copy (multiples of 8 k; of 128 for FP8 weights), the clusters fit and have work, and on the
-// Qwen3.5-27B shapes the busiest SM streams close to its fair share; and the kernel's chunk loops
-// (a model of them) run production's k-steps in production's order whatever the chunk size
-// (linear_masked_end).
+// Qwen3.5-27B shapes the busiest SM streams close to its fair share; and the persistent kernel's
+// chunk loops and the wgmma kernel's walk (models of them) run the decode order's k16 steps in its
+// order whatever the chunk size.
 #include "kernels/linear/linear_plan.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -125,45 +126,60 @@ TEST(LinearPlan, SplitsFollowTheShape) {
   EXPECT_EQ(plan_linear(7, 1024, 1024, gpu.resident, gpu.sms).splits, 2);      // k of 2 halves
 }
 
-// The k-steps (32 k each) that consumer warp `warp` of the decode kernel runs over a rank's range
-// of `len` k with chunks of chunk_k, in order, each with its real lanes (lane t reads k 8t..8t+7 of
-// the step; the rest are masked: zero operands). This is the kernel's loop: in each chunk, steps
-// warp, warp + 8, ... of the chunk; after the last chunk, for chunks shorter than the plan's, the
-// masked steps up to linear_masked_end.
-std::vector<std::pair<int64_t, int>> warp_steps(int64_t len, int64_t chunk_k, int warp) {
-  std::vector<std::pair<int64_t, int>> steps;
-  const auto run = [&](int64_t step) {
-    int real = 0;
-    for (int t = 0; t < 4; ++t) real += step * 32 + 8 * t < len ? 1 : 0;
-    steps.emplace_back(step, real);
-  };
+// The decode order's k16 steps of class c over a rank's range of `len` k (linear_plan.h), as the
+// persistent kernel runs them with chunks of chunk_k: in each chunk, the class's piece of the
+// plan's 1024-k chunk that holds it, if it lies in this chunk, its steps below len in order.
+std::vector<int64_t> persistent_steps(int64_t len, int64_t chunk_k, int c) {
+  std::vector<int64_t> steps;
   const int64_t count = (len + chunk_k - 1) / chunk_k;
   for (int64_t i = 0; i < count; ++i) {
-    for (int64_t s = warp; s < chunk_k / 32; s += 8) run(i * chunk_k / 32 + s);
+    const int64_t piece = i * chunk_k / kLinearPlanChunkK * kLinearPlanChunkK + c * kPieceK;
+    if (piece < i * chunk_k || piece >= (i + 1) * chunk_k) continue;
+    for (int64_t k = piece; k < piece + kPieceK && k < len; k += 16) steps.push_back(k);
   }
-  if (chunk_k < kLinearPlanChunkK) {
-    for (int64_t k = count * chunk_k + warp * 32; k < linear_masked_end(len); k += 8 * 32) {
-      run(k / 32);
+  return steps;
+}
+
+// The same as the wgmma kernel walks them: per class, its 64-k stages of every chunk in order,
+// each of four k16 steps (those at or past len read zeros there and are left out here).
+std::vector<int64_t> gemm_steps(int64_t len, int c) {
+  std::vector<int64_t> steps;
+  const int64_t chunks = (len + kLinearPlanChunkK - 1) / kLinearPlanChunkK;
+  for (int64_t i = 0; i < chunks; ++i) {
+    for (int64_t h = 0; h < kPieceK / kLinearRangeAlign; ++h) {
+      const int64_t stage = i * kLinearPlanChunkK + c * kPieceK + h * kLinearRangeAlign;
+      if (stage >= len) continue;
+      for (int64_t k = stage; k < stage + kLinearRangeAlign; k += 16) {
+        if (k < len) steps.push_back(k);
+      }
     }
   }
   return steps;
 }
 
-// Every configuration's chunks (256, 512 and production's 1024) give each warp the same k-steps in
-// the same order, masked ones included, over every range length (multiples of 8).
-TEST(LinearPlan, ChunksRunProductionsSteps) {
+// Every configuration's chunks (256, 512 and production's 1024) and the wgmma kernel's walk give
+// each class the same k16 steps in the same order, over every range length (multiples of 8), and
+// together the classes cover the range's steps once.
+TEST(LinearPlan, KernelsRunTheDecodeOrder) {
   int checked = 0;
   for (int64_t len = 8; len <= 6 * 1024 + 8; len += 8) {
-    for (int warp = 0; warp < 8; ++warp) {
-      const auto production = warp_steps(len, kLinearPlanChunkK, warp);
+    std::vector<int64_t> all;
+    for (int c = 0; c < 8; ++c) {
+      const auto production = persistent_steps(len, kLinearPlanChunkK, c);
       for (const int64_t chunk_k : {256, 512}) {
-        ASSERT_EQ(warp_steps(len, chunk_k, warp), production)
-            << "len " << len << " chunk " << chunk_k << " warp " << warp;
+        ASSERT_EQ(persistent_steps(len, chunk_k, c), production)
+            << "len " << len << " chunk " << chunk_k << " class " << c;
         ++checked;
       }
+      ASSERT_EQ(gemm_steps(len, c), production) << "len " << len << " class " << c;
+      all.insert(all.end(), production.begin(), production.end());
     }
+    std::sort(all.begin(), all.end());
+    ASSERT_EQ(static_cast<int64_t>(all.size()), (len + 15) / 16) << "len " << len;
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], static_cast<int64_t>(16 * i));
   }
   EXPECT_EQ(checked, 769 * 8 * 2);
+  // The FP8 kernels' order still runs masked steps to the plan chunk's end.
   EXPECT_EQ(linear_masked_end(0), 0);
   EXPECT_EQ(linear_masked_end(8), 1024);
   EXPECT_EQ(linear_masked_end(1024), 1024);

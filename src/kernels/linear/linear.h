@@ -86,12 +86,12 @@ void fp8_dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows
 // elements, once at load, so that no step allocates. No-op on the CPU.
 void linear_reserve_fp8_scratch(int64_t numel, Device device);
 
-// The decode linear's wgmma kernel (linear_wgmma_cuda.cu; a bench variant, not production: see
-// docs/cuda.md known gap 6) reads the call's tokens from a buffer in its own k order, written by a
-// small kernel before it; this sizes that buffer (a process-wide device buffer, ~71 MB at in =
-// 17,408) for matrices of up to `max_in` columns, so that no step allocates. Without it the variant
-// takes the class-split kernel (the same bits). No-op on the CPU.
-void linear_reserve_decode_scratch(int64_t max_in, Device device);
+// The decode linear's wgmma kernel (linear_wgmma_cuda.cu) adds the k ranks of calls with few row
+// tiles through a workspace (split mode: one rank per block, so that such calls fill the GPU);
+// this reserves it (a process-wide device buffer of 16 MB), once at load, so that no step
+// allocates. Without it those calls run every rank in one block (the same bits, slower). No-op on
+// the CPU.
+void linear_reserve_decode_workspace(Device device);
 
 // The block scales an f8_e4m3 weight needs, on every device: weight_scale_inv f32 [ceil(out /
 // scale_block_rows), ceil(in / kFp8BlockCols)], contiguous.
@@ -150,13 +150,6 @@ void linear_fp8_set_staging(bool on);
 // than 4 rows, kAll every group. The bits are the same.
 enum class Fp8BatchMode { kOff, kProduction, kAll };
 void linear_fp8_set_batch(Fp8BatchMode mode);
-// Benchmark and test only: the class-split decode kernel's configuration above 64 rows: 0
-// production (256-k ring stages of 2 steps), 1 stages of one step, in which ptxas places the last
-// mma of a stage after the slot's release: the canary for release_slot's proxy fence
-// (bulk_copy.cuh; without it that configuration gave wrong sums on the H200). Returns the form
-// selected. The bits are the same.
-constexpr int kLinearClassesForms = 2;
-int linear_classes_set_form(int form);
 #endif
 
 inline void linear(const LinearArgs& a, const ExecContext& ctx) {

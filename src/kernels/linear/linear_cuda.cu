@@ -420,14 +420,12 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
 
 std::string linear_cuda_paths() {
   return fmt::format(
-      "linear: decode/verify rows 1-{} persistent bulk-copy kernel, {}-{} batched kernel, {}-{} "
-      "class-split kernel (one launch; more rows: groups of {}), unaligned rows the CUDA-core "
-      "kernel; prefill rows cuBLASLt (one pinned algorithm per shape); FP8 decode rows 1-{} FP8 "
-      "kernel, {}-{} batched FP8 kernel (more rows: groups of {}), FP8 prefill rows on the bf16 "
-      "dequantisation",
-      kPersistentMaxTokens, kPersistentMaxTokens + 1, kBatchMaxTokens, kBatchMaxTokens + 1,
-      kClassesMaxTokens, kClassesMaxTokens, kFp8BatchMinTokens - 1, kFp8BatchMinTokens,
-      kFp8BatchMaxTokens, kFp8BatchMaxTokens);
+      "linear: decode/verify rows 1-{} persistent bulk-copy kernel, {}-{} wgmma kernel (one "
+      "launch; more rows: groups of {}), unaligned rows the CUDA-core kernel; prefill rows "
+      "cuBLASLt (one pinned algorithm per shape); FP8 decode rows 1-{} FP8 kernel, {}-{} batched "
+      "FP8 kernel (more rows: groups of {}), FP8 prefill rows on the bf16 dequantisation",
+      kPersistentMaxTokens, kPersistentMaxTokens + 1, kWgmmaMaxTokens, kWgmmaMaxTokens,
+      kFp8BatchMinTokens - 1, kFp8BatchMinTokens, kFp8BatchMaxTokens, kFp8BatchMaxTokens);
 }
 
 void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }

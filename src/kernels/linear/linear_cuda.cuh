@@ -23,27 +23,30 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+// The four 8 x 8 b16 matrices at the rows lanes 8i..8i+7 point at (matrix i into r[i]): lane
+// (g, t) receives row g, elements 2t and 2t + 1 of each, the mma fragment layout.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))));
+}
 #endif
 
 // Decode/verify rows per launch of the narrow configurations (one or two B tiles; the other
-// decode kernels: linear_mma_cuda.cu, linear_stream_cuda.cu), of the persistent kernel's wide
-// one (four B tiles, one pass over the weights for 32 rows) and of the batched kernel
-// (linear_batch_cuda.cu: up to eight B tiles, one pass for 64 rows).
+// decode kernels: linear_mma_cuda.cu, linear_stream_cuda.cu) and of the persistent kernel's wide
+// one (four B tiles, one pass over the weights for 32 rows).
 constexpr int64_t kSkinnyMaxTokens = kLinearDecodeMaxTokens;  // linear.h
 constexpr int64_t kWideMaxTokens = 32;
-constexpr int64_t kBatchMaxTokens = 64;
-// The class-split kernel (linear_classes_cuda.cu): any number of rows up to this in one launch
-// (256 sequences verifying k = 7 drafts: 2,048 rows); production takes it above kBatchMaxTokens.
-constexpr int64_t kClassesMaxTokens = 2048;
-// Production: up to this many rows the persistent kernel, above it the batched one (27B shapes,
-// both in the finisher form, kernel_bench linear_batch back to back: at 1 and 4 rows 3.5-4.2 TB/s
-// against 3.2-3.9; at 8 rows 3.2-3.9 against 3.1-3.9, gate|up 3.19 against 3.77, and the whole
-// 27B step at 8 streams 16.74 against 16.10 ms).
+// The wgmma kernel (linear_wgmma_cuda.cu): any number of rows up to this in one launch (256
+// sequences verifying k = 7 drafts: 2,048 rows); production takes it above kPersistentMaxTokens.
+constexpr int64_t kWgmmaMaxTokens = 2048;
+// Production: up to this many rows the persistent kernel, above it the wgmma kernel.
 constexpr int64_t kPersistentMaxTokens = 4;
 // The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
-// configurations only) instead of kBatchMaxTokens. A row's bits are the same either way.
+// configurations only) instead of kWgmmaMaxTokens. A row's bits are the same either way.
 constexpr bool kWideDecodeGroups = true;
-// Rows per decode group (linear_cuda forms groups [0, G), [G, 2G), ...): kClassesMaxTokens, or
+// Rows per decode group (linear_cuda forms groups [0, G), [G, 2G), ...): kWgmmaMaxTokens, or
 // fewer under kWideDecodeGroups = false or a bench variant that runs an older rule
 // (linear_skinny_set_variant; linear_mma_cuda.cu).
 int64_t linear_decode_group_rows();
@@ -80,26 +83,17 @@ void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cu
 // kLinearPersistentWide512 the bench-only alternative of the wide one (the narrow ones run
 // production's). Every configuration computes the same bits.
 // kLinearPersistentWide: 17..32 rows in the persistent kernel's wide configuration (the rule
-// before the batched kernel). Above kWideMaxTokens rows the persistent kernel runs groups of 32
-// unless the batched kernel takes the call (production: it does for 5..64 rows).
+// before the wgmma kernel). Above kWideMaxTokens rows the persistent kernel runs groups of 32
+// unless the wgmma kernel takes the call (production: it does above kPersistentMaxTokens rows).
 constexpr int kLinearPersistentWide512 = 6;
 constexpr int kLinearPersistentWide = 7;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
-// The batched kernel (linear_batch_cuda.cu), 1..kBatchMaxTokens rows, every epilogue and
-// input_rms. Returns false without launching when it cannot take the call (unaligned rows, a
-// tensor map the driver refuses).
-bool linear_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream);
-// The class-split kernel (linear_classes_cuda.cu), 1..kClassesMaxTokens rows, every epilogue and
-// input_rms, the persistent kernel's bits: its 8 warp classes are the 8 blocks of a cluster.
-// Returns false without launching when it cannot take the call.
-bool linear_decode_classes(const LinearShape& s, bool f32_out, cudaStream_t stream);
-// The wgmma kernel (linear_wgmma_cuda.cu), 1..kClassesMaxTokens rows, every epilogue and
-// input_rms, the persistent kernel's bits; false (nothing launched) where it does not apply: in or
-// the plan's range_k not multiples of 32, no scratch reserved for this `in`
-// (linear_reserve_decode_scratch), or rows that are not 16-byte loadable.
+// The wgmma kernel (linear_wgmma_cuda.cu), 1..kWgmmaMaxTokens rows, every epilogue and input_rms,
+// the persistent kernel's bits; false (nothing launched) for rows that are not 16-byte loadable.
+// Split mode (few row tiles: one k rank per block) needs linear_reserve_decode_workspace.
 bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream);
 // A tensor map of the bf16 matrix [rows, cols] (row stride `stride` elements) in boxes of
-// [box_k, box_rows] (linear_batch_cuda.cu; elements out of bounds read as zeros). False if the
+// [box_k, box_rows] (linear_fp8_batch_cuda.cu; elements out of bounds read as zeros). False if the
 // driver refuses it.
 bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
                         int64_t stride, int box_k, int box_rows);

@@ -1,10 +1,10 @@
 // Pieces shared by the decode-linear kernels that stream weights through a shared-memory ring
-// (linear_persistent_cuda.cu: 16-row tiles, one bulk copy per row; linear_batch_cuda.cu:
-// super-tiles of several 16-row tiles sharing one copy of the tokens, tensor-map copies; their FP8
-// forms linear_fp8_cuda.cu and linear_fp8_batch_cuda.cu; linear_classes_cuda.cu takes the warp
-// roles and the store policies): the warp roles, the producers' schedules, the store policies
+// (linear_persistent_cuda.cu: 16-row tiles, one bulk copy per row; the FP8 kernels
+// linear_fp8_cuda.cu and linear_fp8_batch_cuda.cu; linear_wgmma_cuda.cu takes the store policies
+// and the sums of squares): the warp roles, the producers' schedules, the store policies
 // (epilogues), the input_rms sums of squares, and the end of a tile, i.e. the fixed order in which
-// its 8 warp-class sums and its k-split ranks' sums are added, either in the consumer warps
+// its 8 warp-class sums (left to right) and its k-split ranks' sums (in rank order) are added,
+// either in the consumer warps
 // (finish_tile) or in the rms warp while they stream on (the finisher form: post_tile_sums,
 // finish_tiles). The kernels of one weight type run the same plan (linear_plan.h) and this one
 // sequence of additions, so a row's bits do not depend on which kernel, or how many rows, computed
@@ -398,8 +398,8 @@ __device__ __forceinline__ void scale_sums(float (&c)[kNTiles][4],
 }
 
 // The end of a tile in a consumer warp, once its accumulators c hold the warp's class sums of this
-// block's k range: the block's range sum ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)) in
-// warp 0, from warps 1..7's part[b]; a rank > 0 posts it to rank 0's inbox (DSMEM), rank 0 adds
+// block's k range: the block's range sum (((w0 + w1) + w2) + ...) + w7, left to right, in warp 0,
+// from warps 1..7's part[b]; a rank > 0 posts it to rank 0's inbox (DSMEM), rank 0 adds
 // the ranks' sums in rank order, scales by the inverse RMS (input_rms) and stores through Store.
 // `use` counts the tiles this block has finished (buffer use % kSumBufs, phase parity from
 // use / kSumBufs); `has_next`: this block finishes another tile after this one. `scale` holds warp
@@ -431,9 +431,8 @@ __device__ __forceinline__ void finish_tile(const Params& p, S& sm, float (&c)[k
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const auto& w = sm.part[b];
-      c[j][q] =
-          ((c[j][q] + w[0].v[j][q][lane]) + (w[1].v[j][q][lane] + w[2].v[j][q][lane])) +
-          ((w[3].v[j][q][lane] + w[4].v[j][q][lane]) + (w[5].v[j][q][lane] + w[6].v[j][q][lane]));
+#pragma unroll
+      for (int i = 0; i < kConsumerWarps - 1; ++i) c[j][q] += w[i].v[j][q][lane];  // in order
     }
   }
   if constexpr (kSumBufs == 1) {  // its reads are done: the warps may write the next tile's
@@ -520,10 +519,9 @@ __device__ __forceinline__ void finish_tiles(const Params& p, S& sm, int lane, i
     for (int j = 0; j < kNTiles; ++j) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        c[j][q] =
-            ((w[0].v[j][q][lane] + w[1].v[j][q][lane]) +
-             (w[2].v[j][q][lane] + w[3].v[j][q][lane])) +
-            ((w[4].v[j][q][lane] + w[5].v[j][q][lane]) + (w[6].v[j][q][lane] + w[7].v[j][q][lane]));
+        c[j][q] = w[0].v[j][q][lane];
+#pragma unroll
+        for (int i = 1; i < kConsumerWarps; ++i) c[j][q] += w[i].v[j][q][lane];  // in order
       }
     }
     if (use + kSumBufs < count) {  // the consumers rewrite buffer b at use + kSumBufs

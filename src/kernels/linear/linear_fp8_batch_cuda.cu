@@ -336,4 +336,17 @@ bool linear_fp8_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t st
                  : launch_store<StoreY<__nv_bfloat16>>(s, stream);
 }
 
+bool linear_encode_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
+                        int64_t stride, int box_k, int box_rows) {
+  return cuda::encode_tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, cols,
+                                    stride, box_k, box_rows);
+}
+
+bool linear_encode_fp8_rows(CUtensorMap* map, const void* base, int64_t rows, int64_t cols,
+                            int box_k, int box_rows) {
+  if (cols % 2 != 0 || box_k % 2 != 0) return false;
+  return cuda::encode_tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, base, rows, cols / 2,
+                                    cols / 2, box_k / 2, box_rows);
+}
+
 }  // namespace tandem::kernels

@@ -108,9 +108,7 @@ enum class Kind {
   kStream,        // linear_stream_cuda.cu with a k-split cap of `param`
   kPreviousRule,  // the rule before the persistent kernel: this kernel for many tiles, the
                   // bulk-copy kernel with a k-split of 8 for few
-  kBatch,         // linear_batch_cuda.cu at every n
-  kClasses,       // linear_classes_cuda.cu at every n
-  kWgmma,  // linear_wgmma_cuda.cu at every n (the class-split kernel where it does not apply)
+  kWgmma,         // linear_wgmma_cuda.cu at every n (the persistent kernel where it does not apply)
 };
 struct Variant {
   Kind kind;
@@ -119,9 +117,7 @@ struct Variant {
 constexpr int kNarrowGroups = 5;
 // 10: the groups of 16 that decode batches ran in before the wide configuration (A/B, fallback);
 // 11: the wide configuration's 512-k alternative; 12: groups of 32 in the wide configuration (the
-// rule before the batched kernel); 13: the batched kernel for every decode group, also of 1..8
-// rows; 14: the class-split kernel for every decode group, also of 1..64 rows; 15: the wgmma
-// kernel for every decode group, also of 1..64 rows.
+// rule before the batched kernel); 13: the wgmma kernel for every decode group, also of 1..4 rows.
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -135,8 +131,6 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kNarrowGroups},
                                  {Kind::kPersistent, kLinearPersistentWide512},
                                  {Kind::kPersistent, kLinearPersistentWide},
-                                 {Kind::kBatch, 0},
-                                 {Kind::kClasses, 0},
                                  {Kind::kWgmma, 0}};
 int g_variant = 0;
 
@@ -165,8 +159,6 @@ void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream)
       if (tiles < 4 * cuda::sm_count())
         return linear_skinny_stream(s, f32, kStreamMaxSplits, stream);
       return launch_mma<kNTiles, 2, TOut>(s, stream);
-    case Kind::kBatch:
-    case Kind::kClasses:
     case Kind::kWgmma:
       break;  // launch() takes them
   }
@@ -178,13 +170,8 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   if (v.kind == Kind::kPersistent) {  // production: the kernel picks its own B tiles
     return linear_skinny_persistent(s, sizeof(TOut) == 4, v.param, stream);
   }
-  if (v.kind == Kind::kBatch) {
-    if (linear_decode_batch(s, sizeof(TOut) == 4, stream)) return;
-    return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
-  }
-  if (v.kind == Kind::kWgmma && linear_decode_wgmma(s, sizeof(TOut) == 4, stream)) return;
-  if (v.kind == Kind::kClasses || v.kind == Kind::kWgmma) {
-    if (linear_decode_classes(s, sizeof(TOut) == 4, stream)) return;
+  if (v.kind == Kind::kWgmma) {
+    if (linear_decode_wgmma(s, sizeof(TOut) == 4, stream)) return;
     return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
   }
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,
@@ -204,12 +191,11 @@ void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<f
 int64_t linear_decode_group_rows() {
   const Variant& v = kVariants[g_variant];
   if (!kWideDecodeGroups) return kSkinnyMaxTokens;
-  if (v.kind == Kind::kBatch) return kBatchMaxTokens;
-  if (v.kind == Kind::kClasses || v.kind == Kind::kWgmma) return kClassesMaxTokens;
+  if (v.kind == Kind::kWgmma) return kWgmmaMaxTokens;
   if (v.kind != Kind::kPersistent || v.param == kNarrowGroups) return kSkinnyMaxTokens;
   const bool older_wide = v.param == kLinearPersistentWide512 || v.param == kLinearPersistentWide;
   if (older_wide) return kWideMaxTokens;
-  return v.param == 0 ? kClassesMaxTokens : kBatchMaxTokens;
+  return kWgmmaMaxTokens;
 }
 int linear_skinny_set_variant(int v) {
   if (v >= 0 && v < static_cast<int>(std::size(kVariants))) g_variant = v;

@@ -1,11 +1,11 @@
-// Decode/verify linear (production: 1..4 rows; its wide configuration, 17..32 rows, is the rule
-// before the batched kernel linear_batch_cuda.cu and its fallback): one persistent launch per call
-// that streams every weight tile through a shared-memory ring filled by the bulk-copy engine, so
-// that no SM idles in a wave tail and no block pays a ramp of its own.
+// Decode/verify linear (production: 1..4 rows; above, the wgmma kernel linear_wgmma_cuda.cu, with
+// the same bits; the wide configuration, 17..32 rows, is a bench variant): one persistent launch
+// per call that streams every weight tile through a shared-memory ring filled by the bulk-copy
+// engine, so that no SM idles in a wave tail and no block pays a ramp of its own.
 //
 // Work split, fixed by the weight shape and the GPU (SM count, occupancy), never by n_tokens:
 //  - the weights are 16-row tiles; each tile's k range is cut into `splits` (1, 2, 4 or 8) ranges
-//    (multiples of 8 k), one per block of a thread-block cluster; one block per SM, so the plan
+//    (multiples of 64 k), one per block of a thread-block cluster; one block per SM, so the plan
 //    balances blocks (plan_linear, linear_plan.h), not waves. Every configuration below runs the
 //    plan of the 1..4-token one (PlanCfg), whatever its own chunk, ring and occupancy;
 //  - cluster c takes tiles c, c + clusters, ...; each block streams its range of each of its
@@ -19,24 +19,25 @@
 //    and starts on the weights before the previous kernel has finished (programmatic dependent
 //    launch; the tokens only after); 8 consumer warps feed mma.sync m16n8k16 (bf16 -> fp32) with
 //    the weights as the A operand and up to 32 tokens as 1, 2 or 4 8-column B tiles;
-//  - in a chunk, warp w takes k-steps w, w + 8, ...; the 8 warp sums are added as
-//    ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)); the ranks' range sums go to rank 0's
-//    shared memory (DSMEM) and are added in rank order. No atomics, no workspace: a token's result
-//    depends only on its inputs and the shape;
+//  - the decode order (linear_plan.h): in a chunk, warp c takes class c's piece, the 128 k from
+//    128 c, as natural k16 steps (ldmatrix fragments) chained in its accumulators across chunks;
+//    the 8 warp sums are added left to right; the ranks' range sums go to rank 0's shared memory
+//    (DSMEM) and are added in rank order. No atomics, no workspace: a token's result depends only
+//    on its inputs and the shape;
 //  - the end of a tile (those additions, the exchange, input_rms and the store) runs in the tenth
 //    warp while the consumers stream the next tile (the finisher form, linear_decode_common.cuh:
 //    the consumers only post their sums); the wide configuration, with one sum buffer, ends tiles
 //    in the consumers (finish_tile), in the same order of additions.
 // Why every configuration computes the same bits: a token is its own mma B column, and an output's
-// order of additions is fixed by the plan alone. Warp w accumulates the k-steps of its class
-// (index mod 8, since a chunk is a multiple of 8 steps) in increasing order across chunks, and a
-// chunk shorter than 1024 runs, after a range's last chunk, the masked steps production's 1024-k
-// chunk would have run (linear_masked_end), so even zero products land in the same place.
-// Within a k-step, lane (g, t) reads 8 consecutive k of rows g and g + 8 and of token g; the mma's
-// k index is a permutation of the true k, identical for A and B.
+// order of additions is fixed by the plan alone. A configuration with chunks shorter than 1024
+// gives warp c its piece in the chunk that holds it (the other warps only release that slot), so
+// each warp sees its class's k16 steps in the same order. Steps past the range are skipped, and a
+// step's 8-k quarters past it read as zeros: a zero step would change no sum (a chain starts at +0
+// and is never -0), which is also why the wgmma kernel (linear_wgmma_cuda.cu), whose stages past
+// `in` read zeros, gives the same bits.
 // Epilogues are store policies (StoreY, StoreSwiGluPairs, StoreAddY; linear_decode_common.cuh,
-// shared with the batched kernel, as is the end of a tile) of one kernel body: an epilogue costs
-// the plain linear nothing, and its sums are the plain linear's, bit for bit.
+// shared with the wgmma and FP8 kernels, as is the end of a tile) of one kernel body: an epilogue
+// costs the plain linear nothing, and its sums are the plain linear's, bit for bit.
 // LinearArgs::input_rms (an RMSNorm folded into the weights): in rank 0 of each cluster, the one
 // that stores, the tenth warp sums each token's squares first (lane l: 8-element groups l,
 // l + 32, ... in order, then the lanes' butterfly) while the consumers stream, so that the norm
@@ -65,10 +66,10 @@ struct Cfg {
   static constexpr int kNTiles = kNTiles_, kChunkK = kChunkK_, kStages = kStages_;
   static constexpr int kXRows = kXRows_, kSumBufs = kSumBufs_;
   static constexpr int kRmsLoads = kNTiles == 4 ? 32 : 16;  // sum_squares' loads in flight
-  static constexpr int kRowPitch = kChunkK + 32;  // 2K + 64 bytes = 64 mod 128: no bank conflicts
-  static constexpr int kStepsPerWarp = kChunkK / 32 / kConsumerWarps;  // warp w: steps w, w + 8..
-  static_assert(kStepsPerWarp >= 1 && kChunkK % (32 * kConsumerWarps) == 0);
-  static_assert(kLinearPlanChunkK % kChunkK == 0, "chunks tile the plan's chunks (masked steps)");
+  // 2K + 16 bytes = 16 mod 128: the 8 rows of an ldmatrix phase fall in 8 different bank quads.
+  static constexpr int kRowPitch = kChunkK + 8;
+  static_assert(kChunkK % kPieceK == 0 && kLinearPlanChunkK % kChunkK == 0,
+                "a chunk holds whole pieces and tiles the plan's chunks");
   static_assert(kXRows <= 8 * kNTiles && kXRows <= 32, "one producer lane per token row");
   static_assert(kSumBufs == 1 || kSumBufs == 2);
 };
@@ -93,6 +94,43 @@ constexpr bool kFinisherForm = C::kSumBufs == 2;
 template <class C>
 using Smem = RingSmem<Slot<C>, C::kStages, C::kSumBufs, C::kNTiles,
                       kFinisherForm<C> ? kConsumerWarps : kConsumerWarps - 1>;
+
+// One warp's piece of a slot (the decode order, linear_plan.h): the k16 steps of
+// [kl0, kl0 + kPieceK) in increasing k, 32 k at a time, the fragments of natural k sets by
+// ldmatrix (weights as A: rows g and g + 8; each token its own B column). Products at k >= rem
+// (past the range) are zeros: a step that starts past it is skipped, which changes no sum (a class
+// sum starts at +0 and so is never -0), and its 8-k quarters past it read as zeros.
+template <class C>
+__device__ __forceinline__ void consume_piece(const Slot<C>& src, float (&c)[C::kNTiles][4],
+                                              int kl0, int64_t rem, int lane) {
+  const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
+  const int brow = lane & 7, bcol = (lane >> 3) * 8;
+#pragma unroll
+  for (int s = 0; s < static_cast<int>(kPieceK) / 32; ++s) {
+    const int kl = kl0 + 32 * s;
+    if (kl >= rem) break;
+    const bool whole = kl + 32 <= rem;
+    uint32_t a0[4], a1[4];
+    ldmatrix_x4(a0, &src.w[arow][kl + acol]);
+    ldmatrix_x4(a1, &src.w[arow][kl + 16 + acol]);
+    if (!whole) {
+      if (kl + 8 >= rem) a0[2] = a0[3] = 0u;
+      if (kl + 24 >= rem) a1[2] = a1[3] = 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < C::kNTiles; ++j) {
+      // Token rows past kXRows (PlanCfg's 4) repeat the last: columns no store reads.
+      uint32_t b[4];
+      ldmatrix_x4(b, &src.x[min(j * 8 + brow, C::kXRows - 1)][kl + bcol]);
+      if (!whole) {
+        if (kl + 8 >= rem) b[1] = 0u;
+        if (kl + 24 >= rem) b[3] = 0u;
+      }
+      mma_bf16(c[j], a0[0], a0[1], a0[2], a0[3], b[0], b[1]);
+      if (whole || kl + 16 < rem) mma_bf16(c[j], a1[0], a1[1], a1[2], a1[3], b[2], b[3]);
+    }
+  }
+}
 
 template <class C, class Store>
 __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Params p) {
@@ -150,7 +188,6 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
     cuda::pdl_begin();
     const int g = lane >> 2, t = lane & 3;
     float scale[kNTiles][2] = {};  // input_rms, finish_tile: warp 0's tokens' inverse RMS
-    const uint4 zero = make_uint4(0, 0, 0, 0);
     uint32_t it = 0, use = 0;
     for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
       float c[kNTiles][4], prev[kNTiles][4];
@@ -165,40 +202,17 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
       for (int64_t i = 0; i < count; ++i, ++it) {
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
         mbar_wait(&sm.full[slot], round & 1);
-        const Slot<C>& src = sm.ring[slot];
-#pragma unroll
-        for (int s = 0; s < C::kStepsPerWarp; ++s) {
-          const int kl = (s * kConsumerWarps + warp) * 32 + 8 * t;  // k within the chunk
-          const bool ok = k_begin + i * kChunkK + kl < k_end;       // past the range: stale data
-          const uint4 pa = ok ? *reinterpret_cast<const uint4*>(&src.w[g][kl]) : zero;
-          const uint4 pb = ok ? *reinterpret_cast<const uint4*>(&src.w[g + 8][kl]) : zero;
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            const int tok = j * 8 + g;  // tokens past n_tokens are never copied: stale, unused
-            const uint4 xv = ok && tok < p.n_tokens && tok < C::kXRows
-                                 ? *reinterpret_cast<const uint4*>(&src.x[tok][kl])
-                                 : zero;
-            mma_bf16(c[j], pa.x, pb.x, pa.y, pb.y, xv.x, xv.y);
-            mma_bf16(c[j], pa.z, pb.z, pa.w, pb.w, xv.z, xv.w);
-          }
+        // This warp's piece of the plan's 1024-k chunk that holds this chunk: its k within the
+        // chunk (kl0), or none when the piece lies in another of the plan chunk's pieces.
+        const int64_t chunk0 = i * kChunkK;
+        const int64_t kl0 =
+            chunk0 / kLinearPlanChunkK * kLinearPlanChunkK + warp * kPieceK - chunk0;
+        if (kl0 >= 0 && kl0 < kChunkK) {
+          consume_piece<C>(sm.ring[slot], c, static_cast<int>(kl0), k_end - (k_begin + chunk0),
+                           lane);
         }
         cuda::release_slot(&sm.empty[slot], lane);
       }
-      if constexpr (kChunkK < kLinearPlanChunkK) {
-        // Production's last 1024-k chunk also runs this warp's steps up to linear_masked_end
-        // with zero operands (the `ok` false branch above): run them here, after the last chunk,
-        // as production does. A zero product changes nothing but the sign of a -0 sum; this
-        // keeps even that.
-        const int64_t end = linear_masked_end(len);
-        for (int64_t k = count * kChunkK + warp * 32; k < end; k += kConsumerWarps * 32) {
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            mma_bf16(c[j], 0u, 0u, 0u, 0u, 0u, 0u);
-            mma_bf16(c[j], 0u, 0u, 0u, 0u, 0u, 0u);
-          }
-        }
-      }
-
       if constexpr (kFinisherForm<C>) {
         post_tile_sums<kNTiles>(sm, c, use, warp, lane);
       } else {
@@ -249,8 +263,8 @@ void launch_cfg(const LinearShape& s, cudaStream_t stream) {
                C::kXRows);
   allow_smem<C, Store>();
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
-  const LinearPlan plan =
-      plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), cuda::sm_count());
+  const LinearPlan plan = plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(),
+                                      cuda::sm_count(), kLinearRangeAlign);
   const Params p = decode_params(s, plan, plan.clusters);
   cuda::launch_pdl_cluster(linear_persistent_kernel<C, Store>,
                            static_cast<unsigned>(plan.clusters * plan.splits), kThreads,
@@ -312,13 +326,10 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
                "linear_skinny_persistent: the epilogues need bf16 out, and swiglu a multiple of {} "
                "rows, got out_f {}",
                kRows, s.out_f);
-  TANDEM_CHECK(s.n >= 1 && s.n <= kClassesMaxTokens,
-               "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kClassesMaxTokens);
+  TANDEM_CHECK(s.n >= 1 && s.n <= kWgmmaMaxTokens,
+               "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kWgmmaMaxTokens);
   const bool older_wide = config == kLinearPersistentWide512 || config == kLinearPersistentWide;
-  if (s.n > kBatchMaxTokens && !older_wide && linear_decode_classes(s, f32_out, stream)) return;
-  if (s.n > kPersistentMaxTokens && !older_wide && linear_decode_batch(s, f32_out, stream)) {
-    return;
-  }
+  if (s.n > kPersistentMaxTokens && !older_wide && linear_decode_wgmma(s, f32_out, stream)) return;
   if (s.n > kWideMaxTokens) {  // the wide configuration's groups of 32 (same bits)
     for (int64_t r0 = 0; r0 < s.n; r0 += kWideMaxTokens) {
       LinearShape part = s;

@@ -24,6 +24,14 @@ struct LinearPlan {
 // on the plan, so one plan per weight shape is what makes them independent of n_tokens.
 constexpr int64_t kLinearPlanChunkK = 1024;
 
+// The bf16 decode order (docs/cuda.md, "The decode order"): rank r's range is cut into
+// kLinearPlanChunkK chunks from its start; class c (0..7) owns the kPieceK-k piece
+// [c kPieceK, (c + 1) kPieceK) of every chunk and sums its pieces in one chain of natural k16
+// tensor-core steps; the range's sum adds the classes left to right, the total the ranks left to
+// right. Ranges are multiples of kLinearRangeAlign (the GEMM's stage: no stage straddles two).
+constexpr int64_t kPieceK = 128;
+constexpr int64_t kLinearRangeAlign = 64;
+
 // The end (relative to the range start) of the k-steps production runs for a rank's range of
 // `len` k: its 1024-k chunks run every step of their last chunk, those past `len` with zero
 // operands. A configuration with shorter chunks runs the missing masked steps too (same place in

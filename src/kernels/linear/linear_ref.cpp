@@ -391,7 +391,7 @@ std::string linear_paths(Device device) {
 
 #ifndef TANDEM_CUDA
 void linear_reserve_fp8_scratch(int64_t /*numel*/, Device /*device*/) {}
-void linear_reserve_decode_scratch(int64_t /*max_in*/, Device /*device*/) {}
+void linear_reserve_decode_workspace(Device /*device*/) {}
 #endif
 
 }  // namespace tandem::kernels

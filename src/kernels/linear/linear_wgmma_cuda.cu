@@ -1,46 +1,27 @@
-// Decode/verify linear on wgmma (Hopper's warpgroup tensor-core instruction), for many rows: the
-// persistent kernel's arithmetic (linear_persistent_cuda.cu) with each 64-row x 64-token tile's
-// 8 warp classes held by 4 warpgroups, two classes each, so that one block computes whole tiles
-// without the class-split kernel's cluster exchange, and the tensor cores read the tokens from
-// shared memory themselves.
+// Decode/verify linear on wgmma (Hopper's warpgroup tensor-core instruction): production for
+// decode groups of more than kPersistentMaxTokens rows, the persistent kernel's bits
+// (linear_persistent_cuda.cu) at any row count.
 //
-// Same bits as the persistent kernel. bench/probes/mma_bits_probe.cu showed on the H200 that
-// wgmma m64nNk16 with A from registers gives mma.sync m16n8k16's bits for every N, chained, and
-// that the tensor cores' sum of a k16 step does not depend on the order of its 16 products, only
-// on which 16 they are. The decode kernels load each lane's 8 consecutive k of a 32-k step with one
-// 16-byte load and give .x/.y to the step's first mma and .z/.w to its second, so the first sums k
-// {0-3, 8-11, 16-19, 24-27} of the step and the second the rest. Here:
-//  - A (the weights) comes from registers loaded exactly so: warp i of a warpgroup holds rows
-//    16 i + g and 16 i + g + 8 of the tile, as an m16 tile of the decode kernels does;
-//  - B (the tokens) comes from shared memory, where each 32-k group of a token is stored with its
-//    16 bf16 pairs transposed as a 4 x 4 matrix (pair 4t + s to place 4s + t), which puts at wgmma
-//    slot q the k that the decode kernels' fragment puts at mma slot q. No tensor map can do that
-//    (its smallest contiguous piece is 16 bytes), so a small kernel first writes the call's tokens
-//    in that order, tiled as the ring wants them, into a scratch reserved beforehand
-//    (linear_reserve_decode_scratch), with input_rms's sums of squares in sum_squares' order;
-//  - class w runs the 32-k steps w, w + 8, ... of each rank's range up to
-//    linear_masked_end(len) in order, steps past the range with zero operands; the range sum is
-//    ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)), the ranks' sums are added in rank order,
-//    then input_rms's scale and the store policy (linear_decode_common.cuh) of the decode kernels.
-// Calls whose k ranges do not start on 32-k groups (in or range_k not multiples of 32) and calls
-// without the scratch go to the class-split kernel instead (the same bits).
+// The decode order (linear_plan.h) is one a GEMM can walk: an output is the left-to-right sum of
+// its ranks' sums, each the left-to-right sum of 8 class chains, each chain natural k16 steps over
+// its 128-k pieces of the rank's 1024-k chunks in increasing k. A block here computes a 128-row x
+// kN-token item with two consumer warpgroups (64 rows each, wgmma m64nNk16 with both operands in
+// 128-byte-swizzled shared memory) and walks, for each rank, class 0's pieces, then class 1's, ...:
+// three accumulator sets (the class chain, the range sum, the total) replace the 8 accumulators a
+// block needed in the interleaved order. bench/probes/natural_order_probe.cu showed the tensor
+// cores' m64nNk16 sums equal mma.sync m16n8k16's on natural k sets, chained (and mma_bits_probe.cu
+// that a k16 sum depends only on which 16 products it adds); every row of the linear tests is
+// checked bitwise against the persistent kernel's.
 //
-// Layout: per 128-k ring stage (half of a 256-k chunk: classes 4h..4h+3) one tensor-map box of
-// 64 weight rows x 128 k (256-byte rows) and one 16 KB bulk copy of the prepared tokens; warpgroups
-// 0 and 1 (classes 0-3) consume the even stages, 2 and 3 the odd ones. 16 warps and no producer
-// warp (a 17th warp caps ptxas at 96 registers, which spills): thread 0 fills the ring, then the
-// first warp of warpgroups 0 and 2 refills a slot of its parity once all 8 warps of that parity
-// have released it. A block takes a contiguous range of (row tile, token tile) items, token tiles
-// inner, so a row tile's weights come from L2 after its first token tile; a tile's k ranks run one
-// after the other in the block.
-//
-// A bench variant (linear_skinny_set_variant(15)), not production. Measured on the H200
-// (kernel_bench linear_batch, TB/s of weights; docs/cuda.md known gap 6): at 256 rows 0.23-0.58
-// against the class-split kernel's 0.48-0.70 (faster only on gate|up), at 1..64 rows 1.0-2.5
-// against the batched kernel's 2.0-4.1. Every stage moves as many token bytes as weight bytes into
-// shared memory (64 x 64 tiles: the 8 classes' accumulators fill the registers), so the fill (~4-5
-// TB/s in all, estimated from these figures, not profiled) bounds it at ~130-150 TFLOP/s; out_f =
-// 5120 has only 80 row tiles, and the ranks are serial.
+// Roles: warpgroups 0 and 1 consume; warpgroup 2 gives up its registers (setmaxnreg) and its warp
+// 8 fills a ring of 64-k stages (one tensor-map box of 128 weight rows and one of kN token rows
+// each, the first stages' weights before the previous kernel has finished), while warps 9-11 sum
+// each token's squares for input_rms (sum_squares' order). Items (row tile, token tile) go to the
+// blocks of a persistent grid in turn, the token tiles of a row tile next to each other so that
+// its weights come from L2 after the first. When a call has fewer items than SMs and the plan
+// splits k, each block takes one rank of an item (split mode): it posts its rank sum to a global
+// workspace, and the block that finishes an item last adds the ranks' sums in rank order (a
+// counter per item, reset by that block), so the order of additions is the same either way.
 #include <cuda.h>
 
 #include <algorithm>
@@ -55,72 +36,115 @@ namespace {
 
 using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
 
-constexpr int kTileM = 64;    // weight rows per tile: one wgmma m64
-constexpr int kTileN = 64;    // tokens per tile: wgmma n64
-constexpr int kStageK = 128;  // k per ring stage
-constexpr int kGroupK = 32;   // a class's k-step
-constexpr int kGroups = 4;    // warpgroups that compute, classes 2q and 2q + 1 in group q
-constexpr int kStages = 4;    // ring stages (32 KB each)
-constexpr int kWgThreads = kGroups * 128;  // no producer warp: 17 warps would cap registers
-constexpr uint32_t kSumsBarrier = 1;       // every thread
-constexpr int kChunks16 = kStageK / 8;     // 16-byte k pieces of a stage (4 per 32-k group)
+constexpr int kTileM = 128;        // weight rows per item: two warpgroups of 64
+constexpr int kStageK = 64;        // k per ring stage: one 128-byte swizzle row
+constexpr int kGemmThreads = 384;  // two consumer warpgroups and the producer's
+constexpr int kConsumers = 256;
+constexpr int kSumsqWarps = 3;  // warps 9..11
+constexpr uint32_t kSumsqPosted0 = 1, kSumsqRead0 = 3, kConsumerBarrier = 5;
+constexpr uint32_t kSumsqThreads = kConsumers + 32 * kSumsqWarps;
+constexpr int kClasses = static_cast<int>(kLinearPlanChunkK / kPieceK);
+static_assert(kPieceK % kStageK == 0);
 
-struct WgStage {
-  __nv_bfloat16 w[kTileM][kStageK];        // tensor-map box, 256-byte rows
-  unsigned char x[kChunks16][kTileN][16];  // prepared tokens: piece, token, 16 bytes
+template <int kN>
+struct alignas(1024) Stage {
+  __nv_bfloat16 w[kTileM * kStageK];  // 128 rows x 128 bytes, swizzled
+  __nv_bfloat16 x[kN * kStageK];      // kN tokens x 128 bytes, swizzled
 };
 
-struct WgSmem {
-  WgStage ring[kStages];  // first: 128-byte aligned (tensor-map boxes)
-  // Each warpgroup's pair sums c_2q + c_2q+1 at a range's end: float4 r of consumer thread l at
-  // sums[q][r][l] (its accumulators 4r..4r+3).
-  float4 sums[kGroups][8][128];
-  unsigned char zero[2][kTileN][16];  // the B operand of zero steps (two k halves)
+template <int kN, int kStages>
+struct GemmSmem {
+  Stage<kN> st[kStages];  // first: 1024-byte aligned (the swizzle atoms)
   uint64_t full[kStages], empty[kStages];
+  float sumsq[2][kN];  // input_rms, by item parity
+  int last;            // split mode: this block adds the item's rank sums
 };
 
-struct WgParams {
-  Params p;                 // the plan's splits and range_k; tiles, clusters unused
-  CUtensorMap w;            // box [kStageK, kTileM]
-  const __nv_bfloat16* xs;  // prepared tokens: [token tile][group][piece 0..3][64 tokens][8]
-  const float* sumsq;       // input_rms: each token's sum of squares (sum_squares' order)
-  int64_t groups;           // 32-k groups per token row in xs, a multiple of 4
-  int m_tiles, n_tiles, items, blocks;
+struct GemmParams {
+  Params p;  // the shape, the plan (splits, range_k), input_rms
+  CUtensorMap w, x;
+  float* ws;           // split mode: rank sums, [unit][accumulator][consumer thread]
+  unsigned* counters;  // split mode: ranks done per item (the last block resets it)
+  int n_tiles, items, split, units;
 };
 
-// No-swizzle K-major operand of one k16 step, 8 x 16-byte core matrices: the two k halves 1024
-// bytes apart (pieces), consecutive 8-token groups 128 bytes apart.
-__device__ __forceinline__ uint64_t b_desc(const void* p) {
-  return (static_cast<uint64_t>(cuda::smem_u32(p) & 0x3FFFF) >> 4) |
-         (static_cast<uint64_t>(1024 >> 4) << 16) | (static_cast<uint64_t>(128 >> 4) << 32);
+// K-major operand in 128-byte-swizzled rows (a tensor-map box of 64 k, SWIZZLE_128B): 8-row atoms
+// of 1024 bytes; k16 step kk of a stage starts 32 kk bytes in (+2 kk on the descriptor).
+__device__ __forceinline__ uint64_t sw128_desc(const void* p) {
+  return (static_cast<uint64_t>((cuda::smem_u32(p) & 0x3FFFF) >> 4)) |
+         (static_cast<uint64_t>(1) << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
+         (static_cast<uint64_t>(1) << 62);
 }
 
-#define TANDEM_ACC32(c)                                                                           \
-  "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), \
-      "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]),    \
-      "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]),  \
-      "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]),  \
-      "+f"(c[29]), "+f"(c[30]), "+f"(c[31])
-
-// c (64 rows x 64 tokens, the mma C layout per warp and 8-token group) += A B over one k16 step.
-__device__ __forceinline__ void wgmma_k16(float (&c)[32], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : TANDEM_ACC32(c)
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+// c (64 rows x kN tokens, the mma C layout per warp and 8-token group) += A B over one k16 step.
+template <int kN>
+__device__ __forceinline__ void wgmma_k16(float (&c)[kN / 2], uint64_t a, uint64_t b) {
+  if constexpr (kN == 16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "%8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]),
+          "+f"(c[7])
+        : "l"(a), "l"(b), "r"(1));
+  } else if constexpr (kN == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]),
+          "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]),
+          "+f"(c[14]), "+f"(c[15])
+        : "l"(a), "l"(b), "r"(1));
+  } else if constexpr (kN == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]),
+          "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]),
+          "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]),
+          "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]),
+          "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31])
+        : "l"(a), "l"(b), "r"(1));
+  } else if constexpr (kN == 128) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
+        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]),
+          "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]),
+          "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]),
+          "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]),
+          "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]),
+          "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]),
+          "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]),
+          "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]),
+          "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]),
+          "+f"(c[63])
+        : "l"(a), "l"(b), "r"(1));
+  } else {
+    static_assert(kN < 0, "wgmma_k16: 16, 32, 64 or 128 tokens");
+  }
 }
-#undef TANDEM_ACC32
 
-__device__ __forceinline__ void wgmma_fence() {
+__device__ __forceinline__ void wg_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_commit_wait() {
-  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+__device__ __forceinline__ void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Bytes of one element of the store policy's out.
@@ -129,304 +153,294 @@ constexpr int64_t kOutBytes = 2;
 template <>
 constexpr int64_t kOutBytes<StoreY<float>> = 4;
 
-// Word i of v (i < 4), without indexing a register array.
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+// A unit of work: item = (row tile m, token tile nt), ranks [r0, r1).
+struct Unit {
+  int64_t m, nt;
+  int item, r0, r1;
+};
+__device__ __forceinline__ Unit unit_of(const GemmParams& gp, int u) {
+  Unit w;
+  w.item = u / gp.split;
+  w.m = w.item / gp.n_tiles;
+  w.nt = w.item % gp.n_tiles;
+  w.r0 = gp.split == 1 ? 0 : u % gp.split;
+  w.r1 = gp.split == 1 ? gp.p.splits : w.r0 + 1;
+  return w;
 }
 
-// One warp per token: its row in the ring's order (prepare's header) and, with rms, its sum of
-// squares in sum_squares' order (lane l adds the 8-element groups l, l + 32, ... in order, then
-// warp_sum). Lanes 4a..4a+3 hold the four 16-byte pieces of one 32-k group and transpose its
-// pairs through shuffles: lane 4a + s ends with pair s of each piece t at word t.
-__global__ void __launch_bounds__(256)
-    prepare_tokens_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride, int64_t in, int n,
-                          int64_t groups, __nv_bfloat16* __restrict__ xs, float* __restrict__ sumsq,
-                          bool rms) {
-  cuda::pdl_begin();  // x is the previous kernel's output
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * 8 + warp;
-  if (tok >= n) return;
-  const __nv_bfloat16* row = x + tok * x_stride;
-  __nv_bfloat16* tile = xs + ((tok / kTileN) * groups * 4 * kTileN + tok % kTileN) * 8;
-  const int q = lane & 3;
-  float s = 0.f;
-  for (int64_t base = 0; base < in; base += 256) {
-    const int64_t k0 = base + lane * 8;
-    const bool ok = k0 < in;  // in % 32 == 0: a quad's pieces are in or out together
-    const uint4 v = ok ? __ldcg(reinterpret_cast<const uint4*>(row + k0)) : make_uint4(0, 0, 0, 0);
-    if (rms) {
-      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+// The decode order's walk of a unit's 64-k stages: per rank, class 0's pieces of every chunk,
+// then class 1's, ...; stage(k) for each, end_class(c) after a class, end_rank(r) after a rank.
+template <class Stage, class EndClass, class EndRank>
+__device__ __forceinline__ void walk(const Params& p, const Unit& w, Stage&& stage,
+                                     EndClass&& end_class, EndRank&& end_rank) {
+  for (int r = w.r0; r < w.r1; ++r) {
+    const int64_t k0 = r * p.range_k, len = min(p.in, k0 + p.range_k) - k0;
+    const int64_t chunks = (len + kLinearPlanChunkK - 1) / kLinearPlanChunkK;
+    for (int c = 0; c < kClasses; ++c) {
+      for (int64_t i = 0; i < chunks; ++i) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) s += __bfloat162float(e[k]) * __bfloat162float(e[k]);
+        for (int h = 0; h < static_cast<int>(kPieceK / kStageK); ++h) {
+          const int64_t off = i * kLinearPlanChunkK + c * kPieceK + h * kStageK;
+          if (off < len) stage(k0 + off);
+        }
+      }
+      end_class(c);
     }
-    uint4 got;  // round r: lane q reads piece (q + r) & 3's word q, which is word (q + r) & 3
-    got.x = __shfl_sync(0xffffffffu, word_of(v, q), lane);
-    got.y = __shfl_sync(0xffffffffu, word_of(v, (q - 1) & 3), (lane & ~3) | ((q + 1) & 3));
-    got.z = __shfl_sync(0xffffffffu, word_of(v, (q - 2) & 3), (lane & ~3) | ((q + 2) & 3));
-    got.w = __shfl_sync(0xffffffffu, word_of(v, (q - 3) & 3), (lane & ~3) | ((q + 3) & 3));
-    if (ok) {  // word t of the piece: got's word (t - q) & 3
-      const int64_t group = k0 / kGroupK;
-      *reinterpret_cast<uint4*>(tile + (group * 4 + q) * kTileN * 8) =
-          make_uint4(word_of(got, (0 - q) & 3), word_of(got, (1 - q) & 3),
-                     word_of(got, (2 - q) & 3), word_of(got, (3 - q) & 3));
-    }
-  }
-  if (rms) {
-    s = cuda::warp_sum(s);
-    if (lane == 0) sumsq[tok] = s;
+    end_rank(r);
   }
 }
 
-template <class Store>
-__global__ void __launch_bounds__(kWgThreads, 1)
-    linear_wgmma_kernel(const __grid_constant__ WgParams wp) {
-  const Params& p = wp.p;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  auto& sm = *reinterpret_cast<WgSmem*>(smem_raw);
+template <int kN, int kStages, class Store>
+__global__ void __launch_bounds__(kGemmThreads, 1)
+    linear_wgmma_kernel(const __grid_constant__ GemmParams gp) {
+  constexpr int kAcc = kN / 2, kNT = kN / 8;
+  const Params& p = gp.p;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // Dynamic shared memory is 16-byte aligned by contract: align the ring to 1024 by hand.
+  auto& sm = *reinterpret_cast<GemmSmem<kN, kStages>*>(
+      smem_raw + ((1024 - (cuda::smem_u32(smem_raw) & 1023)) & 1023));
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  const int item_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * wp.items / wp.blocks);
-  const int item_end =
-      static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * wp.items / wp.blocks);
-
-  // A rank's k range, its loaded stages and its 256-k chunks (production's 1024-k chunks).
-  struct Range {
-    int64_t k_begin, len;
-    int loaded, chunks;
-  };
-  const auto range_of = [&](int r) {
-    Range g;
-    g.k_begin = r * p.range_k;
-    const int64_t k_end = min(p.in, g.k_begin + p.range_k);
-    g.len = max(k_end - g.k_begin, int64_t{0});
-    g.loaded = static_cast<int>((g.len + kStageK - 1) / kStageK);
-    g.chunks = static_cast<int>(linear_masked_end(g.len) / 256);
-    return g;
-  };
-  // The block's stages in order (item, rank, 128-k stage); stage u copies these.
-  int per_item = 0;
-  for (int r = 0; r < p.splits; ++r) per_item += range_of(r).loaded;
-  const uint32_t n_stages = static_cast<uint32_t>(per_item * (item_end - item_begin));
-  constexpr uint32_t kStageBytes = sizeof(WgStage);
-  const auto issue = [&](uint32_t u, bool weights, bool tokens) {
-    const int item = item_begin + static_cast<int>(u / static_cast<uint32_t>(per_item));
-    int rem = static_cast<int>(u % static_cast<uint32_t>(per_item)), r = 0;
-    while (rem >= range_of(r).loaded) rem -= range_of(r++).loaded;
-    const int64_t k = r * p.range_k + static_cast<int64_t>(rem) * kStageK;
-    const uint32_t slot = u % kStages;
-    if (weights) {
-      cuda::mbar_arrive_expect_tx(&sm.full[slot], kStageBytes);
-      cuda::tensor_load_2d(&sm.ring[slot].w[0][0], &wp.w, k,
-                           static_cast<int64_t>(item / wp.n_tiles) * kTileM, &sm.full[slot]);
-    }
-    if (tokens) {
-      const int64_t nt = item % wp.n_tiles;
-      cuda::bulk_copy(&sm.ring[slot].x[0][0][0],
-                      wp.xs + (nt * wp.groups + k / kGroupK) * 4 * kTileN * 8,
-                      kChunks16 * kTileN * 16, &sm.full[slot]);
-    }
-  };
-
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      cuda::mbar_init(&sm.full[s], 1);
-      cuda::mbar_init(&sm.empty[s], 8);  // the 8 warps of the two warpgroups of its parity
+    for (int i = 0; i < kStages; ++i) {
+      cuda::mbar_init(&sm.full[i], 1);
+      cuda::mbar_init(&sm.empty[i], 8);  // lane 0 of each consumer warp
     }
     cuda::fence_mbar_init();
   }
-  for (int i = static_cast<int>(threadIdx.x); i < 2 * kTileN; i += kWgThreads) {
-    *reinterpret_cast<uint4*>(&sm.zero[i / kTileN][i % kTileN][0]) = make_uint4(0, 0, 0, 0);
-  }
-  cuda::fence_proxy_async();  // the tensor cores read `zero`
   __syncthreads();
-  // Thread 0 fills the ring: the first stages' weights before the previous kernel has finished
-  // (weights are never written by a step), their tokens after it. From then on the first warp
-  // of each parity's first warpgroup refills a slot once both warpgroups have released it.
-  const uint32_t pre = min(n_stages, static_cast<uint32_t>(kStages));
-  if (threadIdx.x == 0) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wp.w)) : "memory");
-    for (uint32_t u = 0; u < pre; ++u) issue(u, true, false);
-  }
-  cuda::pdl_begin();  // before reading the tokens, sumsq and out
-  if (threadIdx.x == 0) {
-    for (uint32_t u = 0; u < pre; ++u) issue(u, false, true);
+  const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
+  const int count = first < gp.units ? (gp.units - first + step - 1) / step : 0;
+  constexpr auto kNoop = [](int) {};
+
+  if (warp >= 8) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 48;\n" ::: "memory");
+    if (warp == 8) {
+      if (lane != 0) return;
+      // fn(u, k, unit) for every stage u of this block's units, in order.
+      const auto for_stages = [&](auto&& fn) {
+        uint32_t u = 0;
+        for (int i = 0; i < count; ++i) {
+          const Unit w = unit_of(gp, first + i * step);
+          walk(
+              p, w, [&](int64_t k) { fn(u++, k, w); }, kNoop, kNoop);
+        }
+      };
+      // The first stages' weights before the previous kernel has finished (weights are never
+      // written by a step), their tokens after it.
+      for_stages([&](uint32_t u, int64_t k, const Unit& w) {
+        if (u >= kStages) return;
+        cuda::mbar_arrive_expect_tx(&sm.full[u], sizeof(Stage<kN>));
+        cuda::tensor_load_2d(sm.st[u].w, &gp.w, k, w.m * kTileM, &sm.full[u]);
+      });
+      cuda::pdl_begin();
+      for_stages([&](uint32_t u, int64_t k, const Unit& w) {
+        const uint32_t slot = u % kStages;
+        if (u >= kStages) {
+          cuda::mbar_wait(&sm.empty[slot], ((u / kStages) - 1) & 1);
+          cuda::mbar_arrive_expect_tx(&sm.full[slot], sizeof(Stage<kN>));
+          cuda::tensor_load_2d(sm.st[slot].w, &gp.w, k, w.m * kTileM, &sm.full[slot]);
+        }
+        cuda::tensor_load_2d(sm.st[slot].x, &gp.x, k, w.nt * kN, &sm.full[slot]);
+      });
+      return;
+    }
+    if (!p.input_rms) return;
+    // Warps 9..11: each token's sum of squares, per unit into sumsq[unit parity].
+    cuda::pdl_begin();  // x is the previous kernel's output
+    for (int i = 0; i < count; ++i) {
+      const Unit w = unit_of(gp, first + i * step);
+      const uint32_t b = static_cast<uint32_t>(i) & 1;
+      if (i >= 2) cuda::named_barrier(kSumsqRead0 + b, kSumsqThreads);
+      Params pt = p;
+      pt.x = p.x + w.nt * kN * p.x_stride;
+      const int nt = min(kN, static_cast<int>(p.n_tokens - w.nt * kN));
+      for (int t = warp - 9; t < nt; t += kSumsqWarps)
+        sum_squares_block<4, 1>(pt, lane, t, sm.sumsq[b]);
+      cuda::named_barrier_arrive(kSumsqPosted0 + b, kSumsqThreads);
+    }
+    return;
   }
 
-  // Warpgroup q = warp / 4 (classes 2q, 2q + 1; stages of parity h = q / 2), warp wi of it (tile
-  // rows 16 wi .. 16 wi + 15), lane (g, t).
-  const int q = warp >> 2, wi = warp & 3, h = q >> 1, g = lane >> 2, t = lane & 3;
-  const int l = static_cast<int>(threadIdx.x) & 127;  // thread within the warpgroup
-  const bool refills = (q & 1) == 0 && wi == 0 && lane == 0;
-  const uint64_t zero_desc = b_desc(&sm.zero[0][0][0]);
-  uint32_t it0 = 0;  // stages before the current range
-  for (int item = item_begin; item < item_end; ++item) {
-    const int m = item / wp.n_tiles, nt = item % wp.n_tiles;
-    float total[8];
-    for (int r = 0; r < p.splits; ++r) {
-      const Range rg = range_of(r);
-      float acc[2][32];
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  cuda::pdl_begin();  // out is read (kAddToOut) and written below
+  // Consumer warpgroup q: rows 64 q .. of the item; its warp wi rows 16 wi ..; lane (g, t) rows g
+  // and g + 8 of those, tokens 8 j + 2 t (+1) of each 8-token group j (the mma C layout).
+  const int q = warp >> 2, wi = warp & 3, g = lane >> 2, t = lane & 3;
+  const int ct = static_cast<int>(threadIdx.x);  // 0..255
+  uint32_t u = 0;
+  for (int i = 0; i < count; ++i) {
+    const int unit = first + i * step;
+    const Unit w = unit_of(gp, unit);
+    float acc[kAcc], blk[kAcc], tot[kAcc];
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
+    for (int e = 0; e < kAcc; ++e) acc[e] = blk[e] = tot[e] = 0.f;
+    int pending = -1;  // the slot whose wgmma may still read it
+    walk(
+        p, w,
+        [&](int64_t) {
+          const uint32_t slot = u % kStages;
+          cuda::mbar_wait(&sm.full[slot], (u / kStages) & 1);
+          const uint64_t a = sw128_desc(&sm.st[slot].w[q * 64 * kStageK]);
+          const uint64_t bd = sw128_desc(&sm.st[slot].x[0]);
+          wg_fence();
 #pragma unroll
-        for (int e = 0; e < 32; ++e) acc[c][e] = 0.f;
-      }
-      for (int i = 0; i < rg.chunks; ++i) {
-        const int j = 2 * i + h;  // the stage of this chunk's half
-        const bool staged = j < rg.loaded;
-        const uint32_t it = it0 + static_cast<uint32_t>(j), slot = it % kStages;
-        if (staged) cuda::mbar_wait(&sm.full[slot], (it / kStages) & 1);
-        wgmma_fence();
+          for (int kk = 0; kk < kStageK / 16; ++kk) wgmma_k16<kN>(acc, a + 2 * kk, bd + 2 * kk);
+          wg_commit();
+          wg_wait<1>();  // the previous stage's wgmma are done: release its slot
+          if (pending >= 0 && lane == 0) cuda::mbar_arrive(&sm.empty[pending]);
+          pending = static_cast<int>(slot);
+          ++u;
+        },
+        [&](int c) {
+          wg_wait<0>();
+          if (pending >= 0 && lane == 0) cuda::mbar_arrive(&sm.empty[pending]);
+          pending = -1;
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int w_in = 2 * (q & 1) + c;  // the class's step within the stage
-          const bool real =
-              staged && static_cast<int64_t>(i) * 256 + h * kStageK + w_in * kGroupK < rg.len;
-          uint4 pa = make_uint4(0, 0, 0, 0), pb = pa;  // production's zero operands if not real
-          uint64_t b0 = zero_desc, b1 = zero_desc;
-          if (real) {
-            const WgStage& st = sm.ring[slot];
-            const int kl = w_in * kGroupK + 8 * t;
-            pa = *reinterpret_cast<const uint4*>(&st.w[16 * wi + g][kl]);
-            pb = *reinterpret_cast<const uint4*>(&st.w[16 * wi + g + 8][kl]);
-            b0 = b_desc(&st.x[4 * w_in][0][0]);
-            b1 = b_desc(&st.x[4 * w_in + 2][0][0]);
+          for (int e = 0; e < kAcc; ++e) {
+            blk[e] = c == 0 ? acc[e] : blk[e] + acc[e];
+            acc[e] = 0.f;
           }
-          wgmma_k16(acc[c], pa.x, pb.x, pa.y, pb.y, b0);
-          wgmma_k16(acc[c], pa.z, pb.z, pa.w, pb.w, b1);
-        }
-        wgmma_commit_wait();
-        if (staged) {
-          cuda::release_slot(&sm.empty[slot], lane);
-          if (refills && it + kStages < n_stages) {
-            cuda::mbar_wait(&sm.empty[slot], (it / kStages) & 1);
-            issue(it + kStages, true, true);
-          }
-        }
-      }
-      it0 += static_cast<uint32_t>(rg.loaded);
-      // The range's sum: this warpgroup's pair, then the tree's upper levels over all four.
+        },
+        [&](int r) {
 #pragma unroll
-      for (int rr = 0; rr < 8; ++rr) {
-        sm.sums[q][rr][l] = make_float4(
-            acc[0][4 * rr] + acc[1][4 * rr], acc[0][4 * rr + 1] + acc[1][4 * rr + 1],
-            acc[0][4 * rr + 2] + acc[1][4 * rr + 2], acc[0][4 * rr + 3] + acc[1][4 * rr + 3]);
-      }
-      cuda::named_barrier(kSumsBarrier, kWgThreads);
-      // This thread finishes accumulators 8q .. 8q + 7 of thread l of every warpgroup: tokens
-      // 16q + 8jj + 2t + (e & 1) of rows 16 wi + g (+ 8).
+          for (int e = 0; e < kAcc; ++e) tot[e] = r == 0 ? blk[e] : tot[e] + blk[e];
+        });
+
+    bool stores = true;
+    if (gp.split > 1) {  // post the rank sum; the item's last block adds them in rank order
+      float* mine = gp.ws + static_cast<int64_t>(unit) * kAcc * kConsumers;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float4 p0 = sm.sums[0][2 * q + half][l], p1 = sm.sums[1][2 * q + half][l];
-        const float4 p2 = sm.sums[2][2 * q + half][l], p3 = sm.sums[3][2 * q + half][l];
-        const float s0 = (p0.x + p1.x) + (p2.x + p3.x), s1 = (p0.y + p1.y) + (p2.y + p3.y);
-        const float s2 = (p0.z + p1.z) + (p2.z + p3.z), s3 = (p0.w + p1.w) + (p2.w + p3.w);
-        float* tt = &total[4 * half];
-        if (r == 0) {
-          tt[0] = s0, tt[1] = s1, tt[2] = s2, tt[3] = s3;
-        } else {
-          tt[0] += s0, tt[1] += s1, tt[2] += s2, tt[3] += s3;
+      for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
+      __threadfence();
+      cuda::named_barrier(kConsumerBarrier, kConsumers);
+      if (ct == 0)
+        sm.last = atomicAdd(&gp.counters[w.item], 1u) == static_cast<unsigned>(gp.split - 1);
+      cuda::named_barrier(kConsumerBarrier, kConsumers);
+      stores = sm.last != 0;
+      if (stores) {
+        __threadfence();
+        const float* all = gp.ws + static_cast<int64_t>(w.item) * gp.split * kAcc * kConsumers;
+#pragma unroll
+        for (int e = 0; e < kAcc; ++e) tot[e] = __ldcg(all + e * kConsumers + ct);
+        for (int r = 1; r < gp.split; ++r) {
+#pragma unroll
+          for (int e = 0; e < kAcc; ++e) tot[e] += __ldcg(all + (r * kAcc + e) * kConsumers + ct);
         }
+        if (ct == 0) gp.counters[w.item] = 0u;
       }
-      cuda::named_barrier(kSumsBarrier, kWgThreads);  // sums may be rewritten
     }
-    // The store: 16 tokens (two 8-token groups) of the tile's 16-row tile wi.
-    const int64_t tok0 = static_cast<int64_t>(nt) * kTileN + 16 * q;
-    if (tok0 >= p.n_tokens) continue;
-    Params ps = p;
-    ps.n_tokens = static_cast<int>(p.n_tokens - tok0);
-    ps.out = static_cast<char*>(p.out) + tok0 * p.out_stride * kOutBytes<Store>;
-    const int64_t tile16 = static_cast<int64_t>(m) * (kTileM / kRows) + wi;
-    if (tile16 * kRows >= p.out_f) continue;  // past the matrix (the swiglu store has no check)
-    float c[2][4], prev[2][4] = {};
+
+    const uint32_t b = static_cast<uint32_t>(i) & 1;
+    if (p.input_rms) cuda::named_barrier(kSumsqPosted0 + b, kSumsqThreads);
+    const int64_t tile16 = w.m * (kTileM / kRows) + q * 4 + wi;
+    if (stores && tile16 * kRows < p.out_f) {
+      Params ps = p;
+      ps.n_tokens = static_cast<int>(p.n_tokens - w.nt * kN);
+      ps.out = static_cast<char*>(p.out) + w.nt * kN * p.out_stride * kOutBytes<Store>;
+      float c[kNT][4], prev[kNT][4] = {};
 #pragma unroll
-    for (int jj = 0; jj < 2; ++jj) {
+      for (int j = 0; j < kNT; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c[jj][e] = total[4 * jj + e];
-    }
-    if constexpr (Store::kReadsOut) Store::template load_prev<2>(ps, tile16, g, t, prev);
-    if (p.input_rms) {
-      float scale[2][2];
-#pragma unroll
-      for (int jj = 0; jj < 2; ++jj) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int tok = min(jj * 8 + 2 * t + e, ps.n_tokens - 1);
-          scale[jj][e] = inverse_rms_of(p, wp.sumsq[tok0 + tok]);
-        }
+        for (int e = 0; e < 4; ++e) c[j][e] = tot[4 * j + e];
       }
-      scale_sums<2>(c, scale);
+      if constexpr (Store::kReadsOut) Store::template load_prev<kNT>(ps, tile16, g, t, prev);
+      if (p.input_rms) {
+        float scale[kNT][2];
+        inverse_rms<kNT>(ps, sm.sumsq[b], t, scale);
+        scale_sums<kNT>(c, scale);
+      }
+      Store::template store<kNT>(ps, tile16, g, t, c, prev);
     }
-    Store::template store<2>(ps, tile16, g, t, c, prev);
+    if (p.input_rms && i + 2 < count) cuda::named_barrier_arrive(kSumsqRead0 + b, kSumsqThreads);
   }
 }
 
 // ---- host side ----
 
-// The prepared tokens and their sums of squares (linear_reserve_decode_scratch); never destroyed,
-// since a static's destructor would run after the CUDA runtime has shut down.
-Tensor& g_scratch = *new Tensor();
-int64_t g_scratch_in = 0;  // the largest `in` it holds kClassesMaxTokens rows of
+// Split mode's workspace and counters (linear_reserve_decode_workspace); never destroyed, since a
+// static's destructor would run after the CUDA runtime has shut down.
+Tensor& g_workspace = *new Tensor();
+int64_t g_workspace_units = 0;           // rank sums of 64-token items it holds
+constexpr int64_t kMaxSplitUnits = 512;  // 16 MB; the 27B shapes need at most 80
 
-int64_t groups_of(int64_t in) { return (in + kStageK - 1) / kStageK * (kStageK / kGroupK); }
-
-// bf16 elements of the prepared tokens of n rows of in k; then n floats.
-int64_t token_elems(int64_t n, int64_t in) {
-  return (n + kTileN - 1) / kTileN * kTileN * groups_of(in) * kGroupK;
-}
-
-template <class Store>
-bool launch_wgmma(const LinearShape& s, cudaStream_t stream) {
-  static_assert(sizeof(WgSmem) <= 227 * 1024, "shared memory of one block on sm_90");
-  if (s.in % kGroupK != 0 || s.in > g_scratch_in) return false;
-  const int64_t tiles = (s.out_f + kRows - 1) / kRows;
-  const LinearPlan plan =
-      plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), cuda::sm_count());
-  if (plan.range_k % kGroupK != 0) return false;
+template <int kN, int kStages, class Store>
+void launch_kernel(const LinearShape& s, const LinearPlan& plan, int64_t m_tiles,
+                   cudaStream_t stream) {
+  using Smem = GemmSmem<kN, kStages>;
+  constexpr size_t kSmem = sizeof(Smem) + 1024;
+  static_assert(kSmem <= 227 * 1024, "shared memory of one block on sm_90");
   static const bool configured = [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<Store>,
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<kN, kStages, Store>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(sizeof(WgSmem))));
+                                           static_cast<int>(kSmem)));
     return true;
   }();
   (void)configured;
-  WgParams wp{};
-  wp.p = decode_params(s, plan, 1);
-  wp.groups = groups_of(s.in);
-  auto* xs = g_scratch.data<__nv_bfloat16>();
-  auto* sumsq = reinterpret_cast<float*>(xs + token_elems(kClassesMaxTokens, g_scratch_in));
-  wp.xs = xs;
-  wp.sumsq = sumsq;
-  wp.m_tiles = static_cast<int>((s.out_f + kTileM - 1) / kTileM);
-  wp.n_tiles = static_cast<int>((s.n + kTileN - 1) / kTileN);
-  wp.items = wp.m_tiles * wp.n_tiles;
-  wp.blocks = std::min(wp.items, cuda::sm_count());
-  if (!linear_encode_rows(&wp.w, s.w, s.out_f, s.in, s.in, kStageK, kTileM)) return false;
-  cuda::launch_pdl(prepare_tokens_kernel, dim3(static_cast<unsigned>((s.n + 7) / 8)), dim3(256), 0,
-                   stream, static_cast<const __nv_bfloat16*>(s.x), s.x_stride, s.in,
-                   static_cast<int>(s.n), wp.groups, xs, sumsq, s.input_rms);
-  cuda::launch_pdl(linear_wgmma_kernel<Store>, dim3(static_cast<unsigned>(wp.blocks)),
-                   dim3(kWgThreads), sizeof(WgSmem), stream, wp);
-  return true;
+  GemmParams gp{};
+  gp.p = decode_params(s, plan, 1);
+  gp.n_tiles = static_cast<int>((s.n + kN - 1) / kN);
+  gp.items = static_cast<int>(m_tiles) * gp.n_tiles;
+  const int sms = cuda::sm_count();
+  // Split mode: one rank per block when the items alone would leave SMs idle.
+  const bool split = kN <= 64 && plan.splits > 1 && gp.items < sms &&
+                     static_cast<int64_t>(gp.items) * plan.splits <= g_workspace_units;
+  gp.split = split ? plan.splits : 1;
+  gp.units = gp.items * gp.split;
+  if (split) {
+    gp.ws = g_workspace.data<float>();
+    gp.counters = reinterpret_cast<unsigned*>(gp.ws + g_workspace_units * 32 * kConsumers);
+  }
+  TANDEM_CHECK(
+      cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, s.w, s.out_f, s.in,
+                                 s.in, kStageK, kTileM, CU_TENSOR_MAP_SWIZZLE_128B) &&
+          cuda::encode_tensor_map_2d(&gp.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, s.x, s.n, s.in,
+                                     s.x_stride, kStageK, kN, CU_TENSOR_MAP_SWIZZLE_128B),
+      "linear (wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f, s.in,
+      s.n);
+  cuda::launch_pdl(linear_wgmma_kernel<kN, kStages, Store>,
+                   dim3(static_cast<unsigned>(std::min(gp.units, sms))), dim3(kGemmThreads), kSmem,
+                   stream, gp);
+}
+
+template <class Store>
+void launch_store(const LinearShape& s, cudaStream_t stream) {
+  const int64_t tiles = (s.out_f + kRows - 1) / kRows;
+  const LinearPlan plan = plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(),
+                                      cuda::sm_count(), kLinearRangeAlign);
+  const int64_t m_tiles = (s.out_f + kTileM - 1) / kTileM;
+  // 128-token items where they are many enough to fill the GPU twice over (from 256 rows they
+  // stream 1.1-1.5x faster than 64-token ones on the 27B shapes: natural_order_probe.cu); fewer
+  // tokens per item leave room for more stages, i.e. more weight bytes in flight per SM.
+  const bool wide = s.n > 64 && m_tiles * ((s.n + 63) / 64) >= 2 * cuda::sm_count();
+  if (wide) return launch_kernel<128, 6, Store>(s, plan, m_tiles, stream);
+  if (s.n > 32) return launch_kernel<64, 8, Store>(s, plan, m_tiles, stream);
+  if (s.n > 16) return launch_kernel<32, 10, Store>(s, plan, m_tiles, stream);
+  launch_kernel<16, 12, Store>(s, plan, m_tiles, stream);
 }
 
 }  // namespace
 
 bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream) {
-  if (!s.vec_ok || s.n < 1 || s.n > kClassesMaxTokens || g_scratch_in == 0) return false;
+  if (!s.vec_ok || s.n < 1 || s.n > kWgmmaMaxTokens) return false;
   if (s.epilogue == LinearEpilogue::kSwiGluPairs) {
-    if (s.out_f % kRows != 0) return false;
-    return launch_wgmma<StoreSwiGluPairs>(s, stream);
+    if (s.out_f % kRows != 0 || f32_out) return false;
+    launch_store<StoreSwiGluPairs>(s, stream);
+  } else if (s.epilogue == LinearEpilogue::kAddToOut) {
+    if (f32_out) return false;
+    launch_store<StoreAddY>(s, stream);
+  } else if (f32_out) {
+    launch_store<StoreY<float>>(s, stream);
+  } else {
+    launch_store<StoreY<__nv_bfloat16>>(s, stream);
   }
-  if (s.epilogue == LinearEpilogue::kAddToOut) return launch_wgmma<StoreAddY>(s, stream);
-  return f32_out ? launch_wgmma<StoreY<float>>(s, stream)
-                 : launch_wgmma<StoreY<__nv_bfloat16>>(s, stream);
+  return true;
 }
 
-void linear_reserve_decode_scratch(int64_t max_in, Device device) {
-  if (device != Device::kCuda || max_in <= g_scratch_in) return;
-  const int64_t elems = token_elems(kClassesMaxTokens, max_in) + 2 * kClassesMaxTokens;
-  g_scratch = Tensor();  // free the old one first
-  g_scratch = Tensor::zeros({elems}, DType::kBF16, Device::kCuda);
-  g_scratch_in = max_in;
+void linear_reserve_decode_workspace(Device device) {
+  if (device != Device::kCuda || g_workspace_units > 0) return;
+  g_workspace = Tensor::zeros({kMaxSplitUnits * 32 * kConsumers + kMaxSplitUnits}, DType::kF32,
+                              Device::kCuda);  // + the counters (one per item), zero
+  g_workspace_units = kMaxSplitUnits;
 }
 
 }  // namespace tandem::kernels

@@ -188,6 +188,9 @@ Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecConte
   // The prefill path of FP8 matrices on CUDA dequantises each into one buffer, sized here for
   // loaded and synthetic weights alike, so that no step allocates.
   if (const int64_t n = max_fp8_numel(w_); n > 0) k::linear_reserve_fp8_scratch(n, ctx_.device);
+  // The decode linear's split-mode workspace (16 MB): batches of decode rows whose matrices have
+  // few 128-row tiles spread their k ranks over the GPU through it.
+  k::linear_reserve_decode_workspace(ctx_.device);
 }
 
 Qwen35Model::~Qwen35Model() {
