@@ -213,7 +213,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
   constexpr auto kNoop = [](int) {};
 
   if (warp >= 8) {  // the producer warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 48;\n" ::: "memory");
+    // Its registers go to the consumers: 128 x (168 - 40) = 256 x (232 - 168) (setmaxnreg.inc
+    // takes only what a .dec of the same block released: with less it waits forever).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (warp == 8) {
       if (lane != 0) return;
       // fn(u, k, unit) for every stage u of this block's units, in order.
@@ -255,7 +257,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       pt.x = p.x + w.nt * kN * p.x_stride;
       const int nt = min(kN, static_cast<int>(p.n_tokens - w.nt * kN));
       for (int t = warp - 9; t < nt; t += kSumsqWarps)
-        sum_squares_block<4, 1>(pt, lane, t, sm.sumsq[b]);
+        sum_squares_block<2, 1>(pt, lane, t, sm.sumsq[b]);
       cuda::named_barrier_arrive(kSumsqPosted0 + b, kSumsqThreads);
     }
     return;
