@@ -13,15 +13,18 @@
 // that a k16 sum depends only on which 16 products it adds); every row of the linear tests is
 // checked bitwise against the persistent kernel's.
 //
-// Roles: warpgroups 0 and 1 consume; warpgroup 2 gives up its registers (setmaxnreg) and its warp
-// 8 fills a ring of 64-k stages (one tensor-map box of 128 weight rows and one of kN token rows
-// each, the first stages' weights before the previous kernel has finished), while warps 9-11 sum
-// each token's squares for input_rms (sum_squares' order). Items (row tile, token tile) go to the
-// blocks of a persistent grid in turn, the token tiles of a row tile next to each other so that
-// its weights come from L2 after the first. When a call has fewer items than SMs and the plan
-// splits k, each block takes one rank of an item (split mode): it posts its rank sum to a global
-// workspace, and the block that finishes an item last adds the ranks' sums in rank order (a
-// counter per item, reset by that block), so the order of additions is the same either way.
+// Roles: one or two consumer warpgroups (64 weight rows each: 64-row items at two blocks per SM
+// for matrices with few row tiles, else 128-row items at one) and a producer warpgroup that gives
+// up its registers (setmaxnreg); its first warp fills a ring of 64-k stages (one tensor-map box of
+// the item's weight rows and one of its kN token rows each, the first stages' weights before the
+// previous kernel has finished). input_rms: each token's sum of squares (sum_squares' order) comes
+// from a small kernel launched just before, once per call, into the workspace; without the
+// workspace the producer warpgroup's other warps sum each item's tokens. Items (row tile, token
+// tile) go to the blocks of a persistent grid in turn, the token tiles of a row tile next to each
+// other so that its weights come from L2 after the first. When a call has fewer items than block
+// slots and the plan splits k, each block takes one rank of an item (split mode): it posts its rank
+// sum to the workspace, and the block that finishes an item last adds the ranks' sums in rank order
+// (a counter per item, reset by that block), so the order of additions is the same either way.
 #include <cuda.h>
 
 #include <algorithm>
@@ -36,28 +39,40 @@ namespace {
 
 using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
 
-constexpr int kTileM = 128;        // weight rows per item: two warpgroups of 64
-constexpr int kStageK = 64;        // k per ring stage: one 128-byte swizzle row
-constexpr int kGemmThreads = 384;  // two consumer warpgroups and the producer's
-constexpr int kConsumers = 256;
-constexpr int kSumsqWarps = 3;  // warps 9..11
+constexpr int kStageK = 64;     // k per ring stage: one 128-byte swizzle row
+constexpr int kSumsqWarps = 3;  // warps 1..3 of the producer warpgroup
 constexpr uint32_t kSumsqPosted0 = 1, kSumsqRead0 = 3, kConsumerBarrier = 5;
-constexpr uint32_t kSumsqThreads = kConsumers + 32 * kSumsqWarps;
+constexpr int kMaxConsumers = 256;
 constexpr int kClasses = static_cast<int>(kLinearPlanChunkK / kPieceK);
 static_assert(kPieceK % kStageK == 0);
 
-template <int kN>
-struct alignas(1024) Stage {
-  __nv_bfloat16 w[kTileM * kStageK];  // 128 rows x 128 bytes, swizzled
-  __nv_bfloat16 x[kN * kStageK];      // kN tokens x 128 bytes, swizzled
+// A configuration: kN tokens per item, kStages ring stages, kGroups consumer warpgroups (64 rows
+// each: 128-row items one block per SM, or 64-row items two blocks per SM for calls with few row
+// tiles). The producer warpgroup gives its registers to the consumers (setmaxnreg: .inc takes only
+// what a .dec of the same block released, with less it waits forever): 128 x (168 - 40) =
+// 256 x (232 - 168) at one block per SM, 128 x (128 - 40) = 128 x (216 - 128) at two.
+template <int kN_, int kStages_, int kGroups_>
+struct GemmCfg {
+  static constexpr int kN = kN_, kStages = kStages_, kGroups = kGroups_;
+  static constexpr int kTileM = 64 * kGroups, kConsumers = 128 * kGroups;
+  static constexpr int kThreads = kConsumers + 128, kBlocksPerSm = kGroups == 1 ? 2 : 1;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = kGroups == 1 ? 216 : 232;
+  static constexpr uint32_t kSumsqThreads = kConsumers + 32 * kSumsqWarps;
+  static_assert(kGroups == 1 || kGroups == 2);
 };
 
-template <int kN, int kStages>
+template <class C>
+struct alignas(1024) Stage {
+  __nv_bfloat16 w[C::kTileM * kStageK];  // kTileM rows x 128 bytes, swizzled
+  __nv_bfloat16 x[C::kN * kStageK];      // kN tokens x 128 bytes, swizzled
+};
+
+template <class C>
 struct GemmSmem {
-  Stage<kN> st[kStages];  // first: 1024-byte aligned (the swizzle atoms)
-  uint64_t full[kStages], empty[kStages];
-  float sumsq[2][kN];  // input_rms, by item parity
-  int last;            // split mode: this block adds the item's rank sums
+  Stage<C> st[C::kStages];  // first: 1024-byte aligned (the swizzle atoms)
+  uint64_t full[C::kStages], empty[C::kStages];
+  float sumsq[2][C::kN];  // input_rms without the workspace, by item parity
+  int last;               // split mode: this block adds the item's rank sums
 };
 
 struct GemmParams {
@@ -65,6 +80,9 @@ struct GemmParams {
   CUtensorMap w, x;
   float* ws;           // split mode: rank sums, [unit][accumulator][consumer thread]
   unsigned* counters;  // split mode: ranks done per item (the last block resets it)
+  // input_rms with the workspace: each token's sum of squares, written by sum_squares_kernel
+  // before this launch; null: warps 9..11 sum each item's tokens themselves (every row tile again).
+  const float* sumsq;
   int n_tiles, items, split, units;
 };
 
@@ -190,20 +208,22 @@ __device__ __forceinline__ void walk(const Params& p, const Unit& w, Stage&& sta
   }
 }
 
-template <int kN, int kStages, class Store>
-__global__ void __launch_bounds__(kGemmThreads, 1)
+template <class C, class Store>
+__global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     linear_wgmma_kernel(const __grid_constant__ GemmParams gp) {
+  constexpr int kN = C::kN, kStages = C::kStages, kTileM = C::kTileM, kConsumers = C::kConsumers;
   constexpr int kAcc = kN / 2, kNT = kN / 8;
+  constexpr int kProducerWarp = kConsumers / 32;
   const Params& p = gp.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // Dynamic shared memory is 16-byte aligned by contract: align the ring to 1024 by hand.
-  auto& sm = *reinterpret_cast<GemmSmem<kN, kStages>*>(
-      smem_raw + ((1024 - (cuda::smem_u32(smem_raw) & 1023)) & 1023));
+  auto& sm = *reinterpret_cast<GemmSmem<C>*>(smem_raw +
+                                             ((1024 - (cuda::smem_u32(smem_raw) & 1023)) & 1023));
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
       cuda::mbar_init(&sm.full[i], 1);
-      cuda::mbar_init(&sm.empty[i], 8);  // lane 0 of each consumer warp
+      cuda::mbar_init(&sm.empty[i], kConsumers / 32);  // lane 0 of each consumer warp
     }
     cuda::fence_mbar_init();
   }
@@ -212,11 +232,9 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
   const int count = first < gp.units ? (gp.units - first + step - 1) / step : 0;
   constexpr auto kNoop = [](int) {};
 
-  if (warp >= 8) {  // the producer warpgroup
-    // Its registers go to the consumers: 128 x (168 - 40) = 256 x (232 - 168) (setmaxnreg.inc
-    // takes only what a .dec of the same block released: with less it waits forever).
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp == 8) {
+  if (warp >= kProducerWarp) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProducerRegs) : "memory");
+    if (warp == kProducerWarp) {
       if (lane != 0) return;
       // fn(u, k, unit) for every stage u of this block's units, in order.
       const auto for_stages = [&](auto&& fn) {
@@ -231,7 +249,7 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       // written by a step), their tokens after it.
       for_stages([&](uint32_t u, int64_t k, const Unit& w) {
         if (u >= kStages) return;
-        cuda::mbar_arrive_expect_tx(&sm.full[u], sizeof(Stage<kN>));
+        cuda::mbar_arrive_expect_tx(&sm.full[u], sizeof(Stage<C>));
         cuda::tensor_load_2d(sm.st[u].w, &gp.w, k, w.m * kTileM, &sm.full[u]);
       });
       cuda::pdl_begin();
@@ -239,36 +257,36 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
         const uint32_t slot = u % kStages;
         if (u >= kStages) {
           cuda::mbar_wait(&sm.empty[slot], ((u / kStages) - 1) & 1);
-          cuda::mbar_arrive_expect_tx(&sm.full[slot], sizeof(Stage<kN>));
+          cuda::mbar_arrive_expect_tx(&sm.full[slot], sizeof(Stage<C>));
           cuda::tensor_load_2d(sm.st[slot].w, &gp.w, k, w.m * kTileM, &sm.full[slot]);
         }
         cuda::tensor_load_2d(sm.st[slot].x, &gp.x, k, w.nt * kN, &sm.full[slot]);
       });
       return;
     }
-    if (!p.input_rms) return;
-    // Warps 9..11: each token's sum of squares, per unit into sumsq[unit parity].
+    if (!p.input_rms || gp.sumsq != nullptr) return;
+    // Warps 1..3 of the warpgroup: each token's sum of squares, per unit into sumsq[unit parity].
     cuda::pdl_begin();  // x is the previous kernel's output
     for (int i = 0; i < count; ++i) {
       const Unit w = unit_of(gp, first + i * step);
       const uint32_t b = static_cast<uint32_t>(i) & 1;
-      if (i >= 2) cuda::named_barrier(kSumsqRead0 + b, kSumsqThreads);
+      if (i >= 2) cuda::named_barrier(kSumsqRead0 + b, C::kSumsqThreads);
       Params pt = p;
       pt.x = p.x + w.nt * kN * p.x_stride;
       const int nt = min(kN, static_cast<int>(p.n_tokens - w.nt * kN));
-      for (int t = warp - 9; t < nt; t += kSumsqWarps)
+      for (int t = warp - kProducerWarp - 1; t < nt; t += kSumsqWarps)
         sum_squares_block<2, 1>(pt, lane, t, sm.sumsq[b]);
-      cuda::named_barrier_arrive(kSumsqPosted0 + b, kSumsqThreads);
+      cuda::named_barrier_arrive(kSumsqPosted0 + b, C::kSumsqThreads);
     }
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kConsumerRegs) : "memory");
   cuda::pdl_begin();  // out is read (kAddToOut) and written below
   // Consumer warpgroup q: rows 64 q .. of the item; its warp wi rows 16 wi ..; lane (g, t) rows g
   // and g + 8 of those, tokens 8 j + 2 t (+1) of each 8-token group j (the mma C layout).
   const int q = warp >> 2, wi = warp & 3, g = lane >> 2, t = lane & 3;
-  const int ct = static_cast<int>(threadIdx.x);  // 0..255
+  const int ct = static_cast<int>(threadIdx.x);  // 0..kConsumers - 1
   uint32_t u = 0;
   for (int i = 0; i < count; ++i) {
     const int unit = first + i * step;
@@ -333,7 +351,8 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
     }
 
     const uint32_t b = static_cast<uint32_t>(i) & 1;
-    if (p.input_rms) cuda::named_barrier(kSumsqPosted0 + b, kSumsqThreads);
+    const bool own_sums = p.input_rms && gp.sumsq == nullptr;  // warps 9..11's
+    if (own_sums) cuda::named_barrier(kSumsqPosted0 + b, C::kSumsqThreads);
     const int64_t tile16 = w.m * (kTileM / kRows) + q * 4 + wi;
     if (stores && tile16 * kRows < p.out_f) {
       Params ps = p;
@@ -348,13 +367,22 @@ __global__ void __launch_bounds__(kGemmThreads, 1)
       if constexpr (Store::kReadsOut) Store::template load_prev<kNT>(ps, tile16, g, t, prev);
       if (p.input_rms) {
         float scale[kNT][2];
-        inverse_rms<kNT>(ps, sm.sumsq[b], t, scale);
+        inverse_rms<kNT>(ps, own_sums ? sm.sumsq[b] : gp.sumsq + w.nt * kN, t, scale);
         scale_sums<kNT>(c, scale);
       }
       Store::template store<kNT>(ps, tile16, g, t, c, prev);
     }
-    if (p.input_rms && i + 2 < count) cuda::named_barrier_arrive(kSumsqRead0 + b, kSumsqThreads);
+    if (own_sums && i + 2 < count) cuda::named_barrier_arrive(kSumsqRead0 + b, C::kSumsqThreads);
   }
+}
+
+// input_rms: each token's sum of squares in sum_squares' order, one warp per token, into sumsq
+// (the workspace), once per call instead of once per row tile.
+__global__ void __launch_bounds__(256) sum_squares_kernel(const Params p, float* sumsq) {
+  cuda::pdl_begin();  // x is the previous kernel's output
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int tok = static_cast<int>(blockIdx.x) * 8 + warp;
+  if (tok < p.n_tokens) sum_squares_block<4, 1>(p, lane, tok, sumsq);
 }
 
 // ---- host side ----
@@ -365,14 +393,18 @@ Tensor& g_workspace = *new Tensor();
 int64_t g_workspace_units = 0;           // rank sums of 64-token items it holds
 constexpr int64_t kMaxSplitUnits = 512;  // 16 MB; the 27B shapes need at most 80
 
-template <int kN, int kStages, class Store>
-void launch_kernel(const LinearShape& s, const LinearPlan& plan, int64_t m_tiles,
-                   cudaStream_t stream) {
-  using Smem = GemmSmem<kN, kStages>;
-  constexpr size_t kSmem = sizeof(Smem) + 1024;
-  static_assert(kSmem <= 227 * 1024, "shared memory of one block on sm_90");
+// The workspace's parts: rank sums ([unit][accumulator][consumer thread], up to 32 accumulators
+// and kMaxConsumers threads per unit), the counters, the sums of squares.
+float* workspace_counters() {
+  return g_workspace.data<float>() + g_workspace_units * 32 * kMaxConsumers;
+}
+
+template <class C, class Store>
+void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t stream) {
+  constexpr size_t kSmem = sizeof(GemmSmem<C>) + 1024;
+  static_assert(kSmem * C::kBlocksPerSm <= 227 * 1024, "shared memory of an SM on sm_90");
   static const bool configured = [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<kN, kStages, Store>,
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<C, Store>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kSmem)));
     return true;
@@ -380,44 +412,62 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, int64_t m_tiles
   (void)configured;
   GemmParams gp{};
   gp.p = decode_params(s, plan, 1);
-  gp.n_tiles = static_cast<int>((s.n + kN - 1) / kN);
-  gp.items = static_cast<int>(m_tiles) * gp.n_tiles;
-  const int sms = cuda::sm_count();
-  // Split mode: one rank per block when the items alone would leave SMs idle.
-  const bool split = kN <= 64 && plan.splits > 1 && gp.items < sms &&
+  gp.n_tiles = static_cast<int>((s.n + C::kN - 1) / C::kN);
+  gp.items = static_cast<int>((s.out_f + C::kTileM - 1) / C::kTileM) * gp.n_tiles;
+  const int slots = cuda::sm_count() * C::kBlocksPerSm;
+  // Split mode: one rank per block when the items alone would leave block slots idle.
+  const bool split = C::kN <= 64 && plan.splits > 1 && gp.items < slots &&
                      static_cast<int64_t>(gp.items) * plan.splits <= g_workspace_units;
   gp.split = split ? plan.splits : 1;
   gp.units = gp.items * gp.split;
   if (split) {
     gp.ws = g_workspace.data<float>();
-    gp.counters = reinterpret_cast<unsigned*>(gp.ws + g_workspace_units * 32 * kConsumers);
+    gp.counters = reinterpret_cast<unsigned*>(workspace_counters());
+  }
+  if (s.input_rms && g_workspace_units > 0) {
+    float* sumsq = workspace_counters() + kMaxSplitUnits;
+    cuda::launch_pdl(sum_squares_kernel, dim3(static_cast<unsigned>((s.n + 7) / 8)), dim3(256), 0,
+                     stream, gp.p, sumsq);
+    gp.sumsq = sumsq;
   }
   TANDEM_CHECK(
       cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, s.w, s.out_f, s.in,
-                                 s.in, kStageK, kTileM, CU_TENSOR_MAP_SWIZZLE_128B) &&
+                                 s.in, kStageK, C::kTileM, CU_TENSOR_MAP_SWIZZLE_128B) &&
           cuda::encode_tensor_map_2d(&gp.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, s.x, s.n, s.in,
-                                     s.x_stride, kStageK, kN, CU_TENSOR_MAP_SWIZZLE_128B),
+                                     s.x_stride, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
       "linear (wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f, s.in,
       s.n);
-  cuda::launch_pdl(linear_wgmma_kernel<kN, kStages, Store>,
-                   dim3(static_cast<unsigned>(std::min(gp.units, sms))), dim3(kGemmThreads), kSmem,
+  cuda::launch_pdl(linear_wgmma_kernel<C, Store>,
+                   dim3(static_cast<unsigned>(std::min(gp.units, slots))), dim3(C::kThreads), kSmem,
                    stream, gp);
+}
+
+// Tokens per item by the call's rows: fewer leave room for more stages, i.e. more weight bytes in
+// flight per SM.
+template <int kGroups, class Store>
+void launch_narrow(const LinearShape& s, const LinearPlan& plan, cudaStream_t stream) {
+  constexpr bool kOne = kGroups == 2;  // one block per SM (else two): its stages
+  if (s.n > 32) return launch_kernel<GemmCfg<64, kOne ? 8 : 6, kGroups>, Store>(s, plan, stream);
+  if (s.n > 16) return launch_kernel<GemmCfg<32, kOne ? 10 : 8, kGroups>, Store>(s, plan, stream);
+  launch_kernel<GemmCfg<16, kOne ? 12 : 10, kGroups>, Store>(s, plan, stream);
 }
 
 template <class Store>
 void launch_store(const LinearShape& s, cudaStream_t stream) {
+  const int sms = cuda::sm_count();
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
-  const LinearPlan plan = plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(),
-                                      cuda::sm_count(), kLinearRangeAlign);
-  const int64_t m_tiles = (s.out_f + kTileM - 1) / kTileM;
-  // 128-token items where they are many enough to fill the GPU twice over (from 256 rows they
-  // stream 1.1-1.5x faster than 64-token ones on the 27B shapes: natural_order_probe.cu); fewer
-  // tokens per item leave room for more stages, i.e. more weight bytes in flight per SM.
-  const bool wide = s.n > 64 && m_tiles * ((s.n + 63) / 64) >= 2 * cuda::sm_count();
-  if (wide) return launch_kernel<128, 6, Store>(s, plan, m_tiles, stream);
-  if (s.n > 32) return launch_kernel<64, 8, Store>(s, plan, m_tiles, stream);
-  if (s.n > 16) return launch_kernel<32, 10, Store>(s, plan, m_tiles, stream);
-  launch_kernel<16, 12, Store>(s, plan, m_tiles, stream);
+  const LinearPlan plan =
+      plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), sms, kLinearRangeAlign);
+  const int64_t items128 = (s.out_f + 127) / 128 * ((s.n + 63) / 64);
+  // 128-row x 128-token items where they fill the GPU twice over (from 256 rows they stream
+  // 1.1-1.5x faster than 64-token ones on the 27B shapes: natural_order_probe.cu); 128-row items
+  // where they are many; else 64-row items, two blocks per SM, so that matrices of few row tiles
+  // (out_f = 5120: 40 of 128 rows) still spread over the GPU.
+  if (s.n > 64 && items128 >= 2 * sms) {
+    return launch_kernel<GemmCfg<128, 6, 2>, Store>(s, plan, stream);
+  }
+  if (items128 >= 2 * sms) return launch_narrow<2, Store>(s, plan, stream);
+  launch_narrow<1, Store>(s, plan, stream);
 }
 
 }  // namespace
@@ -440,8 +490,10 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 
 void linear_reserve_decode_workspace(Device device) {
   if (device != Device::kCuda || g_workspace_units > 0) return;
-  g_workspace = Tensor::zeros({kMaxSplitUnits * 32 * kConsumers + kMaxSplitUnits}, DType::kF32,
-                              Device::kCuda);  // + the counters (one per item), zero
+  // The rank sums, the counters (one per item, zero) and input_rms's sums of squares.
+  g_workspace =
+      Tensor::zeros({kMaxSplitUnits * 32 * kMaxConsumers + kMaxSplitUnits + kWgmmaMaxTokens},
+                    DType::kF32, Device::kCuda);
   g_workspace_units = kMaxSplitUnits;
 }
 
