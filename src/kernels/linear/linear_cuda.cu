@@ -420,11 +420,12 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
 
 std::string linear_cuda_paths() {
   return fmt::format(
-      "linear: decode/verify rows 1-{} persistent bulk-copy kernel, {}-{} wgmma kernel (one "
-      "launch; more rows: groups of {}), unaligned rows the CUDA-core kernel; prefill rows "
+      "linear: decode/verify rows: the persistent bulk-copy kernel for 1 row (1-{} where the "
+      "matrix has fewer than {} 128-row tiles), else the wgmma kernel (one launch up to {} rows; "
+      "more: groups of {}), the same bits; unaligned rows the CUDA-core kernel; prefill rows "
       "cuBLASLt (one pinned algorithm per shape); FP8 decode rows 1-{} FP8 kernel, {}-{} batched "
       "FP8 kernel (more rows: groups of {}), FP8 prefill rows on the bf16 dequantisation",
-      kPersistentMaxTokens, kPersistentMaxTokens + 1, kWgmmaMaxTokens, kWgmmaMaxTokens,
+      kPersistentMaxTokens, (cuda::sm_count() + 1) / 2, kWgmmaMaxTokens, kWgmmaMaxTokens,
       kFp8BatchMinTokens - 1, kFp8BatchMinTokens, kFp8BatchMaxTokens, kFp8BatchMaxTokens);
 }
 

@@ -39,10 +39,18 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
 constexpr int64_t kSkinnyMaxTokens = kLinearDecodeMaxTokens;  // linear.h
 constexpr int64_t kWideMaxTokens = 32;
 // The wgmma kernel (linear_wgmma_cuda.cu): any number of rows up to this in one launch (256
-// sequences verifying k = 7 drafts: 2,048 rows); production takes it above kPersistentMaxTokens.
+// sequences verifying k = 7 drafts: 2,048 rows); production: linear_decode_takes_wgmma.
 constexpr int64_t kWgmmaMaxTokens = 2048;
-// Production: up to this many rows the persistent kernel, above it the wgmma kernel.
-constexpr int64_t kPersistentMaxTokens = 4;
+// Production's choice between the two kernels of the decode order (the same bits, so it may
+// follow speed alone; kernel_bench linear_batch, f2accc9): the persistent kernel for one row, and
+// for up to kPersistentMaxTokens rows of matrices with few 128-row tiles (fewer than half the SMs:
+// out_f = 5120, where 64-row wgmma items leave SMs idle: 3.1-3.6 TB/s against 2.7-2.9 at 5-8 rows);
+// the wgmma kernel otherwise (at 4 rows 3.8-4.1 TB/s against 3.3-3.5 on the larger shapes).
+constexpr int64_t kPersistentMaxTokens = 8;
+inline bool linear_decode_takes_wgmma(int64_t n, int64_t out_f, int sms) {
+  const bool few_row_tiles = (out_f + 127) / 128 * 2 < sms;
+  return n > (few_row_tiles ? kPersistentMaxTokens : 1);
+}
 // The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
 // configurations only) instead of kWgmmaMaxTokens. A row's bits are the same either way.
 constexpr bool kWideDecodeGroups = true;
@@ -84,7 +92,7 @@ void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cu
 // production's). Every configuration computes the same bits.
 // kLinearPersistentWide: 17..32 rows in the persistent kernel's wide configuration (the rule
 // before the wgmma kernel). Above kWideMaxTokens rows the persistent kernel runs groups of 32
-// unless the wgmma kernel takes the call (production: it does above kPersistentMaxTokens rows).
+// unless the wgmma kernel takes the call (production: linear_decode_takes_wgmma).
 constexpr int kLinearPersistentWide512 = 6;
 constexpr int kLinearPersistentWide = 7;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);

@@ -1,5 +1,6 @@
-// Decode/verify linear (production: 1..4 rows; above, the wgmma kernel linear_wgmma_cuda.cu, with
-// the same bits; the wide configuration, 17..32 rows, is a bench variant): one persistent launch
+// Decode/verify linear (production: one row, and up to 8 of matrices with few row tiles; else the
+// wgmma kernel linear_wgmma_cuda.cu, with the same bits: linear_decode_takes_wgmma; the wide
+// configuration, 17..32 rows, is a bench variant): one persistent launch
 // per call that streams every weight tile through a shared-memory ring filled by the bulk-copy
 // engine, so that no SM idles in a wave tail and no block pays a ramp of its own.
 //
@@ -329,7 +330,10 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
   TANDEM_CHECK(s.n >= 1 && s.n <= kWgmmaMaxTokens,
                "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kWgmmaMaxTokens);
   const bool older_wide = config == kLinearPersistentWide512 || config == kLinearPersistentWide;
-  if (s.n > kPersistentMaxTokens && !older_wide && linear_decode_wgmma(s, f32_out, stream)) return;
+  if (linear_decode_takes_wgmma(s.n, s.out_f, cuda::sm_count()) && !older_wide &&
+      linear_decode_wgmma(s, f32_out, stream)) {
+    return;
+  }
   if (s.n > kWideMaxTokens) {  // the wide configuration's groups of 32 (same bits)
     for (int64_t r0 = 0; r0 < s.n; r0 += kWideMaxTokens) {
       LinearShape part = s;

@@ -1,5 +1,5 @@
-// Decode/verify linear on wgmma (Hopper's warpgroup tensor-core instruction): production for
-// decode groups of more than kPersistentMaxTokens rows, the persistent kernel's bits
+// Decode/verify linear on wgmma (Hopper's warpgroup tensor-core instruction): production for the
+// decode groups linear_decode_takes_wgmma gives it, the persistent kernel's bits
 // (linear_persistent_cuda.cu) at any row count.
 //
 // The decode order (linear_plan.h) is one a GEMM can walk: an output is the left-to-right sum of
