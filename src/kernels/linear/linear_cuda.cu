@@ -420,7 +420,7 @@ void linear_cuda(const LinearArgs& a, const ExecContext& ctx) {
 
 std::string linear_cuda_paths() {
   return fmt::format(
-      "linear: decode/verify rows: the persistent bulk-copy kernel for 1 row (1-{} where the "
+      "linear: decode/verify rows: the persistent bulk-copy kernel for 1-3 rows (1-{} where the "
       "matrix has fewer than {} 128-row tiles), else the wgmma kernel (one launch up to {} rows; "
       "more: groups of {}), the same bits; unaligned rows the CUDA-core kernel; prefill rows "
       "cuBLASLt (one pinned algorithm per shape); FP8 decode rows 1-{} FP8 kernel, {}-{} batched "

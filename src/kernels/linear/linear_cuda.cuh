@@ -42,14 +42,15 @@ constexpr int64_t kWideMaxTokens = 32;
 // sequences verifying k = 7 drafts: 2,048 rows); production: linear_decode_takes_wgmma.
 constexpr int64_t kWgmmaMaxTokens = 2048;
 // Production's choice between the two kernels of the decode order (the same bits, so it may
-// follow speed alone; kernel_bench linear_batch, f2accc9): the persistent kernel for one row, and
-// for up to kPersistentMaxTokens rows of matrices with few 128-row tiles (fewer than half the SMs:
-// out_f = 5120, where 64-row wgmma items leave SMs idle: 3.1-3.6 TB/s against 2.7-2.9 at 5-8 rows);
-// the wgmma kernel otherwise (at 4 rows 3.8-4.1 TB/s against 3.3-3.5 on the larger shapes).
-constexpr int64_t kPersistentMaxTokens = 8;
+// follow speed alone): the persistent kernel up to 3 rows, and up to kPersistentMaxTokens rows of
+// matrices with few 128-row tiles (fewer than half the SMs: out_f = 5120), the wgmma kernel
+// otherwise. Measured on the 27B step (cec5795 against f2accc9, docs/benchmarks.md): verify of 2
+// and 3 rows at batch 1 3% faster on the persistent kernel, of 4 rows 3% faster with the large
+// matrices on the wgmma kernel, 8 streams 1% faster with out_f = 5120 on the wgmma kernel.
+constexpr int64_t kPersistentMaxTokens = 4;
 inline bool linear_decode_takes_wgmma(int64_t n, int64_t out_f, int sms) {
   const bool few_row_tiles = (out_f + 127) / 128 * 2 < sms;
-  return n > (few_row_tiles ? kPersistentMaxTokens : 1);
+  return n > (few_row_tiles ? kPersistentMaxTokens : 3);
 }
 // The fallback switch: false forms decode groups of kSkinnyMaxTokens rows (the narrow
 // configurations only) instead of kWgmmaMaxTokens. A row's bits are the same either way.

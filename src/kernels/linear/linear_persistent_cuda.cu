@@ -1,4 +1,4 @@
-// Decode/verify linear (production: one row, and up to 8 of matrices with few row tiles; else the
+// Decode/verify linear (production: up to 3 rows, and 4 of matrices with few row tiles; else the
 // wgmma kernel linear_wgmma_cuda.cu, with the same bits: linear_decode_takes_wgmma; the wide
 // configuration, 17..32 rows, is a bench variant): one persistent launch
 // per call that streams every weight tile through a shared-memory ring filled by the bulk-copy
