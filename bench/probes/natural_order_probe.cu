@@ -1,14 +1,16 @@
 // How fast can the decode linear be at 64..1,024 rows if its order of additions is one that a
-// tensor-core GEMM can walk? A standalone probe for docs/cuda.md known gap 6: production's order
-// (8 warp classes interleaved at 32-k steps, k16 sets {0-3, 8-11, 16-19, 24-27} of each step)
-// makes any one-block GEMM hold 8 accumulators per output, so above 64 rows the step runs at
-// 115-175 TFLOP/s. This probe defines a candidate order, "the natural decode order", checks that
-// a wgmma GEMM computes it bit for bit, and times that GEMM against cuBLAS on the 27B shapes.
+// tensor-core GEMM can walk? The standalone probe (2026-12-04) behind the decode order that
+// production now runs (linear_plan.h, docs/cuda.md): the order before (8 warp classes interleaved
+// at 32-k steps, k16 sets {0-3, 8-11, 16-19, 24-27} of each step) made any one-block GEMM hold 8
+// accumulators per output, so above 64 rows the step ran at 115-175 TFLOP/s. This probe defines
+// the order, checks that a wgmma GEMM computes it bit for bit, and times that GEMM against cuBLAS
+// on the 27B shapes (H200: bench/results/natural-order-probe-h200.json); its production form is
+// linear_wgmma_cuda.cu.
 //
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -DTANDEM_CUDA \
 //        -DFMT_USE_CONSTEXPR=1 --expt-relaxed-constexpr bench/probes/natural_order_probe.cu \
 //        src/kernels/tensor_map_cuda.cu -lcublas -o /tmp/natural_order_probe && \
-//   /tmp/natural_order_probe [out.json]
+//   COMMIT=$(git rev-parse --short HEAD) /tmp/natural_order_probe [out.json]
 //
 // The natural decode order of y[t, o] = sum_k W[o, k] x[t, k] (bf16 in, fp32 sums), given the
 // plan of the weight shape (linear_plan.h: `splits` ranges of range_k, here multiples of 64):
@@ -40,6 +42,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -503,7 +506,13 @@ int main(int argc, char** argv) {
   }
 
   // Speed on the 27B shapes.
-  std::string json = "{\n \"machine\": \"H200\",\n \"rows\": [\n";
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const char* commit = std::getenv("COMMIT");
+  std::string json = std::string("{\n \"machine\": \"") + prop.name + ", " + std::to_string(sms) +
+                     " SMs\",\n \"commit\": \"" + (commit != nullptr ? commit : "unknown") +
+                     "\",\n \"command\": \"" + argv[0] + (argc > 1 ? " " : "") +
+                     (argc > 1 ? argv[1] : "") + "\",\n \"rows\": [\n";
   bool first = true;
   const std::pair<int64_t, int64_t> shapes[] = {
       {34816, 5120}, {16480, 5120}, {14336, 5120}, {5120, 17408}, {5120, 6144}};

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs ON the H200 machine (device tool): the batched decode linears (linear_batch_cuda.cu, 5-64
-# rows; linear_classes_cuda.cu, more) checked and measured in one call, in order, each part under
-# its own time limit, logs in $OUT as they finish. Carry .devdeps (scripts/device/pack_deps.sh).
-#   1. build cuda_tests, tandem and kernel_bench;
+# Runs ON the H200 machine (device tool): the decode linears (linear_persistent_cuda.cu,
+# linear_wgmma_cuda.cu) checked and measured in one call, in order, each part under its own time
+# limit, logs in $OUT as they finish. Carry .devdeps (scripts/device/pack_deps.sh).
+#   1. build cuda_tests, tandem and kernel_bench, then a 60 s smoke test (LinearConfigurations):
+#      a kernel that hangs stops the run there instead of eating every later part's time limit;
 #   2. the linear conformance and bitwise row-invariance tests (every kernel configuration and
 #      decode-group rule against production, 1..256 rows, every epilogue), or LINEAR_FILTER's;
 #   3. kernel_bench KBENCH_GROUPS (default linear_batch: TB/s of weights at 1..1,024 decode rows per
@@ -13,6 +14,11 @@
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 build_cuda cuda_tests tandem kernel_bench
+timeout 60 $B/tests/cuda_tests --gtest_filter='CudaRowInvariance.LinearConfigurations' \
+  > "$OUT/smoke.log" 2>&1
+rc=$?
+summary "smoke rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/smoke.log" | tr '\n' ' ') ($(stamp))"
+[[ $rc == 124 ]] && { summary "smoke test hung: stopping"; exit 1; }
 
 timeout "${LINEAR_LIMIT:-150}" stdbuf -oL $B/tests/cuda_tests \
   --gtest_filter="${LINEAR_FILTER:-CudaConformance.Linear*:CudaRowInvariance.Linear*}" \
@@ -50,9 +56,8 @@ if [[ -n ${PROFILE_BATCH:-} ]]; then
   head -30 "$OUT/profile.txt" | tee -a "$OUT/summary.txt"
 fi
 
-# 7. MEMCHECK=1: compute-sanitizer memcheck of the linear tests that run the class-split kernel
-#    (DSMEM pushes, remote barrier arrivals; every configuration at 1..64 rows, 65..256 in
-#    LinearDecodeBatch), or of MEMCHECK_FILTER's tests, limit MEMCHECK_LIMIT s.
+# 7. MEMCHECK=1: compute-sanitizer memcheck of the bitwise linear tests (every configuration at
+#    1..64 rows, 5..256 in LinearDecodeBatch), or of MEMCHECK_FILTER's tests, limit MEMCHECK_LIMIT s.
 if [[ -n ${MEMCHECK:-} ]]; then
   timeout "${MEMCHECK_LIMIT:-400}" compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$B/tests/cuda_tests" --gtest_filter="${MEMCHECK_FILTER:-CudaRowInvariance.LinearConfigurations:CudaRowInvariance.LinearDecodeBatch}" \
