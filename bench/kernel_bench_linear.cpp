@@ -131,7 +131,8 @@ void bench_linear_variants(cudaStream_t s) {
 // Group linear_batch: decode calls of n = 1..1024 rows (LinearArgs::decode_rows = n) on the 27B
 // shapes, back to back, as TB/s of weight bytes (what a batch must read, once): production (the
 // persistent kernel up to 4 rows, the wgmma kernel above), variant 12 (groups of 32 in the
-// persistent kernel's wide configuration) and 13 (the wgmma kernel at every n); ratio: time over
+// persistent kernel's wide configuration) and 13 (the wgmma kernel at every n), and from 64 rows
+// the same rows as prefill rows (cuBLASLt: the vendor GEMM, other bits); ratio: time over
 // production's at the same n. TFLOP/s = TB/s x n (2 n flops per 2-byte weight).
 void bench_linear_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
@@ -160,6 +161,19 @@ void bench_linear_batch(cudaStream_t s) {
         report(fmt::format("linear decode n={} {} [{},{}] (back to back)", n, name, out_f, in), ms,
                2.0 * out_f * in, production);
         line += fmt::format(" v{} {:.2f}", v, 2.0 * out_f * in / (ms * 1e-3) / 1e12);
+      }
+      if (n >= 64) {  // the same rows as prefill rows: cuBLASLt, the vendor GEMM's speed
+        const double ms = batched_ms(s, 8, [&](int it) {
+          linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
+                       .weight = w[it % 3],
+                       .out = out.slice(0, 0, n).slice(1, 0, out_f),
+                       .decode_rows = 0},
+                      ctx);
+        });
+        report(
+            fmt::format("linear n={} prefill GEMM (cuBLASLt) [{},{}] (back to back)", n, out_f, in),
+            ms, 2.0 * out_f * in, production);
+        line += fmt::format(" cublas {:.2f}", 2.0 * out_f * in / (ms * 1e-3) / 1e12);
       }
       fmt::print("{}\n", line);
     }

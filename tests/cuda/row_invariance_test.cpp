@@ -325,6 +325,45 @@ TEST(CudaRowInvariance, LinearMixedRows) {
   }
 }
 
+// The decode kernels against the decode order's specification (linear_order_spec_cuda.cu: one
+// warp per 16 weight rows and 8 tokens, plain loads, no ring and no split of the work), bit for
+// bit, f32 outputs: the five Qwen3.5-27B decode shapes and two awkward ones (in not a multiple of
+// 64, out_f not of 16) at 1..256 rows, so that both kernels (persistent; wgmma in every item size,
+// with and without split mode) compute exactly the order linear_plan.h defines, not only the same
+// bits as each other.
+TEST(CudaRowInvariance, LinearDecodeOrderSpec) {
+  SKIP_WITHOUT_CUDA();
+  CudaStream cs;
+  Rng rng(41);
+  linear_reserve_decode_workspace(Device::kCuda);  // split mode
+  constexpr int64_t kRows = 256;
+  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{34816, 5120},
+                                  {16480, 5120},
+                                  {14336, 5120},
+                                  {5120, 17408},
+                                  {5120, 6144},
+                                  {1000, 4104},
+                                  {136, 3000}}) {
+    const Tensor w = random_bf16_device({out_f, in}, static_cast<uint64_t>(3 * out_f + in));
+    const Mirror x = random_mirror({kRows, in}, rng, DType::kBF16, 0.05f, 2.f);
+    for (const int64_t n : {1, 3, 4, 5, 9, 70, 130, 256}) {
+      const Tensor xs = x.dev.slice(0, 0, n);
+      Tensor kernel = Tensor::zeros({n, out_f}, DType::kF32, Device::kCuda);
+      Tensor spec = Tensor::zeros({n, out_f}, DType::kF32, Device::kCuda);
+      linear({.x = xs, .weight = w, .out = kernel, .decode_rows = n}, cs.ctx());
+      linear_decode_order_spec({.x = xs, .weight = w, .out = spec}, cs.ctx());
+      cs.sync();
+      const std::vector<uint32_t> a = out_bits(kernel), b = out_bits(spec);
+      int64_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i] ? 1 : 0;
+      check_bits("linear.decode_order_spec",
+                 fmt::format("out={},in={},n_tokens={}: {} of {} outputs differ", out_f, in, n,
+                             differ, a.size()),
+                 differ == 0);
+    }
+  }
+}
+
 // Every configuration of the decode kernels computes production's bits (they share its plan and
 // the decode order): bench variants 6-9 (other rings and chunks of the narrow configurations), 10
 // (decode groups of 16 rows), 11 and 12 (groups of 32 in the persistent kernel's wide

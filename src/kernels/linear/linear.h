@@ -142,6 +142,10 @@ std::string linear_cuda_paths();
 // Benchmark-only: picks a decode-kernel variant (0 = production); returns the number of variants.
 // Only the persistent kernel's variants take LinearEpilogue::kSwiGluPairs.
 int linear_skinny_set_variant(int v);
+// Tests and benchmarks only: the bf16 decode order's specification (linear_order_spec_cuda.cu, one
+// warp per 16 weight rows and 8 tokens, plain loads; slow): bf16 x [n, in] (in a multiple of 8) and
+// weight, f32 out [n, out], no epilogue or input_rms. Every bf16 decode kernel gives its bits.
+void linear_decode_order_spec(const LinearArgs& a, const ExecContext& ctx);
 // Benchmark-only: FP8 decode rows of 1-4 tokens with the tokens staged once per block (true,
 // production) or carried in every ring slot (linear_fp8_cuda.cu); the bits are the same.
 void linear_fp8_set_staging(bool on);

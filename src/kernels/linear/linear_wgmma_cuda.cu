@@ -4,14 +4,14 @@
 //
 // The decode order (linear_plan.h) is one a GEMM can walk: an output is the left-to-right sum of
 // its ranks' sums, each the left-to-right sum of 8 class chains, each chain natural k16 steps over
-// its 128-k pieces of the rank's 1024-k chunks in increasing k. A block here computes a 128-row x
-// kN-token item with two consumer warpgroups (64 rows each, wgmma m64nNk16 with both operands in
-// 128-byte-swizzled shared memory) and walks, for each rank, class 0's pieces, then class 1's, ...:
-// three accumulator sets (the class chain, the range sum, the total) replace the 8 accumulators a
-// block needed in the interleaved order. bench/probes/natural_order_probe.cu showed the tensor
-// cores' m64nNk16 sums equal mma.sync m16n8k16's on natural k sets, chained (and mma_bits_probe.cu
-// that a k16 sum depends only on which 16 products it adds); every row of the linear tests is
-// checked bitwise against the persistent kernel's.
+// its 128-k pieces of the rank's 1024-k chunks in increasing k. A block computes a 64- or 128-row
+// x kN-token item with one or two consumer warpgroups (64 rows each, wgmma m64nNk16 with both
+// operands in 128-byte-swizzled shared memory) and walks, for each rank, class 0's pieces, then
+// class 1's, ...: three accumulator sets (the class chain, the range sum, the total) replace the 8
+// accumulators a block needed in the interleaved order. The probes (mma_bits_probe.cu; the
+// natural-order probe, in git at 47b8f8d) showed that wgmma's m64nNk16 sums equal mma.sync
+// m16n8k16's on natural k sets, chained; every row is checked bitwise against the persistent
+// kernel's and against the order's specification (linear_order_spec_cuda.cu).
 //
 // Roles: one or two consumer warpgroups (64 weight rows each: 64-row items at two blocks per SM
 // for matrices with few row tiles, else 128-row items at one) and a producer warpgroup that gives
@@ -460,9 +460,9 @@ void launch_store(const LinearShape& s, cudaStream_t stream) {
       plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), sms, kLinearRangeAlign);
   const int64_t items128 = (s.out_f + 127) / 128 * ((s.n + 63) / 64);
   // 128-row x 128-token items where they fill the GPU twice over (from 256 rows they stream
-  // 1.1-1.5x faster than 64-token ones on the 27B shapes: natural_order_probe.cu); 128-row items
-  // where they are many; else 64-row items, two blocks per SM, so that matrices of few row tiles
-  // (out_f = 5120: 40 of 128 rows) still spread over the GPU.
+  // 1.1-1.5x faster than 64-token ones on the 27B shapes: natural-order-probe-h200.json); 128-row
+  // items where they are many; else 64-row items, two blocks per SM, so that matrices of few row
+  // tiles (out_f = 5120: 40 of 128 rows) still spread over the GPU.
   if (s.n > 64 && items128 >= 2 * sms) {
     return launch_kernel<GemmCfg<128, 6, 2>, Store>(s, plan, stream);
   }
