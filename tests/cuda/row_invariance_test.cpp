@@ -221,13 +221,17 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
 // computed alone (the persistent kernel) and in a 16-row call, bit for bit, with every epilogue and
 // input_rms, on the five Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8
 // tiles per cluster, and awkward shapes (in not a multiple of 64: a last 16-k step with 8 real k;
-// out_f not a multiple of 16 or of 128). Rows past n are left alone.
+// out_f not a multiple of 16 or of 128). Rows past n are left alone. Up to 16 rows the input_rms
+// forms also run bench variant 14 (the wgmma kernel's sums of squares in the kernel).
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(31);
   constexpr int64_t kRows = 256;
   linear_reserve_decode_workspace(Device::kCuda);  // split mode
+  struct ProductionAfter {  // leaves the production variant selected, whatever fails
+    ~ProductionAfter() { linear_skinny_set_variant(0); }
+  } production_after;
   struct Shape2 {
     const char* name;
     int64_t out_f, in;
@@ -271,6 +275,16 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
           untouched &= bits[e] == (f.epilogue == LinearEpilogue::kAddToOut ? res_bits[e] : poison);
         }
         check_bits("linear.decode_batch_bounds", p, untouched);
+        if (!f.input_rms || n > 16) continue;
+        // Bench variant 14: the wgmma kernel's sums of squares in the kernel (no
+        // sum_squares_kernel): the same bits.
+        linear_skinny_set_variant(14);
+        const LinearBuffers in_kernel = buffers();
+        run_rows(f, x.dev, w, in_kernel, 0, n, n, cs.ctx());
+        cs.sync();
+        linear_skinny_set_variant(0);
+        const std::string vs1_ik = bad_rows(out_bits(in_kernel.out), alone_bits, 0, n, cols);
+        check_bits("linear.decode_batch_inkernel_sums_vs_1", p + vs1_ik, vs1_ik.empty());
       }
     }
   }
@@ -368,7 +382,8 @@ TEST(CudaRowInvariance, LinearDecodeOrderSpec) {
 // the decode order): bench variants 6-9 (other rings and chunks of the narrow configurations), 10
 // (decode groups of 16 rows), 11 and 12 (groups of 32 in the persistent kernel's wide
 // configuration, 512-k and 1024-k rings), 13 (the wgmma kernel at every row count, 1-4 rows too),
-// at 1..64 decode rows, with and without epilogues, on shapes whose ranges end inside a chunk
+// 14 (production with in-kernel sums of squares; its input_rms forms: LinearDecodeBatch), at 1..64
+// decode rows, with and without epilogues, on shapes whose ranges end inside a chunk
 // (k-splits of 2, 4 and 8) and inside a 16-k step.
 TEST(CudaRowInvariance, LinearConfigurations) {
   SKIP_WITHOUT_CUDA();
@@ -401,7 +416,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
         cs.sync();
         production.push_back(out_bits(b.out));
       }
-      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13}) {
+      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14}) {
         linear_skinny_set_variant(variant);
         for (size_t i = 0; i < ns.size(); ++i) {
           const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);

@@ -101,6 +101,10 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
 // the persistent kernel's bits; false (nothing launched) for rows that are not 16-byte loadable.
 // Split mode (few row tiles: one k rank per block) needs linear_reserve_decode_workspace.
 bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream);
+// Bench only: input_rms calls of up to max_rows rows sum their tokens' squares inside the wgmma
+// kernel (the producer warpgroup's spare warps, every item again: no extra launch) instead of in
+// a kernel launched before it (production: 0). The bits are the same.
+void linear_wgmma_set_inkernel_sums(int64_t max_rows);
 // A tensor map of the bf16 matrix [rows, cols] (row stride `stride` elements) in boxes of
 // [box_k, box_rows] (linear_fp8_batch_cuda.cu; elements out of bounds read as zeros). False if the
 // driver refuses it.

@@ -109,6 +109,7 @@ enum class Kind {
   kPreviousRule,  // the rule before the persistent kernel: this kernel for many tiles, the
                   // bulk-copy kernel with a k-split of 8 for few
   kWgmma,         // linear_wgmma_cuda.cu at every n (the persistent kernel where it does not apply)
+  kInKernelSums,  // production, the wgmma kernel's input_rms sums in the kernel up to `param` rows
 };
 struct Variant {
   Kind kind;
@@ -117,7 +118,9 @@ struct Variant {
 constexpr int kNarrowGroups = 5;
 // 10: the groups of 16 that decode batches ran in before the wide configuration (A/B, fallback);
 // 11: the wide configuration's 512-k alternative; 12: groups of 32 in the wide configuration (the
-// rule before the batched kernel); 13: the wgmma kernel for every decode group, also of 1..4 rows.
+// rule before the batched kernel); 13: the wgmma kernel for every decode group, also of 1..4 rows;
+// 14: production with the wgmma kernel's input_rms sums of squares computed in the kernel for calls
+// of up to 16 rows (no sum_squares_kernel launch; docs/cuda.md known gap 6).
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -131,7 +134,8 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kNarrowGroups},
                                  {Kind::kPersistent, kLinearPersistentWide512},
                                  {Kind::kPersistent, kLinearPersistentWide},
-                                 {Kind::kWgmma, 0}};
+                                 {Kind::kWgmma, 0},
+                                 {Kind::kInKernelSums, 16}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -160,6 +164,7 @@ void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream)
         return linear_skinny_stream(s, f32, kStreamMaxSplits, stream);
       return launch_mma<kNTiles, 2, TOut>(s, stream);
     case Kind::kWgmma:
+    case Kind::kInKernelSums:
       break;  // launch() takes them
   }
 }
@@ -173,6 +178,12 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   if (v.kind == Kind::kWgmma) {
     if (linear_decode_wgmma(s, sizeof(TOut) == 4, stream)) return;
     return linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
+  }
+  if (v.kind == Kind::kInKernelSums) {
+    linear_wgmma_set_inkernel_sums(v.param);
+    linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
+    linear_wgmma_set_inkernel_sums(0);
+    return;
   }
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,
                "linear: decode variant {} (bench only) has no epilogue and no input_rms, and takes "
@@ -191,7 +202,7 @@ void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<f
 int64_t linear_decode_group_rows() {
   const Variant& v = kVariants[g_variant];
   if (!kWideDecodeGroups) return kSkinnyMaxTokens;
-  if (v.kind == Kind::kWgmma) return kWgmmaMaxTokens;
+  if (v.kind == Kind::kWgmma || v.kind == Kind::kInKernelSums) return kWgmmaMaxTokens;
   if (v.kind != Kind::kPersistent || v.param == kNarrowGroups) return kSkinnyMaxTokens;
   const bool older_wide = v.param == kLinearPersistentWide512 || v.param == kLinearPersistentWide;
   if (older_wide) return kWideMaxTokens;

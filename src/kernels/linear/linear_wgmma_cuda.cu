@@ -392,6 +392,9 @@ __global__ void __launch_bounds__(256) sum_squares_kernel(const Params p, float*
 Tensor& g_workspace = *new Tensor();
 int64_t g_workspace_units = 0;           // rank sums of 64-token items it holds
 constexpr int64_t kMaxSplitUnits = 512;  // 16 MB; the 27B shapes need at most 80
+// Calls of up to this many rows sum their tokens' squares in the kernel (every item again) rather
+// than in sum_squares_kernel: 0 in production; bench variant 14 sets 16 (linear_mma_cuda.cu).
+int64_t g_inkernel_sums_rows = 0;
 
 // The workspace's parts: rank sums ([unit][accumulator][consumer thread], up to 32 accumulators
 // and kMaxConsumers threads per unit), the counters, the sums of squares.
@@ -424,7 +427,7 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
     gp.ws = g_workspace.data<float>();
     gp.counters = reinterpret_cast<unsigned*>(workspace_counters());
   }
-  if (s.input_rms && g_workspace_units > 0) {
+  if (s.input_rms && g_workspace_units > 0 && s.n > g_inkernel_sums_rows) {
     float* sumsq = workspace_counters() + kMaxSplitUnits;
     cuda::launch_pdl(sum_squares_kernel, dim3(static_cast<unsigned>((s.n + 7) / 8)), dim3(256), 0,
                      stream, gp.p, sumsq);
@@ -487,6 +490,8 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
   }
   return true;
 }
+
+void linear_wgmma_set_inkernel_sums(int64_t max_rows) { g_inkernel_sums_rows = max_rows; }
 
 void linear_reserve_decode_workspace(Device device) {
   if (device != Device::kCuda || g_workspace_units > 0) return;
