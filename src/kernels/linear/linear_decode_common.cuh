@@ -4,11 +4,10 @@
 // and the sums of squares): the warp roles, the producers' schedules, the store policies
 // (epilogues), the input_rms sums of squares, and the end of a tile, i.e. the fixed order in which
 // its 8 warp-class sums (left to right) and its k-split ranks' sums (in rank order) are added,
-// either in the consumer warps
-// (finish_tile) or in the rms warp while they stream on (the finisher form: post_tile_sums,
-// finish_tiles). The kernels of one weight type run the same plan (linear_plan.h) and this one
-// sequence of additions, so a row's bits do not depend on which kernel, or how many rows, computed
-// it. Internal to src/kernels/linear.
+// either in the consumer warps (finish_tile) or in the rms warp while they stream on (the finisher
+// form: post_tile_sums, finish_tiles). The kernels of one weight type run the same plan
+// (linear_plan.h) and this one sequence of additions, so a row's bits do not depend on which
+// kernel, or how many rows, computed it. Internal to src/kernels/linear.
 #pragma once
 
 #include <cooperative_groups.h>

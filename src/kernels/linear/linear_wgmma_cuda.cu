@@ -427,12 +427,7 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
     gp.ws = g_workspace.data<float>();
     gp.counters = reinterpret_cast<unsigned*>(workspace_counters());
   }
-  if (s.input_rms && g_workspace_units > 0 && s.n > g_inkernel_sums_rows) {
-    float* sumsq = workspace_counters() + kMaxSplitUnits;
-    cuda::launch_pdl(sum_squares_kernel, dim3(static_cast<unsigned>((s.n + 7) / 8)), dim3(256), 0,
-                     stream, gp.p, sumsq);
-    gp.sumsq = sumsq;
-  }
+  // The maps first, so that a refused one throws before anything is launched.
   TANDEM_CHECK(
       cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, s.w, s.out_f, s.in,
                                  s.in, kStageK, C::kTileM, CU_TENSOR_MAP_SWIZZLE_128B) &&
@@ -440,6 +435,12 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
                                      s.x_stride, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
       "linear (wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f, s.in,
       s.n);
+  if (s.input_rms && g_workspace_units > 0 && s.n > g_inkernel_sums_rows) {
+    float* sumsq = workspace_counters() + kMaxSplitUnits;
+    cuda::launch_pdl(sum_squares_kernel, dim3(static_cast<unsigned>((s.n + 7) / 8)), dim3(256), 0,
+                     stream, gp.p, sumsq);
+    gp.sumsq = sumsq;
+  }
   cuda::launch_pdl(linear_wgmma_kernel<C, Store>,
                    dim3(static_cast<unsigned>(std::min(gp.units, slots))), dim3(C::kThreads), kSmem,
                    stream, gp);
