@@ -86,11 +86,11 @@ void fp8_dequantize_rows(const f8e4m3* w, const float* scale, int64_t block_rows
 // elements, once at load, so that no step allocates. No-op on the CPU.
 void linear_reserve_fp8_scratch(int64_t numel, Device device);
 
-// The decode linear's wgmma kernel (linear_wgmma_cuda.cu) adds the k ranks of calls with few row
-// tiles through a workspace (split mode: one rank per block, so that such calls fill the GPU);
-// this reserves it (a process-wide device buffer of 16 MB), once at load, so that no step
-// allocates. Without it those calls run every rank in one block (the same bits, slower). No-op on
-// the CPU.
+// The decode linear's wgmma kernel (linear_wgmma_cuda.cu) adds the k ranks (and class groups) of
+// calls with few row tiles through a workspace (split mode: one rank, or some of its classes, per
+// block, so that such calls fill the GPU); this reserves it (a process-wide device buffer of 32
+// MB), once at load, so that no step allocates. Without it those calls run every rank in one block
+// (the same bits, slower). No-op on the CPU.
 void linear_reserve_decode_workspace(Device device);
 
 // The block scales an f8_e4m3 weight needs, on every device: weight_scale_inv f32 [ceil(out /

@@ -105,6 +105,9 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 // kernel (the producer warpgroup's spare warps, every item again: no extra launch) instead of in
 // a kernel launched before it (production: 0). The bits are the same.
 void linear_wgmma_set_inkernel_sums(int64_t max_rows);
+// Bench only: split mode's class groups and split remainders on (production) or off (the rule
+// before: one rank per unit when the items are fewer than the block slots).
+void linear_wgmma_set_class_groups(bool on);
 // A tensor map of the bf16 matrix [rows, cols] (row stride `stride` elements) in boxes of
 // [box_k, box_rows] (linear_fp8_batch_cuda.cu; elements out of bounds read as zeros). False if the
 // driver refuses it.

@@ -110,6 +110,7 @@ enum class Kind {
                   // bulk-copy kernel with a k-split of 8 for few
   kWgmma,         // linear_wgmma_cuda.cu at every n (the persistent kernel where it does not apply)
   kInKernelSums,  // production, the wgmma kernel's input_rms sums in the kernel up to `param` rows
+  kNoClassGroups,  // production with the wgmma kernel's split rule before class groups
 };
 struct Variant {
   Kind kind;
@@ -120,7 +121,9 @@ constexpr int kNarrowGroups = 5;
 // 11: the wide configuration's 512-k alternative; 12: groups of 32 in the wide configuration (the
 // rule before the batched kernel); 13: the wgmma kernel for every decode group, also of 1..4 rows;
 // 14: production with the wgmma kernel's input_rms sums of squares computed in the kernel for calls
-// of up to 16 rows (no sum_squares_kernel launch; docs/cuda.md known gap 6).
+// of up to 16 rows (no sum_squares_kernel launch; docs/cuda.md known gap 6); 15: production with
+// the wgmma kernel's split rule before class groups (one rank per unit when the items are fewer
+// than the block slots; no split remainders after whole waves).
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -135,7 +138,8 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kLinearPersistentWide512},
                                  {Kind::kPersistent, kLinearPersistentWide},
                                  {Kind::kWgmma, 0},
-                                 {Kind::kInKernelSums, 16}};
+                                 {Kind::kInKernelSums, 16},
+                                 {Kind::kNoClassGroups, 0}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -165,6 +169,7 @@ void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream)
       return launch_mma<kNTiles, 2, TOut>(s, stream);
     case Kind::kWgmma:
     case Kind::kInKernelSums:
+    case Kind::kNoClassGroups:
       break;  // launch() takes them
   }
 }
@@ -185,6 +190,12 @@ void launch(const LinearShape& s, cudaStream_t stream) {
     linear_wgmma_set_inkernel_sums(0);
     return;
   }
+  if (v.kind == Kind::kNoClassGroups) {
+    linear_wgmma_set_class_groups(false);
+    linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
+    linear_wgmma_set_class_groups(true);
+    return;
+  }
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,
                "linear: decode variant {} (bench only) has no epilogue and no input_rms, and takes "
                "at most {} rows, got {}",
@@ -202,7 +213,8 @@ void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<f
 int64_t linear_decode_group_rows() {
   const Variant& v = kVariants[g_variant];
   if (!kWideDecodeGroups) return kSkinnyMaxTokens;
-  if (v.kind == Kind::kWgmma || v.kind == Kind::kInKernelSums) return kWgmmaMaxTokens;
+  if (v.kind == Kind::kWgmma || v.kind == Kind::kInKernelSums || v.kind == Kind::kNoClassGroups)
+    return kWgmmaMaxTokens;
   if (v.kind != Kind::kPersistent || v.param == kNarrowGroups) return kSkinnyMaxTokens;
   const bool older_wide = v.param == kLinearPersistentWide512 || v.param == kLinearPersistentWide;
   if (older_wide) return kWideMaxTokens;

@@ -21,10 +21,13 @@
 // from a small kernel launched just before, once per call, into the workspace; without the
 // workspace the producer warpgroup's other warps sum each item's tokens. Items (row tile, token
 // tile) go to the blocks of a persistent grid in turn, the token tiles of a row tile next to each
-// other so that its weights come from L2 after the first. When a call has fewer items than block
-// slots and the plan splits k, each block takes one rank of an item (split mode): it posts its rank
-// sum to the workspace, and the block that finishes an item last adds the ranks' sums in rank order
-// (a counter per item, reset by that block), so the order of additions is the same either way.
+// other so that its weights come from L2 after the first. Items left over after whole waves of
+// block slots (all of them when they are fewer than the slots: out_f = 5120 has 80 items of 64
+// rows for 264 slots; gate|up 8 of 128 rows after two waves of 132) are split (split mode,
+// pick_split): a unit takes one rank of such an item, or a group of its classes, and posts its sums
+// to the workspace (the rank's sum, or each class's chain sum); the block that finishes an item
+// last (a counter per item, reset by that block) adds them class by class, rank by rank, as one
+// block would, so the order of additions is the same either way.
 #include <cuda.h>
 
 #include <algorithm>
@@ -42,7 +45,6 @@ using namespace decode_linear;  // NOLINT: the shared pieces of the decode kerne
 constexpr int kStageK = 64;     // k per ring stage: one 128-byte swizzle row
 constexpr int kSumsqWarps = 3;  // warps 1..3 of the producer warpgroup
 constexpr uint32_t kSumsqPosted0 = 1, kSumsqRead0 = 3, kConsumerBarrier = 5;
-constexpr int kMaxConsumers = 256;
 constexpr int kClasses = static_cast<int>(kLinearPlanChunkK / kPieceK);
 static_assert(kPieceK % kStageK == 0);
 
@@ -78,12 +80,17 @@ struct GemmSmem {
 struct GemmParams {
   Params p;  // the shape, the plan (splits, range_k), input_rms
   CUtensorMap w, x;
-  float* ws;           // split mode: rank sums, [unit][accumulator][consumer thread]
-  unsigned* counters;  // split mode: ranks done per item (the last block resets it)
+  // Split mode: the posted sums, [item][rank][piece][accumulator][consumer thread], a piece being
+  // the rank's sum (cgroups 1) or one class's chain sum (cgroups > 1: kClasses pieces per rank).
+  float* ws;
+  unsigned* counters;  // split mode: units done per item (the last block resets it)
   // input_rms with the workspace: each token's sum of squares, written by sum_squares_kernel
   // before this launch; null: warps 9..11 sum each item's tokens themselves (every row tile again).
   const float* sumsq;
-  int n_tiles, items, split, units;
+  int n_tiles, items, units;
+  int whole;    // items 0 .. whole - 1 are units of their own (all of them without split mode)
+  int parts;    // split mode: units per later item, plan.splits x cgroups
+  int cgroups;  // split mode: class groups per rank, each of kClasses / cgroups classes
 };
 
 // K-major operand in 128-byte-swizzled rows (a tensor-map box of 64 k, SWIZZLE_128B): 8-row atoms
@@ -171,30 +178,38 @@ constexpr int64_t kOutBytes = 2;
 template <>
 constexpr int64_t kOutBytes<StoreY<float>> = 4;
 
-// A unit of work: item = (row tile m, token tile nt), ranks [r0, r1).
+// A unit of work: item = (row tile m, token tile nt), ranks [r0, r1), classes [c0, c1) of each;
+// split: the item's index among the split ones, or -1 for a whole item.
 struct Unit {
   int64_t m, nt;
-  int item, r0, r1;
+  int item, split, r0, r1, c0, c1;
 };
 __device__ __forceinline__ Unit unit_of(const GemmParams& gp, int u) {
   Unit w;
-  w.item = u / gp.split;
+  if (u < gp.whole) {
+    w.item = u, w.split = -1;
+    w.r0 = 0, w.r1 = gp.p.splits, w.c0 = 0, w.c1 = kClasses;
+  } else {
+    const int v = u - gp.whole, part = v % gp.parts, per = kClasses / gp.cgroups;
+    w.split = v / gp.parts, w.item = gp.whole + w.split;
+    w.r0 = part / gp.cgroups, w.r1 = w.r0 + 1;
+    w.c0 = part % gp.cgroups * per, w.c1 = w.c0 + per;
+  }
   w.m = w.item / gp.n_tiles;
   w.nt = w.item % gp.n_tiles;
-  w.r0 = gp.split == 1 ? 0 : u % gp.split;
-  w.r1 = gp.split == 1 ? gp.p.splits : w.r0 + 1;
   return w;
 }
 
-// The decode order's walk of a unit's 64-k stages: per rank, class 0's pieces of every chunk,
-// then class 1's, ...; stage(k) for each, end_class(c) after a class, end_rank(r) after a rank.
+// The decode order's walk of a unit's 64-k stages: per rank, class c0's pieces of every chunk,
+// then class c0 + 1's, ...; stage(k) for each, end_class(r, c) after a class, end_rank(r) after a
+// rank.
 template <class Stage, class EndClass, class EndRank>
 __device__ __forceinline__ void walk(const Params& p, const Unit& w, Stage&& stage,
                                      EndClass&& end_class, EndRank&& end_rank) {
   for (int r = w.r0; r < w.r1; ++r) {
     const int64_t k0 = r * p.range_k, len = min(p.in, k0 + p.range_k) - k0;
     const int64_t chunks = (len + kLinearPlanChunkK - 1) / kLinearPlanChunkK;
-    for (int c = 0; c < kClasses; ++c) {
+    for (int c = w.c0; c < w.c1; ++c) {
       for (int64_t i = 0; i < chunks; ++i) {
 #pragma unroll
         for (int h = 0; h < static_cast<int>(kPieceK / kStageK); ++h) {
@@ -202,7 +217,7 @@ __device__ __forceinline__ void walk(const Params& p, const Unit& w, Stage&& sta
           if (off < len) stage(k0 + off);
         }
       }
-      end_class(c);
+      end_class(r, c);
     }
     end_rank(r);
   }
@@ -242,7 +257,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
         for (int i = 0; i < count; ++i) {
           const Unit w = unit_of(gp, first + i * step);
           walk(
-              p, w, [&](int64_t k) { fn(u++, k, w); }, kNoop, kNoop);
+              p, w, [&](int64_t k) { fn(u++, k, w); }, [](int, int) {}, kNoop);
         }
       };
       // The first stages' weights before the previous kernel has finished (weights are never
@@ -295,6 +310,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) acc[e] = blk[e] = tot[e] = 0.f;
     int pending = -1;  // the slot whose wgmma may still read it
+    // A split item's posted sums; each class's chain sum is one with class groups.
+    const bool split = w.split >= 0, groups = split && gp.cgroups > 1;
+    const int pieces = groups ? kClasses : 1;
+    float* const posted =
+        split ? gp.ws + static_cast<int64_t>(w.split) * p.splits * pieces * kAcc * kConsumers
+              : nullptr;
     walk(
         p, w,
         [&](int64_t) {
@@ -311,10 +332,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           pending = static_cast<int>(slot);
           ++u;
         },
-        [&](int c) {
+        [&](int r, int c) {
           wg_wait<0>();
           if (pending >= 0 && lane == 0) cuda::mbar_arrive(&sm.empty[pending]);
           pending = -1;
+          if (groups) {  // post the class's chain sum
+            float* mine = posted + static_cast<int64_t>(r * kClasses + c) * kAcc * kConsumers;
+#pragma unroll
+            for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, acc[e]);
+          }
 #pragma unroll
           for (int e = 0; e < kAcc; ++e) {
             blk[e] = c == 0 ? acc[e] : blk[e] + acc[e];
@@ -323,30 +349,37 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
         },
         [&](int r) {
 #pragma unroll
-          for (int e = 0; e < kAcc; ++e) tot[e] = r == 0 ? blk[e] : tot[e] + blk[e];
+          for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
         });
 
     bool stores = true;
-    if (gp.split > 1) {  // post the rank sum; the item's last block adds them in rank order
-      float* mine = gp.ws + static_cast<int64_t>(unit) * kAcc * kConsumers;
+    if (split) {  // post; the item's last block adds the pieces class by class, rank by rank
+      if (!groups) {
+        float* mine = posted + static_cast<int64_t>(w.r0) * kAcc * kConsumers;
 #pragma unroll
-      for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
+        for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
+      }
       __threadfence();
       cuda::named_barrier(kConsumerBarrier, kConsumers);
       if (ct == 0)
-        sm.last = atomicAdd(&gp.counters[w.item], 1u) == static_cast<unsigned>(gp.split - 1);
+        sm.last = atomicAdd(&gp.counters[w.split], 1u) == static_cast<unsigned>(gp.parts - 1);
       cuda::named_barrier(kConsumerBarrier, kConsumers);
       stores = sm.last != 0;
       if (stores) {
         __threadfence();
-        const float* all = gp.ws + static_cast<int64_t>(w.item) * gp.split * kAcc * kConsumers;
+        for (int r = 0; r < p.splits; ++r) {
+          for (int c = 0; c < pieces; ++c) {
+            const float* piece = posted + static_cast<int64_t>(r * pieces + c) * kAcc * kConsumers;
 #pragma unroll
-        for (int e = 0; e < kAcc; ++e) tot[e] = __ldcg(all + e * kConsumers + ct);
-        for (int r = 1; r < gp.split; ++r) {
+            for (int e = 0; e < kAcc; ++e) {
+              const float v = __ldcg(piece + e * kConsumers + ct);
+              blk[e] = c == 0 ? v : blk[e] + v;
+            }
+          }
 #pragma unroll
-          for (int e = 0; e < kAcc; ++e) tot[e] += __ldcg(all + (r * kAcc + e) * kConsumers + ct);
+          for (int e = 0; e < kAcc; ++e) tot[e] = r == 0 ? blk[e] : tot[e] + blk[e];
         }
-        if (ct == 0) gp.counters[w.item] = 0u;
+        if (ct == 0) gp.counters[w.split] = 0u;
       }
     }
 
@@ -378,8 +411,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
 
 // input_rms: each token's sum of squares in sum_squares' order, one warp per token, into sumsq
 // (the workspace), once per call instead of once per row tile.
+// It lets the wgmma kernel launch at once (trigger, then wait): that kernel reads only weights
+// before its own pdl_wait, which returns once this kernel, and so the one before, has completed.
+// Waiting first, as every other kernel does, kept the wgmma kernel from starting (and fetching
+// weights) until these sums were done: ~0.9 ms per 27B step at 8 streams (bench variant 14).
 __global__ void __launch_bounds__(256) sum_squares_kernel(const Params p, float* sumsq) {
-  cuda::pdl_begin();  // x is the previous kernel's output
+  cuda::pdl_trigger();
+  cuda::pdl_wait();  // x is the previous kernel's output
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int tok = static_cast<int>(blockIdx.x) * 8 + warp;
   if (tok < p.n_tokens) sum_squares_block<4, 1>(p, lane, tok, sumsq);
@@ -388,18 +426,55 @@ __global__ void __launch_bounds__(256) sum_squares_kernel(const Params p, float*
 // ---- host side ----
 
 // Split mode's workspace and counters (linear_reserve_decode_workspace); never destroyed, since a
-// static's destructor would run after the CUDA runtime has shut down.
+// static's destructor would run after the CUDA runtime has shut down. Its parts: the posted sums
+// (kPostedFloats), a counter per item (kMaxSplitItems), the sums of squares (kWgmmaMaxTokens).
 Tensor& g_workspace = *new Tensor();
-int64_t g_workspace_units = 0;           // rank sums of 64-token items it holds
-constexpr int64_t kMaxSplitUnits = 512;  // 16 MB; the 27B shapes need at most 80
+constexpr int64_t kPostedFloats = int64_t{16} << 20;  // 64 MB; the 27B shapes need up to 42
+constexpr int64_t kMaxSplitItems = 4096;              // split mode has fewer items than block slots
 // Calls of up to this many rows sum their tokens' squares in the kernel (every item again) rather
 // than in sum_squares_kernel: 0 in production; bench variant 14 sets 16 (linear_mma_cuda.cu).
 int64_t g_inkernel_sums_rows = 0;
+// Split mode's class groups and split remainders after whole waves: on in production; bench
+// variant 15 turns them off (the rule before: one rank per unit when the items are fewer than the
+// block slots).
+bool g_class_groups = true;
 
-// The workspace's parts: rank sums ([unit][accumulator][consumer thread], up to 32 accumulators
-// and kMaxConsumers threads per unit), the counters, the sums of squares.
-float* workspace_counters() {
-  return g_workspace.data<float>() + g_workspace_units * 32 * kMaxConsumers;
+bool g_workspace_ready = false;
+bool workspace_ready() { return g_workspace_ready; }
+float* workspace_counters() { return g_workspace.data<float>() + kPostedFloats; }
+float* workspace_sumsq() { return workspace_counters() + kMaxSplitItems; }
+
+// Split mode: whole waves of items first (one per block slot each), then the items left over
+// split into `parts` units each (one rank, some of its classes), where that shortens the last wave
+// by a tenth or more: the fewest parts that give the shortest last wave, ceil(rest parts / slots) /
+// parts item-times (80 items of out_f = 5120 for 264 slots: 16 parts, 0.31; 8 of gate|up after two
+// waves of 132: 16 parts, 0.06; 252 of 264: none), of 4 stages or more (a unit's sync and posted
+// sums cost about as much as a stage) and whose posted sums fit the workspace. Without it every
+// item is whole.
+template <class C>
+void pick_split(GemmParams& gp, const LinearPlan& plan, int slots) {
+  gp.whole = gp.items, gp.parts = 1, gp.cgroups = 1;
+  if (!workspace_ready()) return;
+  if (!g_class_groups) {  // bench variant 15: the rule before
+    const int64_t posted = int64_t{gp.items} * plan.splits * (C::kN / 2) * C::kConsumers;
+    if (C::kN <= 64 && gp.items < slots && plan.splits > 1 && posted <= kPostedFloats)
+      gp.whole = 0, gp.parts = plan.splits;
+    return;
+  }
+  const int whole = gp.items / slots * slots, rest = gp.items - whole;
+  if (rest == 0 || rest > kMaxSplitItems) return;
+  const int64_t piece = int64_t{C::kN / 2} * C::kConsumers;  // floats of one posted sum
+  double best = 0.9;  // the unsplit rest's wave, less a tenth
+  for (int cg = 1; cg <= kClasses; cg *= 2) {
+    const int64_t parts = plan.splits * cg;
+    if (parts == 1) continue;
+    if (plan.range_k < 4 * kStageK * cg) break;
+    if (int64_t{rest} * plan.splits * (cg > 1 ? kClasses : 1) * piece > kPostedFloats) break;
+    const double wave =
+        static_cast<double>((rest * parts + slots - 1) / slots) / static_cast<double>(parts);
+    if (wave < best)
+      best = wave, gp.whole = whole, gp.parts = static_cast<int>(parts), gp.cgroups = cg;
+  }
 }
 
 template <class C, class Store>
@@ -418,12 +493,9 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
   gp.n_tiles = static_cast<int>((s.n + C::kN - 1) / C::kN);
   gp.items = static_cast<int>((s.out_f + C::kTileM - 1) / C::kTileM) * gp.n_tiles;
   const int slots = cuda::sm_count() * C::kBlocksPerSm;
-  // Split mode: one rank per block when the items alone would leave block slots idle.
-  const bool split = C::kN <= 64 && plan.splits > 1 && gp.items < slots &&
-                     static_cast<int64_t>(gp.items) * plan.splits <= g_workspace_units;
-  gp.split = split ? plan.splits : 1;
-  gp.units = gp.items * gp.split;
-  if (split) {
+  pick_split<C>(gp, plan, slots);
+  gp.units = gp.whole + (gp.items - gp.whole) * gp.parts;
+  if (gp.whole < gp.items) {
     gp.ws = g_workspace.data<float>();
     gp.counters = reinterpret_cast<unsigned*>(workspace_counters());
   }
@@ -435,8 +507,8 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
                                      s.x_stride, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
       "linear (wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f, s.in,
       s.n);
-  if (s.input_rms && g_workspace_units > 0 && s.n > g_inkernel_sums_rows) {
-    float* sumsq = workspace_counters() + kMaxSplitUnits;
+  if (s.input_rms && workspace_ready() && s.n > g_inkernel_sums_rows) {
+    float* sumsq = workspace_sumsq();
     cuda::launch_pdl(sum_squares_kernel, dim3(static_cast<unsigned>((s.n + 7) / 8)), dim3(256), 0,
                      stream, gp.p, sumsq);
     gp.sumsq = sumsq;
@@ -493,14 +565,14 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 }
 
 void linear_wgmma_set_inkernel_sums(int64_t max_rows) { g_inkernel_sums_rows = max_rows; }
+void linear_wgmma_set_class_groups(bool on) { g_class_groups = on; }
 
 void linear_reserve_decode_workspace(Device device) {
-  if (device != Device::kCuda || g_workspace_units > 0) return;
-  // The rank sums, the counters (one per item, zero) and input_rms's sums of squares.
+  if (device != Device::kCuda || workspace_ready()) return;
+  // The posted sums, the counters (one per item, zero) and input_rms's sums of squares.
   g_workspace =
-      Tensor::zeros({kMaxSplitUnits * 32 * kMaxConsumers + kMaxSplitUnits + kWgmmaMaxTokens},
-                    DType::kF32, Device::kCuda);
-  g_workspace_units = kMaxSplitUnits;
+      Tensor::zeros({kPostedFloats + kMaxSplitItems + kWgmmaMaxTokens}, DType::kF32, Device::kCuda);
+  g_workspace_ready = true;
 }
 
 }  // namespace tandem::kernels
