@@ -223,7 +223,7 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
 // tiles per cluster, and awkward shapes (in not a multiple of 64: a last 16-k step with 8 real k;
 // out_f not a multiple of 16 or of 128). Rows past n are left alone. Up to 16 rows the input_rms
 // forms also run bench variant 14 (the wgmma kernel's sums of squares in the kernel); at 8, 33 and
-// 64 rows every form also runs variant 15 (split mode by ranks only, without class groups).
+// 64 rows every form also runs variant 15 (the split rule before class groups).
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
@@ -277,7 +277,7 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
         }
         check_bits("linear.decode_batch_bounds", p, untouched);
         if (n == 8 || n == 33 || n == 64) {
-          // Bench variant 15: split mode by ranks only (no class groups): the same bits.
+          // Bench variant 15: the split rule before class groups: the same bits.
           linear_skinny_set_variant(15);
           const LinearBuffers ranks_only = buffers();
           run_rows(f, x.dev, w, ranks_only, 0, n, n, cs.ctx());
@@ -393,8 +393,8 @@ TEST(CudaRowInvariance, LinearDecodeOrderSpec) {
 // the decode order): bench variants 6-9 (other rings and chunks of the narrow configurations), 10
 // (decode groups of 16 rows), 11 and 12 (groups of 32 in the persistent kernel's wide
 // configuration, 512-k and 1024-k rings), 13 (the wgmma kernel at every row count, 1-4 rows too),
-// 14 (production with in-kernel sums of squares; its input_rms forms: LinearDecodeBatch), 15 (split
-// mode by ranks only), at 1..64
+// 14 (production with in-kernel sums of squares; its input_rms forms: LinearDecodeBatch), 15 and 16
+// (the wgmma kernel's split rule before, production's split with the sync before), at 1..64
 // decode rows, with and without epilogues, on shapes whose ranges end inside a chunk
 // (k-splits of 2, 4 and 8) and inside a 16-k step.
 TEST(CudaRowInvariance, LinearConfigurations) {
@@ -428,7 +428,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
         cs.sync();
         production.push_back(out_bits(b.out));
       }
-      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) {
         linear_skinny_set_variant(variant);
         for (size_t i = 0; i < ns.size(); ++i) {
           const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);

@@ -110,7 +110,7 @@ enum class Kind {
                   // bulk-copy kernel with a k-split of 8 for few
   kWgmma,         // linear_wgmma_cuda.cu at every n (the persistent kernel where it does not apply)
   kInKernelSums,  // production, the wgmma kernel's input_rms sums in the kernel up to `param` rows
-  kNoClassGroups,  // production with the wgmma kernel's split rule before class groups
+  kSplitRule,     // production with the wgmma kernel's split rule `param` (linear_cuda.cuh)
 };
 struct Variant {
   Kind kind;
@@ -123,7 +123,8 @@ constexpr int kNarrowGroups = 5;
 // 14: production with the wgmma kernel's input_rms sums of squares computed in the kernel for calls
 // of up to 16 rows (no sum_squares_kernel launch; docs/cuda.md known gap 6); 15: production with
 // the wgmma kernel's split rule before class groups (one rank per unit when the items are fewer
-// than the block slots; no split remainders after whole waves).
+// than the block slots; no split remainders after whole waves); 16: production's split with every
+// consumer thread fencing around the count (the sync before).
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -139,7 +140,8 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kLinearPersistentWide},
                                  {Kind::kWgmma, 0},
                                  {Kind::kInKernelSums, 16},
-                                 {Kind::kNoClassGroups, 0}};
+                                 {Kind::kSplitRule, 1},
+                                 {Kind::kSplitRule, 2}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -169,7 +171,7 @@ void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream)
       return launch_mma<kNTiles, 2, TOut>(s, stream);
     case Kind::kWgmma:
     case Kind::kInKernelSums:
-    case Kind::kNoClassGroups:
+    case Kind::kSplitRule:
       break;  // launch() takes them
   }
 }
@@ -190,10 +192,10 @@ void launch(const LinearShape& s, cudaStream_t stream) {
     linear_wgmma_set_inkernel_sums(0);
     return;
   }
-  if (v.kind == Kind::kNoClassGroups) {
-    linear_wgmma_set_class_groups(false);
+  if (v.kind == Kind::kSplitRule) {
+    linear_wgmma_set_split_rule(v.param);
     linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
-    linear_wgmma_set_class_groups(true);
+    linear_wgmma_set_split_rule(0);
     return;
   }
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,
@@ -213,7 +215,7 @@ void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<f
 int64_t linear_decode_group_rows() {
   const Variant& v = kVariants[g_variant];
   if (!kWideDecodeGroups) return kSkinnyMaxTokens;
-  if (v.kind == Kind::kWgmma || v.kind == Kind::kInKernelSums || v.kind == Kind::kNoClassGroups)
+  if (v.kind == Kind::kWgmma || v.kind == Kind::kInKernelSums || v.kind == Kind::kSplitRule)
     return kWgmmaMaxTokens;
   if (v.kind != Kind::kPersistent || v.param == kNarrowGroups) return kSkinnyMaxTokens;
   const bool older_wide = v.param == kLinearPersistentWide512 || v.param == kLinearPersistentWide;

@@ -88,9 +88,10 @@ struct GemmParams {
   // before this launch; null: warps 9..11 sum each item's tokens themselves (every row tile again).
   const float* sumsq;
   int n_tiles, items, units;
-  int whole;    // items 0 .. whole - 1 are units of their own (all of them without split mode)
-  int parts;    // split mode: units per later item, plan.splits x cgroups
-  int cgroups;  // split mode: class groups per rank, each of kClasses / cgroups classes
+  int whole;       // items 0 .. whole - 1 are units of their own (all of them without split mode)
+  int parts;       // split mode: units per later item, plan.splits x cgroups
+  int cgroups;     // split mode: class groups per rank, each of kClasses / cgroups classes
+  bool fence_all;  // bench variant 16: every consumer thread fences around the count (as before)
 };
 
 // K-major operand in 128-byte-swizzled rows (a tensor-map box of 64 k, SWIZZLE_128B): 8-row atoms
@@ -359,25 +360,42 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
 #pragma unroll
         for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
       }
-      __threadfence();
-      cuda::named_barrier(kConsumerBarrier, kConsumers);
-      if (ct == 0)
-        sm.last = atomicAdd(&gp.counters[w.split], 1u) == static_cast<unsigned>(gp.parts - 1);
+      if (gp.fence_all) __threadfence();                  // bench variant 16: every thread's fence
+      cuda::named_barrier(kConsumerBarrier, kConsumers);  // every thread's sums are stored
+      if (ct == 0) {
+        // A release cumulative over the barrier (as CUTLASS's stream-K barrier), the count, and
+        // for the last unit an acquire of the other units' sums, which the barrier passes on.
+        if (!gp.fence_all) cuda::fence_acq_rel_gpu();
+        const bool last = atomicAdd(&gp.counters[w.split], 1u) == unsigned(gp.parts - 1);
+        if (last && !gp.fence_all) cuda::fence_acq_rel_gpu();
+        sm.last = last;
+      }
       cuda::named_barrier(kConsumerBarrier, kConsumers);
       stores = sm.last != 0;
       if (stores) {
-        __threadfence();
-        for (int r = 0; r < p.splits; ++r) {
-          for (int c = 0; c < pieces; ++c) {
-            const float* piece = posted + static_cast<int64_t>(r * pieces + c) * kAcc * kConsumers;
+        if (gp.fence_all) __threadfence();
+        // The pieces in order, rank by rank, kBatch loads in flight at a time.
+        constexpr int kBatch = kAcc >= 64 ? 1 : 64 / kAcc;
+        const int all = p.splits * pieces;
+        for (int q0 = 0; q0 < all; q0 += kBatch) {
+          float v[kBatch][kAcc];
 #pragma unroll
-            for (int e = 0; e < kAcc; ++e) {
-              const float v = __ldcg(piece + e * kConsumers + ct);
-              blk[e] = c == 0 ? v : blk[e] + v;
-            }
+          for (int b = 0; b < kBatch; ++b) {
+            const float* piece = posted + static_cast<int64_t>(q0 + b) * kAcc * kConsumers;
+#pragma unroll
+            for (int e = 0; e < kAcc; ++e)
+              v[b][e] = q0 + b < all ? __ldcg(piece + e * kConsumers + ct) : 0.f;
           }
 #pragma unroll
-          for (int e = 0; e < kAcc; ++e) tot[e] = r == 0 ? blk[e] : tot[e] + blk[e];
+          for (int b = 0; b < kBatch; ++b) {
+            const int q = q0 + b, c = q % pieces;
+            if (q >= all) break;
+#pragma unroll
+            for (int e = 0; e < kAcc; ++e) {
+              blk[e] = c == 0 ? v[b][e] : blk[e] + v[b][e];
+              if (c == pieces - 1) tot[e] = q < pieces ? blk[e] : tot[e] + blk[e];
+            }
+          }
         }
         if (ct == 0) gp.counters[w.split] = 0u;
       }
@@ -434,10 +452,10 @@ constexpr int64_t kMaxSplitItems = 4096;              // split mode has fewer it
 // Calls of up to this many rows sum their tokens' squares in the kernel (every item again) rather
 // than in sum_squares_kernel: 0 in production; bench variant 14 sets 16 (linear_mma_cuda.cu).
 int64_t g_inkernel_sums_rows = 0;
-// Split mode's class groups and split remainders after whole waves: on in production; bench
-// variant 15 turns them off (the rule before: one rank per unit when the items are fewer than the
-// block slots).
-bool g_class_groups = true;
+// Split mode's rule (bench variants): 0 production; 1 the rule before class groups and split
+// remainders (one rank per unit when the items are fewer than the block slots); 2 production with
+// every consumer thread fencing around the count (the sync before).
+int g_split_rule = 0;
 
 bool g_workspace_ready = false;
 bool workspace_ready() { return g_workspace_ready; }
@@ -455,7 +473,7 @@ template <class C>
 void pick_split(GemmParams& gp, const LinearPlan& plan, int slots) {
   gp.whole = gp.items, gp.parts = 1, gp.cgroups = 1;
   if (!workspace_ready()) return;
-  if (!g_class_groups) {  // bench variant 15: the rule before
+  if (g_split_rule == 1) {  // bench variant 15: the rule before
     const int64_t posted = int64_t{gp.items} * plan.splits * (C::kN / 2) * C::kConsumers;
     if (C::kN <= 64 && gp.items < slots && plan.splits > 1 && posted <= kPostedFloats)
       gp.whole = 0, gp.parts = plan.splits;
@@ -494,6 +512,7 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
   gp.items = static_cast<int>((s.out_f + C::kTileM - 1) / C::kTileM) * gp.n_tiles;
   const int slots = cuda::sm_count() * C::kBlocksPerSm;
   pick_split<C>(gp, plan, slots);
+  gp.fence_all = g_split_rule != 0;
   gp.units = gp.whole + (gp.items - gp.whole) * gp.parts;
   if (gp.whole < gp.items) {
     gp.ws = g_workspace.data<float>();
@@ -565,7 +584,7 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 }
 
 void linear_wgmma_set_inkernel_sums(int64_t max_rows) { g_inkernel_sums_rows = max_rows; }
-void linear_wgmma_set_class_groups(bool on) { g_class_groups = on; }
+void linear_wgmma_set_split_rule(int rule) { g_split_rule = rule; }
 
 void linear_reserve_decode_workspace(Device device) {
   if (device != Device::kCuda || workspace_ready()) return;
