@@ -120,12 +120,6 @@ __device__ __forceinline__ Bf16x8 load_bf16x8(const __nv_bfloat16* p) {
   return r;
 }
 
-// A gpu-scope acquire-release fence: what one thread of a block uses to publish (release) sums
-// that all its threads stored before a block barrier, or to acquire other blocks' before one.
-__device__ __forceinline__ void fence_acq_rel_gpu() {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-}
-
 // ---- programmatic dependent launch (sm_90) ----
 // A kernel that calls pdl_trigger() lets the next kernel in the stream, if that one is launched
 // with launch_pdl(), start early (its blocks become resident and may run their prologue,

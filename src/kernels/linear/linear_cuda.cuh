@@ -106,8 +106,8 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 // a kernel launched before it (production: 0). The bits are the same.
 void linear_wgmma_set_inkernel_sums(int64_t max_rows);
 // Bench only: the wgmma kernel's split mode: 0 production; 1 the rule before class groups and split
-// remainders (one rank per unit when the items are fewer than the block slots, every consumer
-// thread fencing around the count); 2 production's split with that fence. The bits are the same.
+// remainders (one rank per unit when the items are fewer than the block slots). The bits are the
+// same.
 void linear_wgmma_set_split_rule(int rule);
 // A tensor map of the bf16 matrix [rows, cols] (row stride `stride` elements) in boxes of
 // [box_k, box_rows] (linear_fp8_batch_cuda.cu; elements out of bounds read as zeros). False if the

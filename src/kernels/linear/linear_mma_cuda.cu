@@ -123,8 +123,7 @@ constexpr int kNarrowGroups = 5;
 // 14: production with the wgmma kernel's input_rms sums of squares computed in the kernel for calls
 // of up to 16 rows (no sum_squares_kernel launch; docs/cuda.md known gap 6); 15: production with
 // the wgmma kernel's split rule before class groups (one rank per unit when the items are fewer
-// than the block slots; no split remainders after whole waves); 16: production's split with every
-// consumer thread fencing around the count (the sync before).
+// than the block slots; no split remainders after whole waves).
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -140,8 +139,7 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kLinearPersistentWide},
                                  {Kind::kWgmma, 0},
                                  {Kind::kInKernelSums, 16},
-                                 {Kind::kSplitRule, 1},
-                                 {Kind::kSplitRule, 2}};
+                                 {Kind::kSplitRule, 1}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>

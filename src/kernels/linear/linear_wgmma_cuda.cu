@@ -25,9 +25,10 @@
 // block slots (all of them when they are fewer than the slots: out_f = 5120 has 80 items of 64
 // rows for 264 slots; gate|up 8 of 128 rows after two waves of 132) are split (split mode,
 // pick_split): a unit takes one rank of such an item, or a group of its classes, and posts its sums
-// to the workspace (the rank's sum, or each class's chain sum); the block that finishes an item
-// last (a counter per item, reset by that block) adds them class by class, rank by rank, as one
-// block would, so the order of additions is the same either way.
+// to the workspace (the rank's sum, or each class's chain sum); finish_split_kernel, launched
+// next, adds them class by class, rank by rank, as one block would (the order of additions is the
+// same either way) and runs the epilogue. (An in-kernel finish, the last unit of an item found by
+// a counter, stalled every unit on the counter's round trip: 1.6-2.6 TB/s, b95ec03.)
 #include <cuda.h>
 
 #include <algorithm>
@@ -44,7 +45,7 @@ using namespace decode_linear;  // NOLINT: the shared pieces of the decode kerne
 
 constexpr int kStageK = 64;     // k per ring stage: one 128-byte swizzle row
 constexpr int kSumsqWarps = 3;  // warps 1..3 of the producer warpgroup
-constexpr uint32_t kSumsqPosted0 = 1, kSumsqRead0 = 3, kConsumerBarrier = 5;
+constexpr uint32_t kSumsqPosted0 = 1, kSumsqRead0 = 3;
 constexpr int kClasses = static_cast<int>(kLinearPlanChunkK / kPieceK);
 static_assert(kPieceK % kStageK == 0);
 
@@ -74,7 +75,6 @@ struct GemmSmem {
   Stage<C> st[C::kStages];  // first: 1024-byte aligned (the swizzle atoms)
   uint64_t full[C::kStages], empty[C::kStages];
   float sumsq[2][C::kN];  // input_rms without the workspace, by item parity
-  int last;               // split mode: this block adds the item's rank sums
 };
 
 struct GemmParams {
@@ -83,15 +83,13 @@ struct GemmParams {
   // Split mode: the posted sums, [item][rank][piece][accumulator][consumer thread], a piece being
   // the rank's sum (cgroups 1) or one class's chain sum (cgroups > 1: kClasses pieces per rank).
   float* ws;
-  unsigned* counters;  // split mode: units done per item (the last block resets it)
   // input_rms with the workspace: each token's sum of squares, written by sum_squares_kernel
   // before this launch; null: warps 9..11 sum each item's tokens themselves (every row tile again).
   const float* sumsq;
   int n_tiles, items, units;
-  int whole;       // items 0 .. whole - 1 are units of their own (all of them without split mode)
-  int parts;       // split mode: units per later item, plan.splits x cgroups
-  int cgroups;     // split mode: class groups per rank, each of kClasses / cgroups classes
-  bool fence_all;  // bench variant 16: every consumer thread fences around the count (as before)
+  int whole;    // items 0 .. whole - 1 are units of their own (all of them without split mode)
+  int parts;    // split mode: units per later item, plan.splits x cgroups
+  int cgroups;  // split mode: class groups per rank, each of kClasses / cgroups classes
 };
 
 // K-major operand in 128-byte-swizzled rows (a tensor-map box of 64 k, SWIZZLE_128B): 8-row atoms
@@ -224,11 +222,82 @@ __device__ __forceinline__ void walk(const Params& p, const Unit& w, Stage&& sta
   }
 }
 
+// The epilogue of an item's consumer thread (warpgroup q, warp wi, lane (g, t)): tot, its
+// sums (the mma C layout), scaled by input_rms (sumsq: the item's tokens' sums of squares) and
+// stored through Store.
+template <class C, class Store>
+__device__ __forceinline__ void store_item(const Params& p, const Unit& w, int q, int wi, int g,
+                                           int t, const float (&tot)[C::kN / 2],
+                                           const float* sumsq) {
+  constexpr int kNT = C::kN / 8;
+  const int64_t tile16 = w.m * (C::kTileM / kRows) + q * 4 + wi;
+  if (tile16 * kRows >= p.out_f) return;
+  Params ps = p;
+  ps.n_tokens = static_cast<int>(p.n_tokens - w.nt * C::kN);
+  ps.out = static_cast<char*>(p.out) + w.nt * C::kN * p.out_stride * kOutBytes<Store>;
+  float c[kNT][4], prev[kNT][4] = {};
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[j][e] = tot[4 * j + e];
+  }
+  if constexpr (Store::kReadsOut) Store::template load_prev<kNT>(ps, tile16, g, t, prev);
+  if (p.input_rms) {
+    float scale[kNT][2];
+    inverse_rms<kNT>(ps, sumsq, t, scale);
+    scale_sums<kNT>(c, scale);
+  }
+  Store::template store<kNT>(ps, tile16, g, t, c, prev);
+}
+
+// Split mode's second half: one block per split item, thread ct in consumer thread ct's place,
+// adds the item's posted sums in the decode order (class chains left to right within a rank,
+// ranks left to right: what one block's walk adds) and stores them as store_item does. It
+// triggers the next kernel before it waits, as sum_squares_kernel does: that kernel may start
+// while the wgmma kernel still runs, and reads only what three or more launches back wrote
+// before its own pdl_wait (weights; a recurrent state, whose writer is never a linear).
+template <class C, class Store>
+__global__ void __launch_bounds__(C::kConsumers)
+    finish_split_kernel(const __grid_constant__ GemmParams gp) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();  // the posted sums, and out (kAddToOut), are the wgmma kernel's
+  constexpr int kAcc = C::kN / 2, kConsumers = C::kConsumers;
+  const int ct = static_cast<int>(threadIdx.x), warp = ct >> 5, lane = ct & 31;
+  const int split = static_cast<int>(blockIdx.x);
+  const Unit w = unit_of(gp, gp.whole + split * gp.parts);  // the item's first unit
+  const int pieces = gp.cgroups > 1 ? kClasses : 1, all = gp.p.splits * pieces;
+  const float* posted = gp.ws + static_cast<int64_t>(split) * all * kAcc * kConsumers;
+  float blk[kAcc], tot[kAcc];
+  constexpr int kBatch = kAcc >= 64 ? 1 : 64 / kAcc;  // pieces in flight at a time
+  for (int q0 = 0; q0 < all; q0 += kBatch) {
+    float v[kBatch][kAcc];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const float* piece = posted + static_cast<int64_t>(q0 + b) * kAcc * kConsumers;
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e)
+        v[b][e] = q0 + b < all ? __ldcg(piece + e * kConsumers + ct) : 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int qi = q0 + b, c = qi % pieces;
+      if (qi >= all) break;
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) {
+        blk[e] = c == 0 ? v[b][e] : blk[e] + v[b][e];
+        if (c == pieces - 1) tot[e] = qi < pieces ? blk[e] : tot[e] + blk[e];
+      }
+    }
+  }
+  store_item<C, Store>(gp.p, w, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
+                       gp.sumsq + w.nt * C::kN);
+}
+
 template <class C, class Store>
 __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     linear_wgmma_kernel(const __grid_constant__ GemmParams gp) {
   constexpr int kN = C::kN, kStages = C::kStages, kTileM = C::kTileM, kConsumers = C::kConsumers;
-  constexpr int kAcc = kN / 2, kNT = kN / 8;
+  constexpr int kAcc = kN / 2;
   constexpr int kProducerWarp = kConsumers / 32;
   const Params& p = gp.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -353,76 +422,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
         });
 
-    bool stores = true;
-    if (split) {  // post; the item's last block adds the pieces class by class, rank by rank
-      if (!groups) {
-        float* mine = posted + static_cast<int64_t>(w.r0) * kAcc * kConsumers;
+    // A split unit posts its rank's sum (its class sums went at each class's end); the item's
+    // sum and its epilogue are finish_split_kernel's.
+    if (split && !groups) {
+      float* mine = posted + static_cast<int64_t>(w.r0) * kAcc * kConsumers;
 #pragma unroll
-        for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
-      }
-      if (gp.fence_all) __threadfence();                  // bench variant 16: every thread's fence
-      cuda::named_barrier(kConsumerBarrier, kConsumers);  // every thread's sums are stored
-      if (ct == 0) {
-        // A release cumulative over the barrier (as CUTLASS's stream-K barrier), the count, and
-        // for the last unit an acquire of the other units' sums, which the barrier passes on.
-        if (!gp.fence_all) cuda::fence_acq_rel_gpu();
-        const bool last = atomicAdd(&gp.counters[w.split], 1u) == unsigned(gp.parts - 1);
-        if (last && !gp.fence_all) cuda::fence_acq_rel_gpu();
-        sm.last = last;
-      }
-      cuda::named_barrier(kConsumerBarrier, kConsumers);
-      stores = sm.last != 0;
-      if (stores) {
-        if (gp.fence_all) __threadfence();
-        // The pieces in order, rank by rank, kBatch loads in flight at a time.
-        constexpr int kBatch = kAcc >= 64 ? 1 : 64 / kAcc;
-        const int all = p.splits * pieces;
-        for (int q0 = 0; q0 < all; q0 += kBatch) {
-          float v[kBatch][kAcc];
-#pragma unroll
-          for (int b = 0; b < kBatch; ++b) {
-            const float* piece = posted + static_cast<int64_t>(q0 + b) * kAcc * kConsumers;
-#pragma unroll
-            for (int e = 0; e < kAcc; ++e)
-              v[b][e] = q0 + b < all ? __ldcg(piece + e * kConsumers + ct) : 0.f;
-          }
-#pragma unroll
-          for (int b = 0; b < kBatch; ++b) {
-            const int q = q0 + b, c = q % pieces;
-            if (q >= all) break;
-#pragma unroll
-            for (int e = 0; e < kAcc; ++e) {
-              blk[e] = c == 0 ? v[b][e] : blk[e] + v[b][e];
-              if (c == pieces - 1) tot[e] = q < pieces ? blk[e] : tot[e] + blk[e];
-            }
-          }
-        }
-        if (ct == 0) gp.counters[w.split] = 0u;
-      }
+      for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
     }
-
     const uint32_t b = static_cast<uint32_t>(i) & 1;
     const bool own_sums = p.input_rms && gp.sumsq == nullptr;  // warps 9..11's
     if (own_sums) cuda::named_barrier(kSumsqPosted0 + b, C::kSumsqThreads);
-    const int64_t tile16 = w.m * (kTileM / kRows) + q * 4 + wi;
-    if (stores && tile16 * kRows < p.out_f) {
-      Params ps = p;
-      ps.n_tokens = static_cast<int>(p.n_tokens - w.nt * kN);
-      ps.out = static_cast<char*>(p.out) + w.nt * kN * p.out_stride * kOutBytes<Store>;
-      float c[kNT][4], prev[kNT][4] = {};
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) c[j][e] = tot[4 * j + e];
-      }
-      if constexpr (Store::kReadsOut) Store::template load_prev<kNT>(ps, tile16, g, t, prev);
-      if (p.input_rms) {
-        float scale[kNT][2];
-        inverse_rms<kNT>(ps, own_sums ? sm.sumsq[b] : gp.sumsq + w.nt * kN, t, scale);
-        scale_sums<kNT>(c, scale);
-      }
-      Store::template store<kNT>(ps, tile16, g, t, c, prev);
-    }
+    if (!split)
+      store_item<C, Store>(p, w, q, wi, g, t, tot, own_sums ? sm.sumsq[b] : gp.sumsq + w.nt * kN);
     if (own_sums && i + 2 < count) cuda::named_barrier_arrive(kSumsqRead0 + b, C::kSumsqThreads);
   }
 }
@@ -443,32 +454,30 @@ __global__ void __launch_bounds__(256) sum_squares_kernel(const Params p, float*
 
 // ---- host side ----
 
-// Split mode's workspace and counters (linear_reserve_decode_workspace); never destroyed, since a
-// static's destructor would run after the CUDA runtime has shut down. Its parts: the posted sums
-// (kPostedFloats), a counter per item (kMaxSplitItems), the sums of squares (kWgmmaMaxTokens).
+// Split mode's workspace (linear_reserve_decode_workspace); never destroyed, since a static's
+// destructor would run after the CUDA runtime has shut down. Its parts: the posted sums
+// (kPostedFloats), the sums of squares (kWgmmaMaxTokens).
 Tensor& g_workspace = *new Tensor();
 constexpr int64_t kPostedFloats = int64_t{16} << 20;  // 64 MB; the 27B shapes need up to 42
-constexpr int64_t kMaxSplitItems = 4096;              // split mode has fewer items than block slots
+constexpr int64_t kMaxSplitItems = 4096;              // fewer than a wave of block slots
 // Calls of up to this many rows sum their tokens' squares in the kernel (every item again) rather
 // than in sum_squares_kernel: 0 in production; bench variant 14 sets 16 (linear_mma_cuda.cu).
 int64_t g_inkernel_sums_rows = 0;
-// Split mode's rule (bench variants): 0 production; 1 the rule before class groups and split
-// remainders (one rank per unit when the items are fewer than the block slots); 2 production with
-// every consumer thread fencing around the count (the sync before).
+// Split mode's rule: 0 production; 1 (bench variant 15) the rule before class groups and split
+// remainders: one rank per unit when the items are fewer than the block slots.
 int g_split_rule = 0;
 
 bool g_workspace_ready = false;
 bool workspace_ready() { return g_workspace_ready; }
-float* workspace_counters() { return g_workspace.data<float>() + kPostedFloats; }
-float* workspace_sumsq() { return workspace_counters() + kMaxSplitItems; }
+float* workspace_sumsq() { return g_workspace.data<float>() + kPostedFloats; }
 
 // Split mode: whole waves of items first (one per block slot each), then the items left over
 // split into `parts` units each (one rank, some of its classes), where that shortens the last wave
 // by a tenth or more: the fewest parts that give the shortest last wave, ceil(rest parts / slots) /
-// parts item-times (80 items of out_f = 5120 for 264 slots: 16 parts, 0.31; 8 of gate|up after two
-// waves of 132: 16 parts, 0.06; 252 of 264: none), of 4 stages or more (a unit's sync and posted
-// sums cost about as much as a stage) and whose posted sums fit the workspace. Without it every
-// item is whole.
+// parts item-times, each longer by the posted sums' traffic (80 items of out_f = 5120 for 264
+// slots: 16 parts, 0.31; 8 of gate|up after two waves of 132: 16 parts, 0.06; 252 of 264: none),
+// of 4 stages or more and whose posted sums fit the workspace. Without it every item is
+// whole. A call with split items launches finish_split_kernel after the wgmma kernel.
 template <class C>
 void pick_split(GemmParams& gp, const LinearPlan& plan, int slots) {
   gp.whole = gp.items, gp.parts = 1, gp.cgroups = 1;
@@ -488,8 +497,11 @@ void pick_split(GemmParams& gp, const LinearPlan& plan, int slots) {
     if (parts == 1) continue;
     if (plan.range_k < 4 * kStageK * cg) break;
     if (int64_t{rest} * plan.splits * (cg > 1 ? kClasses : 1) * piece > kPostedFloats) break;
-    const double wave =
-        static_cast<double>((rest * parts + slots - 1) / slots) / static_cast<double>(parts);
+    // The posted sums' bytes, written and read, over the weight bytes of an item.
+    const double posted = 2.0 * static_cast<double>(plan.splits * (cg > 1 ? kClasses : 1) * piece) *
+                          4.0 / (2.0 * static_cast<double>(C::kTileM * plan.range_k * plan.splits));
+    const double wave = static_cast<double>((rest * parts + slots - 1) / slots) /
+                        static_cast<double>(parts) * (1.0 + posted);
     if (wave < best)
       best = wave, gp.whole = whole, gp.parts = static_cast<int>(parts), gp.cgroups = cg;
   }
@@ -512,12 +524,9 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
   gp.items = static_cast<int>((s.out_f + C::kTileM - 1) / C::kTileM) * gp.n_tiles;
   const int slots = cuda::sm_count() * C::kBlocksPerSm;
   pick_split<C>(gp, plan, slots);
-  gp.fence_all = g_split_rule != 0;
   gp.units = gp.whole + (gp.items - gp.whole) * gp.parts;
-  if (gp.whole < gp.items) {
-    gp.ws = g_workspace.data<float>();
-    gp.counters = reinterpret_cast<unsigned*>(workspace_counters());
-  }
+  const bool split = gp.whole < gp.items;
+  if (split) gp.ws = g_workspace.data<float>();
   // The maps first, so that a refused one throws before anything is launched.
   TANDEM_CHECK(
       cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, s.w, s.out_f, s.in,
@@ -526,7 +535,8 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
                                      s.x_stride, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
       "linear (wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f, s.in,
       s.n);
-  if (s.input_rms && workspace_ready() && s.n > g_inkernel_sums_rows) {
+  // finish_split_kernel takes its sums of squares from the workspace.
+  if (s.input_rms && workspace_ready() && (s.n > g_inkernel_sums_rows || split)) {
     float* sumsq = workspace_sumsq();
     cuda::launch_pdl(sum_squares_kernel, dim3(static_cast<unsigned>((s.n + 7) / 8)), dim3(256), 0,
                      stream, gp.p, sumsq);
@@ -535,6 +545,11 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
   cuda::launch_pdl(linear_wgmma_kernel<C, Store>,
                    dim3(static_cast<unsigned>(std::min(gp.units, slots))), dim3(C::kThreads), kSmem,
                    stream, gp);
+  if (split) {
+    cuda::launch_pdl(finish_split_kernel<C, Store>,
+                     dim3(static_cast<unsigned>(gp.items - gp.whole)), dim3(C::kConsumers), 0,
+                     stream, gp);
+  }
 }
 
 // Tokens per item by the call's rows: fewer leave room for more stages, i.e. more weight bytes in
@@ -588,9 +603,8 @@ void linear_wgmma_set_split_rule(int rule) { g_split_rule = rule; }
 
 void linear_reserve_decode_workspace(Device device) {
   if (device != Device::kCuda || workspace_ready()) return;
-  // The posted sums, the counters (one per item, zero) and input_rms's sums of squares.
-  g_workspace =
-      Tensor::zeros({kPostedFloats + kMaxSplitItems + kWgmmaMaxTokens}, DType::kF32, Device::kCuda);
+  // The posted sums and input_rms's sums of squares.
+  g_workspace = Tensor::zeros({kPostedFloats + kWgmmaMaxTokens}, DType::kF32, Device::kCuda);
   g_workspace_ready = true;
 }
 
