@@ -130,8 +130,8 @@ void bench_linear_variants(cudaStream_t s) {
 
 // Group linear_batch: decode calls of n = 1..1024 rows (LinearArgs::decode_rows = n) on the 27B
 // shapes, back to back, as TB/s of weight bytes (what a batch must read, once): production (the
-// persistent kernel up to 4 rows, the wgmma kernel above), variant 15 (the wgmma kernel's split
-// rule before class groups and split remainders, 5..256 rows) and 13 (the wgmma kernel
+// persistent kernel up to 4 rows, the wgmma kernel above), variants 15 and 16 (the wgmma kernel's
+// split rule before; with class groups; 5..256 rows) and 13 (the wgmma kernel
 // at every n; variant 12, the persistent kernel's groups of 32: f2accc9's run, docs/benchmarks.md),
 // and from 64 rows the same rows as prefill rows (cuBLASLt: the vendor GEMM, other bits); ratio:
 // time over production's at the same n. TFLOP/s = TB/s x n (2 n flops per 2-byte weight).
@@ -140,7 +140,7 @@ void bench_linear_batch(cudaStream_t s) {
   const Tensor x = random_bf16({1024, 17408}, 4);
   const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
   const std::pair<int, const char*> variants[] = {
-      {0, "production"}, {15, "split rule before"}, {13, "wgmma kernel"}};
+      {0, "production"}, {15, "split rule before"}, {16, "class groups"}, {13, "wgmma kernel"}};
   linear_reserve_decode_workspace(Device::kCuda);
   for (const auto& [out_f, in] : kQwen27bShapes) {
     std::vector<Tensor> w;

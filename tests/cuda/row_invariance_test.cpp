@@ -222,8 +222,8 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
 // input_rms, on the five Qwen3.5-27B decode shapes (k-splits 1 and 2), a k-split of 8 with ~8
 // tiles per cluster, and awkward shapes (in not a multiple of 64: a last 16-k step with 8 real k;
 // out_f not a multiple of 16 or of 128). Rows past n are left alone. Up to 16 rows the input_rms
-// forms also run bench variant 14 (the wgmma kernel's sums of squares in the kernel); at 8, 33 and
-// 64 rows every form also runs variant 15 (the split rule before class groups).
+// forms also run bench variant 14 (the wgmma kernel's sums of squares in the kernel); at 8, 33, 64,
+// 129 and 256 rows every form also runs variants 15 and 16 (the wgmma kernel's other split rules).
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
@@ -276,15 +276,17 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
           untouched &= bits[e] == (f.epilogue == LinearEpilogue::kAddToOut ? res_bits[e] : poison);
         }
         check_bits("linear.decode_batch_bounds", p, untouched);
-        if (n == 8 || n == 33 || n == 64) {
-          // Bench variant 15: the split rule before class groups: the same bits.
-          linear_skinny_set_variant(15);
-          const LinearBuffers ranks_only = buffers();
-          run_rows(f, x.dev, w, ranks_only, 0, n, n, cs.ctx());
+        for (const int variant : {15, 16}) {
+          if (n != 8 && n != 33 && n != 64 && n != 129 && n != 256) break;
+          // Bench variants 15 and 16: the wgmma kernel's other split rules: the same bits.
+          linear_skinny_set_variant(variant);
+          const LinearBuffers other = buffers();
+          run_rows(f, x.dev, w, other, 0, n, n, cs.ctx());
           cs.sync();
           linear_skinny_set_variant(0);
-          const std::string vs1_r = bad_rows(out_bits(ranks_only.out), alone_bits, 0, n, cols);
-          check_bits("linear.decode_batch_ranks_only_vs_1", p + vs1_r, vs1_r.empty());
+          const std::string vs1_v = bad_rows(out_bits(other.out), alone_bits, 0, n, cols);
+          check_bits("linear.decode_batch_split_rule_vs_1",
+                     p + fmt::format(",variant={}", variant) + vs1_v, vs1_v.empty());
         }
         if (!f.input_rms || n > 16) continue;
         // Bench variant 14: the wgmma kernel's sums of squares in the kernel (no
@@ -393,8 +395,8 @@ TEST(CudaRowInvariance, LinearDecodeOrderSpec) {
 // the decode order): bench variants 6-9 (other rings and chunks of the narrow configurations), 10
 // (decode groups of 16 rows), 11 and 12 (groups of 32 in the persistent kernel's wide
 // configuration, 512-k and 1024-k rings), 13 (the wgmma kernel at every row count, 1-4 rows too),
-// 14 (production with in-kernel sums of squares; its input_rms forms: LinearDecodeBatch), 15 (the
-// wgmma kernel's split rule before class groups), at 1..64
+// 14 (production with in-kernel sums of squares; its input_rms forms: LinearDecodeBatch), 15 and 16
+// (the wgmma kernel's split rule before; with class groups), at 1..64
 // decode rows, with and without epilogues, on shapes whose ranges end inside a chunk
 // (k-splits of 2, 4 and 8) and inside a 16-k step.
 TEST(CudaRowInvariance, LinearConfigurations) {
@@ -428,7 +430,7 @@ TEST(CudaRowInvariance, LinearConfigurations) {
         cs.sync();
         production.push_back(out_bits(b.out));
       }
-      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+      for (const int variant : {6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) {
         linear_skinny_set_variant(variant);
         for (size_t i = 0; i < ns.size(); ++i) {
           const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);

@@ -122,8 +122,9 @@ constexpr int kNarrowGroups = 5;
 // rule before the batched kernel); 13: the wgmma kernel for every decode group, also of 1..4 rows;
 // 14: production with the wgmma kernel's input_rms sums of squares computed in the kernel for calls
 // of up to 16 rows (no sum_squares_kernel launch; docs/cuda.md known gap 6); 15: production with
-// the wgmma kernel's split rule before class groups (one rank per unit when the items are fewer
-// than the block slots; no split remainders after whole waves).
+// the wgmma kernel's split rule before (one rank per unit only when the items are fewer than the
+// block slots: no split remainders after whole waves); 16: production with class groups (a
+// rank's classes split over blocks too; slower, kept for the measurement).
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -139,7 +140,8 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kPersistent, kLinearPersistentWide},
                                  {Kind::kWgmma, 0},
                                  {Kind::kInKernelSums, 16},
-                                 {Kind::kSplitRule, 1}};
+                                 {Kind::kSplitRule, 1},
+                                 {Kind::kSplitRule, 2}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>

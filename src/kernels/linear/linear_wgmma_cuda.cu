@@ -463,8 +463,8 @@ constexpr int64_t kMaxSplitItems = 4096;              // fewer than a wave of bl
 // Calls of up to this many rows sum their tokens' squares in the kernel (every item again) rather
 // than in sum_squares_kernel: 0 in production; bench variant 14 sets 16 (linear_mma_cuda.cu).
 int64_t g_inkernel_sums_rows = 0;
-// Split mode's rule: 0 production; 1 (bench variant 15) the rule before class groups and split
-// remainders: one rank per unit when the items are fewer than the block slots.
+// Split mode's rule (pick_split): 0 production; 1 (bench variant 15) without split remainders
+// after whole waves; 2 (bench variant 16) with class groups too.
 int g_split_rule = 0;
 
 bool g_workspace_ready = false;
@@ -472,36 +472,43 @@ bool workspace_ready() { return g_workspace_ready; }
 float* workspace_sumsq() { return g_workspace.data<float>() + kPostedFloats; }
 
 // Split mode: whole waves of items first (one per block slot each), then the items left over
-// split into `parts` units each (one rank, some of its classes), where that shortens the last wave
-// by a tenth or more: the fewest parts that give the shortest last wave, ceil(rest parts / slots) /
-// parts item-times, each longer by the posted sums' traffic (80 items of out_f = 5120 for 264
-// slots: 16 parts, 0.31; 8 of gate|up after two waves of 132: 16 parts, 0.06; 252 of 264: none),
-// of 4 stages or more and whose posted sums fit the workspace. Without it every item is
-// whole. A call with split items launches finish_split_kernel after the wgmma kernel.
+// (all of them when they are fewer than the slots) split into one unit per rank (plan.splits > 1)
+// where that shortens the last wave by a tenth or more: ceil(rest splits / slots) / splits
+// item-times, longer by the posted sums' traffic (80 items of out_f = 5120 for 264 slots, as
+// before: always; 8 items of gate|up after two waves of 132: 0.5), and the posted sums fit the
+// workspace. Without it every item is whole. A call with split items launches finish_split_kernel
+// after the wgmma kernel. Bench variant 15 splits only calls of fewer items than slots (the rule
+// before), 16 also splits ranks into class groups (2d1a1e4's rule: 0.6-0.9x the ranks-only split's
+// speed on out_f = 5120 at 5-64 rows).
 template <class C>
 void pick_split(GemmParams& gp, const LinearPlan& plan, int slots) {
   gp.whole = gp.items, gp.parts = 1, gp.cgroups = 1;
-  if (!workspace_ready()) return;
-  if (g_split_rule == 1) {  // bench variant 15: the rule before
-    const int64_t posted = int64_t{gp.items} * plan.splits * (C::kN / 2) * C::kConsumers;
-    if (C::kN <= 64 && gp.items < slots && plan.splits > 1 && posted <= kPostedFloats)
-      gp.whole = 0, gp.parts = plan.splits;
+  const int whole = gp.items / slots * slots, rest = gp.items - whole;
+  if (!workspace_ready() || rest == 0 || rest > kMaxSplitItems) return;
+  const int64_t piece = int64_t{C::kN / 2} * C::kConsumers;  // floats of one posted sum
+  // The last wave of the rest in `parts` units each (in item-times), and the posted sums' bytes,
+  // written and read, over an item's weight bytes.
+  const auto last_wave = [&](int64_t parts, int cg) {
+    const double posted = 2.0 * static_cast<double>(plan.splits * (cg > 1 ? kClasses : 1) * piece) *
+                          4.0 / (2.0 * static_cast<double>(C::kTileM * plan.range_k * plan.splits));
+    return static_cast<double>((rest * parts + slots - 1) / slots) / static_cast<double>(parts) *
+           (1.0 + posted);
+  };
+  const auto fits = [&](int cg) {
+    return int64_t{rest} * plan.splits * (cg > 1 ? kClasses : 1) * piece <= kPostedFloats;
+  };
+  if (g_split_rule != 2) {
+    if (plan.splits == 1 || !fits(1)) return;
+    if (whole > 0 && (g_split_rule == 1 || last_wave(plan.splits, 1) >= 0.9)) return;
+    gp.whole = whole, gp.parts = plan.splits;
     return;
   }
-  const int whole = gp.items / slots * slots, rest = gp.items - whole;
-  if (rest == 0 || rest > kMaxSplitItems) return;
-  const int64_t piece = int64_t{C::kN / 2} * C::kConsumers;  // floats of one posted sum
-  double best = 0.9;  // the unsplit rest's wave, less a tenth
+  double best = 0.9;  // bench variant 16: the unsplit rest's wave, less a tenth
   for (int cg = 1; cg <= kClasses; cg *= 2) {
     const int64_t parts = plan.splits * cg;
     if (parts == 1) continue;
-    if (plan.range_k < 4 * kStageK * cg) break;
-    if (int64_t{rest} * plan.splits * (cg > 1 ? kClasses : 1) * piece > kPostedFloats) break;
-    // The posted sums' bytes, written and read, over the weight bytes of an item.
-    const double posted = 2.0 * static_cast<double>(plan.splits * (cg > 1 ? kClasses : 1) * piece) *
-                          4.0 / (2.0 * static_cast<double>(C::kTileM * plan.range_k * plan.splits));
-    const double wave = static_cast<double>((rest * parts + slots - 1) / slots) /
-                        static_cast<double>(parts) * (1.0 + posted);
+    if (plan.range_k < 4 * kStageK * cg || !fits(cg)) break;
+    const double wave = last_wave(parts, cg);
     if (wave < best)
       best = wave, gp.whole = whole, gp.parts = static_cast<int>(parts), gp.cgroups = cg;
   }
