@@ -101,9 +101,11 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
 // the persistent kernel's bits; false (nothing launched) for rows that are not 16-byte loadable.
 // Split mode (few row tiles: one k rank per block) needs linear_reserve_decode_workspace.
 bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream);
-// Bench only: input_rms calls of up to max_rows rows sum their tokens' squares inside the wgmma
-// kernel (the producer warpgroup's spare warps, every item again: no extra launch) instead of in
-// a kernel launched before it (production: 0). The bits are the same.
+// input_rms calls of up to max_rows rows sum their tokens' squares inside the wgmma kernel (the
+// producer warpgroup's spare warps, every item again: no extra launch) instead of in a kernel
+// launched before it, unless the call splits items. Production: kInKernelSumsRows; bench variant
+// 14 sets 16. The bits are the same.
+constexpr int64_t kInKernelSumsRows = 8;
 void linear_wgmma_set_inkernel_sums(int64_t max_rows);
 // Bench only: the wgmma kernel's split mode (pick_split): 0 production; 1 one rank per unit only
 // when the items are fewer than the block slots (the rule before); 2 with class groups too. The

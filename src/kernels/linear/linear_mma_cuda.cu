@@ -189,7 +189,7 @@ void launch(const LinearShape& s, cudaStream_t stream) {
   if (v.kind == Kind::kInKernelSums) {
     linear_wgmma_set_inkernel_sums(v.param);
     linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
-    linear_wgmma_set_inkernel_sums(0);
+    linear_wgmma_set_inkernel_sums(kInKernelSumsRows);
     return;
   }
   if (v.kind == Kind::kSplitRule) {
