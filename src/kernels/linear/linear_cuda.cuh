@@ -107,9 +107,9 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 // 14 sets 16. The bits are the same.
 constexpr int64_t kInKernelSumsRows = 8;
 void linear_wgmma_set_inkernel_sums(int64_t max_rows);
-// Bench only: the wgmma kernel's split mode (pick_split): 0 production; 1 one rank per unit only
-// when the items are fewer than the block slots (the rule before); 2 with class groups too. The
-// bits are the same.
+// Bench only: the wgmma kernel's split mode (linear_split.h): 0 production; 1 one rank per unit
+// only when the items are fewer than the block slots (the rule before); 2 with class groups too.
+// The bits are the same.
 void linear_wgmma_set_split_rule(int rule);
 // A tensor map of the bf16 matrix [rows, cols] (row stride `stride` elements) in boxes of
 // [box_k, box_rows] (linear_fp8_batch_cuda.cu; elements out of bounds read as zeros). False if the

@@ -24,8 +24,8 @@
 // other so that its weights come from L2 after the first. Items left over after whole waves of
 // block slots (all of them when they are fewer than the slots: out_f = 5120 has 80 items of 64
 // rows for 264 slots; gate|up 8 of 128 rows after two waves of 132) are split (split mode,
-// pick_split): a unit takes one rank of such an item, or a group of its classes, and posts its sums
-// to the workspace (the rank's sum, or each class's chain sum); finish_split_kernel, launched
+// linear_split.h): a unit takes one rank of such an item, or a group of its classes, and posts its
+// sums to the workspace (the rank's sum, or each class's chain sum); finish_split_kernel, launched
 // next, adds them class by class, rank by rank, as one block would (the order of additions is the
 // same either way) and runs the epilogue. (An in-kernel finish, the last unit of an item found by
 // a counter, stalled every unit on the counter's round trip: 1.6-2.6 TB/s, b95ec03.)
@@ -35,6 +35,7 @@
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
+#include "kernels/linear/linear_split.h"
 #include "kernels/linear/wgmma_cuda.cuh"
 #include "kernels/tensor_map_cuda.cuh"
 
@@ -48,7 +49,7 @@ using namespace wgmma;          // NOLINT: descriptors and the k16 step
 constexpr int kStageK = 64;     // k per ring stage: one 128-byte swizzle row
 constexpr int kSumsqWarps = 3;  // warps 1..3 of the producer warpgroup
 constexpr uint32_t kSumsqPosted0 = 1, kSumsqRead0 = 3;
-constexpr int kClasses = static_cast<int>(kLinearPlanChunkK / kPieceK);
+constexpr int kClasses = kLinearClasses;
 static_assert(kPieceK % kStageK == 0);
 
 // A configuration: kN tokens per item, kStages ring stages, kGroups consumer warpgroups (64 rows
@@ -89,9 +90,7 @@ struct GemmParams {
   // before this launch; null: warps 9..11 sum each item's tokens themselves (every row tile again).
   const float* sumsq;
   int n_tiles, items, units;
-  int whole;    // items 0 .. whole - 1 are units of their own (all of them without split mode)
-  int parts;    // split mode: units per later item, plan.splits x cgroups
-  int cgroups;  // split mode: class groups per rank, each of kClasses / cgroups classes
+  LinearSplit split;  // linear_split.h: whole items, then split ones
 };
 
 // Bytes of one element of the store policy's out.
@@ -100,23 +99,13 @@ constexpr int64_t kOutBytes = 2;
 template <>
 constexpr int64_t kOutBytes<StoreY<float>> = 4;
 
-// A unit of work: item = (row tile m, token tile nt), ranks [r0, r1), classes [c0, c1) of each;
-// split: the item's index among the split ones, or -1 for a whole item.
-struct Unit {
+// A unit of work (linear_split.h) and its item's row tile m and token tile nt.
+struct Unit : LinearUnit {
   int64_t m, nt;
-  int item, split, r0, r1, c0, c1;
 };
 __device__ __forceinline__ Unit unit_of(const GemmParams& gp, int u) {
   Unit w;
-  if (u < gp.whole) {
-    w.item = u, w.split = -1;
-    w.r0 = 0, w.r1 = gp.p.splits, w.c0 = 0, w.c1 = kClasses;
-  } else {
-    const int v = u - gp.whole, part = v % gp.parts, per = kClasses / gp.cgroups;
-    w.split = v / gp.parts, w.item = gp.whole + w.split;
-    w.r0 = part / gp.cgroups, w.r1 = w.r0 + 1;
-    w.c0 = part % gp.cgroups * per, w.c1 = w.c0 + per;
-  }
+  static_cast<LinearUnit&>(w) = linear_split_unit(gp.split, gp.p.splits, u);
   w.m = w.item / gp.n_tiles;
   w.nt = w.item % gp.n_tiles;
   return w;
@@ -187,8 +176,9 @@ __global__ void __launch_bounds__(C::kConsumers)
   constexpr int kAcc = C::kN / 2, kConsumers = C::kConsumers;
   const int ct = static_cast<int>(threadIdx.x), warp = ct >> 5, lane = ct & 31;
   const int split = static_cast<int>(blockIdx.x);
-  const Unit w = unit_of(gp, gp.whole + split * gp.parts);  // the item's first unit
-  const int pieces = gp.cgroups > 1 ? kClasses : 1, all = gp.p.splits * pieces;
+  const Unit w = unit_of(gp, gp.split.whole + split * gp.split.parts);  // the item's first unit
+  const int all = static_cast<int>(linear_split_pieces(gp.p.splits, gp.split.cgroups));
+  const int pieces = all / gp.p.splits;
   const float* posted = gp.ws + static_cast<int64_t>(split) * all * kAcc * kConsumers;
   float blk[kAcc], tot[kAcc];
   constexpr int kBatch = kAcc >= 64 ? 1 : 64 / kAcc;  // pieces in flight at a time
@@ -304,7 +294,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     for (int e = 0; e < kAcc; ++e) acc[e] = blk[e] = tot[e] = 0.f;
     int pending = -1;  // the slot whose wgmma may still read it
     // A split item's posted sums; each class's chain sum is one with class groups.
-    const bool split = w.split >= 0, groups = split && gp.cgroups > 1;
+    const bool split = w.split >= 0, groups = split && gp.split.cgroups > 1;
     const int pieces = groups ? kClasses : 1;
     float* const posted =
         split ? gp.ws + static_cast<int64_t>(w.split) * p.splits * pieces * kAcc * kConsumers
@@ -387,55 +377,19 @@ constexpr int64_t kMaxSplitItems = 4096;              // fewer than a wave of bl
 // than in sum_squares_kernel (linear_cuda.cuh): at 8 rows the 27B step is 1.3% faster (15.50
 // against 15.70 ms at 8 streams, 6b61d49), at 16 rows 1.5% slower (17.17 against 16.91).
 int64_t g_inkernel_sums_rows = kInKernelSumsRows;
-// Split mode's rule (pick_split): 0 production; 1 (bench variant 15) without split remainders
-// after whole waves; 2 (bench variant 16) with class groups too.
-int g_split_rule = 0;
+// Split mode's rule: production, or bench variant 15's or 16's (linear_split.h).
+LinearSplitRule g_split_rule = LinearSplitRule::kProduction;
 
 bool g_workspace_ready = false;
 bool workspace_ready() { return g_workspace_ready; }
 float* workspace_sumsq() { return g_workspace.data<float>() + kPostedFloats; }
 
-// Split mode: whole waves of items first (one per block slot each), then the items left over
-// (all of them when they are fewer than the slots) split into one unit per rank (plan.splits > 1)
-// where that shortens the last wave by a tenth or more: ceil(rest splits / slots) / splits
-// item-times, longer by the posted sums' traffic (80 items of out_f = 5120 for 264 slots, as
-// before: always; 8 items of gate|up after two waves of 132: 0.5), and the posted sums fit the
-// workspace. Without it every item is whole. A call with split items launches finish_split_kernel
-// after the wgmma kernel. Bench variant 15 splits only calls of fewer items than slots (the rule
-// before), 16 also splits ranks into class groups (2d1a1e4's rule: 0.6-0.9x the ranks-only split's
-// speed on out_f = 5120 at 5-64 rows).
+// Split mode (linear_split.h), when the workspace is there.
 template <class C>
-void pick_split(GemmParams& gp, const LinearPlan& plan, int slots) {
-  gp.whole = gp.items, gp.parts = 1, gp.cgroups = 1;
-  const int whole = gp.items / slots * slots, rest = gp.items - whole;
-  if (!workspace_ready() || rest == 0 || rest > kMaxSplitItems) return;
-  const int64_t piece = int64_t{C::kN / 2} * C::kConsumers;  // floats of one posted sum
-  // The last wave of the rest in `parts` units each (in item-times), and the posted sums' bytes,
-  // written and read, over an item's weight bytes.
-  const auto last_wave = [&](int64_t parts, int cg) {
-    const double posted = 2.0 * static_cast<double>(plan.splits * (cg > 1 ? kClasses : 1) * piece) *
-                          4.0 / (2.0 * static_cast<double>(C::kTileM * plan.range_k * plan.splits));
-    return static_cast<double>((rest * parts + slots - 1) / slots) / static_cast<double>(parts) *
-           (1.0 + posted);
-  };
-  const auto fits = [&](int cg) {
-    return int64_t{rest} * plan.splits * (cg > 1 ? kClasses : 1) * piece <= kPostedFloats;
-  };
-  if (g_split_rule != 2) {
-    if (plan.splits == 1 || !fits(1)) return;
-    if (whole > 0 && (g_split_rule == 1 || last_wave(plan.splits, 1) >= 0.9)) return;
-    gp.whole = whole, gp.parts = plan.splits;
-    return;
-  }
-  double best = 0.9;  // bench variant 16: the unsplit rest's wave, less a tenth
-  for (int cg = 1; cg <= kClasses; cg *= 2) {
-    const int64_t parts = plan.splits * cg;
-    if (parts == 1) continue;
-    if (plan.range_k < 4 * kStageK * cg || !fits(cg)) break;
-    const double wave = last_wave(parts, cg);
-    if (wave < best)
-      best = wave, gp.whole = whole, gp.parts = static_cast<int>(parts), gp.cgroups = cg;
-  }
+LinearSplit pick_split(int items, const LinearPlan& plan, int slots) {
+  if (!workspace_ready()) return {items, 1, 1};
+  const LinearSplitCall call{items, slots, C::kTileM, int64_t{C::kN / 2} * C::kConsumers, kStageK};
+  return pick_linear_split(call, plan, g_split_rule, kPostedFloats, kMaxSplitItems);
 }
 
 template <class C, class Store>
@@ -454,9 +408,9 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
   gp.n_tiles = static_cast<int>((s.n + C::kN - 1) / C::kN);
   gp.items = static_cast<int>((s.out_f + C::kTileM - 1) / C::kTileM) * gp.n_tiles;
   const int slots = cuda::sm_count() * C::kBlocksPerSm;
-  pick_split<C>(gp, plan, slots);
-  gp.units = gp.whole + (gp.items - gp.whole) * gp.parts;
-  const bool split = gp.whole < gp.items;
+  gp.split = pick_split<C>(gp.items, plan, slots);
+  gp.units = linear_split_units(gp.items, gp.split);
+  const bool split = gp.split.whole < gp.items;
   if (split) gp.ws = g_workspace.data<float>();
   // The maps first, so that a refused one throws before anything is launched.
   TANDEM_CHECK(
@@ -478,7 +432,7 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
                    stream, gp);
   if (split) {
     cuda::launch_pdl(finish_split_kernel<C, Store>,
-                     dim3(static_cast<unsigned>(gp.items - gp.whole)), dim3(C::kConsumers), 0,
+                     dim3(static_cast<unsigned>(gp.items - gp.split.whole)), dim3(C::kConsumers), 0,
                      stream, gp);
   }
 }
@@ -530,7 +484,11 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 }
 
 void linear_wgmma_set_inkernel_sums(int64_t max_rows) { g_inkernel_sums_rows = max_rows; }
-void linear_wgmma_set_split_rule(int rule) { g_split_rule = rule; }
+void linear_wgmma_set_split_rule(int rule) {
+  g_split_rule = rule == 1   ? LinearSplitRule::kBefore
+                 : rule == 2 ? LinearSplitRule::kClassGroups
+                             : LinearSplitRule::kProduction;
+}
 
 void linear_reserve_decode_workspace(Device device) {
   if (device != Device::kCuda || workspace_ready()) return;
