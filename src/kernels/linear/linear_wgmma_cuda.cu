@@ -83,8 +83,8 @@ struct GemmSmem {
 struct GemmParams {
   Params p;  // the shape, the plan (splits, range_k), input_rms
   CUtensorMap w, x;
-  // Split mode: the posted sums, [item][rank][piece][accumulator][consumer thread], a piece being
-  // the rank's sum (cgroups 1) or one class's chain sum (cgroups > 1: kClasses pieces per rank).
+  // Split mode: the posted sums, [split item][rank][piece][accumulator][consumer thread], a piece
+  // being the rank's sum (cgroups 1) or one class's chain sum (cgroups > 1: kClasses per rank).
   float* ws;
   // input_rms with the workspace: each token's sum of squares, written by sum_squares_kernel
   // before this launch; null: warps 9..11 sum each item's tokens themselves (every row tile again).
