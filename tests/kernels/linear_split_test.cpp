@@ -1,6 +1,7 @@
 // The wgmma decode linear's units of work (src/kernels/linear/linear_split.h), on the CPU: under
 // every rule the units of a call cover each (item, rank, class) exactly once, a split item's units
-// take one rank each and its posted sums fit the workspace, and on the Qwen3.5-27B shapes the rule
+// take one rank each and post each of its sums to its own place, in the order the finish kernel
+// reads them, and the posted sums fit the workspace, and on the Qwen3.5-27B shapes the rule
 // picks what the H200 runs measured (docs/benchmarks.md, "Results: split mode").
 #include "kernels/linear/linear_split.h"
 
@@ -67,6 +68,10 @@ TEST(LinearSplit, UnitsCoverEveryRankAndClassOnce) {
               }
             }
             std::vector<int> seen(static_cast<size_t>(items) * splits * kLinearClasses, 0);
+            // The posted sums: each split item's in its own run of linear_split_pieces places,
+            // rank by rank, class by class, as finish_split_kernel reads them.
+            const int64_t pieces = linear_split_pieces(splits, s.cgroups);
+            std::vector<int> posted(static_cast<size_t>((items - s.whole) * pieces), 0);
             for (int u = 0; u < linear_split_units(items, s); ++u) {
               const LinearUnit w = linear_split_unit(s, splits, u);
               ASSERT_GE(w.item, 0) << what;
@@ -74,6 +79,13 @@ TEST(LinearSplit, UnitsCoverEveryRankAndClassOnce) {
               EXPECT_EQ(w.split, w.item < s.whole ? -1 : w.item - s.whole) << what;
               if (w.split >= 0) {
                 EXPECT_EQ(w.r1 - w.r0, 1) << what;
+                for (int cl = w.c0; cl < (s.cgroups > 1 ? w.c1 : w.c0 + 1); ++cl) {
+                  const int64_t at = linear_split_piece(w.split, w.r0, cl, splits, s.cgroups);
+                  ASSERT_EQ(at,
+                            w.split * pieces + (s.cgroups > 1 ? w.r0 * kLinearClasses + cl : w.r0))
+                      << what;
+                  ++posted[static_cast<size_t>(at)];
+                }
               }
               for (int r = w.r0; r < w.r1; ++r) {
                 for (int cl = w.c0; cl < w.c1; ++cl) {
@@ -82,6 +94,9 @@ TEST(LinearSplit, UnitsCoverEveryRankAndClassOnce) {
               }
             }
             for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << what << ", at " << i;
+            for (size_t i = 0; i < posted.size(); ++i) {
+              ASSERT_EQ(posted[i], 1) << what << ", posted sum " << i;
+            }
             ++checked;
           }
         }

@@ -48,6 +48,14 @@ constexpr int64_t linear_split_pieces(int splits, int cgroups) {
   return int64_t{splits} * (cgroups > 1 ? kLinearClasses : 1);
 }
 
+// Where split item `split` posts its sum of rank r, class c (ignored without class groups), in
+// posted sums: the workspace's layout, [split item][rank][piece], which finish_split_kernel reads
+// in order.
+constexpr int64_t linear_split_piece(int split, int r, int c, int splits, int cgroups) {
+  return int64_t{split} * linear_split_pieces(splits, cgroups) +
+         (cgroups > 1 ? int64_t{r} * kLinearClasses + c : r);
+}
+
 // kProduction: whole waves of items first (one per block slot each), then the items left over
 // (all of them when they are fewer than the slots) split into one unit per rank (plan.splits > 1)
 // when they are fewer than the slots, or when that shortens the last wave by a tenth or more:

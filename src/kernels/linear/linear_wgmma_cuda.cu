@@ -49,7 +49,6 @@ using namespace wgmma;          // NOLINT: descriptors and the k16 step
 constexpr int kStageK = 64;     // k per ring stage: one 128-byte swizzle row
 constexpr int kSumsqWarps = 3;  // warps 1..3 of the producer warpgroup
 constexpr uint32_t kSumsqPosted0 = 1, kSumsqRead0 = 3;
-constexpr int kClasses = kLinearClasses;
 static_assert(kPieceK % kStageK == 0);
 
 // A configuration: kN tokens per item, kStages ring stages, kGroups consumer warpgroups (64 rows
@@ -84,7 +83,8 @@ struct GemmParams {
   Params p;  // the shape, the plan (splits, range_k), input_rms
   CUtensorMap w, x;
   // Split mode: the posted sums, [split item][rank][piece][accumulator][consumer thread], a piece
-  // being the rank's sum (cgroups 1) or one class's chain sum (cgroups > 1: kClasses per rank).
+  // being the rank's sum (cgroups 1) or one class's chain sum (cgroups > 1: kLinearClasses per
+  // rank).
   float* ws;
   // input_rms with the workspace: each token's sum of squares, written by sum_squares_kernel
   // before this launch; null: warps 9..11 sum each item's tokens themselves (every row tile again).
@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(C::kConsumers)
   const Unit w = unit_of(gp, gp.split.whole + split * gp.split.parts);  // the item's first unit
   const int all = static_cast<int>(linear_split_pieces(gp.p.splits, gp.split.cgroups));
   const int pieces = all / gp.p.splits;
-  const float* posted = gp.ws + static_cast<int64_t>(split) * all * kAcc * kConsumers;
+  const float* posted =
+      gp.ws + linear_split_piece(split, 0, 0, gp.p.splits, gp.split.cgroups) * kAcc * kConsumers;
   float blk[kAcc], tot[kAcc];
   constexpr int kBatch = kAcc >= 64 ? 1 : 64 / kAcc;  // pieces in flight at a time
   for (int q0 = 0; q0 < all; q0 += kBatch) {
@@ -293,12 +294,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) acc[e] = blk[e] = tot[e] = 0.f;
     int pending = -1;  // the slot whose wgmma may still read it
-    // A split item's posted sums; each class's chain sum is one with class groups.
+    // A split unit posts its sums (linear_split_piece); each class's chain sum with class groups.
     const bool split = w.split >= 0, groups = split && gp.split.cgroups > 1;
-    const int pieces = groups ? kClasses : 1;
-    float* const posted =
-        split ? gp.ws + static_cast<int64_t>(w.split) * p.splits * pieces * kAcc * kConsumers
-              : nullptr;
+    const auto posted = [&](int r, int c) {
+      return gp.ws +
+             linear_split_piece(w.split, r, c, p.splits, gp.split.cgroups) * kAcc * kConsumers;
+    };
     walk(
         p, w,
         [&](int64_t) {
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           if (pending >= 0 && lane == 0) cuda::mbar_arrive(&sm.empty[pending]);
           pending = -1;
           if (groups) {  // post the class's chain sum
-            float* mine = posted + static_cast<int64_t>(r * kClasses + c) * kAcc * kConsumers;
+            float* mine = posted(r, c);
 #pragma unroll
             for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, acc[e]);
           }
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     // A split unit posts its rank's sum (its class sums went at each class's end); the item's
     // sum and its epilogue are finish_split_kernel's.
     if (split && !groups) {
-      float* mine = posted + static_cast<int64_t>(w.r0) * kAcc * kConsumers;
+      float* mine = posted(w.r0, 0);
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
     }
