@@ -347,6 +347,9 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
           }
         }
       }
+      // Every thread's reads and writes of S (generic proxy) before the next item's bulk copy
+      // rewrites it (async proxy): the fence, then the barrier thread 0 passes before copying.
+      cuda::fence_proxy_async();
       __syncthreads();  // the row buffers are rewritten by the next rows
     }
   }
