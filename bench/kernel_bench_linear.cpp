@@ -132,9 +132,10 @@ void bench_linear_variants(cudaStream_t s) {
 // shapes, back to back, as TB/s of weight bytes (what a batch must read, once): production (the
 // persistent kernel up to 4 rows, the wgmma kernel above), variants 15 and 16 (the wgmma kernel's
 // split rule before; with class groups; 5..256 rows) and 13 (the wgmma kernel
-// at every n; variant 12, the persistent kernel's groups of 32: f2accc9's run, docs/benchmarks.md),
-// and from 64 rows the same rows as prefill rows (cuBLASLt: the vendor GEMM, other bits); ratio:
-// time over production's at the same n. TFLOP/s = TB/s x n (2 n flops per 2-byte weight).
+// at every n; variant 12, the persistent kernel's groups of 32: f2accc9's run,
+// docs/benchmarks-history.md), and from 64 rows the same rows as prefill rows (cuBLASLt: the vendor
+// GEMM, other bits); ratio: time over production's at the same n. TFLOP/s = TB/s x n (2 n flops per
+// 2-byte weight).
 void bench_linear_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({1024, 17408}, 4);

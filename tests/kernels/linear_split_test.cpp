@@ -2,7 +2,7 @@
 // every rule the units of a call cover each (item, rank, class) exactly once, a split item's units
 // take one rank each and post each of its sums to its own place, in the order the finish kernel
 // reads them, and the posted sums fit the workspace, and on the Qwen3.5-27B shapes the rule
-// picks what the H200 runs measured (docs/benchmarks.md, "Results: split mode").
+// picks what the H200 runs measured (docs/benchmarks-history.md, "Results: split mode").
 #include "kernels/linear/linear_split.h"
 
 #include <gtest/gtest.h>

@@ -44,8 +44,8 @@ constexpr int64_t kWgmmaMaxTokens = 2048;
 // Production's choice between the two kernels of the decode order (the same bits, so it may
 // follow speed alone): the persistent kernel up to 3 rows, and up to kPersistentMaxTokens rows of
 // matrices with few 128-row tiles (fewer than half the SMs: out_f = 5120), the wgmma kernel
-// otherwise. Measured on the 27B step (cec5795 against f2accc9, docs/benchmarks.md): verify of 2
-// and 3 rows at batch 1 3% faster on the persistent kernel, of 4 rows 3% faster with the large
+// otherwise. Measured on the 27B step (cec5795 against f2accc9, docs/benchmarks-history.md): verify
+// of 2 and 3 rows at batch 1 3% faster on the persistent kernel, of 4 rows 3% faster with the large
 // matrices on the wgmma kernel, 8 streams 1% faster with out_f = 5120 on the wgmma kernel.
 constexpr int64_t kPersistentMaxTokens = 4;
 inline bool linear_decode_takes_wgmma(int64_t n, int64_t out_f, int sms) {
