@@ -17,8 +17,8 @@
 namespace tandem::kernels {
 namespace {
 
-constexpr int64_t kCapacity = int64_t{16} << 20;  // the workspace's posted floats (64 MB)
-constexpr int64_t kMaxSplitItems = 4096;
+constexpr int64_t kCapacity = kLinearSplitPostedFloats;  // production's workspace
+constexpr int64_t kMaxSplitItems = kLinearSplitMaxItems;
 const std::array<int64_t, 4> kH200Resident = {132, 66, 32, 16};  // the persistent kernel's plan
 
 // A call as linear_wgmma_cuda.cu forms it: 64-row items at two blocks per SM, or 128-row items at

@@ -13,6 +13,11 @@
 namespace tandem::kernels {
 
 constexpr int kLinearClasses = static_cast<int>(kLinearPlanChunkK / kPieceK);  // 8
+// The workspace's room for posted sums, in floats (64 MB; the 27B shapes need up to 42), and the
+// most split items a call may have (fewer than a wave of block slots): what production passes to
+// pick_linear_split.
+constexpr int64_t kLinearSplitPostedFloats = int64_t{16} << 20;
+constexpr int64_t kLinearSplitMaxItems = 4096;
 
 // Items [0, whole) are one unit each; every later item is `parts` units (plan.splits x cgroups).
 struct LinearSplit {

@@ -370,27 +370,27 @@ __global__ void __launch_bounds__(256) sum_squares_kernel(const Params p, float*
 
 // Split mode's workspace (linear_reserve_decode_workspace); never destroyed, since a static's
 // destructor would run after the CUDA runtime has shut down. Its parts: the posted sums
-// (kPostedFloats), the sums of squares (kWgmmaMaxTokens).
+// (kLinearSplitPostedFloats), the sums of squares (kWgmmaMaxTokens).
 Tensor& g_workspace = *new Tensor();
-constexpr int64_t kPostedFloats = int64_t{16} << 20;  // 64 MB; the 27B shapes need up to 42
-constexpr int64_t kMaxSplitItems = 4096;              // fewer than a wave of block slots
 // Calls of up to this many rows sum their tokens' squares in the kernel (every item again) rather
-// than in sum_squares_kernel (linear_cuda.cuh): at 8 rows the 27B step is 1.3% faster (15.50
-// against 15.70 ms at 8 streams, 6b61d49), at 16 rows 1.5% slower (17.17 against 16.91).
+// than in sum_squares_kernel (linear_cuda.cuh): at 8 rows the 27B step was 1.3% faster in one
+// A/B run (15.50 against 15.70 ms at 8 streams, 6b61d49; two runs at 51cbecd gave 15.74 and
+// 15.73: the gain is within run-to-run noise), at 16 rows 1.5% slower (17.17 against 16.91).
 int64_t g_inkernel_sums_rows = kInKernelSumsRows;
 // Split mode's rule: production, or bench variant 15's or 16's (linear_split.h).
 LinearSplitRule g_split_rule = LinearSplitRule::kProduction;
 
 bool g_workspace_ready = false;
 bool workspace_ready() { return g_workspace_ready; }
-float* workspace_sumsq() { return g_workspace.data<float>() + kPostedFloats; }
+float* workspace_sumsq() { return g_workspace.data<float>() + kLinearSplitPostedFloats; }
 
 // Split mode (linear_split.h), when the workspace is there.
 template <class C>
 LinearSplit pick_split(int items, const LinearPlan& plan, int slots) {
   if (!workspace_ready()) return {items, 1, 1};
   const LinearSplitCall call{items, slots, C::kTileM, int64_t{C::kN / 2} * C::kConsumers, kStageK};
-  return pick_linear_split(call, plan, g_split_rule, kPostedFloats, kMaxSplitItems);
+  return pick_linear_split(call, plan, g_split_rule, kLinearSplitPostedFloats,
+                           kLinearSplitMaxItems);
 }
 
 template <class C, class Store>
@@ -494,7 +494,8 @@ void linear_wgmma_set_split_rule(int rule) {
 void linear_reserve_decode_workspace(Device device) {
   if (device != Device::kCuda || workspace_ready()) return;
   // The posted sums and input_rms's sums of squares.
-  g_workspace = Tensor::zeros({kPostedFloats + kWgmmaMaxTokens}, DType::kF32, Device::kCuda);
+  g_workspace =
+      Tensor::zeros({kLinearSplitPostedFloats + kWgmmaMaxTokens}, DType::kF32, Device::kCuda);
   g_workspace_ready = true;
 }
 
