@@ -88,7 +88,7 @@ void linear_reserve_fp8_scratch(int64_t numel, Device device);
 
 // The decode linear's wgmma kernel (linear_wgmma_cuda.cu) adds the k ranks (and class groups) of
 // calls with few row tiles through a workspace (split mode: one rank, or some of its classes, per
-// block, so that such calls fill the GPU); this reserves it (a process-wide device buffer of 32
+// block, so that such calls fill the GPU); this reserves it (a process-wide device buffer of 64
 // MB), once at load, so that no step allocates. Without it those calls run every rank in one block
 // (the same bits, slower). No-op on the CPU.
 void linear_reserve_decode_workspace(Device device);
