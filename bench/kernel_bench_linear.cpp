@@ -190,7 +190,9 @@ void bench_linear_batch(cudaStream_t s) {
 // The projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them:
 // with input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in
 // the ring's slots instead of staged (linear_fp8_set_staging); at every n also the other kernel
-// (linear_fp8_set_batch): the batched one at 1-4 rows, the FP8 kernel in launches of 8 rows above.
+// (linear_fp8_set_batch): the batched one at 1-4 rows, the FP8 kernel in launches of 8 rows above;
+// at 1 row also with the plan forced to 1, 2 and 4 ranks per tile (linear_fp8_set_plan_splits:
+// is a rank's tile cost or its slots' fill what holds out_f = 5120 back? docs/fp8.md, "Not done").
 void bench_linear_fp8(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({32, 17408}, 5);
@@ -261,6 +263,16 @@ void bench_linear_fp8(cudaStream_t s) {
       linear_fp8_set_batch(batched ? Fp8BatchMode::kOff : Fp8BatchMode::kAll);
       const double other_ms = batched_ms(s, 20, fp8_call);
       linear_fp8_set_batch(Fp8BatchMode::kProduction);
+      for (const int splits : {1, 2, 4}) {  // the plan's ranks per tile, forced (other bits)
+        if (n != 1) break;
+        linear_fp8_set_plan_splits(splits);
+        const double split_ms = batched_ms(s, 20, fp8_call);
+        linear_fp8_set_plan_splits(0);
+        report(fmt::format("linear fp8 decode n=1 plan splits {} [{},{}] (back to back)", splits,
+                           out_f, in),
+               split_ms, bytes, ms);
+        extra += fmt::format(", {} ranks {:.2f} TB/s", splits, bytes / (split_ms * 1e-3) / 1e12);
+      }
       const char* other = batched ? "FP8 kernel, groups of 8" : "batched kernel";
       report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, other, out_f, in),
              other_ms, bytes, ms);

@@ -186,5 +186,33 @@ TEST(LinearPlan, KernelsRunTheDecodeOrder) {
   EXPECT_EQ(linear_masked_end(2056), 3072);
 }
 
+// The benchmarks' forced plans (plan_linear_splits): plan_linear's own plan when the ranks agree,
+// and on the FP8 27B shapes 1, 2 and 4 ranks that cover every k with non-empty, 128-k-aligned
+// ranges on as many clusters as fit.
+TEST(LinearPlan, ForcedSplitsAgreeWithThePlanAndCoverEveryK) {
+  const std::array<int64_t, 4> resident = {132, 66, 32, 16};
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {34816, 5120}, {16480, 5120}, {14336, 5120}, {5120, 17408}, {5120, 6144}};
+  for (const auto& [out_f, in] : shapes) {
+    const int64_t tiles = (out_f + 15) / 16;
+    const LinearPlan own = plan_linear(tiles, in, 2048, resident, 132, 128);
+    const LinearPlan same = plan_linear_splits(tiles, in, own.splits, resident, 128);
+    EXPECT_EQ(same.splits, own.splits);
+    EXPECT_EQ(same.clusters, own.clusters) << out_f << "x" << in;
+    EXPECT_EQ(same.range_k, own.range_k) << out_f << "x" << in;
+    for (const int splits : {1, 2, 4}) {
+      const LinearPlan p = plan_linear_splits(tiles, in, splits, resident, 128);
+      ASSERT_TRUE(plan_linear_splits_ok(p, in, resident)) << out_f << "x" << in << " " << splits;
+      EXPECT_EQ(p.range_k % 128, 0);
+      EXPECT_GE(p.splits * p.range_k, in);
+      EXPECT_EQ(p.clusters, std::min(tiles, resident[splits == 1 ? 0 : splits == 2 ? 1 : 2]));
+    }
+  }
+  // A rank left without k, a cluster size that does not fit: refused.
+  EXPECT_FALSE(plan_linear_splits_ok(plan_linear_splits(10, 256, 4, resident, 128), 256, resident));
+  EXPECT_FALSE(plan_linear_splits_ok(plan_linear_splits(10, 6144, 8, {132, 66, 32, 0}, 128), 6144,
+                                     {132, 66, 32, 0}));
+}
+
 }  // namespace
 }  // namespace tandem::kernels

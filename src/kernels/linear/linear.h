@@ -149,6 +149,10 @@ void linear_decode_order_spec(const LinearArgs& a, const ExecContext& ctx);
 // Benchmark-only: FP8 decode rows of 1-4 tokens with the tokens staged once per block (true,
 // production) or carried in every ring slot (linear_fp8_cuda.cu); the bits are the same.
 void linear_fp8_set_staging(bool on);
+// Benchmark-only: the FP8 plan with `splits` ranks per tile (1, 2, 4, 8) instead of plan_linear's,
+// where clusters of that many fit and every rank has k (else plan_linear's); 0 restores it. Other
+// bits: kernel_bench times it, nothing checks its rows.
+void linear_fp8_set_plan_splits(int splits);
 // Benchmark and test only: which FP8 decode rows the batched FP8 kernel takes, in groups of up to
 // 32 rows: kOff none (launches of up to 8 rows of linear_fp8_cuda.cu), kProduction groups of more
 // than 4 rows, kAll every group. The bits are the same.

@@ -317,6 +317,7 @@ void launch_cfg(const LinearShape& s, const LinearPlan& plan, cudaStream_t strea
 }
 
 bool g_staging = true;  // linear_fp8_set_staging (kernel_bench)
+int g_plan_splits = 0;  // linear_fp8_set_plan_splits (kernel_bench): 0 = plan_linear's
 
 template <bool kFold, class Store>
 void launch_n(const LinearShape& s, cudaStream_t stream) {
@@ -364,6 +365,10 @@ __global__ void fp8_dequantize_kernel(const uint8_t* __restrict__ w,
 
 LinearPlan linear_fp8_plan(int64_t out_f, int64_t in) {
   const int64_t tiles = (out_f + kRows - 1) / kRows;
+  if (g_plan_splits > 0) {  // kernel_bench only: another plan, other bits
+    const LinearPlan p = plan_linear_splits(tiles, in, g_plan_splits, fp8_plan_resident(), kBlockK);
+    if (plan_linear_splits_ok(p, in, fp8_plan_resident())) return p;
+  }
   return plan_linear(tiles, in, kPlanChunkK, fp8_plan_resident(), cuda::sm_count(), kBlockK);
 }
 
@@ -381,6 +386,7 @@ void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream) 
 }
 
 void linear_fp8_set_staging(bool on) { g_staging = on; }
+void linear_fp8_set_plan_splits(int splits) { g_plan_splits = splits; }
 
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream) {
   const int64_t groups = s.out_f * (s.in / 16);
