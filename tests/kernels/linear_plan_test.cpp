@@ -205,13 +205,15 @@ TEST(LinearPlan, ForcedSplitsAgreeWithThePlanAndCoverEveryK) {
       ASSERT_TRUE(plan_linear_splits_ok(p, in, resident)) << out_f << "x" << in << " " << splits;
       EXPECT_EQ(p.range_k % 128, 0);
       EXPECT_GE(p.splits * p.range_k, in);
-      EXPECT_EQ(p.clusters, std::min(tiles, resident[splits == 1 ? 0 : splits == 2 ? 1 : 2]));
+      EXPECT_EQ(p.clusters, std::min(tiles, resident[linear_splits_level(splits)]));
     }
   }
-  // A rank left without k, a cluster size that does not fit: refused.
+  // A rank left without k, a cluster size that does not fit, a rank count of 3: refused.
   EXPECT_FALSE(plan_linear_splits_ok(plan_linear_splits(10, 256, 4, resident, 128), 256, resident));
   EXPECT_FALSE(plan_linear_splits_ok(plan_linear_splits(10, 6144, 8, {132, 66, 32, 0}, 128), 6144,
                                      {132, 66, 32, 0}));
+  EXPECT_FALSE(
+      plan_linear_splits_ok(plan_linear_splits(10, 6144, 3, resident, 128), 6144, resident));
 }
 
 }  // namespace

@@ -72,19 +72,25 @@ inline LinearPlan plan_linear(int64_t tiles, int64_t in, int64_t chunk_k,
   return best;
 }
 
-// Benchmarks only (a plan other than plan_linear's changes every row's bits): `splits` ranks
-// (1, 2, 4 or 8; clusters of that many blocks must fit, resident[log2 splits] >= 1) of
-// k_align-multiple ranges, as many clusters as fit. Every rank's range is non-empty when
-// (splits - 1) x range_k < in; plan_linear_splits_ok says so.
+// log2 of a plan's ranks per tile (1, 2, 4 or 8): its index in `resident`; -1 for other counts.
+constexpr int linear_splits_level(int splits) {
+  return splits == 1 ? 0 : splits == 2 ? 1 : splits == 4 ? 2 : splits == 8 ? 3 : -1;
+}
+
+// Benchmarks only (a plan other than plan_linear's changes every row's bits): `splits` ranks of
+// k_align-multiple ranges, as many clusters as fit. plan_linear_splits_ok says whether it can run:
+// a rank count of 1, 2, 4 or 8 whose clusters fit, and every rank's range non-empty
+// ((splits - 1) x range_k < in).
 inline LinearPlan plan_linear_splits(int64_t tiles, int64_t in, int splits,
                                      const std::array<int64_t, 4>& resident, int64_t k_align = 8) {
-  const int e = splits == 1 ? 0 : splits == 2 ? 1 : splits == 4 ? 2 : 3;
+  const int e = linear_splits_level(splits);
   const int64_t range_k = (in + splits - 1) / splits;
-  return {splits, std::min(tiles, resident[e]), (range_k + k_align - 1) / k_align * k_align};
+  return {splits, e < 0 ? 0 : std::min(tiles, resident[e]),
+          (range_k + k_align - 1) / k_align * k_align};
 }
 inline bool plan_linear_splits_ok(const LinearPlan& p, int64_t in,
                                   const std::array<int64_t, 4>& resident) {
-  const int e = p.splits == 1 ? 0 : p.splits == 2 ? 1 : p.splits == 4 ? 2 : p.splits == 8 ? 3 : -1;
+  const int e = linear_splits_level(p.splits);
   return e >= 0 && resident[e] >= 1 && p.clusters >= 1 && (p.splits - 1) * p.range_k < in;
 }
 
