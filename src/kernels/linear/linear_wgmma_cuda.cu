@@ -36,6 +36,7 @@
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
 #include "kernels/linear/linear_split.h"
+#include "kernels/linear/linear_wgmma_store.cuh"
 #include "kernels/linear/wgmma_cuda.cuh"
 #include "kernels/tensor_map_cuda.cuh"
 
@@ -93,12 +94,6 @@ struct GemmParams {
   LinearSplit split;  // linear_split.h: whole items, then split ones
 };
 
-// Bytes of one element of the store policy's out.
-template <class Store>
-constexpr int64_t kOutBytes = 2;
-template <>
-constexpr int64_t kOutBytes<StoreY<float>> = 4;
-
 // A unit of work (linear_split.h) and its item's row tile m and token tile nt.
 struct Unit : LinearUnit {
   int64_t m, nt;
@@ -132,34 +127,6 @@ __device__ __forceinline__ void walk(const Params& p, const Unit& w, Stage&& sta
     }
     end_rank(r);
   }
-}
-
-// The epilogue of an item's consumer thread (warpgroup q, warp wi, lane (g, t)): tot, its
-// sums (the mma C layout), scaled by input_rms (sumsq: the item's tokens' sums of squares) and
-// stored through Store.
-template <class C, class Store>
-__device__ __forceinline__ void store_item(const Params& p, const Unit& w, int q, int wi, int g,
-                                           int t, const float (&tot)[C::kN / 2],
-                                           const float* sumsq) {
-  constexpr int kNT = C::kN / 8;
-  const int64_t tile16 = w.m * (C::kTileM / kRows) + q * 4 + wi;
-  if (tile16 * kRows >= p.out_f) return;
-  Params ps = p;
-  ps.n_tokens = static_cast<int>(p.n_tokens - w.nt * C::kN);
-  ps.out = static_cast<char*>(p.out) + w.nt * C::kN * p.out_stride * kOutBytes<Store>;
-  float c[kNT][4], prev[kNT][4] = {};
-#pragma unroll
-  for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[j][e] = tot[4 * j + e];
-  }
-  if constexpr (Store::kReadsOut) Store::template load_prev<kNT>(ps, tile16, g, t, prev);
-  if (p.input_rms) {
-    float scale[kNT][2];
-    inverse_rms<kNT>(ps, sumsq, t, scale);
-    scale_sums<kNT>(c, scale);
-  }
-  Store::template store<kNT>(ps, tile16, g, t, c, prev);
 }
 
 // Split mode's second half: one block per split item, thread ct in consumer thread ct's place,
@@ -203,7 +170,7 @@ __global__ void __launch_bounds__(C::kConsumers)
       }
     }
   }
-  store_item<C, Store>(gp.p, w, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
+  store_item<C, Store>(gp.p, w.m, w.nt, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
                        gp.sumsq + w.nt * C::kN);
 }
 
@@ -347,7 +314,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     const bool own_sums = p.input_rms && gp.sumsq == nullptr;  // warps 9..11's
     if (own_sums) cuda::named_barrier(kSumsqPosted0 + b, C::kSumsqThreads);
     if (!split)
-      store_item<C, Store>(p, w, q, wi, g, t, tot, own_sums ? sm.sumsq[b] : gp.sumsq + w.nt * kN);
+      store_item<C, Store>(p, w.m, w.nt, q, wi, g, t, tot,
+                           own_sums ? sm.sumsq[b] : gp.sumsq + w.nt * kN);
     if (own_sums && i + 2 < count) cuda::named_barrier_arrive(kSumsqRead0 + b, C::kSumsqThreads);
   }
 }
