@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -191,6 +192,30 @@ void bench_linear_batch(cudaStream_t s) {
 // with input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in
 // the ring's slots instead of staged (linear_fp8_set_staging); at every n also the other kernel
 // (linear_fp8_set_batch): the batched one at 1-4 rows, the FP8 kernel in launches of 8 rows above.
+namespace {
+
+// Random FP8 codes [out, in] on the device (random bytes without the two NaN codes) and block
+// scales of 2^-8.
+Tensor random_fp8_codes(int64_t out_f, int64_t in, uint32_t seed) {
+  Tensor h = Tensor::zeros({out_f, in}, DType::kF8E4M3);
+  auto* c = static_cast<uint8_t*>(h.raw());
+  uint32_t r = seed;
+  for (int64_t e = 0; e < h.numel(); ++e) {
+    r = r * 1664525u + 1013904223u;
+    const auto b = static_cast<uint8_t>(r >> 24);
+    c[e] = (b & 0x7f) == 0x7f ? 0x3f : b;
+  }
+  return h.to(Device::kCuda);
+}
+
+Tensor fp8_scales(int64_t out_f, int64_t in) {
+  Tensor sc = Tensor::zeros({(out_f + 127) / 128, (in + 127) / 128}, DType::kF32);
+  for (int64_t e = 0; e < sc.numel(); ++e) sc.data<float>()[e] = 1.f / 256.f;
+  return sc.to(Device::kCuda);
+}
+
+}  // namespace
+
 void bench_linear_fp8(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({32, 17408}, 5);
@@ -202,19 +227,8 @@ void bench_linear_fp8(cudaStream_t s) {
     std::vector<Tensor> bf, codes, scales;
     for (int i = 0; i < 3; ++i) {
       bf.push_back(random_bf16({out_f, in}, 40 + i));
-      // Random bytes without the two NaN codes, scales of 2^-8.
-      Tensor h = Tensor::zeros({out_f, in}, DType::kF8E4M3);
-      auto* c = static_cast<uint8_t*>(h.raw());
-      uint32_t r = 77u + static_cast<uint32_t>(i);
-      for (int64_t e = 0; e < h.numel(); ++e) {
-        r = r * 1664525u + 1013904223u;
-        const auto b = static_cast<uint8_t>(r >> 24);
-        c[e] = (b & 0x7f) == 0x7f ? 0x3f : b;
-      }
-      codes.push_back(h.to(Device::kCuda));
-      Tensor sc = Tensor::zeros({(out_f + 127) / 128, (in + 127) / 128}, DType::kF32);
-      for (int64_t e = 0; e < sc.numel(); ++e) sc.data<float>()[e] = 1.f / 256.f;
-      scales.push_back(sc.to(Device::kCuda));
+      codes.push_back(random_fp8_codes(out_f, in, 77u + static_cast<uint32_t>(i)));
+      scales.push_back(fp8_scales(out_f, in));
     }
     const double bytes = static_cast<double>(out_f * in) + 4.0 * scales[0].numel();
     for (const int64_t n : {1, 2, 4, 8, 16, 32}) {
@@ -268,6 +282,76 @@ void bench_linear_fp8(cudaStream_t s) {
       fmt::print("linear fp8 [{},{}] n={}: {:.3f} ms {:.2f} TB/s{} (bf16 {:.3f} ms {:.2f} TB/s)\n",
                  out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, extra, bf16_ms,
                  2.0 * out_f * in / (bf16_ms * 1e-3) / 1e12);
+    }
+  }
+}
+
+// Group linear_fp8_batch: FP8 decode calls of 16..512 rows on the 27B shapes, back to back:
+// production (the batched kernel's groups of 32 up to 32 rows, the FP8 wgmma kernel from 33), the
+// groups of 32 at every n (what production ran before the wgmma kernel), the wgmma kernel in each
+// of its four configurations (linear_fp8_set_wgmma) and the bf16 production kernel at the same n;
+// TFLOP/s (2 out in n per call), ratio: time over FP8 production's. Forms as group linear_fp8.
+void bench_linear_fp8_batch(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  constexpr int64_t kMaxN = 512;
+  const Tensor x = random_bf16({kMaxN, 17408}, 7);
+  const Tensor out = Tensor::zeros({kMaxN, 34816}, DType::kBF16, Device::kCuda);
+  const Tensor scratch = Tensor::zeros({kMaxN, 17408}, DType::kBF16, Device::kCuda);
+  const Tensor fold = random_bf16({17408}, 8);
+  linear_reserve_decode_workspace(Device::kCuda);
+  linear_reserve_fp8_scratch(int64_t{34816} * 5120, Device::kCuda);
+  // (min rows, config, name): production, groups of 32, configurations 1..4.
+  const std::tuple<int64_t, int, const char*> modes[] = {
+      {-1, 0, "production"},  {int64_t{1} << 40, 0, "groups of 32"},
+      {1, 1, "wgmma 128x64"}, {1, 2, "wgmma 64x64"},
+      {1, 3, "wgmma 128x32"}, {1, 4, "wgmma 64x32"}};
+  for (const auto& [out_f, in] : kQwen27bShapes) {
+    const bool reads_residual = in == 5120;
+    std::vector<Tensor> bf, codes, scales;
+    for (int i = 0; i < 3; ++i) {
+      bf.push_back(random_bf16({out_f, in}, 50 + i));
+      codes.push_back(random_fp8_codes(out_f, in, 87u + static_cast<uint32_t>(i)));
+      scales.push_back(fp8_scales(out_f, in));
+    }
+    for (const int64_t n : {16, 32, 64, 128, 256, 512}) {
+      const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
+                   on = out.slice(0, 0, n).slice(1, 0, out_f);
+      const Tensor sn = scratch.slice(0, 0, n).slice(1, 0, in);
+      const double flop = 2.0 * out_f * in * n;
+      const int reps = n > 64 ? 8 : 20;
+      std::string line = fmt::format("linear fp8 [{},{}] n={}: TFLOP/s", out_f, in, n);
+      double production = 0;
+      for (const auto& [min_rows, config, name] : modes) {
+        linear_fp8_set_wgmma(min_rows, config);
+        const double ms = batched_ms(s, reps, [&](int it) {
+          linear_cuda({.x = xn,
+                       .weight = codes[it % 3],
+                       .out = on,
+                       .input_rms = reads_residual,
+                       .input_scratch = sn,
+                       .decode_rows = n,
+                       .weight_scale_inv = scales[it % 3],
+                       .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
+                      ctx);
+        });
+        if (min_rows < 0) production = ms;
+        report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, name, out_f, in),
+               ms, flop, production);
+        line += fmt::format(" {} {:.0f}", name, flop / (ms * 1e-3) / 1e12);
+      }
+      linear_fp8_set_wgmma(-1, 0);
+      const double bf16_ms = batched_ms(s, reps, [&](int it) {
+        linear_cuda({.x = xn,
+                     .weight = bf[it % 3],
+                     .out = on,
+                     .input_rms = reads_residual,
+                     .input_scratch = sn,
+                     .decode_rows = n},
+                    ctx);
+      });
+      report(fmt::format("linear decode n={} bf16 production [{},{}] (back to back)", n, out_f, in),
+             bf16_ms, flop, production);
+      fmt::print("{}, bf16 {:.0f}\n", line, flop / (bf16_ms * 1e-3) / 1e12);
     }
   }
 }

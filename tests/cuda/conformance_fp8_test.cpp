@@ -4,7 +4,8 @@
 //    epilogue, input_rms and the folded norm, on shapes whose scale blocks straddle the matrix
 //    edges, and scale rows of 128 and of 8 (the gate|up interleave);
 //  - row invariance: a decode row has the same bits alone, among 1..8 rows and in decode groups;
-//    the batched kernel's rows (5..32 per launch) are the 1..8-row kernel's, bit for bit;
+//    the batched kernel's rows (5..32 per launch) and the wgmma kernel's (33 and more in
+//    production, any number in its bench configurations) are the 1..8-row kernel's, bit for bit;
 //  - prefill rows: bitwise the bf16 path on the load-time dequantisation
 //    bf16(f32(code) scale (1 + g)), which is what the prefill path computes.
 #include <fmt/format.h>
@@ -275,8 +276,12 @@ TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
   CudaStream cs;
   Rng rng(29);
   struct Restore {
-    ~Restore() { linear_fp8_set_batch(Fp8BatchMode::kProduction); }
+    ~Restore() {
+      linear_fp8_set_batch(Fp8BatchMode::kProduction);
+      linear_fp8_set_wgmma(-1, 0);
+    }
   } restore;
+  linear_fp8_set_wgmma(int64_t{1} << 40, 0);  // the groups of 32 at 45 rows, not the wgmma kernel
   for (const Shape3& sh : kShapes) {
     const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
     const Mirror g = random_fold(sh.in, rng);
@@ -306,6 +311,52 @@ TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
                           f.name(), mode == Fp8BatchMode::kAll ? "every group" : "production", r,
                           r + m),
               std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
+        }
+      }
+    }
+  }
+}
+
+// The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
+// linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
+// partial ones) in each of its four item configurations, and production's choice (from 33 rows).
+TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
+  CudaStream cs;
+  Rng rng(31);
+  struct Restore {
+    ~Restore() {
+      linear_fp8_set_batch(Fp8BatchMode::kProduction);
+      linear_fp8_set_wgmma(-1, 0);
+    }
+  } restore;
+  for (const Shape3& sh : kShapes) {
+    const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
+    const Mirror g = random_fold(sh.in, rng);
+    constexpr int64_t kN = 70;
+    const Mirror xs = random_mirror({kN, sh.in + 8}, rng, DType::kBF16, -2.f, 2.f);
+    const Mirror res = random_mirror({kN, sh.out}, rng, DType::kBF16, -4.f, 4.f);
+    const Tensor x = cols(xs.dev, sh.in);
+    for (const Form& f : forms(sh.out)) {
+      linear_fp8_set_batch(Fp8BatchMode::kOff);
+      const Tensor want = out_for(f, kN, sh.out, res);
+      run(f, x, w, g.dev, want, kN, cs);
+      cs.sync();
+      linear_fp8_set_batch(Fp8BatchMode::kProduction);
+      const std::vector<uint16_t> want_bits = download_bits<uint16_t>(want);
+      const int64_t cols_out = want.dim(1);
+      for (int config = 0; config <= 4; ++config) {
+        linear_fp8_set_wgmma(config == 0 ? -1 : 1, config);
+        for (const auto& [r, m] : std::vector<std::pair<int64_t, int64_t>>{
+                 {0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}}) {
+          const Mirror sub_res{res.host.slice(0, r, r + m), res.dev.slice(0, r, r + m)};
+          const Tensor got = out_for(f, m, sh.out, sub_res);
+          run(f, x.slice(0, r, r + m), w, g.dev, got, m, cs);
+          cs.sync();
+          const std::vector<uint16_t> bits = download_bits<uint16_t>(got);
+          check_bits("linear_fp8.wgmma_kernel",
+                     fmt::format("in={},out={},rows={},form={},config {},rows [{}, {})", sh.in,
+                                 sh.out, sh.rows, f.name(), config, r, r + m),
+                     std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
         }
       }
     }
