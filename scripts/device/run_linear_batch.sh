@@ -2,19 +2,21 @@
 # Runs ON the H200 machine (device tool): the decode linears (linear_persistent_cuda.cu,
 # linear_wgmma_cuda.cu) checked and measured in one call, in order, each part under its own time
 # limit, logs in $OUT as they finish. Carry .devdeps (scripts/device/pack_deps.sh).
-#   1. build cuda_tests, tandem and kernel_bench, then a 60 s smoke test (LinearConfigurations):
-#      a kernel that hangs stops the run there instead of eating every later part's time limit;
+#   1. build cuda_tests, tandem and kernel_bench, then a 60 s smoke test (LinearConfigurations, or
+#      SMOKE_FILTER's tests): a kernel that hangs stops the run there instead of eating every later
+#      part's time limit;
 #   2. the linear conformance and bitwise row-invariance tests (every kernel configuration and
 #      decode-group rule against production, 1..256 rows, every epilogue), or LINEAR_FILTER's;
 #   3. kernel_bench KBENCH_GROUPS (default linear_batch: TB/s of weights at 1..1,024 decode rows per
 #      kernel variant; gdr: the GDN recurrence at 1..256 sequences, both kernels);
 #   4. the GPU engine tests (spec == plain, graphs == eager, 256 requests batched == solo);
-#   5. tandem bench on the Qwen3.5-27B shape at BATCHES (default 1,8,32,64,256), 1K context;
+#   5. tandem bench on the Qwen3.5-27B shape (BENCH_CONFIG: another config, e.g.
+#      configs/qwen3.5-27b-fp8.json) at BATCHES (default 1,8,32,64,256), 1K context;
 #   6-8. optional: PROFILE_BATCH (ncu), MEMCHECK, RACECHECK_FILTER (see each part).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 build_cuda cuda_tests tandem kernel_bench
-timeout 60 $B/tests/cuda_tests --gtest_filter='CudaRowInvariance.LinearConfigurations' \
+timeout 60 $B/tests/cuda_tests --gtest_filter="${SMOKE_FILTER:-CudaRowInvariance.LinearConfigurations}" \
   > "$OUT/smoke.log" 2>&1
 rc=$?
 summary "smoke rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/smoke.log" | tr '\n' ' ') ($(stamp))"
@@ -36,7 +38,7 @@ fi
 [[ ${ENGINE_LIMIT:-70} -gt 0 ]] && engine_tests "${ENGINE_LIMIT:-70}"
 
 if [[ ${BENCH_LIMIT:-150} -gt 0 ]]; then
-  timeout "${BENCH_LIMIT:-150}" stdbuf -oL $B/tandem bench --device cuda --synthetic configs/qwen3.5-27b.json \
+  timeout "${BENCH_LIMIT:-150}" stdbuf -oL $B/tandem bench --device cuda --synthetic "${BENCH_CONFIG:-configs/qwen3.5-27b.json}" \
     --context 1024 --batch "${BATCHES:-1,8,32,64,256}" --num-speculative-tokens 3 --steps "${STEPS:-6}" \
     --commit "${COMMIT:-unknown}" --json "$OUT/bench_27b.json" > "$OUT/bench_27b.log" 2>&1
   summary "bench 27B rc=$? ($(stamp))"
