@@ -286,14 +286,15 @@ void bench_linear_fp8(cudaStream_t s) {
   }
 }
 
-// Group linear_fp8_batch: FP8 decode calls of 16..512 rows on the 27B shapes, back to back:
+// Group linear_fp8_batch: FP8 decode calls of 16..2,048 rows on the 27B shapes, back to back:
 // production (the batched kernel's groups of 32 up to 32 rows, the FP8 wgmma kernel from 33), the
 // groups of 32 at every n (what production ran before the wgmma kernel), the wgmma kernel in each
-// of its four configurations (linear_fp8_set_wgmma) and the bf16 production kernel at the same n;
-// TFLOP/s (2 out in n per call), ratio: time over FP8 production's. Forms as group linear_fp8.
+// of its four configurations (linear_fp8_set_wgmma), the bf16 production kernel and the FP8
+// prefill path (dequantise + cuBLASLt) at the same n; TFLOP/s (2 out in n per call), ratio: time
+// over FP8 production's. Forms as group linear_fp8 (the prefill path without input_rms).
 void bench_linear_fp8_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
-  constexpr int64_t kMaxN = 512;
+  constexpr int64_t kMaxN = 2048;
   const Tensor x = random_bf16({kMaxN, 17408}, 7);
   const Tensor out = Tensor::zeros({kMaxN, 34816}, DType::kBF16, Device::kCuda);
   const Tensor scratch = Tensor::zeros({kMaxN, 17408}, DType::kBF16, Device::kCuda);
@@ -313,7 +314,7 @@ void bench_linear_fp8_batch(cudaStream_t s) {
       codes.push_back(random_fp8_codes(out_f, in, 87u + static_cast<uint32_t>(i)));
       scales.push_back(fp8_scales(out_f, in));
     }
-    for (const int64_t n : {16, 32, 64, 128, 256, 512}) {
+    for (const int64_t n : {16, 32, 64, 128, 256, 512, 2048}) {
       const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
                    on = out.slice(0, 0, n).slice(1, 0, out_f);
       const Tensor sn = scratch.slice(0, 0, n).slice(1, 0, in);
@@ -351,7 +352,23 @@ void bench_linear_fp8_batch(cudaStream_t s) {
       });
       report(fmt::format("linear decode n={} bf16 production [{},{}] (back to back)", n, out_f, in),
              bf16_ms, flop, production);
-      fmt::print("{}, bf16 {:.0f}\n", line, flop / (bf16_ms * 1e-3) / 1e12);
+      // The same rows as FP8 prefill rows: the whole matrix dequantised, then cuBLASLt (what a
+      // step that carries any prefill chunk pays per FP8 matrix).
+      const double prefill_ms = batched_ms(s, reps, [&](int it) {
+        linear_cuda({.x = xn,
+                     .weight = codes[it % 3],
+                     .out = on,
+                     .decode_rows = 0,
+                     .weight_scale_inv = scales[it % 3],
+                     .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
+                    ctx);
+      });
+      report(
+          fmt::format("linear fp8 prefill rows n={} dequantise + cuBLASLt [{},{}] (back to back)",
+                      n, out_f, in),
+          prefill_ms, flop, production);
+      fmt::print("{}, bf16 {:.0f}, fp8 prefill path {:.0f}\n", line, flop / (bf16_ms * 1e-3) / 1e12,
+                 flop / (prefill_ms * 1e-3) / 1e12);
     }
   }
 }
