@@ -301,11 +301,13 @@ void bench_linear_fp8_batch(cudaStream_t s) {
   const Tensor fold = random_bf16({17408}, 8);
   linear_reserve_decode_workspace(Device::kCuda);
   linear_reserve_fp8_scratch(int64_t{34816} * 5120, Device::kCuda);
-  // (min rows, config, name): production, groups of 32, configurations 1..4.
-  const std::tuple<int64_t, int, const char*> modes[] = {
-      {-1, 0, "production"},  {int64_t{1} << 40, 0, "groups of 32"},
-      {1, 1, "wgmma 128x64"}, {1, 2, "wgmma 64x64"},
-      {1, 3, "wgmma 128x32"}, {1, 4, "wgmma 64x32"}};
+  // (min rows, config, split, name): production, groups of 32, production without split mode,
+  // configurations 1..4.
+  const std::tuple<int64_t, int, bool, const char*> modes[] = {
+      {-1, 0, true, "production"}, {int64_t{1} << 40, 0, true, "groups of 32"},
+      {-1, 0, false, "no split"},  {1, 1, true, "wgmma 128x64"},
+      {1, 2, true, "wgmma 64x64"}, {1, 3, true, "wgmma 128x32"},
+      {1, 4, true, "wgmma 64x32"}};
   for (const auto& [out_f, in] : kQwen27bShapes) {
     const bool reads_residual = in == 5120;
     std::vector<Tensor> bf, codes, scales;
@@ -322,8 +324,8 @@ void bench_linear_fp8_batch(cudaStream_t s) {
       const int reps = n > 64 ? 8 : 20;
       std::string line = fmt::format("linear fp8 [{},{}] n={}: TFLOP/s", out_f, in, n);
       double production = 0;
-      for (const auto& [min_rows, config, name] : modes) {
-        linear_fp8_set_wgmma(min_rows, config);
+      for (const auto& [min_rows, config, split, name] : modes) {
+        linear_fp8_set_wgmma(min_rows, config, split);
         const double ms = batched_ms(s, reps, [&](int it) {
           linear_cuda({.x = xn,
                        .weight = codes[it % 3],
@@ -335,7 +337,7 @@ void bench_linear_fp8_batch(cudaStream_t s) {
                        .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
                       ctx);
         });
-        if (min_rows < 0) production = ms;
+        if (min_rows < 0 && split) production = ms;
         report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, name, out_f, in),
                ms, flop, production);
         line += fmt::format(" {} {:.0f}", name, flop / (ms * 1e-3) / 1e12);

@@ -319,7 +319,9 @@ TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
 
 // The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
 // linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
-// partial ones) in each of its four item configurations, and production's choice (from 33 rows).
+// partial ones) in each of its four item configurations and production's choice (from 33 rows),
+// each with split mode allowed (these shapes have few items: most calls split by rank where the
+// plan has ranks) and with every item whole.
 TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
   CudaStream cs;
   Rng rng(31);
@@ -344,8 +346,10 @@ TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
       linear_fp8_set_batch(Fp8BatchMode::kProduction);
       const std::vector<uint16_t> want_bits = download_bits<uint16_t>(want);
       const int64_t cols_out = want.dim(1);
-      for (int config = 0; config <= 4; ++config) {
-        linear_fp8_set_wgmma(config == 0 ? -1 : 1, config);
+      for (int mode = 0; mode < 10; ++mode) {  // configurations 0..4, with and without split mode
+        const int config = mode % 5;
+        const bool split = mode < 5;
+        linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
         for (const auto& [r, m] : std::vector<std::pair<int64_t, int64_t>>{
                  {0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}}) {
           const Mirror sub_res{res.host.slice(0, r, r + m), res.dev.slice(0, r, r + m)};
@@ -353,10 +357,11 @@ TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
           run(f, x.slice(0, r, r + m), w, g.dev, got, m, cs);
           cs.sync();
           const std::vector<uint16_t> bits = download_bits<uint16_t>(got);
-          check_bits("linear_fp8.wgmma_kernel",
-                     fmt::format("in={},out={},rows={},form={},config {},rows [{}, {})", sh.in,
-                                 sh.out, sh.rows, f.name(), config, r, r + m),
-                     std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
+          check_bits(
+              "linear_fp8.wgmma_kernel",
+              fmt::format("in={},out={},rows={},form={},config {}{},rows [{}, {})", sh.in, sh.out,
+                          sh.rows, f.name(), config, split ? "" : " whole items", r, r + m),
+              std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
         }
       }
     }

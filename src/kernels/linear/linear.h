@@ -157,9 +157,9 @@ void linear_fp8_set_batch(Fp8BatchMode mode);
 // Benchmark and test only: FP8 decode calls of at least min_rows rows go to the FP8 wgmma kernel
 // (linear_fp8_wgmma_cuda.cu; negative: production's 33; more than a call has: never), in
 // one launch per 2,048 rows, when the prefill scratch can hold their f16 tokens; `config` 0 lets it
-// choose its item shape, 1..4 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32 rows x tokens). The
-// bits are the same.
-void linear_fp8_set_wgmma(int64_t min_rows, int config);
+// choose its item shape, 1..4 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32 rows x tokens);
+// `split` false keeps every item whole (no split mode). The bits are the same.
+void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
 #endif
 
 inline void linear(const LinearArgs& a, const ExecContext& ctx) {

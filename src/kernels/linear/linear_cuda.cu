@@ -445,9 +445,9 @@ std::string linear_cuda_paths() {
 
 void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
 
-void linear_fp8_set_wgmma(int64_t min_rows, int config) {
+void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split) {
   g_fp8_wgmma_rows = min_rows < 0 ? kFp8WgmmaMinTokens : min_rows;
-  linear_fp8_wgmma_set_config(config);
+  linear_fp8_wgmma_set_config(config, split);
 }
 
 void linear_reserve_fp8_scratch(int64_t numel, Device device) {

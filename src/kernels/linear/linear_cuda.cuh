@@ -151,7 +151,7 @@ constexpr int64_t kFp8WgmmaMinTokens = kFp8BatchMaxTokens + 1;
 int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in);
 bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
                              int64_t scratch_bytes, cudaStream_t stream);
-void linear_fp8_wgmma_set_config(int config);  // linear_fp8_set_wgmma's config
+void linear_fp8_wgmma_set_config(int config, bool split);  // linear_fp8_set_wgmma's
 // The FP8 matrix dequantised to bf16, out[o, i] = bf16(f32(w[o, i]) scale (1 + g_i)) (g_i = 0
 // without a fold), the load-time formula of a folded bf16 matrix: the prefill path's weights.
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream);

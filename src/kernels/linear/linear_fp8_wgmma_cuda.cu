@@ -27,8 +27,10 @@
 // warpgroup that gives up its registers and whose first warp fills a ring of 64-k stages (the
 // item's codes as stored, 64 bytes a row, and its tokens' f16 rows, one tensor-map box each; the
 // first stages' codes before the previous kernel has finished); items (row tile, token tile) go to
-// the blocks of a persistent grid in turn, a row tile's token tiles next to each other. No split
-// mode: every item is whole.
+// the blocks of a persistent grid in turn, a row tile's token tiles next to each other. Where the
+// items do not fill one wave of blocks (out_f = 5120 at up to ~128 rows) and the plan has several
+// ranks, split mode gives each block one rank of an item; the ranks' sums go through the scratch
+// to fp8_finish_split_kernel, which adds them in rank order (as one block's walk does) and stores.
 #include <cuda.h>
 #include <cuda_fp16.h>
 
@@ -80,16 +82,37 @@ struct Fp8GemmParams {
   Params p;  // the shape, the plan (splits, range_k), the scales, input_rms
   CUtensorMap w, x;
   const float* sumsq;  // input_rms: each token's sum of squares (fp8_tokens_kernel)
-  int n_tiles, items;
+  // Split mode (when the items do not fill one wave of blocks and the plan has several ranks): a
+  // unit is one rank of an item, which posts its range sum to ws ([item][rank][accumulator]
+  // [consumer thread]); fp8_finish_split_kernel adds the ranks and stores. Else ws is null and a
+  // unit is a whole item.
+  float* ws;
+  int n_tiles, items, units;
 };
 
-// The FP8 order's walk of a rank's units: per rank, class 0's units in increasing k, then class
+// Unit u: its item (row tile m, token tile nt) and its ranks [r0, r1).
+struct Fp8Unit {
+  int item, r0, r1;
+  int64_t m, nt;
+};
+__device__ __forceinline__ Fp8Unit fp8_unit(const Fp8GemmParams& gp, int u) {
+  Fp8Unit w;
+  const bool split = gp.ws != nullptr;
+  w.item = split ? u / gp.p.splits : u;
+  w.r0 = split ? u % gp.p.splits : 0;
+  w.r1 = split ? w.r0 + 1 : gp.p.splits;
+  w.m = w.item / gp.n_tiles;
+  w.nt = w.item % gp.n_tiles;
+  return w;
+}
+
+// The FP8 order's walk of ranks [r0, r1): per rank, class 0's units in increasing k, then class
 // 1's, ...; stage(k) for each, end_class(c) after a class (also one without units: its sum is
 // +0, as a warp without units posts), end_rank(r) after a rank.
 template <class Stage, class EndClass, class EndRank>
-__device__ __forceinline__ void walk_units(const Params& p, Stage&& stage, EndClass&& end_class,
-                                           EndRank&& end_rank) {
-  for (int r = 0; r < p.splits; ++r) {
+__device__ __forceinline__ void walk_units(const Params& p, int r0, int r1, Stage&& stage,
+                                           EndClass&& end_class, EndRank&& end_rank) {
+  for (int r = r0; r < r1; ++r) {
     const int64_t k0 = r * p.range_k, len = min(p.in, k0 + p.range_k) - k0;
     for (int c = 0; c < kConsumerWarps; ++c) {
       for (int64_t off = int64_t{c} * kUnitK; off < len; off += kGroupK) stage(k0 + off);
@@ -120,7 +143,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
   }
   __syncthreads();
   const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
-  const int count = first < gp.items ? (gp.items - first + step - 1) / step : 0;
+  const int count = first < gp.units ? (gp.units - first + step - 1) / step : 0;
   constexpr auto kNoop = [](int) {};
 
   if (warp >= kProducerWarp) {  // the producer warpgroup
@@ -130,10 +153,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     const auto for_stages = [&](auto&& fn) {
       uint32_t u = 0;
       for (int i = 0; i < count; ++i) {
-        const int item = first + i * step;
-        const int64_t m = item / gp.n_tiles, nt = item % gp.n_tiles;
+        const Fp8Unit w = fp8_unit(gp, first + i * step);
         walk_units(
-            p, [&](int64_t k) { fn(u++, k, m, nt); }, kNoop, kNoop);
+            p, w.r0, w.r1, [&](int64_t k) { fn(u++, k, w.m, w.nt); }, kNoop, kNoop);
       }
     };
     // The first stages' codes before the previous kernel has finished (weights are never written
@@ -163,9 +185,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
   const int q = warp >> 2, wi = warp & 3, g = lane >> 2, t = lane & 3;
   const int wrow = q * 64 + wi * 16 + g;  // row g of this warp in the item
   uint32_t u = 0;
+  const int ct = static_cast<int>(threadIdx.x);  // 0..kConsumers - 1
   for (int i = 0; i < count; ++i) {
-    const int item = first + i * step;
-    const int64_t m = item / gp.n_tiles, nt = item % gp.n_tiles;
+    const Fp8Unit w = fp8_unit(gp, first + i * step);
+    const int64_t m = w.m, nt = w.nt;
     // The scale rows of rows g and g + 8 (rows past out_f clamped, as the other FP8 kernels do;
     // their codes arrive as zeros and they are not stored).
     const int64_t row = m * kTileM + wrow;
@@ -175,7 +198,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) cls[e] = blk[e] = tot[e] = 0.f;
     walk_units(
-        p,
+        p, w.r0, w.r1,
         [&](int64_t k) {
           const uint32_t slot = u % kStages;
           const float sa = __ldg(scale_a + k / kBlockK) * kTokenUnscale;
@@ -223,10 +246,42 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
         },
         [&](int r) {
 #pragma unroll
-          for (int e = 0; e < kAcc; ++e) tot[e] = r == 0 ? blk[e] : tot[e] + blk[e];
+          for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
         });
-    store_item<C, Store>(p, m, nt, q, wi, g, t, tot, gp.sumsq + nt * kN);
+    if (gp.ws != nullptr) {  // split mode: post this rank's sum
+      float* mine = gp.ws + (static_cast<int64_t>(w.item) * p.splits + w.r0) * kAcc * kConsumers;
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
+    } else {
+      store_item<C, Store>(p, m, nt, q, wi, g, t, tot, gp.sumsq + nt * kN);
+    }
   }
+}
+
+// Split mode's second half: one block per item, thread ct in consumer thread ct's place, adds the
+// ranks' posted sums left to right (what one block's walk adds) and stores them as store_item
+// does. It triggers the next kernel before it waits, as linear_wgmma_cuda.cu's
+// finish_split_kernel does (the same contract for the kernel after it).
+template <class C, class Store>
+__global__ void __launch_bounds__(C::kConsumers)
+    fp8_finish_split_kernel(const __grid_constant__ Fp8GemmParams gp) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();  // the posted sums, and out (kAddToOut), are the GEMM's
+  constexpr int kAcc = C::kN / 2, kConsumers = C::kConsumers;
+  const int ct = static_cast<int>(threadIdx.x), warp = ct >> 5, lane = ct & 31;
+  const int item = static_cast<int>(blockIdx.x);
+  const float* posted = gp.ws + static_cast<int64_t>(item) * gp.p.splits * kAcc * kConsumers;
+  float tot[kAcc];
+#pragma unroll
+  for (int e = 0; e < kAcc; ++e) tot[e] = __ldcg(posted + e * kConsumers + ct);
+  for (int r = 1; r < gp.p.splits; ++r) {
+    const float* rank = posted + static_cast<int64_t>(r) * kAcc * kConsumers;
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) tot[e] += __ldcg(rank + e * kConsumers + ct);
+  }
+  const int64_t nt = item % gp.n_tiles;
+  store_item<C, Store>(gp.p, item / gp.n_tiles, nt, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
+                       gp.sumsq + nt * C::kN);
 }
 
 // Each token's row of f16 operands for the GEMM, x' = tokens_f16(x) (the FP8 kernels' fold,
@@ -266,14 +321,28 @@ __global__ void __launch_bounds__(256)
 
 int64_t padded_in(int64_t in) { return (in + kPadK - 1) / kPadK * kPadK; }
 
-// Bench only (linear_fp8_wgmma_set_config): 0 production's choice, 1..4 one configuration.
+// The scratch's parts: the tokens' f16 operand rows, their sums of squares, then split mode's
+// posted sums (128-byte aligned), which take what is left.
+struct Fp8Scratch {
+  __half* x;
+  float* sumsq;
+  float* ws;
+  int64_t ws_bytes;
+};
+int64_t tokens_bytes(int64_t n, int64_t in) {
+  return (n * padded_in(in) * 2 + n * 4 + 127) / 128 * 128;
+}
+
+// Bench only (linear_fp8_wgmma_set_config): 0 production's choice, 1..4 one configuration; and
+// whether split mode may be used.
 int g_config = 0;
+bool g_split = true;
 
 // The maps first, so that a refused one throws before anything is launched; then the tokens
 // (launch_tokens) and the GEMM.
 template <class C, class Store, class LaunchTokens>
-void launch_kernel(const LinearShape& s, const LinearPlan& plan, const __half* xh,
-                   const float* sumsq, LaunchTokens&& launch_tokens, cudaStream_t stream) {
+void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
+                   LaunchTokens&& launch_tokens, cudaStream_t stream) {
   constexpr size_t kSmem = sizeof(Fp8GemmSmem<C>) + 1024;
   static_assert(kSmem * C::kBlocksPerSm <= 227 * 1024, "shared memory of an SM on sm_90");
   static_assert(sizeof(Fp8Stage<C>) == C::kN * kStageK * 2 + C::kTileM * kStageK,
@@ -287,22 +356,34 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const __half* x
   (void)configured;
   Fp8GemmParams gp{};
   gp.p = decode_params(s, plan, 1);
-  gp.sumsq = sumsq;
+  gp.sumsq = scratch.sumsq;
   gp.n_tiles = static_cast<int>((s.n + C::kN - 1) / C::kN);
   gp.items = static_cast<int>((s.out_f + C::kTileM - 1) / C::kTileM) * gp.n_tiles;
+  const int slots = cuda::sm_count() * C::kBlocksPerSm;
+  // Split mode where whole items leave blocks idle, the plan has ranks to split by and the
+  // scratch holds the posted sums.
+  const int64_t posted_bytes =
+      int64_t{gp.items} * plan.splits * (C::kN / 2) * C::kConsumers * int64_t{sizeof(float)};
+  const bool split =
+      g_split && gp.items < slots && plan.splits > 1 && posted_bytes <= scratch.ws_bytes;
+  gp.ws = split ? scratch.ws : nullptr;
+  gp.units = split ? gp.items * plan.splits : gp.items;
   const int64_t in_pad = padded_in(s.in);
   TANDEM_CHECK(
       cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, s.w, s.out_f, s.in, s.in,
                                  kStageK, C::kTileM) &&
-          cuda::encode_tensor_map_2d(&gp.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, xh, s.n, in_pad,
-                                     in_pad, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
+          cuda::encode_tensor_map_2d(&gp.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, scratch.x, s.n,
+                                     in_pad, in_pad, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
       "linear (FP8 wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f,
       s.in, s.n);
-  const int slots = cuda::sm_count() * C::kBlocksPerSm;
   launch_tokens();
   cuda::launch_pdl(linear_fp8_wgmma_kernel<C, Store>,
-                   dim3(static_cast<unsigned>(std::min(gp.items, slots))), dim3(C::kThreads), kSmem,
+                   dim3(static_cast<unsigned>(std::min(gp.units, slots))), dim3(C::kThreads), kSmem,
                    stream, gp);
+  if (split) {
+    cuda::launch_pdl(fp8_finish_split_kernel<C, Store>, dim3(static_cast<unsigned>(gp.items)),
+                     dim3(C::kConsumers), 0, stream, gp);
+  }
 }
 
 // A configuration's estimated time for a call: waves of items x an item's 64-k stage, the larger
@@ -322,8 +403,8 @@ double fp8_cfg_cost(const Fp8CfgShape& c, int64_t out_f, int64_t n, int sms) {
 }
 
 template <class Store, class LaunchTokens>
-void launch_store(const LinearShape& s, const __half* xh, const float* sumsq,
-                  LaunchTokens&& launch_tokens, cudaStream_t stream) {
+void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&& launch_tokens,
+                  cudaStream_t stream) {
   const LinearPlan plan = linear_fp8_plan(s.out_f, s.in);
   using A = Fp8GemmCfg<64, 12, 2>;   // 128 rows x 64 tokens, one block per SM
   using B = Fp8GemmCfg<64, 8, 1>;    // 64 x 64, two per SM
@@ -340,17 +421,15 @@ void launch_store(const LinearShape& s, const __half* xh, const float* sumsq,
       if (pick == 0 || cost < best) pick = c + 1, best = cost;
     }
   }
-  if (pick == 1) return launch_kernel<A, Store>(s, plan, xh, sumsq, launch_tokens, stream);
-  if (pick == 2) return launch_kernel<B, Store>(s, plan, xh, sumsq, launch_tokens, stream);
-  if (pick == 3) return launch_kernel<Cc, Store>(s, plan, xh, sumsq, launch_tokens, stream);
-  launch_kernel<D, Store>(s, plan, xh, sumsq, launch_tokens, stream);
+  if (pick == 1) return launch_kernel<A, Store>(s, plan, scratch, launch_tokens, stream);
+  if (pick == 2) return launch_kernel<B, Store>(s, plan, scratch, launch_tokens, stream);
+  if (pick == 3) return launch_kernel<Cc, Store>(s, plan, scratch, launch_tokens, stream);
+  launch_kernel<D, Store>(s, plan, scratch, launch_tokens, stream);
 }
 
 }  // namespace
 
-int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in) {
-  return n * padded_in(in) * 2 + n * 4;
-}
+int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in) { return tokens_bytes(n, in); }
 
 bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
                              int64_t scratch_bytes, cudaStream_t stream) {
@@ -364,6 +443,9 @@ bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
   auto* xh = static_cast<__half*>(scratch);
   const int64_t in_pad = padded_in(s.in);
   auto* sumsq = reinterpret_cast<float*>(xh + s.n * in_pad);
+  const int64_t used = tokens_bytes(s.n, s.in);
+  const Fp8Scratch parts{xh, sumsq, reinterpret_cast<float*>(static_cast<char*>(scratch) + used),
+                         scratch_bytes - used};
   const Params tp = decode_params(s, LinearPlan{}, 1);
   const auto launch_tokens = [&] {
     const dim3 grid(static_cast<unsigned>((s.n + 7) / 8));
@@ -374,17 +456,20 @@ bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
     }
   };
   if (s.epilogue == LinearEpilogue::kSwiGluPairs) {
-    launch_store<StoreSwiGluPairs>(s, xh, sumsq, launch_tokens, stream);
+    launch_store<StoreSwiGluPairs>(s, parts, launch_tokens, stream);
   } else if (s.epilogue == LinearEpilogue::kAddToOut) {
-    launch_store<StoreAddY>(s, xh, sumsq, launch_tokens, stream);
+    launch_store<StoreAddY>(s, parts, launch_tokens, stream);
   } else if (f32_out) {
-    launch_store<StoreY<float>>(s, xh, sumsq, launch_tokens, stream);
+    launch_store<StoreY<float>>(s, parts, launch_tokens, stream);
   } else {
-    launch_store<StoreY<__nv_bfloat16>>(s, xh, sumsq, launch_tokens, stream);
+    launch_store<StoreY<__nv_bfloat16>>(s, parts, launch_tokens, stream);
   }
   return true;
 }
 
-void linear_fp8_wgmma_set_config(int config) { g_config = config; }
+void linear_fp8_wgmma_set_config(int config, bool split) {
+  g_config = config;
+  g_split = split;
+}
 
 }  // namespace tandem::kernels
