@@ -410,6 +410,35 @@ TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {
   }
 }
 
+// With linear_fp8_set_prefill_decode_order the prefill rows of a call are the decode order's rows,
+// bitwise: a call of 3 decode and 67 prefill rows against the same 70 rows as decode rows.
+TEST_F(Fp8Linear, PrefillRowsInTheDecodeOrderWhenAsked) {
+  CudaStream cs;
+  Rng rng(37);
+  struct Restore {
+    ~Restore() { linear_fp8_set_prefill_decode_order(false); }
+  } restore;
+  for (const Shape3& sh : kShapes) {
+    const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
+    const Mirror g = random_fold(sh.in, rng);
+    constexpr int64_t kN = 70;
+    const Mirror xs = random_mirror({kN, sh.in}, rng, DType::kBF16, -2.f, 2.f);
+    const Mirror res = random_mirror({kN, sh.out}, rng, DType::kBF16, -4.f, 4.f);
+    for (const Form& f : forms(sh.out)) {
+      const Tensor want = out_for(f, kN, sh.out, res);
+      run(f, xs.dev, w, g.dev, want, kN, cs);
+      linear_fp8_set_prefill_decode_order(true);
+      const Tensor got = out_for(f, kN, sh.out, res);
+      run(f, xs.dev, w, g.dev, got, 3, cs);
+      linear_fp8_set_prefill_decode_order(false);
+      cs.sync();
+      check_bits("linear_fp8.prefill_decode_order",
+                 fmt::format("in={},out={},rows={},form={}", sh.in, sh.out, sh.rows, f.name()),
+                 download_bits<uint16_t>(got) == download_bits<uint16_t>(want));
+    }
+  }
+}
+
 TEST_F(Fp8Linear, RefusesWhatItCannotRun) {
   CudaStream cs;
   Rng rng(5);

@@ -160,6 +160,13 @@ void linear_fp8_set_batch(Fp8BatchMode mode);
 // choose its item shape, 1..4 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32 rows x tokens);
 // `split` false keeps every item whole (no split mode). The bits are the same.
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
+// Which kernels FP8 prefill rows take: false (production) the matrix dequantised into the scratch
+// and the bf16 prefill path, once per call, however few the rows; true the decode order's kernels
+// (every row a decode row: the FP8 wgmma kernel from 33 rows), which read the codes once. Either
+// rule is the same for every call, so prefill rows stay invariant; the bits differ between them.
+// Which one production takes waits for kernel_bench linear_fp8_batch's comparison on the H200
+// (docs/fp8.md, "Not done").
+void linear_fp8_set_prefill_decode_order(bool on);
 #endif
 
 inline void linear(const LinearArgs& a, const ExecContext& ctx) {

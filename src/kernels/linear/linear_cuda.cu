@@ -309,6 +309,7 @@ Tensor& g_fp8_scratch = *new Tensor();
 
 Fp8BatchMode g_fp8_batch = Fp8BatchMode::kProduction;  // linear_fp8_set_batch
 int64_t g_fp8_wgmma_rows = kFp8WgmmaMinTokens;         // linear_fp8_set_wgmma
+bool g_fp8_prefill_decode_order = false;               // linear_fp8_set_prefill_decode_order
 
 // FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows), the
 // batched one (5..32 rows) or, for calls of kFp8WgmmaMinTokens rows or more, the wgmma one, its
@@ -354,7 +355,8 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   s.scale_block_rows = r;
   s.fold = a.weight_fold.raw();
   const cudaStream_t stream = cuda::stream_of(ctx);
-  const int64_t decode_rows = decode_rows_of(a);
+  // FP8 prefill rows in the decode order (linear_fp8_set_prefill_decode_order): every row.
+  const int64_t decode_rows = g_fp8_prefill_decode_order ? n : decode_rows_of(a);
   if (decode_rows < n) {  // prefill rows: the bf16 family on the dequantised, folded matrix
     TANDEM_CHECK(g_fp8_scratch.numel() >= a.weight.numel(),
                  "linear_cuda: FP8 weight {} needs linear_reserve_fp8_scratch({}) before its "
@@ -444,6 +446,8 @@ std::string linear_cuda_paths() {
 }
 
 void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
+
+void linear_fp8_set_prefill_decode_order(bool on) { g_fp8_prefill_decode_order = on; }
 
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split) {
   g_fp8_wgmma_rows = min_rows < 0 ? kFp8WgmmaMinTokens : min_rows;
