@@ -39,7 +39,7 @@
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
 #include "kernels/linear/linear_plan.h"
-#include "kernels/linear/linear_wgmma_store.cuh"
+#include "kernels/linear/linear_wgmma_common.cuh"
 #include "kernels/linear/wgmma_cuda.cuh"
 #include "kernels/tensor_map_cuda.cuh"
 
@@ -130,18 +130,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
   constexpr int kProducerWarp = kConsumers / 32;
   const Params& p = gp.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  // Dynamic shared memory is 16-byte aligned by contract: align the ring to 1024 by hand.
-  auto& sm = *reinterpret_cast<Fp8GemmSmem<C>*>(
-      smem_raw + ((1024 - (cuda::smem_u32(smem_raw) & 1023)) & 1023));
+  auto& sm = aligned_ring_smem<Fp8GemmSmem<C>>(smem_raw);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      cuda::mbar_init(&sm.full[i], 1);
-      cuda::mbar_init(&sm.empty[i], kConsumers / 32);  // each consumer warp (release_slot)
-    }
-    cuda::fence_mbar_init();
-  }
-  __syncthreads();
+  init_ring(sm.full, sm.empty, kConsumers / 32);  // each consumer warp releases (release_slot)
   const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
   const int count = first < gp.units ? (gp.units - first + step - 1) / step : 0;
   constexpr auto kNoop = [](int) {};

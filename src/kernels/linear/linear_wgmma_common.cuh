@@ -1,12 +1,36 @@
-// The epilogue of the wgmma decode linears (linear_wgmma_cuda.cu: bf16 weights;
-// linear_fp8_wgmma_cuda.cu: FP8 weights): an item's finished sums in the wgmma accumulator layout
-// (per warp the mma C layout of its 16 rows), scaled by input_rms and stored through a store policy
-// of linear_decode_common.cuh. Internal to src/kernels/linear.
+// Pieces both wgmma decode linears share (linear_wgmma_cuda.cu: bf16 weights;
+// linear_fp8_wgmma_cuda.cu: FP8 weights): the ring's shared memory and barriers, and an item's
+// epilogue, its finished sums in the wgmma accumulator layout (per warp the mma C layout of its 16
+// rows) scaled by input_rms and stored through a store policy of linear_decode_common.cuh.
+// Internal to src/kernels/linear.
 #pragma once
 
 #include "kernels/linear/linear_decode_common.cuh"
 
 namespace tandem::kernels::decode_linear {
+
+// The kernel's shared memory S at its 1024-byte aligned start (the 128-byte swizzle's atoms):
+// dynamic shared memory is only 16-byte aligned by contract, so the launch asks for 1024 more.
+template <class S>
+__device__ __forceinline__ S& aligned_ring_smem(unsigned char* raw) {
+  return *reinterpret_cast<S*>(raw + ((1024 - (cuda::smem_u32(raw) & 1023)) & 1023));
+}
+
+// Thread 0 initialises a ring's barriers, full (one arrival: the producer's expect_tx, plus the
+// bytes) and empty (`releases` arrivals: one per consumer warp that reads a slot), then the block
+// synchronises.
+template <int kStages>
+__device__ __forceinline__ void init_ring(uint64_t (&full)[kStages], uint64_t (&empty)[kStages],
+                                          uint32_t releases) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      cuda::mbar_init(&full[i], 1);
+      cuda::mbar_init(&empty[i], releases);
+    }
+    cuda::fence_mbar_init();
+  }
+  __syncthreads();
+}
 
 // Bytes of one element of the store policy's out.
 template <class Store>
