@@ -214,6 +214,47 @@ Tensor fp8_scales(int64_t out_f, int64_t in) {
   return sc.to(Device::kCuda);
 }
 
+// Three copies of one 27B matrix, bf16 and FP8 (calls rotate through them, so that L2 holds none
+// from one call to the next), and its calls as the model makes them: with input_rms and the folded
+// norm for the projections that read the residual (in = 5120), plain otherwise.
+struct MatrixCopies {
+  int64_t out_f, in;
+  bool reads_residual;
+  Tensor fold;
+  std::vector<Tensor> bf, codes, scales;
+  MatrixCopies(int64_t out_f_, int64_t in_, uint32_t seed, const Tensor& fold_all)
+      : out_f(out_f_), in(in_), reads_residual(in_ == 5120), fold(fold_all.slice(0, 0, in_)) {
+    for (uint32_t i = 0; i < 3; ++i) {
+      bf.push_back(random_bf16({out_f, in}, seed + i));
+      codes.push_back(random_fp8_codes(out_f, in, 37u * seed + i));
+      scales.push_back(fp8_scales(out_f, in));
+    }
+  }
+  // Copy it % 3 over x's rows into out; decode_rows as LinearArgs::decode_rows.
+  void bf16(const ExecContext& ctx, int it, const Tensor& x, const Tensor& out,
+            const Tensor& scratch, int64_t decode_rows) const {
+    linear_cuda({.x = x,
+                 .weight = bf[it % 3],
+                 .out = out,
+                 .input_rms = reads_residual,
+                 .input_scratch = scratch,
+                 .decode_rows = decode_rows},
+                ctx);
+  }
+  void fp8(const ExecContext& ctx, int it, const Tensor& x, const Tensor& out,
+           const Tensor& scratch, int64_t decode_rows) const {
+    linear_cuda({.x = x,
+                 .weight = codes[it % 3],
+                 .out = out,
+                 .input_rms = reads_residual,
+                 .input_scratch = scratch,
+                 .decode_rows = decode_rows,
+                 .weight_scale_inv = scales[it % 3],
+                 .weight_fold = reads_residual ? fold : Tensor()},
+                ctx);
+  }
+};
+
 }  // namespace
 
 void bench_linear_fp8(cudaStream_t s) {
@@ -223,38 +264,15 @@ void bench_linear_fp8(cudaStream_t s) {
   const Tensor scratch = Tensor::zeros({32, 17408}, DType::kBF16, Device::kCuda);
   const Tensor fold = random_bf16({17408}, 6);
   for (const auto& [out_f, in] : kQwen27bShapes) {
-    const bool reads_residual = in == 5120;
-    std::vector<Tensor> bf, codes, scales;
-    for (int i = 0; i < 3; ++i) {
-      bf.push_back(random_bf16({out_f, in}, 40 + i));
-      codes.push_back(random_fp8_codes(out_f, in, 77u + static_cast<uint32_t>(i)));
-      scales.push_back(fp8_scales(out_f, in));
-    }
-    const double bytes = static_cast<double>(out_f * in) + 4.0 * scales[0].numel();
+    const MatrixCopies mc(out_f, in, 40, fold);
+    const bool reads_residual = mc.reads_residual;
+    const double bytes = static_cast<double>(out_f * in) + 4.0 * mc.scales[0].numel();
     for (const int64_t n : {1, 2, 4, 8, 16, 32}) {
       const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
                    on = out.slice(0, 0, n).slice(1, 0, out_f);
       const Tensor sn = scratch.slice(0, 0, n).slice(1, 0, in);
-      const double bf16_ms = batched_ms(s, 20, [&](int it) {
-        linear_cuda({.x = xn,
-                     .weight = bf[it % 3],
-                     .out = on,
-                     .input_rms = reads_residual,
-                     .input_scratch = sn,
-                     .decode_rows = n},
-                    ctx);
-      });
-      const auto fp8_call = [&](int it) {
-        linear_cuda({.x = xn,
-                     .weight = codes[it % 3],
-                     .out = on,
-                     .input_rms = reads_residual,
-                     .input_scratch = sn,
-                     .decode_rows = n,
-                     .weight_scale_inv = scales[it % 3],
-                     .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
-                    ctx);
-      };
+      const double bf16_ms = batched_ms(s, 20, [&](int it) { mc.bf16(ctx, it, xn, on, sn, n); });
+      const auto fp8_call = [&](int it) { mc.fp8(ctx, it, xn, on, sn, n); };
       const double ms = batched_ms(s, 20, fp8_call);
       report(fmt::format("linear fp8 decode n={} [{},{}]{} (back to back)", n, out_f, in,
                          reads_residual ? " input_rms+fold" : ""),
@@ -291,7 +309,7 @@ void bench_linear_fp8(cudaStream_t s) {
 // groups of 32 at every n (what production ran before the wgmma kernel), the wgmma kernel in each
 // of its four configurations (linear_fp8_set_wgmma), the bf16 production kernel and the FP8
 // prefill path (dequantise + cuBLASLt) at the same n; TFLOP/s (2 out in n per call), ratio: time
-// over FP8 production's. Forms as group linear_fp8 (the prefill path without input_rms).
+// over FP8 production's. Forms as group linear_fp8.
 void bench_linear_fp8_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   constexpr int64_t kMaxN = 2048;
@@ -309,13 +327,7 @@ void bench_linear_fp8_batch(cudaStream_t s) {
       {1, 2, true, "wgmma 64x64"}, {1, 3, true, "wgmma 128x32"},
       {1, 4, true, "wgmma 64x32"}};
   for (const auto& [out_f, in] : kQwen27bShapes) {
-    const bool reads_residual = in == 5120;
-    std::vector<Tensor> bf, codes, scales;
-    for (int i = 0; i < 3; ++i) {
-      bf.push_back(random_bf16({out_f, in}, 50 + i));
-      codes.push_back(random_fp8_codes(out_f, in, 87u + static_cast<uint32_t>(i)));
-      scales.push_back(fp8_scales(out_f, in));
-    }
+    const MatrixCopies mc(out_f, in, 50, fold);
     for (const int64_t n : {16, 32, 64, 128, 256, 512, 2048}) {
       const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
                    on = out.slice(0, 0, n).slice(1, 0, out_f);
@@ -326,45 +338,20 @@ void bench_linear_fp8_batch(cudaStream_t s) {
       double production = 0;
       for (const auto& [min_rows, config, split, name] : modes) {
         linear_fp8_set_wgmma(min_rows, config, split);
-        const double ms = batched_ms(s, reps, [&](int it) {
-          linear_cuda({.x = xn,
-                       .weight = codes[it % 3],
-                       .out = on,
-                       .input_rms = reads_residual,
-                       .input_scratch = sn,
-                       .decode_rows = n,
-                       .weight_scale_inv = scales[it % 3],
-                       .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
-                      ctx);
-        });
+        const double ms = batched_ms(s, reps, [&](int it) { mc.fp8(ctx, it, xn, on, sn, n); });
         if (min_rows < 0 && split) production = ms;
         report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, name, out_f, in),
                ms, flop, production);
         line += fmt::format(" {} {:.0f}", name, flop / (ms * 1e-3) / 1e12);
       }
       linear_fp8_set_wgmma(-1, 0);
-      const double bf16_ms = batched_ms(s, reps, [&](int it) {
-        linear_cuda({.x = xn,
-                     .weight = bf[it % 3],
-                     .out = on,
-                     .input_rms = reads_residual,
-                     .input_scratch = sn,
-                     .decode_rows = n},
-                    ctx);
-      });
+      const double bf16_ms = batched_ms(s, reps, [&](int it) { mc.bf16(ctx, it, xn, on, sn, n); });
       report(fmt::format("linear decode n={} bf16 production [{},{}] (back to back)", n, out_f, in),
              bf16_ms, flop, production);
       // The same rows as FP8 prefill rows: the whole matrix dequantised, then cuBLASLt (what a
       // step that carries any prefill chunk pays per FP8 matrix).
-      const double prefill_ms = batched_ms(s, reps, [&](int it) {
-        linear_cuda({.x = xn,
-                     .weight = codes[it % 3],
-                     .out = on,
-                     .decode_rows = 0,
-                     .weight_scale_inv = scales[it % 3],
-                     .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
-                    ctx);
-      });
+      const double prefill_ms =
+          batched_ms(s, reps, [&](int it) { mc.fp8(ctx, it, xn, on, sn, 0); });
       report(
           fmt::format("linear fp8 prefill rows n={} dequantise + cuBLASLt [{},{}] (back to back)",
                       n, out_f, in),
