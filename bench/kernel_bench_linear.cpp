@@ -184,14 +184,6 @@ void bench_linear_batch(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
-// Group linear_fp8: the FP8 decode linear (block-scaled e4m3, production: linear_fp8_cuda.cu at
-// 1-4 rows, linear_fp8_batch_cuda.cu above) on the 27B
-// shapes at n = 1, 2, 4, 8, 16, 32 rows, back to back, as TB/s of the bytes it must read (1 per
-// weight plus the f32 block scales); ratio: time over the bf16 production kernel's at the same n.
-// The projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them:
-// with input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in
-// the ring's slots instead of staged (linear_fp8_set_staging); at every n also the other kernel
-// (linear_fp8_set_batch): the batched one at 1-4 rows, the FP8 kernel in launches of 8 rows above.
 namespace {
 
 // Random FP8 codes [out, in] on the device (random bytes without the two NaN codes) and block
@@ -257,6 +249,14 @@ struct MatrixCopies {
 
 }  // namespace
 
+// Group linear_fp8: the FP8 decode linear (block-scaled e4m3, production: linear_fp8_cuda.cu at
+// 1-4 rows, linear_fp8_batch_cuda.cu above) on the 27B
+// shapes at n = 1, 2, 4, 8, 16, 32 rows, back to back, as TB/s of the bytes it must read (1 per
+// weight plus the f32 block scales); ratio: time over the bf16 production kernel's at the same n.
+// The projections that read the residual (gate|up, in_proj, q|k|v) run as the model calls them:
+// with input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in
+// the ring's slots instead of staged (linear_fp8_set_staging); at every n also the other kernel
+// (linear_fp8_set_batch): the batched one at 1-4 rows, the FP8 kernel in launches of 8 rows above.
 void bench_linear_fp8(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({32, 17408}, 5);
