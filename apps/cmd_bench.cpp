@@ -28,7 +28,7 @@ void add_bench_command(CLI::App& app) {
     int k = 3, steps = 32, threads = 0, linear_variant = 0;
     int64_t prefill = 0, max_step = 0;
     double acceptance = 0.6;
-    bool no_graphs = false, no_pdl = false;
+    bool no_graphs = false, no_pdl = false, fp8_prefill_decode_order = false;
   };
   auto o = std::make_shared<Opts>();
   auto* src = cmd->add_option_group("model source");
@@ -63,6 +63,9 @@ void add_bench_command(CLI::App& app) {
                   "cuda: decode-linear variant, numbered as in kernel_bench (0 = production; "
                   "the persistent kernel's configurations 6-9 also take the fused epilogues)")
       ->capture_default_str();
+  cmd->add_flag("--fp8-prefill-decode-order", o->fp8_prefill_decode_order,
+                "cuda: FP8 prefill rows through the decode order's kernels instead of the "
+                "dequantised matrix and the bf16 GEMM (to compare the two with --prefill-tokens)");
   cmd->add_option("--json", o->json, "write the results to this JSON file");
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");
   cmd->callback([o] {
@@ -76,6 +79,12 @@ void add_bench_command(CLI::App& app) {
       TANDEM_CHECK(o->linear_variant > 0 && o->linear_variant < n,
                    "--linear-variant must be in [0, {}), got {}", n, o->linear_variant);
       kernels::linear_skinny_set_variant(o->linear_variant);
+#endif
+    }
+    if (o->fp8_prefill_decode_order) {
+      TANDEM_CHECK(device == Device::kCuda, "--fp8-prefill-decode-order needs --device cuda");
+#ifdef TANDEM_CUDA
+      kernels::linear_fp8_set_prefill_decode_order(true);
 #endif
     }
     const ExecContext ctx{.device = device, .n_threads = threads};

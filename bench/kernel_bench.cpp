@@ -308,7 +308,7 @@ void bench_gdr_chunked(cudaStream_t s) {
   }
 }
 
-// KERNEL_BENCH_ONLY=copy,linear,linear_variants,linear_batch,linear_fp8,attention,
+// KERNEL_BENCH_ONLY=copy,linear,linear_variants,linear_batch,linear_fp8,linear_fp8_batch,attention,
 // attention_prefill,gdr,gdr_chunked picks groups.
 bool wanted(const char* group) {
   const char* only = std::getenv("KERNEL_BENCH_ONLY");
@@ -330,6 +330,7 @@ int main(int argc, char** argv) {
     if (wanted("linear_variants")) bench_linear_variants(s);
     if (wanted("linear_batch")) bench_linear_batch(s);
     if (wanted("linear_fp8")) bench_linear_fp8(s);
+    if (wanted("linear_fp8_batch")) bench_linear_fp8_batch(s);
     if (wanted("attention")) {
       for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);
       for (int64_t c : {1024, 32768}) {

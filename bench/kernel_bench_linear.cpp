@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -183,6 +184,71 @@ void bench_linear_batch(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
+namespace {
+
+// Random FP8 codes [out, in] on the device (random bytes without the two NaN codes) and block
+// scales of 2^-8.
+Tensor random_fp8_codes(int64_t out_f, int64_t in, uint32_t seed) {
+  Tensor h = Tensor::zeros({out_f, in}, DType::kF8E4M3);
+  auto* c = static_cast<uint8_t*>(h.raw());
+  uint32_t r = seed;
+  for (int64_t e = 0; e < h.numel(); ++e) {
+    r = r * 1664525u + 1013904223u;
+    const auto b = static_cast<uint8_t>(r >> 24);
+    c[e] = (b & 0x7f) == 0x7f ? 0x3f : b;
+  }
+  return h.to(Device::kCuda);
+}
+
+Tensor fp8_scales(int64_t out_f, int64_t in) {
+  Tensor sc = Tensor::zeros({(out_f + 127) / 128, (in + 127) / 128}, DType::kF32);
+  for (int64_t e = 0; e < sc.numel(); ++e) sc.data<float>()[e] = 1.f / 256.f;
+  return sc.to(Device::kCuda);
+}
+
+// Three copies of one 27B matrix, bf16 and FP8 (calls rotate through them, so that L2 holds none
+// from one call to the next), and its calls as the model makes them: with input_rms and the folded
+// norm for the projections that read the residual (in = 5120), plain otherwise.
+struct MatrixCopies {
+  int64_t out_f, in;
+  bool reads_residual;
+  Tensor fold;
+  std::vector<Tensor> bf, codes, scales;
+  MatrixCopies(int64_t out_f_, int64_t in_, uint32_t seed, const Tensor& fold_all)
+      : out_f(out_f_), in(in_), reads_residual(in_ == 5120), fold(fold_all.slice(0, 0, in_)) {
+    for (uint32_t i = 0; i < 3; ++i) {
+      bf.push_back(random_bf16({out_f, in}, seed + i));
+      codes.push_back(random_fp8_codes(out_f, in, 37u * seed + i));
+      scales.push_back(fp8_scales(out_f, in));
+    }
+  }
+  // Copy it % 3 over x's rows into out; decode_rows as LinearArgs::decode_rows.
+  void bf16(const ExecContext& ctx, int it, const Tensor& x, const Tensor& out,
+            const Tensor& scratch, int64_t decode_rows) const {
+    linear_cuda({.x = x,
+                 .weight = bf[it % 3],
+                 .out = out,
+                 .input_rms = reads_residual,
+                 .input_scratch = scratch,
+                 .decode_rows = decode_rows},
+                ctx);
+  }
+  void fp8(const ExecContext& ctx, int it, const Tensor& x, const Tensor& out,
+           const Tensor& scratch, int64_t decode_rows) const {
+    linear_cuda({.x = x,
+                 .weight = codes[it % 3],
+                 .out = out,
+                 .input_rms = reads_residual,
+                 .input_scratch = scratch,
+                 .decode_rows = decode_rows,
+                 .weight_scale_inv = scales[it % 3],
+                 .weight_fold = reads_residual ? fold : Tensor()},
+                ctx);
+  }
+};
+
+}  // namespace
+
 // Group linear_fp8: the FP8 decode linear (block-scaled e4m3, production: linear_fp8_cuda.cu at
 // 1-4 rows, linear_fp8_batch_cuda.cu above) on the 27B
 // shapes at n = 1, 2, 4, 8, 16, 32 rows, back to back, as TB/s of the bytes it must read (1 per
@@ -200,49 +266,15 @@ void bench_linear_fp8(cudaStream_t s) {
   const Tensor scratch = Tensor::zeros({32, 17408}, DType::kBF16, Device::kCuda);
   const Tensor fold = random_bf16({17408}, 6);
   for (const auto& [out_f, in] : kQwen27bShapes) {
-    const bool reads_residual = in == 5120;
-    std::vector<Tensor> bf, codes, scales;
-    for (int i = 0; i < 3; ++i) {
-      bf.push_back(random_bf16({out_f, in}, 40 + i));
-      // Random bytes without the two NaN codes, scales of 2^-8.
-      Tensor h = Tensor::zeros({out_f, in}, DType::kF8E4M3);
-      auto* c = static_cast<uint8_t*>(h.raw());
-      uint32_t r = 77u + static_cast<uint32_t>(i);
-      for (int64_t e = 0; e < h.numel(); ++e) {
-        r = r * 1664525u + 1013904223u;
-        const auto b = static_cast<uint8_t>(r >> 24);
-        c[e] = (b & 0x7f) == 0x7f ? 0x3f : b;
-      }
-      codes.push_back(h.to(Device::kCuda));
-      Tensor sc = Tensor::zeros({(out_f + 127) / 128, (in + 127) / 128}, DType::kF32);
-      for (int64_t e = 0; e < sc.numel(); ++e) sc.data<float>()[e] = 1.f / 256.f;
-      scales.push_back(sc.to(Device::kCuda));
-    }
-    const double bytes = static_cast<double>(out_f * in) + 4.0 * scales[0].numel();
+    const MatrixCopies mc(out_f, in, 40, fold);
+    const bool reads_residual = mc.reads_residual;
+    const double bytes = static_cast<double>(out_f * in) + 4.0 * mc.scales[0].numel();
     for (const int64_t n : {1, 2, 4, 8, 16, 32}) {
       const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
                    on = out.slice(0, 0, n).slice(1, 0, out_f);
       const Tensor sn = scratch.slice(0, 0, n).slice(1, 0, in);
-      const double bf16_ms = batched_ms(s, 20, [&](int it) {
-        linear_cuda({.x = xn,
-                     .weight = bf[it % 3],
-                     .out = on,
-                     .input_rms = reads_residual,
-                     .input_scratch = sn,
-                     .decode_rows = n},
-                    ctx);
-      });
-      const auto fp8_call = [&](int it) {
-        linear_cuda({.x = xn,
-                     .weight = codes[it % 3],
-                     .out = on,
-                     .input_rms = reads_residual,
-                     .input_scratch = sn,
-                     .decode_rows = n,
-                     .weight_scale_inv = scales[it % 3],
-                     .weight_fold = reads_residual ? fold.slice(0, 0, in) : Tensor()},
-                    ctx);
-      };
+      const double bf16_ms = batched_ms(s, 20, [&](int it) { mc.bf16(ctx, it, xn, on, sn, n); });
+      const auto fp8_call = [&](int it) { mc.fp8(ctx, it, xn, on, sn, n); };
       const double ms = batched_ms(s, 20, fp8_call);
       report(fmt::format("linear fp8 decode n={} [{},{}]{} (back to back)", n, out_f, in,
                          reads_residual ? " input_rms+fold" : ""),
@@ -280,6 +312,64 @@ void bench_linear_fp8(cudaStream_t s) {
       fmt::print("linear fp8 [{},{}] n={}: {:.3f} ms {:.2f} TB/s{} (bf16 {:.3f} ms {:.2f} TB/s)\n",
                  out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, extra, bf16_ms,
                  2.0 * out_f * in / (bf16_ms * 1e-3) / 1e12);
+    }
+  }
+}
+
+// Group linear_fp8_batch: FP8 decode calls of 16..2,048 rows on the 27B shapes, back to back:
+// production (the batched kernel's groups of 32 up to 32 rows, the FP8 wgmma kernel from 33), the
+// groups of 32 at every n (what production ran before the wgmma kernel), the wgmma kernel in each
+// of its four configurations (linear_fp8_set_wgmma), the bf16 production kernel and the FP8
+// prefill path (dequantise + cuBLASLt) at the same n; TFLOP/s (2 out in n per call), ratio: time
+// over FP8 production's. Forms as group linear_fp8.
+void bench_linear_fp8_batch(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  constexpr int64_t kMaxN = 2048;
+  const Tensor x = random_bf16({kMaxN, 17408}, 7);
+  const Tensor out = Tensor::zeros({kMaxN, 34816}, DType::kBF16, Device::kCuda);
+  const Tensor scratch = Tensor::zeros({kMaxN, 17408}, DType::kBF16, Device::kCuda);
+  const Tensor fold = random_bf16({17408}, 8);
+  linear_reserve_decode_workspace(Device::kCuda);
+  linear_reserve_fp8_scratch(int64_t{34816} * 5120, Device::kCuda);
+  // (min rows, config, split, name): production, groups of 32, production without split mode,
+  // configurations 1..4.
+  const std::tuple<int64_t, int, bool, const char*> modes[] = {
+      {-1, 0, true, "production"}, {int64_t{1} << 40, 0, true, "groups of 32"},
+      {-1, 0, false, "no split"},  {1, 1, true, "wgmma 128x64"},
+      {1, 2, true, "wgmma 64x64"}, {1, 3, true, "wgmma 128x32"},
+      {1, 4, true, "wgmma 64x32"}};
+  for (const auto& [out_f, in] : kQwen27bShapes) {
+    const MatrixCopies mc(out_f, in, 50, fold);
+    for (const int64_t n : {16, 32, 64, 128, 256, 512, 2048}) {
+      const Tensor xn = x.slice(0, 0, n).slice(1, 0, in),
+                   on = out.slice(0, 0, n).slice(1, 0, out_f);
+      const Tensor sn = scratch.slice(0, 0, n).slice(1, 0, in);
+      const double flop = 2.0 * out_f * in * n;
+      const int reps = n > 64 ? 8 : 20;
+      std::string line = fmt::format("linear fp8 [{},{}] n={}: TFLOP/s", out_f, in, n);
+      double production = 0;
+      for (const auto& [min_rows, config, split, name] : modes) {
+        linear_fp8_set_wgmma(min_rows, config, split);
+        const double ms = batched_ms(s, reps, [&](int it) { mc.fp8(ctx, it, xn, on, sn, n); });
+        if (min_rows < 0 && split) production = ms;
+        report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, name, out_f, in),
+               ms, flop, production);
+        line += fmt::format(" {} {:.0f}", name, flop / (ms * 1e-3) / 1e12);
+      }
+      linear_fp8_set_wgmma(-1, 0);
+      const double bf16_ms = batched_ms(s, reps, [&](int it) { mc.bf16(ctx, it, xn, on, sn, n); });
+      report(fmt::format("linear decode n={} bf16 production [{},{}] (back to back)", n, out_f, in),
+             bf16_ms, flop, production);
+      // The same rows as FP8 prefill rows: the whole matrix dequantised, then cuBLASLt (what a
+      // step that carries any prefill chunk pays per FP8 matrix).
+      const double prefill_ms =
+          batched_ms(s, reps, [&](int it) { mc.fp8(ctx, it, xn, on, sn, 0); });
+      report(
+          fmt::format("linear fp8 prefill rows n={} dequantise + cuBLASLt [{},{}] (back to back)",
+                      n, out_f, in),
+          prefill_ms, flop, production);
+      fmt::print("{}, bf16 {:.0f}, fp8 prefill path {:.0f}\n", line, flop / (bf16_ms * 1e-3) / 1e12,
+                 flop / (prefill_ms * 1e-3) / 1e12);
     }
   }
 }

@@ -49,5 +49,6 @@ void bench_linear(cudaStream_t s, int64_t out_f, int64_t in);
 void bench_linear_variants(cudaStream_t s);
 void bench_linear_batch(cudaStream_t s);
 void bench_linear_fp8(cudaStream_t s);
+void bench_linear_fp8_batch(cudaStream_t s);
 
 }  // namespace tandem::kernel_bench

@@ -4,11 +4,17 @@
 //    epilogue, input_rms and the folded norm, on shapes whose scale blocks straddle the matrix
 //    edges, and scale rows of 128 and of 8 (the gate|up interleave);
 //  - row invariance: a decode row has the same bits alone, among 1..8 rows and in decode groups;
-//    the batched kernel's rows (5..32 per launch) are the 1..8-row kernel's, bit for bit;
+//    the batched kernel's rows (5..32 per launch) and the wgmma kernel's (33 and more in
+//    production, any number in its bench configurations) are the 1..8-row kernel's, bit for bit;
 //  - prefill rows: bitwise the bf16 path on the load-time dequantisation
 //    bf16(f32(code) scale (1 + g)), which is what the prefill path computes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "kernels/linear/linear.h"
@@ -267,49 +273,83 @@ TEST_F(Fp8Linear, DecodeRowsAreInvariant) {
   }
 }
 
-// The batched FP8 kernel (linear_fp8_batch_cuda.cu) against launches of up to 8 rows of
-// linear_fp8_cuda.cu, bitwise: 45 rows (production: one batched launch of 32 rows and one of 13)
-// and calls of 1..45 rows at several offsets, with the batched kernel taking every group (kAll:
-// 1-4 rows too), the groups of 5 or more rows (production) or none.
-TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
+// Every shape and form: n rows computed by launches of up to 8 rows of linear_fp8_cuda.cu
+// (Fp8BatchMode::kOff, no wgmma kernel), then, for each of `modes` settings (set_mode(i) applies
+// setting i and names it), each row range [r, r + m) in a call of its own, checked bitwise against
+// those rows. Production's settings are restored at the end.
+void check_against_decode_kernel(const char* what, uint64_t seed, int64_t n,
+                                 const std::vector<std::pair<int64_t, int64_t>>& ranges, int modes,
+                                 const std::function<std::string(int)>& set_mode) {
   CudaStream cs;
-  Rng rng(29);
+  Rng rng(seed);
   struct Restore {
-    ~Restore() { linear_fp8_set_batch(Fp8BatchMode::kProduction); }
+    ~Restore() {
+      linear_fp8_set_batch(Fp8BatchMode::kProduction);
+      linear_fp8_set_wgmma(-1, 0);
+    }
   } restore;
   for (const Shape3& sh : kShapes) {
     const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
     const Mirror g = random_fold(sh.in, rng);
-    constexpr int64_t kN = 45;
-    const Mirror xs = random_mirror({kN, sh.in + 8}, rng, DType::kBF16, -2.f, 2.f);
-    const Mirror res = random_mirror({kN, sh.out}, rng, DType::kBF16, -4.f, 4.f);
+    const Mirror xs = random_mirror({n, sh.in + 8}, rng, DType::kBF16, -2.f, 2.f);
+    const Mirror res = random_mirror({n, sh.out}, rng, DType::kBF16, -4.f, 4.f);
     const Tensor x = cols(xs.dev, sh.in);
     for (const Form& f : forms(sh.out)) {
       linear_fp8_set_batch(Fp8BatchMode::kOff);
-      const Tensor want = out_for(f, kN, sh.out, res);
-      run(f, x, w, g.dev, want, kN, cs);
+      const Tensor want = out_for(f, n, sh.out, res);
+      run(f, x, w, g.dev, want, n, cs);
       cs.sync();
+      linear_fp8_set_batch(Fp8BatchMode::kProduction);
       const std::vector<uint16_t> want_bits = download_bits<uint16_t>(want);
       const int64_t cols_out = want.dim(1);
-      for (const Fp8BatchMode mode : {Fp8BatchMode::kProduction, Fp8BatchMode::kAll}) {
-        linear_fp8_set_batch(mode);
-        for (const auto& [r, m] : std::vector<std::pair<int64_t, int64_t>>{
-                 {0, 45}, {0, 1}, {3, 5}, {8, 8}, {1, 9}, {17, 13}, {5, 16}, {13, 17}, {2, 32}}) {
+      for (int mode = 0; mode < modes; ++mode) {
+        const std::string name = set_mode(mode);
+        for (const auto& [r, m] : ranges) {
           const Mirror sub_res{res.host.slice(0, r, r + m), res.dev.slice(0, r, r + m)};
           const Tensor got = out_for(f, m, sh.out, sub_res);
           run(f, x.slice(0, r, r + m), w, g.dev, got, m, cs);
           cs.sync();
           const std::vector<uint16_t> bits = download_bits<uint16_t>(got);
-          check_bits(
-              "linear_fp8.batched_kernel",
-              fmt::format("in={},out={},rows={},form={},{},rows [{}, {})", sh.in, sh.out, sh.rows,
-                          f.name(), mode == Fp8BatchMode::kAll ? "every group" : "production", r,
-                          r + m),
-              std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
+          check_bits(what,
+                     fmt::format("in={},out={},rows={},form={},{},rows [{}, {})", sh.in, sh.out,
+                                 sh.rows, f.name(), name, r, r + m),
+                     std::equal(bits.begin(), bits.end(), want_bits.begin() + r * cols_out));
         }
       }
     }
   }
+}
+
+// The batched FP8 kernel (linear_fp8_batch_cuda.cu) against launches of up to 8 rows of
+// linear_fp8_cuda.cu, bitwise: 45 rows (production: one batched launch of 32 rows and one of 13)
+// and calls of 1..45 rows at several offsets, with the batched kernel taking every group (kAll:
+// 1-4 rows too) or the groups of 5 or more rows (production); the wgmma kernel off.
+TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
+  check_against_decode_kernel(
+      "linear_fp8.batched_kernel", 29, 45,
+      {{0, 45}, {0, 1}, {3, 5}, {8, 8}, {1, 9}, {17, 13}, {5, 16}, {13, 17}, {2, 32}}, 2,
+      [](int mode) {
+        linear_fp8_set_wgmma(int64_t{1} << 40, 0);  // groups of 32 at 45 rows, not the wgmma kernel
+        linear_fp8_set_batch(mode == 1 ? Fp8BatchMode::kAll : Fp8BatchMode::kProduction);
+        return std::string(mode == 1 ? "every group" : "production");
+      });
+}
+
+// The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
+// linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
+// partial ones) in each of its four item configurations and production's choice (from 33 rows),
+// each with split mode allowed (these shapes have few items: most calls split by rank where the
+// plan has ranks) and with every item whole.
+TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
+  check_against_decode_kernel("linear_fp8.wgmma_kernel", 31, 70,
+                              {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}}, 10,
+                              [](int mode) {  // configurations 0..4, with and without split mode
+                                const int config = mode % 5;
+                                const bool split = mode < 5;
+                                linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
+                                return fmt::format("config {}{}", config,
+                                                   split ? "" : " whole items");
+                              });
 }
 
 TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {
@@ -350,6 +390,35 @@ TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {
           download_bits<uint16_t>(want.slice(0, 3, kN).to(Device::kCpu));
       check_bits("linear_fp8.prefill_dequantized",
                  fmt::format("in={},out={},rows={},fold={}", sh.in, sh.out, sh.rows, fold), a == b);
+    }
+  }
+}
+
+// With linear_fp8_set_prefill_decode_order the prefill rows of a call are the decode order's rows,
+// bitwise: a call of 3 decode and 67 prefill rows against the same 70 rows as decode rows.
+TEST_F(Fp8Linear, PrefillRowsInTheDecodeOrderWhenAsked) {
+  CudaStream cs;
+  Rng rng(37);
+  struct Restore {
+    ~Restore() { linear_fp8_set_prefill_decode_order(false); }
+  } restore;
+  for (const Shape3& sh : kShapes) {
+    const Fp8Weight w = random_fp8(sh.out, sh.in, sh.rows, rng);
+    const Mirror g = random_fold(sh.in, rng);
+    constexpr int64_t kN = 70;
+    const Mirror xs = random_mirror({kN, sh.in}, rng, DType::kBF16, -2.f, 2.f);
+    const Mirror res = random_mirror({kN, sh.out}, rng, DType::kBF16, -4.f, 4.f);
+    for (const Form& f : forms(sh.out)) {
+      const Tensor want = out_for(f, kN, sh.out, res);
+      run(f, xs.dev, w, g.dev, want, kN, cs);
+      linear_fp8_set_prefill_decode_order(true);
+      const Tensor got = out_for(f, kN, sh.out, res);
+      run(f, xs.dev, w, g.dev, got, 3, cs);
+      linear_fp8_set_prefill_decode_order(false);
+      cs.sync();
+      check_bits("linear_fp8.prefill_decode_order",
+                 fmt::format("in={},out={},rows={},form={}", sh.in, sh.out, sh.rows, f.name()),
+                 download_bits<uint16_t>(got) == download_bits<uint16_t>(want));
     }
   }
 }

@@ -154,10 +154,23 @@ void linear_fp8_set_staging(bool on);
 // bits: kernel_bench times it, nothing checks its rows.
 void linear_fp8_set_plan_splits(int splits);
 // Benchmark and test only: which FP8 decode rows the batched FP8 kernel takes, in groups of up to
-// 32 rows: kOff none (launches of up to 8 rows of linear_fp8_cuda.cu), kProduction groups of more
-// than 4 rows, kAll every group. The bits are the same.
+// 32 rows: kOff none (launches of up to 8 rows of linear_fp8_cuda.cu, and no FP8 wgmma kernel),
+// kProduction groups of more than 4 rows, kAll every group. The bits are the same.
 enum class Fp8BatchMode { kOff, kProduction, kAll };
 void linear_fp8_set_batch(Fp8BatchMode mode);
+// Benchmark and test only: FP8 decode calls of at least min_rows rows go to the FP8 wgmma kernel
+// (linear_fp8_wgmma_cuda.cu; negative: production's 33; more than a call has: never), in
+// one launch per 2,048 rows, when the prefill scratch can hold their f16 tokens; `config` 0 lets it
+// choose its item shape, 1..4 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32 rows x tokens);
+// `split` false keeps every item whole (no split mode). The bits are the same.
+void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
+// Which kernels FP8 prefill rows take: false (production) the matrix dequantised into the scratch
+// and the bf16 prefill path, once per call, however few the rows; true the decode order's kernels
+// (every row a decode row: the FP8 wgmma kernel from 33 rows), which read the codes once. Either
+// rule is the same for every call, so prefill rows stay invariant; the bits differ between them.
+// Which one production takes waits for kernel_bench linear_fp8_batch's comparison on the H200
+// (docs/fp8.md, "Not done").
+void linear_fp8_set_prefill_decode_order(bool on);
 #endif
 
 inline void linear(const LinearArgs& a, const ExecContext& ctx) {

@@ -308,10 +308,13 @@ int64_t decode_rows_of(const LinearArgs& a) {
 Tensor& g_fp8_scratch = *new Tensor();
 
 Fp8BatchMode g_fp8_batch = Fp8BatchMode::kProduction;  // linear_fp8_set_batch
+int64_t g_fp8_wgmma_rows = kFp8WgmmaMinTokens;         // linear_fp8_set_wgmma
+bool g_fp8_prefill_decode_order = false;               // linear_fp8_set_prefill_decode_order
 
-// FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows) and the
-// batched one (5..32 rows); prefill rows through the bf16 family on the matrix dequantised (and
-// folded) into the scratch.
+// FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows), the
+// batched one (5..32 rows) or, for calls of kFp8WgmmaMinTokens rows or more, the wgmma one, its
+// f16 tokens in the prefill scratch (after the prefill rows' GEMM: stream order); prefill rows
+// through the bf16 family on the matrix dequantised (and folded) into the scratch.
 void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
   cuda::expect_cuda(a.out, "linear", "out");
@@ -352,7 +355,8 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   s.scale_block_rows = r;
   s.fold = a.weight_fold.raw();
   const cudaStream_t stream = cuda::stream_of(ctx);
-  const int64_t decode_rows = decode_rows_of(a);
+  // FP8 prefill rows in the decode order (linear_fp8_set_prefill_decode_order): every row.
+  const int64_t decode_rows = g_fp8_prefill_decode_order ? n : decode_rows_of(a);
   if (decode_rows < n) {  // prefill rows: the bf16 family on the dequantised, folded matrix
     TANDEM_CHECK(g_fp8_scratch.numel() >= a.weight.numel(),
                  "linear_cuda: FP8 weight {} needs linear_reserve_fp8_scratch({}) before its "
@@ -381,10 +385,19 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
     s.out = b.out.raw();
     s.out_stride = b.out.stride(0);
   };
-  // Groups of kFp8BatchMaxTokens rows; one of kFp8BatchMinTokens or more rows in one pass of the
-  // batched kernel, when it takes the call; otherwise launches of up to 8 rows. The same bits
-  // either way.
-  for (int64_t g0 = 0; g0 < decode_rows; g0 += kFp8BatchMaxTokens) {
+  // Many rows: launches of up to kFp8WgmmaMaxTokens rows of the wgmma kernel, when it takes them.
+  const int64_t scratch_bytes = g_fp8_scratch.numel() * 2;
+  int64_t done = 0;
+  if (decode_rows >= g_fp8_wgmma_rows && g_fp8_batch != Fp8BatchMode::kOff) {
+    for (; done < decode_rows; done += kFp8WgmmaMaxTokens) {
+      rows(done, std::min(decode_rows, done + kFp8WgmmaMaxTokens));
+      if (!linear_fp8_decode_wgmma(s, f32_out, g_fp8_scratch.raw(), scratch_bytes, stream)) break;
+    }
+  }
+  // The rest in groups of kFp8BatchMaxTokens rows; one of kFp8BatchMinTokens or more rows in one
+  // pass of the batched kernel, when it takes the call; otherwise launches of up to 8 rows. The
+  // same bits either way.
+  for (int64_t g0 = done; g0 < decode_rows; g0 += kFp8BatchMaxTokens) {
     const int64_t g1 = std::min(decode_rows, g0 + kFp8BatchMaxTokens);
     const bool batch = g_fp8_batch == Fp8BatchMode::kAll ||
                        (g_fp8_batch == Fp8BatchMode::kProduction && g1 - g0 >= kFp8BatchMinTokens);
@@ -424,12 +437,22 @@ std::string linear_cuda_paths() {
       "matrix has fewer than {} 128-row tiles), else the wgmma kernel (one launch up to {} rows; "
       "more: groups of {}), the same bits; unaligned rows the CUDA-core kernel; prefill rows "
       "cuBLASLt (one pinned algorithm per shape); FP8 decode rows 1-{} FP8 kernel, {}-{} batched "
-      "FP8 kernel (more rows: groups of {}), FP8 prefill rows on the bf16 dequantisation",
+      "FP8 kernel (more rows: groups of {}; from {} rows the FP8 wgmma kernel), FP8 prefill rows "
+      "on "
+      "the bf16 dequantisation",
       kPersistentMaxTokens, (cuda::sm_count() + 1) / 2, kWgmmaMaxTokens, kWgmmaMaxTokens,
-      kFp8BatchMinTokens - 1, kFp8BatchMinTokens, kFp8BatchMaxTokens, kFp8BatchMaxTokens);
+      kFp8BatchMinTokens - 1, kFp8BatchMinTokens, kFp8BatchMaxTokens, kFp8BatchMaxTokens,
+      kFp8WgmmaMinTokens);
 }
 
 void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
+
+void linear_fp8_set_prefill_decode_order(bool on) { g_fp8_prefill_decode_order = on; }
+
+void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split) {
+  g_fp8_wgmma_rows = min_rows < 0 ? kFp8WgmmaMinTokens : min_rows;
+  linear_fp8_wgmma_set_config(config, split);
+}
 
 void linear_reserve_fp8_scratch(int64_t numel, Device device) {
   if (device != Device::kCuda || numel <= g_fp8_scratch.numel()) return;

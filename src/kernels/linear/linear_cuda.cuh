@@ -139,6 +139,19 @@ LinearPlan linear_fp8_plan(int64_t out_f, int64_t in);
 constexpr int64_t kFp8BatchMinTokens = 5;
 constexpr int64_t kFp8BatchMaxTokens = 32;
 bool linear_fp8_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t stream);
+// The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu): 1..kFp8WgmmaMaxTokens decode rows in one
+// launch (plus one of fp8_tokens_kernel before it), the bits of linear_fp8_decode, every epilogue,
+// input_rms and the fold. `scratch` (128-byte aligned, scratch_bytes long) receives the tokens' f16
+// operand rows and sums of squares: linear_fp8_wgmma_scratch_bytes(n, in) bytes. Returns false
+// without launching when it cannot take the call (too many rows, too small a scratch, f32 out with
+// an epilogue). Production takes it for decode calls of kFp8WgmmaMinTokens or more rows
+// (linear_fp8_set_wgmma_rows); smaller ones read the weights once per 32 rows at most.
+constexpr int64_t kFp8WgmmaMaxTokens = 2048;
+constexpr int64_t kFp8WgmmaMinTokens = kFp8BatchMaxTokens + 1;
+int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in);
+bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
+                             int64_t scratch_bytes, cudaStream_t stream);
+void linear_fp8_wgmma_set_config(int config, bool split);  // linear_fp8_set_wgmma's
 // The FP8 matrix dequantised to bf16, out[o, i] = bf16(f32(w[o, i]) scale (1 + g_i)) (g_i = 0
 // without a fold), the load-time formula of a folded bf16 matrix: the prefill path's weights.
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream);

@@ -1,7 +1,7 @@
-// Pieces of the wgmma decode linear (linear_wgmma_cuda.cu: bf16 weights) that its FP8 form shares
-// (linear_fp8_wgmma_cuda.cu, branch wip/fp8-wgmma): the ring's shared memory and barriers, and an
-// item's epilogue, its finished sums in the wgmma accumulator layout (per warp the mma C layout of
-// its 16 rows) scaled by input_rms and stored through a store policy of linear_decode_common.cuh.
+// Pieces both wgmma decode linears share (linear_wgmma_cuda.cu: bf16 weights;
+// linear_fp8_wgmma_cuda.cu: FP8 weights): the ring's shared memory and barriers, and an item's
+// epilogue, its finished sums in the wgmma accumulator layout (per warp the mma C layout of its 16
+// rows) scaled by input_rms and stored through a store policy of linear_decode_common.cuh.
 // Internal to src/kernels/linear.
 #pragma once
 

@@ -1,7 +1,8 @@
 // Hopper's warpgroup tensor-core instruction (wgmma) as the wgmma decode linear uses it
-// (linear_wgmma_cuda.cu): shared-memory descriptors of 128-byte-swizzled K-major operands, one
-// m64nNk16 bf16 step with fp32 accumulators (N = 16, 32, 64 or 128 tokens), and the fence /
-// commit / wait of the async group. sm_90a only.
+// (linear_wgmma_cuda.cu, linear_fp8_wgmma_cuda.cu): shared-memory descriptors of 128-byte-swizzled
+// K-major operands, one m64nNk16 step with fp32 accumulators (bf16 with both operands in shared
+// memory, N = 16..128 tokens; f16 with A in registers, N = 16..64), and the fence / commit / wait
+// of the async group. sm_90a only.
 #pragma once
 
 #include <cstdint>
@@ -76,6 +77,59 @@ __device__ __forceinline__ void wgmma_k16(float (&c)[kN / 2], uint64_t a, uint64
   } else {
     static_assert(kN < 0, "wgmma_k16: 16, 32, 64 or 128 tokens");
   }
+}
+
+// c (64 rows x kN tokens) += A B over one k16 step, f16 operands: A from registers (this warp's 16
+// rows of the 64 in the mma.sync m16n8k16 A-fragment layout: a[0] row g k 2t..2t+1, a[1] row g + 8,
+// a[2] row g k 2t + 8.., a[3] row g + 8 k 2t + 8..), B (kN tokens, K-major) in 128-byte-swizzled
+// shared memory. The registers of a must not change until the group's wait.
+template <int kN>
+__device__ __forceinline__ void wgmma_f16_rs_k16(float (&c)[kN / 2], const uint32_t (&a)[4],
+                                                 uint64_t b) {
+  if constexpr (kN == 16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]),
+          "+f"(c[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else if constexpr (kN == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]),
+          "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]),
+          "+f"(c[14]), "+f"(c[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else if constexpr (kN == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]),
+          "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]),
+          "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]),
+          "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]),
+          "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else {
+    static_assert(kN < 0, "wgmma_f16_rs_k16: 16, 32 or 64 tokens");
+  }
+}
+
+// Pins the registers of c at this point of the program: a value the compiler would otherwise
+// write after the wgmma.fence (e.g. an accumulator's zeroing sunk below it) makes ptxas inject a
+// wait of its own before the wgmma that reads it.
+template <int kLen>
+__device__ __forceinline__ void pin_registers(float (&c)[kLen]) {
+#pragma unroll
+  for (int i = 0; i < kLen; ++i) asm volatile("" : "+f"(c[i])::"memory");
 }
 
 __device__ __forceinline__ void wg_fence() {

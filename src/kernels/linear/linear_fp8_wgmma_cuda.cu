@@ -1,0 +1,466 @@
+// FP8 decode/verify linear on wgmma: the bits of the FP8 decode kernels (linear_fp8_cuda.cu,
+// linear_fp8_batch_cuda.cu) for calls of many rows, which those read the weights for once per 32
+// rows (at 256 streams the FP8 step took 2.5x the bf16 one, whose rows go to linear_wgmma_cuda.cu).
+//
+// The FP8 order (linear_fp8_common.cuh; the plan linear_fp8_plan): rank r's range is cut into 64-k
+// units from its start, unit u belonging to class u % 8 (the FP8 kernels' warp u % 8); a unit is
+// two 32-k steps, each one chain of two m16n8k16 f16 products from +0 whose k sets are the lane
+// pattern {8t..8t+3} then {8t+4..8t+7} (t = 0..3), the codes widened exactly to f16 and the tokens
+// x' = f16(bf16(x (1 + g)) 2^-8) (tokens_f16); the class sum takes c = fmaf(d0 + d1, scale 2^8, c)
+// per unit in increasing k; the range sum adds the 8 class sums left to right, the output the
+// ranks' sums left to right, then input_rms's scale and the store policy. A block walks an item
+// (64 or 128 weight rows x kN tokens) in that order, class 0's units, then class 1's, ..., with
+// the accumulator sets d0, d1 (one unit's steps), the class sum, the range sum and the total.
+//
+// The product is wgmma m64nNk16 f16 with A in registers: each warp widens its 16 rows' codes from
+// the stage (the FP8 kernels' fragments, byte for byte) and B, the tokens, comes from shared
+// memory in the 128-byte swizzle. The lane pattern is not a natural k16 set, so the tokens are
+// stored permuted: fp8_tokens_kernel, launched before the GEMM, writes each token's x' once per
+// call into the scratch with every 32-k step reordered as (k 0-3, 8-11, 16-19, 24-27, 4-7, 12-15,
+// 20-23, 28-31) pairwise, so that position p of each k16 step holds the k the m16n8k16 product
+// has at p (and, with input_rms, the token's sum of squares in sum_squares' order). That wgmma's
+// sums equal mma.sync's for the same values at the same positions is the probe result of
+// bench/probes/mma_bits_probe.cu (bf16, both operands in shared memory); for f16 with A in
+// registers it is what the tests check (CudaConformanceFp8.WgmmaKernelRowsAreTheDecodeKernelRows).
+//
+// Roles, ring and item order as linear_wgmma_cuda.cu: one or two consumer warpgroups, a producer
+// warpgroup that gives up its registers and whose first warp fills a ring of 64-k stages (the
+// item's codes as stored, 64 bytes a row, and its tokens' f16 rows, one tensor-map box each; the
+// first stages' codes before the previous kernel has finished); items (row tile, token tile) go to
+// the blocks of a persistent grid in turn, a row tile's token tiles next to each other. Where the
+// items do not fill one wave of blocks (out_f = 5120 at up to ~128 rows) and the plan has several
+// ranks, split mode gives each block one rank of an item; the ranks' sums go through the scratch
+// to fp8_finish_split_kernel, which adds them in rank order (as one block's walk does) and stores.
+#include <cuda.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "kernels/linear/linear_decode_common.cuh"
+#include "kernels/linear/linear_fp8_common.cuh"
+#include "kernels/linear/linear_plan.h"
+#include "kernels/linear/linear_wgmma_common.cuh"
+#include "kernels/linear/wgmma_cuda.cuh"
+#include "kernels/tensor_map_cuda.cuh"
+
+namespace tandem::kernels {
+
+namespace {
+
+using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
+using namespace fp8_linear;     // NOLINT: the FP8 kernels' arithmetic
+using namespace wgmma;          // NOLINT: descriptors and the k16 step
+
+constexpr int kStageK = kUnitK;  // k per ring stage: one unit
+static_assert(kStepsPerUnit == 2 && kStepK == 32, "a unit is two 32-k steps of two k16 products");
+constexpr int kPadK = 64;  // the f16 token rows' length is in rounded up to this
+
+// A configuration: kN tokens per item, kStages ring stages, kGroups consumer warpgroups (64 rows
+// each; one block per SM with two, two with one). setmaxnreg as in linear_wgmma_cuda.cu.
+template <int kN_, int kStages_, int kGroups_>
+struct Fp8GemmCfg {
+  static constexpr int kN = kN_, kStages = kStages_, kGroups = kGroups_;
+  static constexpr int kTileM = 64 * kGroups, kConsumers = 128 * kGroups;
+  static constexpr int kThreads = kConsumers + 128, kBlocksPerSm = kGroups == 1 ? 2 : 1;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = kGroups == 1 ? 216 : 232;
+  static_assert(kGroups == 1 || kGroups == 2);
+};
+
+template <class C>
+struct alignas(1024) Fp8Stage {
+  __half x[C::kN * kStageK];       // kN tokens x 128 bytes, 128-byte swizzled (wgmma's B)
+  uint8_t w[C::kTileM * kStageK];  // kTileM rows x 64 codes, as stored
+};
+
+template <class C>
+struct Fp8GemmSmem {
+  Fp8Stage<C> st[C::kStages];  // first: 1024-byte aligned (the swizzle atoms)
+  uint64_t full[C::kStages], empty[C::kStages];
+};
+
+struct Fp8GemmParams {
+  Params p;  // the shape, the plan (splits, range_k), the scales, input_rms
+  CUtensorMap w, x;
+  const float* sumsq;  // input_rms: each token's sum of squares (fp8_tokens_kernel)
+  // Split mode (when the items do not fill one wave of blocks and the plan has several ranks): a
+  // unit is one rank of an item, which posts its range sum to ws ([item][rank][accumulator]
+  // [consumer thread]); fp8_finish_split_kernel adds the ranks and stores. Else ws is null and a
+  // unit is a whole item.
+  float* ws;
+  int n_tiles, items, units;
+};
+
+// Unit u: its item (row tile m, token tile nt) and its ranks [r0, r1).
+struct Fp8Unit {
+  int item, r0, r1;
+  int64_t m, nt;
+};
+__device__ __forceinline__ Fp8Unit fp8_unit(const Fp8GemmParams& gp, int u) {
+  Fp8Unit w;
+  const bool split = gp.ws != nullptr;
+  w.item = split ? u / gp.p.splits : u;
+  w.r0 = split ? u % gp.p.splits : 0;
+  w.r1 = split ? w.r0 + 1 : gp.p.splits;
+  w.m = w.item / gp.n_tiles;
+  w.nt = w.item % gp.n_tiles;
+  return w;
+}
+
+// The FP8 order's walk of ranks [r0, r1): per rank, class 0's units in increasing k, then class
+// 1's, ...; stage(k) for each, end_class(c) after a class (also one without units: its sum is
+// +0, as a warp without units posts), end_rank(r) after a rank.
+template <class Stage, class EndClass, class EndRank>
+__device__ __forceinline__ void walk_units(const Params& p, int r0, int r1, Stage&& stage,
+                                           EndClass&& end_class, EndRank&& end_rank) {
+  for (int r = r0; r < r1; ++r) {
+    const int64_t k0 = r * p.range_k, len = min(p.in, k0 + p.range_k) - k0;
+    for (int c = 0; c < kConsumerWarps; ++c) {
+      for (int64_t off = int64_t{c} * kUnitK; off < len; off += kGroupK) stage(k0 + off);
+      end_class(c);
+    }
+    end_rank(r);
+  }
+}
+
+template <class C, class Store>
+__global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
+    linear_fp8_wgmma_kernel(const __grid_constant__ Fp8GemmParams gp) {
+  constexpr int kN = C::kN, kStages = C::kStages, kTileM = C::kTileM, kConsumers = C::kConsumers;
+  constexpr int kAcc = kN / 2;
+  constexpr int kProducerWarp = kConsumers / 32;
+  const Params& p = gp.p;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& sm = aligned_ring_smem<Fp8GemmSmem<C>>(smem_raw);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  init_ring(sm.full, sm.empty, kConsumers / 32);  // each consumer warp releases (release_slot)
+  const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
+  const int count = first < gp.units ? (gp.units - first + step - 1) / step : 0;
+  constexpr auto kNoop = [](int) {};
+
+  if (warp >= kProducerWarp) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProducerRegs) : "memory");
+    if (warp != kProducerWarp || lane != 0) return;
+    // fn(u, k, row tile, token tile) for every stage u of this block's items, in order.
+    const auto for_stages = [&](auto&& fn) {
+      uint32_t u = 0;
+      for (int i = 0; i < count; ++i) {
+        const Fp8Unit w = fp8_unit(gp, first + i * step);
+        walk_units(
+            p, w.r0, w.r1, [&](int64_t k) { fn(u++, k, w.m, w.nt); }, kNoop, kNoop);
+      }
+    };
+    // The first stages' codes before the previous kernel has finished (weights are never written
+    // by a step), their tokens after it.
+    for_stages([&](uint32_t u, int64_t k, int64_t m, int64_t) {
+      if (u >= kStages) return;
+      cuda::mbar_arrive_expect_tx(&sm.full[u], sizeof(Fp8Stage<C>));
+      cuda::tensor_load_2d(sm.st[u].w, &gp.w, k, m * kTileM, &sm.full[u]);
+    });
+    cuda::pdl_begin();
+    for_stages([&](uint32_t u, int64_t k, int64_t m, int64_t nt) {
+      const uint32_t slot = u % kStages;
+      if (u >= kStages) {
+        cuda::mbar_wait(&sm.empty[slot], ((u / kStages) - 1) & 1);
+        cuda::mbar_arrive_expect_tx(&sm.full[slot], sizeof(Fp8Stage<C>));
+        cuda::tensor_load_2d(sm.st[slot].w, &gp.w, k, m * kTileM, &sm.full[slot]);
+      }
+      cuda::tensor_load_2d(sm.st[slot].x, &gp.x, k, nt * kN, &sm.full[slot]);
+    });
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kConsumerRegs) : "memory");
+  cuda::pdl_begin();  // out is read (kAddToOut) and written below
+  // Consumer warpgroup q: rows 64 q .. of the item; its warp wi rows 16 wi ..; lane (g, t) rows g
+  // and g + 8 of those, tokens 8 j + 2 t (+1) of each 8-token group j (the mma C layout).
+  const int q = warp >> 2, wi = warp & 3, g = lane >> 2, t = lane & 3;
+  const int wrow = q * 64 + wi * 16 + g;  // row g of this warp in the item
+  uint32_t u = 0;
+  const int ct = static_cast<int>(threadIdx.x);  // 0..kConsumers - 1
+  for (int i = 0; i < count; ++i) {
+    const Fp8Unit w = fp8_unit(gp, first + i * step);
+    const int64_t m = w.m, nt = w.nt;
+    // The scale rows of rows g and g + 8 (rows past out_f clamped, as the other FP8 kernels do;
+    // their codes arrive as zeros and they are not stored).
+    const int64_t row = m * kTileM + wrow;
+    const float* scale_a = p.w_scale + (min(row, p.out_f - 1) >> p.scale_shift) * p.scale_cols;
+    const float* scale_b = p.w_scale + (min(row + 8, p.out_f - 1) >> p.scale_shift) * p.scale_cols;
+    float d0[kAcc], d1[kAcc], cls[kAcc], blk[kAcc], tot[kAcc];
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) cls[e] = blk[e] = tot[e] = 0.f;
+    walk_units(
+        p, w.r0, w.r1,
+        [&](int64_t k) {
+          const uint32_t slot = u % kStages;
+          const float sa = __ldg(scale_a + k / kBlockK) * kTokenUnscale;
+          const float sb = __ldg(scale_b + k / kBlockK) * kTokenUnscale;
+          cuda::mbar_wait(&sm.full[slot], (u / kStages) & 1);
+          // Lane (g, t): bytes 8t..8t+7 of each 32-k step of rows g and g + 8, as
+          // linear_fp8_batch_cuda.cu loads them; a[2s] is step s's first product (k 8t..8t+3),
+          // a[2s + 1] its second (8t+4..8t+7), in the A-fragment order (row g, row g + 8, then
+          // the upper k pair of each).
+          const uint8_t* wa = &sm.st[slot].w[wrow * kStageK + 8 * t];
+          uint32_t a[4][4];
+#pragma unroll
+          for (int s = 0; s < kStepsPerUnit; ++s) {
+            const uint2 qa = *reinterpret_cast<const uint2*>(wa + s * kStepK);
+            const uint2 qb = *reinterpret_cast<const uint2*>(wa + 8 * kStageK + s * kStepK);
+            a[2 * s][0] = widen2(qa.x), a[2 * s][1] = widen2(qb.x);
+            a[2 * s][2] = widen2(qa.x >> 16), a[2 * s][3] = widen2(qb.x >> 16);
+            a[2 * s + 1][0] = widen2(qa.y), a[2 * s + 1][1] = widen2(qb.y);
+            a[2 * s + 1][2] = widen2(qa.y >> 16), a[2 * s + 1][3] = widen2(qb.y >> 16);
+          }
+#pragma unroll
+          for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
+          pin_registers(d0), pin_registers(d1);  // zeroed before the fence
+          const uint64_t bd = sw128_desc(&sm.st[slot].x[0]);
+          wg_fence();  // a, d0, d1 were written by this thread
+          wgmma_f16_rs_k16<kN>(d0, a[0], bd);
+          wgmma_f16_rs_k16<kN>(d0, a[1], bd + 2);
+          wgmma_f16_rs_k16<kN>(d1, a[2], bd + 4);
+          wgmma_f16_rs_k16<kN>(d1, a[3], bd + 6);
+          wg_commit();
+          wg_wait<0>();
+          pin_registers(d0), pin_registers(d1);  // read after the wait
+          // The codes were read by this warp's loads (generic proxy), the tokens by the wgmma.
+          cuda::release_slot(&sm.empty[slot], lane);
+#pragma unroll
+          for (int e = 0; e < kAcc; ++e) cls[e] = fmaf(d0[e] + d1[e], (e & 2) ? sb : sa, cls[e]);
+          ++u;
+        },
+        [&](int c) {
+#pragma unroll
+          for (int e = 0; e < kAcc; ++e) {
+            blk[e] = c == 0 ? cls[e] : blk[e] + cls[e];
+            cls[e] = 0.f;
+          }
+        },
+        [&](int r) {
+#pragma unroll
+          for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
+        });
+    if (gp.ws != nullptr) {  // split mode: post this rank's sum
+      float* mine = gp.ws + (static_cast<int64_t>(w.item) * p.splits + w.r0) * kAcc * kConsumers;
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
+    } else {
+      store_item<C, Store>(p, m, nt, q, wi, g, t, tot, gp.sumsq + nt * kN);
+    }
+  }
+}
+
+// Split mode's second half: one block per item, thread ct in consumer thread ct's place, adds the
+// ranks' posted sums left to right (what one block's walk adds) and stores them as store_item
+// does. It triggers the next kernel before it waits, as linear_wgmma_cuda.cu's
+// finish_split_kernel does (the same contract for the kernel after it).
+template <class C, class Store>
+__global__ void __launch_bounds__(C::kConsumers)
+    fp8_finish_split_kernel(const __grid_constant__ Fp8GemmParams gp) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();  // the posted sums, and out (kAddToOut), are the GEMM's
+  constexpr int kAcc = C::kN / 2, kConsumers = C::kConsumers;
+  const int ct = static_cast<int>(threadIdx.x), warp = ct >> 5, lane = ct & 31;
+  const int item = static_cast<int>(blockIdx.x);
+  const float* posted = gp.ws + static_cast<int64_t>(item) * gp.p.splits * kAcc * kConsumers;
+  float tot[kAcc];
+#pragma unroll
+  for (int e = 0; e < kAcc; ++e) tot[e] = __ldcg(posted + e * kConsumers + ct);
+  for (int r = 1; r < gp.p.splits; ++r) {
+    const float* rank = posted + static_cast<int64_t>(r) * kAcc * kConsumers;
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) tot[e] += __ldcg(rank + e * kConsumers + ct);
+  }
+  const int64_t nt = item % gp.n_tiles;
+  store_item<C, Store>(gp.p, item / gp.n_tiles, nt, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
+                       gp.sumsq + nt * C::kN);
+}
+
+// Each token's row of f16 operands for the GEMM, x' = tokens_f16(x) (the FP8 kernels' fold,
+// 2^-8 and rounding), zeros from in to the padded length, every 32-k step stored in the order of
+// its two k16 products (the file comment); with input_rms first the token's sum of squares of x
+// in sum_squares' order. One warp per token. It triggers the GEMM before it waits, as
+// sum_squares_kernel does for the bf16 kernel: the GEMM reads only codes before its own wait.
+template <bool kFold>
+__global__ void __launch_bounds__(256)
+    fp8_tokens_kernel(const Params p, __half* xh, int64_t in_pad, float* sumsq) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();  // x is the previous kernel's output; xh may still be read by the one before
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int tok = static_cast<int>(blockIdx.x) * 8 + warp;
+  if (tok >= p.n_tokens) return;
+  if (p.input_rms) sum_squares_block<4, 1>(p, lane, tok, sumsq);
+  const __nv_bfloat16* x = p.x + tok * p.x_stride;
+  uint32_t* row = reinterpret_cast<uint32_t*>(xh + tok * in_pad);
+  for (int64_t k = int64_t{lane} * 8; k < in_pad; k += 32 * 8) {
+    const bool inside = k < p.in;  // in is a multiple of 16: 8-groups are in or out whole
+    const uint4 xv =
+        inside ? __ldcg(reinterpret_cast<const uint4*>(x + k)) : make_uint4(0, 0, 0, 0);
+    uint4 gv = make_uint4(0, 0, 0, 0);
+    if constexpr (kFold) {
+      if (inside) gv = __ldg(reinterpret_cast<const uint4*>(p.fold + k));
+    }
+    const uint4 h = tokens_f16<kFold>(xv, gv);
+    // k = 32 s + 8 tt + e: the pairs e = (0, 1), (2, 3), (4, 5), (6, 7) go to f16 positions 2 tt,
+    // 8 + 2 tt, 16 + 2 tt, 24 + 2 tt of step s (16 words a step).
+    uint32_t* st = row + (k / kStepK) * (kStepK / 2);
+    const int tt = static_cast<int>(k % kStepK) / 8;
+    st[tt] = h.x, st[4 + tt] = h.y, st[8 + tt] = h.z, st[12 + tt] = h.w;
+  }
+}
+
+// ---- host side ----
+
+int64_t padded_in(int64_t in) { return (in + kPadK - 1) / kPadK * kPadK; }
+
+// The scratch's parts: the tokens' f16 operand rows, their sums of squares, then split mode's
+// posted sums (128-byte aligned), which take what is left.
+struct Fp8Scratch {
+  __half* x;
+  float* sumsq;
+  float* ws;
+  int64_t ws_bytes;
+};
+int64_t tokens_bytes(int64_t n, int64_t in) {
+  return (n * padded_in(in) * 2 + n * 4 + 127) / 128 * 128;
+}
+
+// Bench only (linear_fp8_wgmma_set_config): 0 production's choice, 1..4 one configuration; and
+// whether split mode may be used.
+int g_config = 0;
+bool g_split = true;
+
+// The maps first, so that a refused one throws before anything is launched; then the tokens
+// (launch_tokens) and the GEMM.
+template <class C, class Store, class LaunchTokens>
+void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
+                   LaunchTokens&& launch_tokens, cudaStream_t stream) {
+  constexpr size_t kSmem = sizeof(Fp8GemmSmem<C>) + 1024;
+  static_assert(kSmem * C::kBlocksPerSm <= 227 * 1024, "shared memory of an SM on sm_90");
+  static_assert(sizeof(Fp8Stage<C>) == C::kN * kStageK * 2 + C::kTileM * kStageK,
+                "a stage is its two boxes (the bytes its full barrier expects)");
+  static const bool configured = [] {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8_wgmma_kernel<C, Store>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kSmem)));
+    return true;
+  }();
+  (void)configured;
+  Fp8GemmParams gp{};
+  gp.p = decode_params(s, plan, 1);
+  gp.sumsq = scratch.sumsq;
+  gp.n_tiles = static_cast<int>((s.n + C::kN - 1) / C::kN);
+  gp.items = static_cast<int>((s.out_f + C::kTileM - 1) / C::kTileM) * gp.n_tiles;
+  const int slots = cuda::sm_count() * C::kBlocksPerSm;
+  // Split mode where whole items leave blocks idle, the plan has ranks to split by and the
+  // scratch holds the posted sums.
+  const int64_t posted_bytes =
+      int64_t{gp.items} * plan.splits * (C::kN / 2) * C::kConsumers * int64_t{sizeof(float)};
+  const bool split =
+      g_split && gp.items < slots && plan.splits > 1 && posted_bytes <= scratch.ws_bytes;
+  gp.ws = split ? scratch.ws : nullptr;
+  gp.units = split ? gp.items * plan.splits : gp.items;
+  const int64_t in_pad = padded_in(s.in);
+  TANDEM_CHECK(
+      cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, s.w, s.out_f, s.in, s.in,
+                                 kStageK, C::kTileM) &&
+          cuda::encode_tensor_map_2d(&gp.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, scratch.x, s.n,
+                                     in_pad, in_pad, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
+      "linear (FP8 wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f,
+      s.in, s.n);
+  launch_tokens();
+  cuda::launch_pdl(linear_fp8_wgmma_kernel<C, Store>,
+                   dim3(static_cast<unsigned>(std::min(gp.units, slots))), dim3(C::kThreads), kSmem,
+                   stream, gp);
+  if (split) {
+    cuda::launch_pdl(fp8_finish_split_kernel<C, Store>, dim3(static_cast<unsigned>(gp.items)),
+                     dim3(C::kConsumers), 0, stream, gp);
+  }
+}
+
+// A configuration's estimated time for a call: waves of items x an item's 64-k stage, the larger
+// of its tensor-core time and its operand bytes' L2 -> shared memory time at assumed per-SM rates
+// (dense f16 ~4,096 FLOP and ~37 bytes per clock: ~990 TFLOP/s and ~9 TB/s over 132 SMs), blocks
+// of one SM sharing both. Not measured per configuration yet: bench variants force each one.
+struct Fp8CfgShape {
+  int tile_m, n, blocks_per_sm;
+};
+double fp8_cfg_cost(const Fp8CfgShape& c, int64_t out_f, int64_t n, int sms) {
+  const int64_t items = (out_f + c.tile_m - 1) / c.tile_m * ((n + c.n - 1) / c.n);
+  const int64_t slots = int64_t{sms} * c.blocks_per_sm;
+  const double waves = static_cast<double>((items + slots - 1) / slots);
+  const double flop = 2.0 * c.tile_m * c.n * kStageK,
+               bytes = c.tile_m * kStageK + c.n * kStageK * 2;
+  return waves * c.blocks_per_sm * std::max(flop / 4096.0, bytes / 37.0);
+}
+
+template <class Store, class LaunchTokens>
+void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&& launch_tokens,
+                  cudaStream_t stream) {
+  const LinearPlan plan = linear_fp8_plan(s.out_f, s.in);
+  using A = Fp8GemmCfg<64, 12, 2>;   // 128 rows x 64 tokens, one block per SM
+  using B = Fp8GemmCfg<64, 8, 1>;    // 64 x 64, two per SM
+  using Cc = Fp8GemmCfg<32, 16, 2>;  // 128 x 32, one per SM
+  using D = Fp8GemmCfg<32, 12, 1>;   // 64 x 32, two per SM
+  int pick = g_config;
+  if (pick == 0) {
+    const int sms = cuda::sm_count();
+    const Fp8CfgShape shapes[4] = {{128, 64, 1}, {64, 64, 2}, {128, 32, 1}, {64, 32, 2}};
+    double best = 0;
+    for (int c = 0; c < 4; ++c) {
+      if (shapes[c].n == 64 && s.n <= 32) continue;  // half of every item would be padding
+      const double cost = fp8_cfg_cost(shapes[c], s.out_f, s.n, sms);
+      if (pick == 0 || cost < best) pick = c + 1, best = cost;
+    }
+  }
+  if (pick == 1) return launch_kernel<A, Store>(s, plan, scratch, launch_tokens, stream);
+  if (pick == 2) return launch_kernel<B, Store>(s, plan, scratch, launch_tokens, stream);
+  if (pick == 3) return launch_kernel<Cc, Store>(s, plan, scratch, launch_tokens, stream);
+  launch_kernel<D, Store>(s, plan, scratch, launch_tokens, stream);
+}
+
+}  // namespace
+
+int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in) { return tokens_bytes(n, in); }
+
+bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
+                             int64_t scratch_bytes, cudaStream_t stream) {
+  if (s.n < 1 || s.n > kFp8WgmmaMaxTokens || s.in % 16 != 0 || scratch == nullptr ||
+      scratch_bytes < linear_fp8_wgmma_scratch_bytes(s.n, s.in) ||
+      reinterpret_cast<uintptr_t>(scratch) % 128 != 0) {
+    return false;
+  }
+  if (f32_out && s.epilogue != LinearEpilogue::kNone) return false;
+  if (s.epilogue == LinearEpilogue::kSwiGluPairs && s.out_f % kRows != 0) return false;
+  auto* xh = static_cast<__half*>(scratch);
+  const int64_t in_pad = padded_in(s.in);
+  auto* sumsq = reinterpret_cast<float*>(xh + s.n * in_pad);
+  const int64_t used = tokens_bytes(s.n, s.in);
+  const Fp8Scratch parts{xh, sumsq, reinterpret_cast<float*>(static_cast<char*>(scratch) + used),
+                         scratch_bytes - used};
+  const Params tp = decode_params(s, LinearPlan{}, 1);
+  const auto launch_tokens = [&] {
+    const dim3 grid(static_cast<unsigned>((s.n + 7) / 8));
+    if (s.fold != nullptr) {
+      cuda::launch_pdl(fp8_tokens_kernel<true>, grid, dim3(256), 0, stream, tp, xh, in_pad, sumsq);
+    } else {
+      cuda::launch_pdl(fp8_tokens_kernel<false>, grid, dim3(256), 0, stream, tp, xh, in_pad, sumsq);
+    }
+  };
+  if (s.epilogue == LinearEpilogue::kSwiGluPairs) {
+    launch_store<StoreSwiGluPairs>(s, parts, launch_tokens, stream);
+  } else if (s.epilogue == LinearEpilogue::kAddToOut) {
+    launch_store<StoreAddY>(s, parts, launch_tokens, stream);
+  } else if (f32_out) {
+    launch_store<StoreY<float>>(s, parts, launch_tokens, stream);
+  } else {
+    launch_store<StoreY<__nv_bfloat16>>(s, parts, launch_tokens, stream);
+  }
+  return true;
+}
+
+void linear_fp8_wgmma_set_config(int config, bool split) {
+  g_config = config;
+  g_split = split;
+}
+
+}  // namespace tandem::kernels
