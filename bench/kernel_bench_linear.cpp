@@ -141,8 +141,9 @@ void bench_linear_batch(cudaStream_t s) {
   const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({1024, 17408}, 4);
   const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
-  const std::pair<int, const char*> variants[] = {
-      {0, "production"}, {15, "split rule before"}, {16, "class groups"}, {13, "wgmma kernel"}};
+  const std::pair<int, const char*> variants[] = {{0, "production"},      {15, "split rule before"},
+                                                  {16, "class groups"},   {13, "wgmma kernel"},
+                                                  {18, "shapes by cost"}, {19, "shapes by rows"}};
   linear_reserve_decode_workspace(Device::kCuda);
   for (const auto& [out_f, in] : kQwen27bShapes) {
     std::vector<Tensor> w;
@@ -151,7 +152,8 @@ void bench_linear_batch(cudaStream_t s) {
       double production = 0;
       std::string line = fmt::format("linear decode [{},{}] n={}:", out_f, in, n);
       for (const auto& [v, name] : variants) {
-        if ((v >= 15 && (n < 5 || n > 256)) || (n > 4 && v == 13)) continue;  // 13: production
+        if ((v >= 15 && v <= 16 && (n < 5 || n > 256)) || (n > 4 && v == 13)) continue;
+        if (v >= 18 && n < 48) continue;  // the rows rule's shapes below (linear_wgmma_shape.h)
         linear_skinny_set_variant(v);
         const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
           linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),

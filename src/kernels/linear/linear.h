@@ -159,7 +159,8 @@ void linear_fp8_set_plan_splits(int splits);
 enum class Fp8BatchMode { kOff, kProduction, kAll };
 void linear_fp8_set_batch(Fp8BatchMode mode);
 // Benchmark and test only: FP8 decode calls of at least min_rows rows go to the FP8 wgmma kernel
-// (linear_fp8_wgmma_cuda.cu; negative: production's 33; more than a call has: never), in
+// (linear_fp8_wgmma_cuda.cu; negative: production's, 32 or 65 by the matrix's row tiles per SM,
+// linear_cuda.cuh's fp8_wgmma_min_rows; more than a call has: never), in
 // one launch per 2,048 rows, when the prefill scratch can hold their f16 tokens; `config` 0 lets it
 // choose its item shape, 1..4 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32 rows x tokens);
 // `split` false keeps every item whole (no split mode). The bits are the same.

@@ -308,11 +308,11 @@ int64_t decode_rows_of(const LinearArgs& a) {
 Tensor& g_fp8_scratch = *new Tensor();
 
 Fp8BatchMode g_fp8_batch = Fp8BatchMode::kProduction;  // linear_fp8_set_batch
-int64_t g_fp8_wgmma_rows = kFp8WgmmaMinTokens;         // linear_fp8_set_wgmma
-bool g_fp8_prefill_decode_order = false;               // linear_fp8_set_prefill_decode_order
+int64_t g_fp8_wgmma_rows = -1;            // linear_fp8_set_wgmma (negative: fp8_wgmma_min_rows)
+bool g_fp8_prefill_decode_order = false;  // linear_fp8_set_prefill_decode_order
 
 // FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows), the
-// batched one (5..32 rows) or, for calls of kFp8WgmmaMinTokens rows or more, the wgmma one, its
+// batched one (5..32 rows) or, for calls of fp8_wgmma_min_rows rows or more, the wgmma one, its
 // f16 tokens in the prefill scratch (after the prefill rows' GEMM: stream order); prefill rows
 // through the bf16 family on the matrix dequantised (and folded) into the scratch.
 void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
@@ -388,7 +388,9 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   // Many rows: launches of up to kFp8WgmmaMaxTokens rows of the wgmma kernel, when it takes them.
   const int64_t scratch_bytes = g_fp8_scratch.numel() * 2;
   int64_t done = 0;
-  if (decode_rows >= g_fp8_wgmma_rows && g_fp8_batch != Fp8BatchMode::kOff) {
+  const int64_t wgmma_rows =
+      g_fp8_wgmma_rows < 0 ? fp8_wgmma_min_rows(out_f, cuda::sm_count()) : g_fp8_wgmma_rows;
+  if (decode_rows >= wgmma_rows && g_fp8_batch != Fp8BatchMode::kOff) {
     for (; done < decode_rows; done += kFp8WgmmaMaxTokens) {
       rows(done, std::min(decode_rows, done + kFp8WgmmaMaxTokens));
       if (!linear_fp8_decode_wgmma(s, f32_out, g_fp8_scratch.raw(), scratch_bytes, stream)) break;
@@ -437,12 +439,12 @@ std::string linear_cuda_paths() {
       "matrix has fewer than {} 128-row tiles), else the wgmma kernel (one launch up to {} rows; "
       "more: groups of {}), the same bits; unaligned rows the CUDA-core kernel; prefill rows "
       "cuBLASLt (one pinned algorithm per shape); FP8 decode rows 1-{} FP8 kernel, {}-{} batched "
-      "FP8 kernel (more rows: groups of {}; from {} rows the FP8 wgmma kernel), FP8 prefill rows "
-      "on "
-      "the bf16 dequantisation",
+      "FP8 kernel (more rows: groups of {}; the FP8 wgmma kernel from {} rows where the matrix "
+      "has {} or more 64-row tiles, else from {}), FP8 prefill rows on the bf16 dequantisation",
       kPersistentMaxTokens, (cuda::sm_count() + 1) / 2, kWgmmaMaxTokens, kWgmmaMaxTokens,
       kFp8BatchMinTokens - 1, kFp8BatchMinTokens, kFp8BatchMaxTokens, kFp8BatchMaxTokens,
-      kFp8WgmmaMinTokens);
+      fp8_wgmma_min_rows(int64_t{64} * cuda::sm_count(), cuda::sm_count()), cuda::sm_count(),
+      fp8_wgmma_min_rows(0, cuda::sm_count()));
 }
 
 void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
@@ -450,7 +452,7 @@ void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
 void linear_fp8_set_prefill_decode_order(bool on) { g_fp8_prefill_decode_order = on; }
 
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split) {
-  g_fp8_wgmma_rows = min_rows < 0 ? kFp8WgmmaMinTokens : min_rows;
+  g_fp8_wgmma_rows = min_rows;
   linear_fp8_wgmma_set_config(config, split);
 }
 

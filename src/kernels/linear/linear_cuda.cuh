@@ -106,6 +106,10 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 // launched before it, unless the call splits items. Production: kInKernelSumsRows; bench variant
 // 14 sets 16. The bits are the same.
 constexpr int64_t kInKernelSumsRows = 8;
+// Bench only: the wgmma kernel's item shape rule (linear_wgmma_shape.h): 0 production (rows rule
+// up to 64 rows, cost rule above), 1 the cost rule at every row count (variant 18), 2 the rows
+// rule at every row count (variant 19, production before 2026-12-05). The bits are the same.
+void linear_wgmma_set_shape_rule(int rule);
 void linear_wgmma_set_inkernel_sums(int64_t max_rows);
 // Bench only: the wgmma kernel's split mode (linear_split.h): 0 production; 1 one rank per unit
 // only when the items are fewer than the block slots (the rule before); 2 with class groups too.
@@ -144,10 +148,17 @@ bool linear_fp8_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t st
 // input_rms and the fold. `scratch` (128-byte aligned, scratch_bytes long) receives the tokens' f16
 // operand rows and sums of squares: linear_fp8_wgmma_scratch_bytes(n, in) bytes. Returns false
 // without launching when it cannot take the call (too many rows, too small a scratch, f32 out with
-// an epilogue). Production takes it for decode calls of kFp8WgmmaMinTokens or more rows
-// (linear_fp8_set_wgmma_rows); smaller ones read the weights once per 32 rows at most.
+// an epilogue). Production takes it for decode calls of fp8_wgmma_min_rows or more rows
+// (linear_fp8_set_wgmma forces another count); smaller ones read the weights once per 32 rows.
 constexpr int64_t kFp8WgmmaMaxTokens = 2048;
-constexpr int64_t kFp8WgmmaMinTokens = kFp8BatchMaxTokens + 1;
+// From 32 rows where the matrix has at least one 64-row tile per SM (gate|up, in_proj, q|k|v on
+// the 27B shape: the wgmma kernel's 64 x 32 items ran 93-104 TFLOP/s against the groups' 86-94),
+// from 65 where it has fewer (out_f = 5120: at 64 rows the groups of 32 ran down at 128 TFLOP/s
+// against 111, out at 92 against 96; at 32 rows 127 / 90 against 64 / 57); H200, 2026-12-05,
+// kernel-bench-h200-2173990.json.
+constexpr int64_t fp8_wgmma_min_rows(int64_t out_f, int sms) {
+  return out_f / 64 >= sms ? kFp8BatchMaxTokens : 2 * kFp8BatchMaxTokens + 1;
+}
 int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in);
 bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
                              int64_t scratch_bytes, cudaStream_t stream);

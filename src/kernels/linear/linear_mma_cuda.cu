@@ -111,6 +111,8 @@ enum class Kind {
   kWgmma,         // linear_wgmma_cuda.cu at every n (the persistent kernel where it does not apply)
   kInKernelSums,  // production, the wgmma kernel's input_rms sums in the kernel up to `param` rows
   kSplitRule,     // production with the wgmma kernel's split rule `param` (linear_cuda.cuh)
+  kRemoved,       // a variant measured and removed; its number stays taken
+  kShapeRule,     // production with the wgmma kernel's item shape rule `param` (linear_cuda.cuh)
 };
 struct Variant {
   Kind kind;
@@ -124,7 +126,10 @@ constexpr int kNarrowGroups = 5;
 // of up to 16 rows (no sum_squares_kernel launch; docs/cuda.md known gap 6); 15: production with
 // the wgmma kernel's split rule before (one rank per unit only when the items are fewer than the
 // block slots: no split remainders after whole waves); 16: production with class groups (a
-// rank's classes split over blocks too; slower, kept for the measurement).
+// rank's classes split over blocks too; slower, kept for the measurement); 17: removed (pairs of
+// token tiles sharing their weight boxes by cluster multicast, branch wip/linear-multicast: 0.38-0.5x
+// production's speed at 128-256 rows on the H200, 2026-12-05); 18, 19: production with the wgmma
+// kernel's item shapes by the cost rule, the rows rule, at every row count (linear_wgmma_shape.h).
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -141,7 +146,10 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kWgmma, 0},
                                  {Kind::kInKernelSums, 16},
                                  {Kind::kSplitRule, 1},
-                                 {Kind::kSplitRule, 2}};
+                                 {Kind::kSplitRule, 2},
+                                 {Kind::kRemoved, 17},
+                                 {Kind::kShapeRule, 1},
+                                 {Kind::kShapeRule, 2}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>
@@ -172,6 +180,8 @@ void launch_variant(const Variant& v, const LinearShape& s, cudaStream_t stream)
     case Kind::kWgmma:
     case Kind::kInKernelSums:
     case Kind::kSplitRule:
+    case Kind::kRemoved:
+    case Kind::kShapeRule:
       break;  // launch() takes them
   }
 }
@@ -198,6 +208,14 @@ void launch(const LinearShape& s, cudaStream_t stream) {
     linear_wgmma_set_split_rule(0);
     return;
   }
+  TANDEM_CHECK(v.kind != Kind::kRemoved, "linear: decode variant {} was removed (bench only)",
+               g_variant);
+  if (v.kind == Kind::kShapeRule) {
+    linear_wgmma_set_shape_rule(v.param);
+    linear_skinny_persistent(s, sizeof(TOut) == 4, 0, stream);
+    linear_wgmma_set_shape_rule(0);
+    return;
+  }
   TANDEM_CHECK(s.epilogue == LinearEpilogue::kNone && !s.input_rms && s.n <= kSkinnyMaxTokens,
                "linear: decode variant {} (bench only) has no epilogue and no input_rms, and takes "
                "at most {} rows, got {}",
@@ -215,7 +233,8 @@ void linear_skinny_mma_f32(const LinearShape& s, cudaStream_t stream) { launch<f
 int64_t linear_decode_group_rows() {
   const Variant& v = kVariants[g_variant];
   if (!kWideDecodeGroups) return kSkinnyMaxTokens;
-  if (v.kind == Kind::kWgmma || v.kind == Kind::kInKernelSums || v.kind == Kind::kSplitRule)
+  if (v.kind == Kind::kWgmma || v.kind == Kind::kInKernelSums || v.kind == Kind::kSplitRule ||
+      v.kind == Kind::kShapeRule)
     return kWgmmaMaxTokens;
   if (v.kind != Kind::kPersistent || v.param == kNarrowGroups) return kSkinnyMaxTokens;
   const bool older_wide = v.param == kLinearPersistentWide512 || v.param == kLinearPersistentWide;

@@ -37,6 +37,7 @@
 #include "kernels/linear/linear_plan.h"
 #include "kernels/linear/linear_split.h"
 #include "kernels/linear/linear_wgmma_common.cuh"
+#include "kernels/linear/linear_wgmma_shape.h"
 #include "kernels/linear/wgmma_cuda.cuh"
 #include "kernels/tensor_map_cuda.cuh"
 
@@ -338,6 +339,8 @@ Tensor& g_workspace = *new Tensor();
 int64_t g_inkernel_sums_rows = kInKernelSumsRows;
 // Split mode's rule: production, or bench variant 15's or 16's (linear_split.h).
 LinearSplitRule g_split_rule = LinearSplitRule::kProduction;
+// The item shape's rule (linear_wgmma_shape.h): production, or bench variant 18's or 19's.
+WgmmaShapeRule g_shape_rule = WgmmaShapeRule::kProduction;
 
 bool g_workspace_ready = false;
 bool workspace_ready() { return g_workspace_ready; }
@@ -397,32 +400,38 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
   }
 }
 
-// Tokens per item by the call's rows: fewer leave room for more stages, i.e. more weight bytes in
-// flight per SM.
+// kTokens per item (16, 32 or 64; fewer leave room for more stages, i.e. more weight bytes in
+// flight per SM) and kGroups consumer warpgroups.
 template <int kGroups, class Store>
-void launch_narrow(const LinearShape& s, const LinearPlan& plan, cudaStream_t stream) {
+void launch_narrow(int tokens, const LinearShape& s, const LinearPlan& plan, cudaStream_t stream) {
   constexpr bool kOne = kGroups == 2;  // one block per SM (else two): its stages
-  if (s.n > 32) return launch_kernel<GemmCfg<64, kOne ? 8 : 6, kGroups>, Store>(s, plan, stream);
-  if (s.n > 16) return launch_kernel<GemmCfg<32, kOne ? 10 : 8, kGroups>, Store>(s, plan, stream);
+  if (tokens == 64) {
+    return launch_kernel<GemmCfg<64, kOne ? 8 : 6, kGroups>, Store>(s, plan, stream);
+  }
+  if (tokens == 32) {
+    return launch_kernel<GemmCfg<32, kOne ? 10 : 8, kGroups>, Store>(s, plan, stream);
+  }
   launch_kernel<GemmCfg<16, kOne ? 12 : 10, kGroups>, Store>(s, plan, stream);
 }
 
+// The item shape by wgmma_shape (linear_wgmma_shape.h: production the rows rule up to 64 rows, the
+// cost rule above; bench variants 18 and 19 one rule throughout). The rows rule: 128 x 128 items where they fill the GPU twice over (from 256 rows they
+// stream 1.1-1.5x faster than 64-token ones on the 27B shapes: natural-order-probe-h200.json);
+// 128-row items where they are many; else 64-row items, two blocks per SM, so that matrices of few
+// row tiles (out_f = 5120: 40 of 128 rows) still spread over the GPU.
 template <class Store>
 void launch_store(const LinearShape& s, cudaStream_t stream) {
   const int sms = cuda::sm_count();
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan =
       plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), sms, kLinearRangeAlign);
-  const int64_t items128 = (s.out_f + 127) / 128 * ((s.n + 63) / 64);
-  // 128-row x 128-token items where they fill the GPU twice over (from 256 rows they stream
-  // 1.1-1.5x faster than 64-token ones on the 27B shapes: natural-order-probe-h200.json); 128-row
-  // items where they are many; else 64-row items, two blocks per SM, so that matrices of few row
-  // tiles (out_f = 5120: 40 of 128 rows) still spread over the GPU.
-  if (s.n > 64 && items128 >= 2 * sms) {
+  const WgmmaItemShape shape =
+      wgmma_shape({s.out_f, s.in, s.n, plan, sms}, workspace_ready(), g_split_rule, g_shape_rule);
+  if (shape.n == 128) {
     return launch_kernel<GemmCfg<128, 6, 2>, Store>(s, plan, stream);
   }
-  if (items128 >= 2 * sms) return launch_narrow<2, Store>(s, plan, stream);
-  launch_narrow<1, Store>(s, plan, stream);
+  if (shape.tile_m == 128) return launch_narrow<2, Store>(shape.n, s, plan, stream);
+  launch_narrow<1, Store>(shape.n, s, plan, stream);
 }
 
 }  // namespace
@@ -444,6 +453,11 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 }
 
 void linear_wgmma_set_inkernel_sums(int64_t max_rows) { g_inkernel_sums_rows = max_rows; }
+void linear_wgmma_set_shape_rule(int rule) {
+  g_shape_rule = rule == 1   ? WgmmaShapeRule::kCost
+                 : rule == 2 ? WgmmaShapeRule::kRows
+                             : WgmmaShapeRule::kProduction;
+}
 void linear_wgmma_set_split_rule(int rule) {
   g_split_rule = rule == 1   ? LinearSplitRule::kBefore
                  : rule == 2 ? LinearSplitRule::kClassGroups
