@@ -12,7 +12,7 @@
 # isolates the conv1d and attention kernels' share from the shape rule's); kernel_bench attention
 # on both; the 27B-FP8 bench (candidate) at 1,8,32,256; the GPU engine tests. PART=2 adds the
 # baseline's FP8 bench at 8,32,256. PART=verify builds no baseline: the candidate's tests as in
-# PART=1, its 27B bf16 bench at 8,32,128,256 and FP8 at 1,8,32,256, then the engine tests.
+# PART=1, its 27B bf16 bench at 8,32,128,256 and FP8 at 1,32,256, then the engine tests.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 build_cuda cuda_tests tandem kernel_bench
@@ -64,8 +64,7 @@ elif [[ $PART == verify ]]; then
   tests linear_batch 110 'CudaRowInvariance.LinearDecodeBatch'
   tests fp8_linear 90 'Fp8Linear.*'
   bench cand_bf16 $CAND 100 configs/qwen3.5-27b.json 8,32,128,256
-  bench cand_bf16_v19 $CAND 100 configs/qwen3.5-27b.json 32,128 --linear-variant 19
-  bench cand_fp8 $CAND 150 configs/qwen3.5-27b-fp8.json 1,8,32,256
+  bench cand_fp8 $CAND 150 configs/qwen3.5-27b-fp8.json 1,32,256
   engine_tests 100
 else
   bench base_fp8 $BASE 150 configs/qwen3.5-27b-fp8.json 8,32,256
