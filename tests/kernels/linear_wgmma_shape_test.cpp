@@ -1,9 +1,9 @@
 // The wgmma decode linear's item shapes (src/kernels/linear/linear_wgmma_shape.h), on the CPU: the
 // busiest-SM count against a unit-by-unit deal, the estimate against the H200's measured calls
-// (014e446's kernel_bench linear_batch, the rows rule's shapes), and what the cost rule picks on
-// the Qwen3.5-27B shapes: the rows rule's shape up to 32 rows (the tuned small batches stay as
-// they are), 128-row items on the narrow matrices from 48 rows (the predictions a device run
-// checks: docs/cuda.md, known gap 6).
+// (014e446's kernel_bench linear_batch for the rows rule's shapes, 2173990's for the cost rule's),
+// what the cost rule picks on the Qwen3.5-27B shapes (the rows rule's shape up to 32 rows, 128-row
+// items on the narrow matrices from 48 rows) and production's rule (the cost rule from 65 rows:
+// docs/cuda.md, known gap 6).
 #include "kernels/linear/linear_wgmma_shape.h"
 
 #include <gtest/gtest.h>
