@@ -224,9 +224,10 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
 // out_f not a multiple of 16 or of 128). Rows past n are left alone. Up to 16 rows the input_rms
 // forms also run bench variant 14 (the wgmma kernel's sums of squares in the kernel); at 8, 33, 64,
 // 129 and 256 rows every form also runs variants 15 and 16 (the wgmma kernel's other split rules)
-// and 18 (the item shapes by the cost rule at every row count: on the 27B shapes 128 x 64 items at 64 rows for
-// out_f = 5120) and 19 (by the rows rule at every row count; production takes the cost rule's
-// shapes from 65 rows: 128 x 64 at 129 rows for all five, 128 x 128 at 256 for out_f = 5120).
+// and 18 (the item shapes by the cost rule at every row count: on the 27B shapes 128 x 64 items at
+// 64 rows for out_f = 5120) and 19 (by the rows rule at every row count; production takes the cost
+// rule's shapes from 65 rows: 128 x 64 at 129 rows for all five, 128 x 128 at 256 for out_f =
+// 5120).
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;

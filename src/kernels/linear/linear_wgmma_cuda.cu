@@ -415,10 +415,11 @@ void launch_narrow(int tokens, const LinearShape& s, const LinearPlan& plan, cud
 }
 
 // The item shape by wgmma_shape (linear_wgmma_shape.h: production the rows rule up to 64 rows, the
-// cost rule above; bench variants 18 and 19 one rule throughout). The rows rule: 128 x 128 items where they fill the GPU twice over (from 256 rows they
-// stream 1.1-1.5x faster than 64-token ones on the 27B shapes: natural-order-probe-h200.json);
-// 128-row items where they are many; else 64-row items, two blocks per SM, so that matrices of few
-// row tiles (out_f = 5120: 40 of 128 rows) still spread over the GPU.
+// cost rule above; bench variants 18 and 19 one rule throughout). The rows rule: 128 x 128 items
+// where they fill the GPU twice over (from 256 rows they stream 1.1-1.5x faster than 64-token ones
+// on the 27B shapes: natural-order-probe-h200.json); 128-row items where they are many; else 64-row
+// items, two blocks per SM, so that matrices of few row tiles (out_f = 5120: 40 of 128 rows) still
+// spread over the GPU.
 template <class Store>
 void launch_store(const LinearShape& s, cudaStream_t stream) {
   const int sms = cuda::sm_count();
