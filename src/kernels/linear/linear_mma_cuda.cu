@@ -127,7 +127,7 @@ constexpr int kNarrowGroups = 5;
 // the wgmma kernel's split rule before (one rank per unit only when the items are fewer than the
 // block slots: no split remainders after whole waves); 16: production with class groups (a
 // rank's classes split over blocks too; slower, kept for the measurement); 17: removed (pairs of
-// token tiles sharing their weight boxes by cluster multicast, branch wip/linear-multicast:
+// token tiles sharing their weight boxes by cluster multicast, branch tried/linear-multicast:
 // 0.38-0.5x production's speed at 128-256 rows on the H200, 2026-12-05); 18, 19: production with
 // the wgmma kernel's item shapes by the cost rule, the rows rule, at every row count
 // (linear_wgmma_shape.h).
