@@ -89,20 +89,19 @@ struct WgmmaCostRates {
 
 // Operand bytes of the busiest SM when `units` units go to a grid of `grid` blocks in turn (block
 // b: units b, b + grid, ...), block b on SM b % sms: units [0, whole) of whole_bytes each, the
-// rest of split_bytes.
+// rest of split_bytes (<= whole_bytes: a split unit is one rank of a whole one). A block's bytes
+// then never grow with its index, and SM 0 holds the lowest-numbered block of every round of
+// `sms` blocks, so SM 0 is the busiest: only its blocks are summed (production calls this up to
+// 7 times per decode linear call, on the host).
 constexpr double wgmma_busiest_sm_bytes(int units, int whole, int grid, int sms, double whole_bytes,
                                         double split_bytes) {
-  double busiest = 0;
-  for (int sm = 0; sm < sms; ++sm) {
-    double bytes = 0;
-    for (int b = sm; b < grid; b += sms) {
-      const int all = b < units ? (units - 1 - b) / grid + 1 : 0;
-      const int w = b < whole ? (whole - 1 - b) / grid + 1 : 0;
-      bytes += w * whole_bytes + (all - w) * split_bytes;
-    }
-    busiest = std::max(busiest, bytes);
+  double bytes = 0;
+  for (int b = 0; b < grid; b += sms) {
+    const int all = b < units ? (units - 1 - b) / grid + 1 : 0;
+    const int w = b < whole ? (whole - 1 - b) / grid + 1 : 0;
+    bytes += w * whole_bytes + (all - w) * split_bytes;
   }
-  return busiest;
+  return bytes;
 }
 
 // Estimated seconds of a call in shape s with split sp: the largest of the weights' HBM time and
