@@ -186,6 +186,31 @@ TEST(LinearPlan, KernelsRunTheDecodeOrder) {
   EXPECT_EQ(linear_masked_end(2056), 3072);
 }
 
+// FP8 weights: one rank over the whole k where a matrix has two or more 16-row tiles per SM (every
+// 27B FP8 shape), plan_linear's plan otherwise (the 0.8B shape's narrow matrices).
+TEST(LinearPlan, Fp8PlanTakesOneRankWhereTilesAreTwoPerSm) {
+  const std::array<int64_t, 4> resident = {132, 66, 32, 16};
+  const std::pair<int64_t, int64_t> wide[] = {
+      {34816, 5120}, {16480, 5120}, {14336, 5120}, {5120, 17408}, {5120, 6144}};
+  for (const auto& [out_f, in] : wide) {
+    const int64_t tiles = (out_f + 15) / 16;
+    const LinearPlan p = plan_linear_fp8(tiles, in, 2048, resident, 132, 128);
+    EXPECT_EQ(p.splits, 1) << out_f << "x" << in;
+    EXPECT_EQ(p.clusters, 132) << out_f << "x" << in;
+    EXPECT_EQ(p.range_k, (in + 127) / 128 * 128) << out_f << "x" << in;
+  }
+  // [5120, 6144] was 2 ranks of 3,072 k under plan_linear (the 48 KB tiles measured slower).
+  EXPECT_EQ(plan_linear(320, 6144, 2048, resident, 132, 128).splits, 2);
+  for (const auto& [out_f, in] : {std::pair<int64_t, int64_t>{1024, 1024}, {4096, 2048}}) {
+    const int64_t tiles = (out_f + 15) / 16;  // 64 and 256 tiles: fewer than 264
+    const LinearPlan p = plan_linear_fp8(tiles, in, 2048, resident, 132, 128);
+    const LinearPlan q = plan_linear(tiles, in, 2048, resident, 132, 128);
+    EXPECT_EQ(p.splits, q.splits);
+    EXPECT_EQ(p.clusters, q.clusters);
+    EXPECT_EQ(p.range_k, q.range_k);
+  }
+}
+
 // The benchmarks' forced plans (plan_linear_splits): plan_linear's own plan when the ranks agree,
 // and on the FP8 27B shapes 1, 2 and 4 ranks that cover every k with non-empty, 128-k-aligned
 // ranges on as many clusters as fit.

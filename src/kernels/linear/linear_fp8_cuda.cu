@@ -369,7 +369,7 @@ LinearPlan linear_fp8_plan(int64_t out_f, int64_t in) {
     const LinearPlan p = plan_linear_splits(tiles, in, g_plan_splits, fp8_plan_resident(), kBlockK);
     if (plan_linear_splits_ok(p, in, fp8_plan_resident())) return p;
   }
-  return plan_linear(tiles, in, kPlanChunkK, fp8_plan_resident(), cuda::sm_count(), kBlockK);
+  return plan_linear_fp8(tiles, in, kPlanChunkK, fp8_plan_resident(), cuda::sm_count(), kBlockK);
 }
 
 void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream) {

@@ -77,7 +77,8 @@ constexpr int linear_splits_level(int splits) {
   return splits == 1 ? 0 : splits == 2 ? 1 : splits == 4 ? 2 : splits == 8 ? 3 : -1;
 }
 
-// Benchmarks only (a plan other than plan_linear's changes every row's bits): `splits` ranks of
+// Benchmarks, and plan_linear_fp8's one rank (a plan other than plan_linear's changes every row's
+// bits): `splits` ranks of
 // k_align-multiple ranges, as many clusters as fit. plan_linear_splits_ok says whether it can run:
 // a rank count of 1, 2, 4 or 8 whose clusters fit, and every rank's range non-empty
 // ((splits - 1) x range_k < in).
@@ -92,6 +93,22 @@ inline bool plan_linear_splits_ok(const LinearPlan& p, int64_t in,
                                   const std::array<int64_t, 4>& resident) {
   const int e = linear_splits_level(p.splits);
   return e >= 0 && resident[e] >= 1 && p.clusters >= 1 && (p.splits - 1) * p.range_k < in;
+}
+
+// FP8 weights' plan (linear_fp8_plan): one rank per tile (every tile's whole k in one block) where
+// the matrix has at least two 16-row tiles per SM, else plan_linear's. At one row on the H200
+// (2026-12-05, kernel_bench linear_fp8 with forced plans) one rank streamed out_proj/o_proj
+// [5120, 6144] at 3.03 TB/s against plan_linear's 2 ranks' 2.54 (a rank's 48 KB tile pays a fixed
+// cost as a 96 KB one does), gate|up 3.73 against 3.52, down 3.59 against 3.52, in_proj and q|k|v
+// equal. Every FP8 kernel reads this plan, so their bits stay one another's (they change with it).
+inline LinearPlan plan_linear_fp8(int64_t tiles, int64_t in, int64_t chunk_k,
+                                  const std::array<int64_t, 4>& resident, int sms,
+                                  int64_t k_align) {
+  if (tiles >= 2 * int64_t{sms}) {
+    const LinearPlan one = plan_linear_splits(tiles, in, 1, resident, k_align);
+    if (plan_linear_splits_ok(one, in, resident)) return one;
+  }
+  return plan_linear(tiles, in, chunk_k, resident, sms, k_align);
 }
 
 }  // namespace tandem::kernels
