@@ -66,6 +66,18 @@ elif [[ $PART == verify ]]; then
   bench cand_bf16 $CAND 100 configs/qwen3.5-27b.json 8,32,128,256
   bench cand_fp8 $CAND 150 configs/qwen3.5-27b-fp8.json 1,32,256
   engine_tests 100
+elif [[ $PART == onerank ]]; then  # main as landed (bf16) and the FP8 one-rank plan against main
+  tests fp8_linear 90 'Fp8Linear.*'
+  bench cand_fp8 $CAND 120 configs/qwen3.5-27b-fp8.json 1,8,32,256
+  bench base_fp8 $BASE 120 configs/qwen3.5-27b-fp8.json 1,8,32,256
+  bench cand_bf16 $CAND 100 configs/qwen3.5-27b.json 8,32,128,256
+  engine_tests 100
+  tests linear_batch 110 'CudaRowInvariance.LinearDecodeBatch'
+  timeout 90 ncu -k regex:conv1d --launch-count 2 --section SpeedOfLight --section LaunchStats \
+    --section Occupancy --section MemoryWorkloadAnalysis --section WarpStateStats \
+    $CAND/tandem bench --device cuda --synthetic configs/qwen3.5-27b.json --context 1024 \
+    --batch 256 --num-speculative-tokens 3 --steps 1 --no-graphs > "$OUT/ncu_conv_256.log" 2>&1
+  summary "ncu conv 256 rc=$? ($(stamp))"
 else
   bench base_fp8 $BASE 150 configs/qwen3.5-27b-fp8.json 8,32,256
 fi
