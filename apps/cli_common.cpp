@@ -2,6 +2,8 @@
 #include "apps/cli_common.h"
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -30,6 +32,18 @@ int64_t CommonOptions::step_rows() const {
 int resolve_threads(int requested) {
   return requested > 0 ? requested
                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+nlohmann::ordered_json read_json_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  TANDEM_CHECK(f.good(), "cannot read {}", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    return nlohmann::ordered_json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} is not valid JSON: {}", path, e.what());
+  }
 }
 
 std::vector<int32_t> parse_ids(const std::string& csv) {

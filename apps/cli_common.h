@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ struct CommonOptions {
 void add_common_options(CLI::App* cmd, CommonOptions& o);
 int resolve_threads(int requested);                      // --threads: 0 means all cores
 std::vector<int32_t> parse_ids(const std::string& csv);  // "1,2,3"; throws Error on bad input
+// The JSON document in a file; throws Error naming the file when it cannot be read or parsed.
+nlohmann::ordered_json read_json_file(const std::string& path);
 // Loads the model, printing progress for large checkpoints and the config summary on stderr.
 std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose);
 

@@ -26,7 +26,7 @@ void add_bench_command(CLI::App& app) {
     std::string model, synthetic, device = "cpu", contexts = "1024,8192,32768",
                                   speculative = "none,mtp", json, commit, batches = "1";
     int k = 3, steps = 32, threads = 0, linear_variant = 0;
-    int64_t prefill = 0, max_step = 0;
+    int64_t prefill = 0, max_step = 0, draft_vocab = 0;
     double acceptance = 0.6;
     bool no_graphs = false, no_pdl = false, fp8_prefill_decode_order = false;
   };
@@ -48,6 +48,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--speculative", o->speculative, "none,mtp: also time the MTP drafter")
       ->capture_default_str();
   cmd->add_option("--num-speculative-tokens", o->k, "verify steps are timed for 1..K drafts")
+      ->capture_default_str();
+  cmd->add_option("--draft-vocab-size", o->draft_vocab,
+                  "time the MTP drafter with a draft vocabulary of the first N token ids (as "
+                  "generate's --speculative-token-map would give it); 0 = the whole vocabulary")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per measurement")->capture_default_str();
   cmd->add_option("--prefill-tokens", o->prefill, "also time a prefill of this many tokens");
@@ -111,6 +115,9 @@ void add_bench_command(CLI::App& app) {
                                        .max_step_rows = max_step});
     }
     std::fprintf(stderr, "%s\n", model->config().summary().c_str());
+    TANDEM_CHECK(o->draft_vocab >= 0 && o->draft_vocab <= model->config().vocab_size,
+                 "--draft-vocab-size must be in [0, {}], got {}", model->config().vocab_size,
+                 o->draft_vocab);
     BenchOptions b{.contexts = parse_list(o->contexts),
                    .batches = batches,
                    .num_speculative_tokens = o->k,
@@ -118,12 +125,14 @@ void add_bench_command(CLI::App& app) {
                    .steps = o->steps,
                    .graphs = !o->no_graphs,
                    .prefill_tokens = o->prefill,
-                   .acceptance = o->acceptance};
+                   .acceptance = o->acceptance,
+                   .draft_vocab_size = o->draft_vocab};
     nlohmann::json out = run_bench(*model, b);
     out["command"] = command_line();
     out["model"] = o->synthetic.empty() ? o->model : "synthetic:" + o->synthetic;
     out["commit"] = o->commit;
     out["linear_variant"] = o->linear_variant;
+    out["draft_vocab_size"] = o->draft_vocab;
     out["config"] = model->config().summary();
     if (!o->json.empty()) {
       std::ofstream f(o->json);

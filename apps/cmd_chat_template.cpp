@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "core/error.h"
 #include "tokenizer/chat_template.h"
@@ -20,18 +21,6 @@ struct ChatTemplateOptions {
   bool add_generation_prompt = false;
   bool ids = false;
 };
-
-nlohmann::ordered_json read_json_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  TANDEM_CHECK(f.good(), "cannot read {}", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    return nlohmann::ordered_json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail("{} is not valid JSON: {}", path, e.what());
-  }
-}
 
 void run_chat_template(const ChatTemplateOptions& o) {
   const tok::Tokenizer t = tok::Tokenizer::from_dir(o.model_dir);

@@ -1,6 +1,7 @@
 // Registration and validation of the generation options.
 #include "apps/generate_options.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "spec/mtp_drafter.h"
@@ -27,6 +28,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& g, const std::string& max_num_
          "adaptive: drafts per step chosen in 0..K from measured costs and acceptance (never "
          "slower than plain); fixed: always K")
       ->capture_default_str();
+  cmd->add_option("--speculative-token-map", g.speculative_token_map,
+                  "mtp: a JSON file holding an array of token ids, the only tokens a draft may be "
+                  "(e.g. the most frequent ones); each draft's logits then cost those rows of "
+                  "lm_head instead of the whole vocabulary. Outputs do not change");
   cmd->add_flag("--no-cuda-graphs", g.no_cuda_graphs,
                 "on cuda, launch decode/verify steps and MTP drafts eagerly");
   cmd->add_flag("--no-pdl", g.no_pdl,
@@ -79,12 +84,32 @@ BatchEngineOptions engine_options(const EngineFlags& g, int k, int64_t max_num_s
                             .gpu_memory_utilization = g.gpu_memory_utilization};
 }
 
+std::vector<int32_t> speculative_token_map(const EngineFlags& g) {
+  if (g.speculative_token_map.empty()) return {};
+  const nlohmann::ordered_json doc = read_json_file(g.speculative_token_map);
+  TANDEM_CHECK(doc.is_array() && !doc.empty(),
+               "--speculative-token-map {}: expected a non-empty JSON array of token ids",
+               g.speculative_token_map);
+  std::vector<int32_t> ids;
+  for (const auto& v : doc) {
+    TANDEM_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                     v.get<int64_t>() <= std::numeric_limits<int32_t>::max(),
+                 "--speculative-token-map {}: {} is not a token id", g.speculative_token_map,
+                 v.dump());
+    ids.push_back(v.get<int32_t>());
+  }
+  return ids;
+}
+
 std::unique_ptr<Drafter> make_drafter(const EngineFlags& g, Qwen35Model& model) {
+  TANDEM_CHECK(g.speculative_token_map.empty() || g.speculative == "mtp",
+               "--speculative-token-map needs --speculative mtp (got --speculative {})",
+               g.speculative);
   if (g.speculative == "none") return nullptr;
   TANDEM_CHECK(g.num_speculative_tokens >= 1 && g.num_speculative_tokens <= 8,
                "--num-speculative-tokens must be in [1, 8] with --speculative {}, got {}",
                g.speculative, g.num_speculative_tokens);
-  if (g.speculative == "mtp") return std::make_unique<MtpDrafter>(model);
+  if (g.speculative == "mtp") return std::make_unique<MtpDrafter>(model, speculative_token_map(g));
   if (g.speculative == "oracle") {
     return std::make_unique<OracleDrafter>(AcceptancePattern::parse(g.oracle_pattern),
                                            model.config().vocab_size);

@@ -19,6 +19,7 @@ struct EngineFlags : CommonOptions {
   int num_speculative_tokens = 3;
   std::string oracle_pattern = "all";
   std::string speculation_control = "adaptive";
+  std::string speculative_token_map;  // JSON array of the token ids an MTP draft may be
   bool no_cuda_graphs = false;
   bool no_pdl = false;       // cuda: no programmatic dependent launch (docs/cuda.md)
   int64_t max_num_seqs = 0;  // 0: the command's default
@@ -50,6 +51,8 @@ nlohmann::json stats_json(const GenerateResult& r, int k);
 // `tandem generate --prompts FILE.jsonl`: the offline batch mode.
 void run_batch(const GenerateOptions& g);
 // The drafter --speculative names (null for none; the oracle's references are set by the caller).
+// The ids in --speculative-token-map's file (empty without one); throws Error on a bad file.
+std::vector<int32_t> speculative_token_map(const EngineFlags& g);
 std::unique_ptr<Drafter> make_drafter(const EngineFlags& g, Qwen35Model& model);
 
 // --model, --device, ... (CommonOptions) and the engine's flags; max_num_seqs_help says what the

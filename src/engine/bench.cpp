@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <numeric>
 
 #include "cache/state_pool.h"
 #include "cache/step_buffers.h"
@@ -166,7 +167,9 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
       }
       r["verify"] = verify;
       if (mtp && k >= 1) {
-        MtpDrafter drafter(model);
+        std::vector<int32_t> draft_vocab(static_cast<size_t>(opt.draft_vocab_size));
+        std::iota(draft_vocab.begin(), draft_vocab.end(), 0);
+        MtpDrafter drafter(model, draft_vocab);
         drafter.prepare(DrafterSetup{.cache = &run.pool.views(),
                                      .block_size = cc.block_size,
                                      .table_width = cc.table_width(),

@@ -25,6 +25,7 @@ struct BenchOptions {
   bool graphs = true;              // CUDA graphs for decode/verify steps
   int64_t prefill_tokens = 0;      // 0: skip the prefill measurement
   double acceptance = 0.6;         // per-draft acceptance of the MTP projection
+  int64_t draft_vocab_size = 0;    // > 0: the drafter's vocabulary is token ids 0 .. N - 1
   double peak_bytes_per_s = 4.3e12;
   double peak_flops = 790e12;
 };

@@ -3,16 +3,61 @@
 #include "spec/mtp_drafter.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/argmax/argmax.h"
 #include "kernels/copy_rows/copy_rows.h"
+#include "kernels/embedding/embedding.h"
 
 namespace tandem {
 
-MtpDrafter::MtpDrafter(Qwen35Model& model) : model_(model) {
+namespace {
+
+// Rows ids of w (a [vocab, hidden] matrix of any float dtype) as a matrix of the same dtype on
+// w's device: by the embedding op where it keeps the dtype (the device's activation dtype), else
+// through host memory.
+Tensor gather_rows(const Tensor& w, const std::vector<int32_t>& ids, DType act,
+                   const ExecContext& ctx) {
+  const int64_t n = static_cast<int64_t>(ids.size()), h = w.dim(1);
+  Tensor id_host = Tensor::zeros({n}, DType::kI32);
+  std::copy(ids.begin(), ids.end(), id_host.data<int32_t>());
+  if (w.device() != Device::kCpu && w.dtype() == act) {
+    Tensor out = Tensor::zeros({n, h}, act, w.device());
+    kernels::embedding({.ids = id_host.to(w.device()), .table = w, .out = out}, ctx);
+    return out;
+  }
+  const Tensor src = w.host();
+  Tensor out = Tensor::zeros({n, h}, w.dtype());
+  const int64_t row_bytes = h * dtype_size(w.dtype());
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes,
+                static_cast<const char*>(src.raw()) + ids[i] * row_bytes, row_bytes);
+  }
+  return out.to(w.device());
+}
+
+}  // namespace
+
+MtpDrafter::MtpDrafter(Qwen35Model& model, std::vector<int32_t> draft_vocab)
+    : model_(model), draft_vocab_(std::move(draft_vocab)) {
   TANDEM_CHECK(model.has_mtp(),
                "--speculative mtp needs the checkpoint's mtp.* tensors (mtp.fc.weight, "
                "mtp.layers.0.*, ...), and this checkpoint has none; use --speculative none");
+  if (draft_vocab_.empty()) return;
+  const int64_t vocab = model.config().vocab_size;
+  std::vector<int32_t> sorted = draft_vocab_;
+  std::sort(sorted.begin(), sorted.end());
+  TANDEM_CHECK(sorted.front() >= 0 && sorted.back() < vocab,
+               "--speculative-token-map: token id {} is outside the vocabulary [0, {})",
+               sorted.front() < 0 ? sorted.front() : sorted.back(), vocab);
+  const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+  TANDEM_CHECK(dup == sorted.end(), "--speculative-token-map: token id {} appears twice", *dup);
+  const LinearWeight& lm_head = model.weights().lm_head;
+  TANDEM_CHECK(lm_head.weight.dtype() != DType::kF8E4M3,
+               "--speculative-token-map: this checkpoint's lm_head is FP8, which a draft "
+               "vocabulary does not support (released FP8 checkpoints keep it in bf16)");
+  draft_head_.weight =
+      gather_rows(lm_head.weight, draft_vocab_, model.act_dtype(), model.context());
 }
 
 MtpDrafter::~MtpDrafter() = default;
@@ -31,7 +76,9 @@ void MtpDrafter::prepare(const DrafterSetup& setup) {
   chain_pool_ = Tensor::zeros({seqs, h}, act, d);
   hidden_in_ = Tensor::zeros({rows, h}, act, d);
   hidden_out_ = Tensor::zeros({rows, h}, act, d);
-  logits_ = Tensor::zeros({seqs, c.vocab_size}, DType::kF32, d);
+  const int64_t logit_cols =
+      draft_vocab_.empty() ? c.vocab_size : static_cast<int64_t>(draft_vocab_.size());
+  logits_ = Tensor::zeros({seqs, logit_cols}, DType::kF32, d);
   argmax_ids_ = Tensor::zeros({seqs}, DType::kI32, d);
   index_host_ = Tensor::zeros({2 * (rows + seqs * kQueueRows)}, DType::kI32);
   index_dev_ = d == Device::kCpu ? index_host_ : index_host_.to(d);
@@ -173,7 +220,7 @@ void MtpDrafter::first_pass(std::vector<PassSeq>& seqs) {
     const StepPlan plan = steps_->plan(planned);
     const int64_t n_seqs = static_cast<int64_t>(planned.size());
     model_.mtp_forward(plan.batch, *setup_.cache, hidden_in_.slice(0, 0, row),
-                       hidden_out_.slice(0, 0, row), logits_.slice(0, 0, n_seqs));
+                       hidden_out_.slice(0, 0, row), logits_.slice(0, 0, n_seqs), head());
     kernels::argmax({logits_.slice(0, 0, n_seqs), argmax_ids_.slice(0, 0, n_seqs)},
                     model_.context());
     const Tensor ids = argmax_ids_.slice(0, 0, n_seqs).host();
@@ -182,7 +229,7 @@ void MtpDrafter::first_pass(std::vector<PassSeq>& seqs) {
       const size_t s = take[j];
       const Piece& pc = piece_of(s);
       PerSeq* ps = seqs[s].seq;
-      ps->first_draft = ids.data<const int32_t>()[j];
+      ps->first_draft = token_of(ids.data<const int32_t>()[j]);
       ps->last_position = pc.start + static_cast<int64_t>(pc.rows.size()) - 1;
       c_src.push_back(static_cast<int32_t>(plan.row_start[j + 1] - 1));
       c_dst.push_back(ps->queue);
@@ -273,11 +320,11 @@ std::vector<std::vector<int32_t>> MtpDrafter::propose(std::span<const DraftAsk> 
     move_rows(chain_pool_, hidden_in_, src, dst);
     const StepPlan plan = steps_->plan(planned);
     model_.mtp_forward(plan.batch, *setup_.cache, hidden_in_.slice(0, 0, n),
-                       hidden_out_.slice(0, 0, n), logits_.slice(0, 0, n));
+                       hidden_out_.slice(0, 0, n), logits_.slice(0, 0, n), head());
     kernels::argmax({logits_.slice(0, 0, n), argmax_ids_.slice(0, 0, n)}, model_.context());
     const Tensor ids = argmax_ids_.slice(0, 0, n).host();
     for (size_t j = 0; j < active.size(); ++j)
-      drafts[active[j]].push_back(ids.data<const int32_t>()[j]);
+      drafts[active[j]].push_back(token_of(ids.data<const int32_t>()[j]));
     if (step + 1 < k_max) move_rows(hidden_out_, chain_pool_, dst, src);
   }
   return drafts;

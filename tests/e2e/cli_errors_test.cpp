@@ -177,11 +177,38 @@ TEST(CliErrors, BatchModeAndEngineLimits) {
   fs::remove_all(dir);
 }
 
+TEST(CliErrors, SpeculativeTokenMap) {
+  const std::string model = "generate --model " + testing::fixture_dir("tandem-tiny-qwen35") +
+                            " --prompt-ids 1,2 --max-tokens 2 ";
+  const fs::path dir = fs::temp_directory_path() / ("tandem_map_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto file = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string mtp = model + "--speculative mtp --speculative-token-map ";
+  expect_error(run_tandem(mtp + (dir / "missing.json").string()), "cannot read");
+  expect_error(run_tandem(mtp + file("bad.json", "[1, 2,")), "is not valid JSON");
+  expect_error(run_tandem(mtp + file("object.json", "{\"ids\": [1]}")),
+               "expected a non-empty JSON array of token ids");
+  expect_error(run_tandem(mtp + file("empty.json", "[]")),
+               "expected a non-empty JSON array of token ids");
+  expect_error(run_tandem(mtp + file("neg.json", "[1, -3]")), "-3 is not a token id");
+  expect_error(run_tandem(mtp + file("oov.json", "[1, 99999]")),
+               "token id 99999 is outside the vocabulary");
+  expect_error(run_tandem(mtp + file("dup.json", "[4, 1, 4]")), "token id 4 appears twice");
+  expect_error(run_tandem(model + "--speculative-token-map " + file("ok.json", "[1, 2]")),
+               "--speculative-token-map needs --speculative mtp");
+  fs::remove_all(dir);
+}
+
 TEST(CliErrors, BenchOptions) {
   const std::string model = "bench --model " + testing::fixture_dir("tiny-text");
   expect_error(run_tandem(model + " --linear-variant 3"), "--linear-variant needs --device cuda");
   expect_error(run_tandem(model + " --num-speculative-tokens 0"),
                "--num-speculative-tokens must be in [1, 8]");
+  expect_error(run_tandem(model + " --draft-vocab-size 99999"),
+               "--draft-vocab-size must be in [0, ");
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 // Batches, arrivals, preemption and sampling: batch_exactness_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include "engine/committed_state.h"
 #include "engine/generator.h"
@@ -113,6 +115,68 @@ TEST(OraclePattern, ProducesTheRequestedAcceptance) {
                   GeneratorOptions{.num_speculative_tokens = 3, .max_context = 512});
     const auto r = gen.generate(GenerateRequest{.prompt = prompt, .max_tokens = 40});
     EXPECT_DOUBLE_EQ(r.stats.mean_acceptance_length(), expected) << pat;
+  }
+}
+
+// Forwards to a drafter and keeps every draft it proposes.
+class RecordingDrafter : public Drafter {
+ public:
+  explicit RecordingDrafter(std::unique_ptr<Drafter> inner) : inner_(std::move(inner)) {}
+  void prepare(const DrafterSetup& setup) override { inner_->prepare(setup); }
+  void begin_sequence(SeqId seq) override { inner_->begin_sequence(seq); }
+  void end_sequence(SeqId seq) override { inner_->end_sequence(seq); }
+  void after_target_step(std::span<const TargetRows> rows) override {
+    inner_->after_target_step(rows);
+  }
+  void catch_up(std::span<const SeqId> seqs, int64_t keep_rows, int64_t max_rows) override {
+    inner_->catch_up(seqs, keep_rows, max_rows);
+  }
+  std::vector<std::vector<int32_t>> propose(std::span<const DraftAsk> asks) override {
+    auto d = inner_->propose(asks);
+    for (const auto& v : d) drafts->insert(drafts->end(), v.begin(), v.end());
+    return d;
+  }
+  std::shared_ptr<std::vector<int32_t>> drafts = std::make_shared<std::vector<int32_t>>();
+
+ private:
+  std::unique_ptr<Drafter> inner_;
+};
+
+// --speculative-token-map: drafts restricted to a draft vocabulary (the logits of those rows of
+// lm_head) change what is accepted, never the output or the committed state; every draft is in
+// the map; a map of the whole vocabulary in order drafts exactly what the plain MTP drafter does.
+TEST(DraftVocabulary, OutputsAndStatesEqualPlainAndDraftsStayInTheMap) {
+  const std::string name = "tandem-tiny-qwen35";
+  auto model = testing::load_fixture(name);
+  const auto prompt = prompt_of(name);
+  const PlainRun plain = plain_run(*model, prompt, kTokens);
+  const int32_t vocab = static_cast<int32_t>(model->config().vocab_size);
+  std::vector<int32_t> even, all, never_emitted;
+  for (int32_t t = 0; t < vocab; ++t) {
+    all.push_back(t);
+    if (t % 2 == 0) even.push_back(t);
+    if (std::find(plain.tokens.begin(), plain.tokens.end(), t) == plain.tokens.end())
+      never_emitted.push_back(t);
+  }
+  std::reverse(never_emitted.begin(), never_emitted.end());  // any order
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> maps{
+      {"even ids", even}, {"no emitted token (nothing accepted)", never_emitted}, {"all", all}};
+  for (int k : {1, 3}) {
+    auto full = std::make_unique<RecordingDrafter>(std::make_unique<MtpDrafter>(*model));
+    const auto full_drafts = full->drafts;
+    expect_exact(*model, plain, prompt, std::move(full), k, "no map k=" + std::to_string(k));
+    for (const auto& [what, ids] : maps) {
+      auto rec = std::make_unique<RecordingDrafter>(std::make_unique<MtpDrafter>(*model, ids));
+      const auto drafts = rec->drafts;
+      const std::string label = what + " k=" + std::to_string(k);
+      expect_exact(*model, plain, prompt, std::move(rec), k, label);
+      ASSERT_FALSE(drafts->empty()) << label;
+      for (int32_t d : *drafts)
+        ASSERT_NE(std::find(ids.begin(), ids.end(), d), ids.end()) << label << ": draft " << d;
+      if (what == "all") {
+        EXPECT_EQ(*drafts, *full_drafts) << label;
+      }
+    }
   }
 }
 

@@ -141,7 +141,8 @@ void Qwen35Model::final_norm(const Tensor& weight, const Tensor& out, int64_t n)
               ctx_);
 }
 
-void Qwen35Model::logits_of(const StepBatch& b, const Tensor& hidden, const Tensor& logits) {
+void Qwen35Model::logits_of(const StepBatch& b, const Tensor& hidden, const Tensor& logits,
+                            const LinearWeight& head) {
   if (logits.raw() == nullptr || b.n_logit_rows == 0) return;
   TANDEM_CHECK(logits.dim(0) == b.n_logit_rows, "forward: logits {} for {} logit rows",
                logits.describe(), b.n_logit_rows);
@@ -151,8 +152,7 @@ void Qwen35Model::logits_of(const StepBatch& b, const Tensor& hidden, const Tens
     k::embedding({.ids = b.logit_rows, .table = hidden, .out = x}, ctx_);
   }
   const int64_t decode_logit_rows = b.logits_all_rows ? b.decode_rows : b.n_decode_logit_rows;
-  k::linear(with_weight({.x = x, .out = logits, .decode_rows = decode_logit_rows}, w_.lm_head),
-            ctx_);
+  k::linear(with_weight({.x = x, .out = logits, .decode_rows = decode_logit_rows}, head), ctx_);
   observe("logits", -1, logits);
 }
 
@@ -217,7 +217,7 @@ void Qwen35Model::forward(const StepBatch& b, const CacheViews& cache, const Ten
     decoder_layer(w_.layers[l], l, b, cache.layers[l], cache.attn_workspace, l > 0);
   final_norm(w_.final_norm, rows(s.hidden, n), n);
   observe("hidden", -1, rows(s.hidden, n));
-  logits_of(b, rows(s.hidden, n), logits);
+  logits_of(b, rows(s.hidden, n), logits, w_.lm_head);
 }
 
 void Qwen35Model::decoder_layer(const DecoderLayerWeights& w, int64_t layer, const StepBatch& b,
@@ -374,7 +374,8 @@ void Qwen35Model::mlp(const MlpWeights& w, int64_t layer, const StepBatch& b) {
 }
 
 void Qwen35Model::mtp_forward(const StepBatch& b, const CacheViews& cache, const Tensor& hidden_in,
-                              const Tensor& hidden_out, const Tensor& logits) {
+                              const Tensor& hidden_out, const Tensor& logits,
+                              const LinearWeight* head) {
   TANDEM_CHECK(w_.mtp.has_value(), "this checkpoint has no mtp.* tensors: MTP is unavailable");
   ForwardScratch& s = *s_;
   const MtpWeights& m = *w_.mtp;
@@ -404,7 +405,7 @@ void Qwen35Model::mtp_forward(const StepBatch& b, const CacheViews& cache, const
   decoder_layer(m.layer, layer, b, cache.mtp, cache.attn_workspace, false);
   final_norm(m.norm, hidden_out, n);
   observe("mtp_hidden", layer, hidden_out);
-  logits_of(b, hidden_out, logits);
+  logits_of(b, hidden_out, logits, head != nullptr ? *head : w_.lm_head);
 }
 
 }  // namespace tandem

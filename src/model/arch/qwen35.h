@@ -44,9 +44,11 @@ class Qwen35Model {
   // MTP block over the step's rows, pairs (h_t, x_{t+1}) at position t: token x_{t+1} in the
   // step's token ids, hidden_in rows h_t (post-final-norm target hidden, or the MTP's own output
   // when chaining), the MTP layer's KV in cache.mtp. Writes the post-mtp.norm hidden to hidden_out
-  // [n_rows, hidden] and the logits of the step's logit rows to `logits`.
+  // [n_rows, hidden] and the logits of the step's logit rows to `logits`: through `head` when
+  // given (a draft vocabulary's rows of lm_head, MtpDrafter), else lm_head.
   void mtp_forward(const StepBatch& step, const CacheViews& cache, const Tensor& hidden_in,
-                   const Tensor& hidden_out, const Tensor& logits);
+                   const Tensor& hidden_out, const Tensor& logits,
+                   const LinearWeight* head = nullptr);
 
  private:
   void decoder_layer(const DecoderLayerWeights& w, int64_t layer, const StepBatch& b,
@@ -58,8 +60,9 @@ class Qwen35Model {
   void mlp(const MlpWeights& w, int64_t layer, const StepBatch& b);
   // The last norm of a stack of blocks (final_norm, mtp.norm) into out.
   void final_norm(const Tensor& weight, const Tensor& out, int64_t n);
-  // lm_head over the step's logit rows of `hidden` (gathered into scratch unless all rows).
-  void logits_of(const StepBatch& b, const Tensor& hidden, const Tensor& logits);
+  // head (lm_head) over the step's logit rows of `hidden` (gathered into scratch unless all rows).
+  void logits_of(const StepBatch& b, const Tensor& hidden, const Tensor& logits,
+                 const LinearWeight& head);
   // A projection of a block's norm(residual) into out: the residual scaled by the linear itself
   // when the norms are folded into the weights, else the rows the separate norm wrote.
   kernels::LinearArgs from_norm(const LinearWeight& weight, const Tensor& out,
