@@ -4,6 +4,7 @@
 // 0.1% critical value.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <random>
 
 #include "engine/generator.h"
@@ -113,11 +114,11 @@ TEST(Sampling, GreedyFromIdsEqualsGreedyFromLogits) {
 TEST(Sampling, SeededRunsAreReproducible) {
   auto model = testing::load_fixture("tiny-text");
   const SamplingParams params{.temperature = 0.8f, .top_k = 50, .top_p = 0.95f, .seed = 7};
-  auto run = [&](int k, uint64_t seed) {
+  auto run = [&](int k, uint64_t seed, std::vector<int32_t> draft_vocab = {}) {
     SamplingParams p = params;
     p.seed = seed;
     std::unique_ptr<Drafter> d;
-    if (k > 0) d = std::make_unique<MtpDrafter>(*model);
+    if (k > 0) d = std::make_unique<MtpDrafter>(*model, std::move(draft_vocab));
     Generator gen(*model, std::move(d),
                   GeneratorOptions{.num_speculative_tokens = k, .max_context = 256});
     return gen.generate(GenerateRequest{.prompt = {1, 2, 3}, .max_tokens = 32, .sampling = p})
@@ -129,6 +130,10 @@ TEST(Sampling, SeededRunsAreReproducible) {
   // The coupled rule: speculative sampling emits exactly what plain sampling emits.
   EXPECT_EQ(run(3, 7), run(0, 7));
   EXPECT_EQ(run(1, 8), run(0, 8));
+  // With a draft vocabulary (--speculative-token-map) too: drafts only decide what is accepted.
+  std::vector<int32_t> low_ids(static_cast<size_t>(model->config().vocab_size / 4));
+  std::iota(low_ids.begin(), low_ids.end(), 0);
+  EXPECT_EQ(run(3, 7, low_ids), run(0, 7));
 }
 
 // Position-keyed draws: a token's uniform number depends only on (seed, position).
