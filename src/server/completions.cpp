@@ -152,15 +152,51 @@ class Generation {
   GenerationStats stats_;
 };
 
-void record_end(const HandlerContext& ctx, const Generation& gen, int64_t prompt_tokens) {
-  AccessRecord& rec = access_record();
-  rec.prompt_tokens = prompt_tokens;
-  rec.completion_tokens = gen.completion_tokens();
-  rec.finish_reason = gen.finish_reason();
+// One choice: its engine request and what the handler has of it.
+struct ChoiceRun {
+  std::shared_ptr<Channel> ch;
+  std::unique_ptr<Generation> gen;
+  Delivery pending;  // the first delivery, until it is absorbed
+  bool have_pending = true;
+  bool first_chunk = true;  // stream: the next chunk is the choice's first
+  int64_t offset = 0;       // stream: completion text bytes sent (logprobs' text_offset)
+};
+
+// A choice's end in the metrics (its engine request finished).
+void count_end(const HandlerContext& ctx, const Generation& gen) {
   if (gen.finish_reason() == "stop" || gen.finish_reason() == "length" ||
       gen.finish_reason() == "abort") {
     ctx.metrics.request_finished(gen.finish_reason());
   }
+}
+
+int64_t completion_tokens(const std::vector<ChoiceRun>& runs) {
+  int64_t n = 0;
+  for (const ChoiceRun& c : runs) n += c.gen->completion_tokens();
+  return n;
+}
+
+// The HTTP request's access record once every choice has ended: the prompt once, the choices'
+// completion tokens summed, their finish reasons (comma-separated when n > 1).
+void record_end(const std::vector<ChoiceRun>& runs, int64_t prompt_tokens) {
+  AccessRecord& rec = access_record();
+  rec.prompt_tokens = prompt_tokens;
+  rec.completion_tokens = completion_tokens(runs);
+  rec.finish_reason.clear();
+  for (const ChoiceRun& c : runs) {
+    rec.finish_reason += (rec.finish_reason.empty() ? "" : ",") + c.gen->finish_reason();
+  }
+}
+
+// The `speculation` field of the choices: their drafts and acceptances summed.
+GenerationStats summed_stats(const std::vector<ChoiceRun>& runs) {
+  GenerationStats t;
+  for (const ChoiceRun& c : runs) {
+    t.draft_tokens += c.gen->stats().draft_tokens;
+    t.accepted_tokens += c.gen->stats().accepted_tokens;
+    t.drafting_steps += c.gen->stats().drafting_steps;
+  }
+  return t;
 }
 
 // Waits for the engine to take or refuse the request; the first delivery may carry tokens too.
@@ -172,78 +208,108 @@ Delivery await_acceptance(const std::shared_ptr<Channel>& ch) {
   return d;
 }
 
-void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta, Generation& gen, Delivery d,
-                   const std::shared_ptr<Channel>& ch, int64_t prompt_tokens,
-                   httplib::Response& res) {
-  std::string text = gen.absorb(d);
-  while (!gen.finished()) {
-    if (ch->wait(kPoll, d)) text += gen.absorb(d);
+void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
+                   std::vector<ChoiceRun>& runs, int64_t prompt_tokens, httplib::Response& res) {
+  std::vector<Choice> choices;
+  for (ChoiceRun& c : runs) {  // the others keep running; their deliveries wait in their channels
+    Delivery d = std::move(c.pending);
+    std::string text = c.gen->absorb(d);
+    while (!c.gen->finished()) {
+      if (c.ch->wait(kPoll, d)) text += c.gen->absorb(d);
+    }
+    if (d.error) {  // the engine failed after taking the request
+      for (ChoiceRun& o : runs) {
+        if (!o.gen->finished()) ctx.loop.cancel(o.ch);
+      }
+      throw ApiError(500, *d.error, "internal_error");
+    }
+    count_end(ctx, *c.gen);
+    choices.push_back({std::move(text), c.gen->finish_reason(), c.gen->take_logprobs(0)});
   }
-  if (d.error) {  // the engine failed after taking the request
-    throw ApiError(500, *d.error, "internal_error");
-  }
-  record_end(ctx, gen, prompt_tokens);
-  const Json body = response_json(meta, text, gen.finish_reason(), gen.take_logprobs(0),
-                                  prompt_tokens, gen.completion_tokens(), gen.stats());
+  record_end(runs, prompt_tokens);
+  const Json body =
+      response_json(meta, choices, prompt_tokens, completion_tokens(runs), summed_stats(runs));
   res.status = 200;
   res.set_content(dump(body), "application/json");
 }
 
 struct StreamState {
   ResponseMeta meta;
-  Generation gen;
-  std::shared_ptr<Channel> ch;
-  Delivery first;
+  std::vector<ChoiceRun> runs;
   int64_t prompt_tokens;
   bool include_usage;
 };
 
 // The whole stream in one provider call: httplib stops calling a provider once the server
-// shuts down, and a stream must still end with its abort chunk and [DONE].
+// shuts down, and a stream must still end with its abort chunk and [DONE]. Choices interleave:
+// each chunk carries its choice's index; each choice ends with its own finish chunk, then (with
+// include_usage) one usage chunk for all of them, then [DONE].
 bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& sink) {
   const bool chat = s.meta.endpoint == Endpoint::kChat;
   auto send = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
-  bool first = true;
-  int64_t offset = 0;  // completion text bytes sent (logprobs' text_offset)
+  const auto poll = s.runs.size() > 1 ? std::chrono::milliseconds(2) : kPoll;
   if (chat) {
-    if (!send(sse_event(chunk_json(s.meta, "", true, nullptr, "")))) return false;
-    first = false;
-  }
-  Delivery d = std::move(s.first);
-  bool have = true;
-  for (;;) {
-    if (have) {
-      std::string text = s.gen.absorb(d);
-      if (!text.empty() && !s.gen.finished()) {
-        const Json lps = s.gen.take_logprobs(offset);
-        if (!send(sse_event(chunk_json(s.meta, text, first, lps, "")))) break;
-        offset += static_cast<int64_t>(text.size());
-        first = false;
-      } else if (s.gen.finished()) {
-        Json last =
-            chunk_json(s.meta, text, first, s.gen.take_logprobs(offset), s.gen.finish_reason());
-        if (!s.include_usage) last["speculation"] = speculation_json(s.gen.stats());
-        record_end(ctx, s.gen, s.prompt_tokens);
-        if (!send(sse_event(last))) return false;
-        if (s.include_usage) {
-          Json usage = usage_chunk_json(s.meta, s.prompt_tokens, s.gen.completion_tokens());
-          usage["speculation"] = speculation_json(s.gen.stats());
-          if (!send(sse_event(usage))) return false;
-        }
-        if (!send(kSseDone)) return false;
-        sink.done();
-        return true;
+    for (size_t i = 0; i < s.runs.size(); ++i) {
+      if (!send(sse_event(chunk_json(s.meta, static_cast<int>(i), "", true, nullptr, "")))) {
+        return false;
       }
+      s.runs[i].first_chunk = false;
     }
-    if (!sink.is_writable()) break;  // the client went away
-    have = s.ch->wait(kPoll, d);
   }
-  // Disconnected: free the engine's slot and blocks at the next step boundary.
-  ctx.loop.cancel(s.ch);
-  ctx.metrics.request_cancelled();
+  size_t open = s.runs.size();
+  bool connected = true;
+  while (open > 0 && connected) {
+    for (size_t i = 0; i < s.runs.size() && connected; ++i) {
+      ChoiceRun& c = s.runs[i];
+      if (c.gen->finished()) continue;
+      Delivery d;
+      if (c.have_pending) {
+        d = std::move(c.pending);
+        c.have_pending = false;
+      } else if (!c.ch->wait(poll, d)) {
+        connected = sink.is_writable();  // the client may have gone away
+        continue;
+      }
+      const int index = static_cast<int>(i);
+      std::string text = c.gen->absorb(d);
+      if (!c.gen->finished()) {
+        if (text.empty()) continue;
+        const Json lps = c.gen->take_logprobs(c.offset);
+        connected = send(sse_event(chunk_json(s.meta, index, text, c.first_chunk, lps, "")));
+        c.offset += static_cast<int64_t>(text.size());
+        c.first_chunk = false;
+        continue;
+      }
+      Json last = chunk_json(s.meta, index, text, c.first_chunk, c.gen->take_logprobs(c.offset),
+                             c.gen->finish_reason());
+      if (!s.include_usage) last["speculation"] = speculation_json(c.gen->stats());
+      count_end(ctx, *c.gen);
+      --open;
+      connected = send(sse_event(last));
+    }
+  }
+  if (open == 0) {
+    record_end(s.runs, s.prompt_tokens);
+    if (!connected) return false;  // the last finish chunk did not go out
+    if (s.include_usage) {
+      Json usage = usage_chunk_json(s.meta, s.prompt_tokens, completion_tokens(s.runs));
+      usage["speculation"] = speculation_json(summed_stats(s.runs));
+      if (!send(sse_event(usage))) return false;
+    }
+    if (!send(kSseDone)) return false;
+    sink.done();
+    return true;
+  }
+  // Disconnected: free the engine's slots and blocks at the next step boundary.
   AccessRecord& rec = access_record();
   rec.prompt_tokens = s.prompt_tokens;
-  rec.completion_tokens = s.gen.completion_tokens();
+  rec.completion_tokens = 0;
+  for (ChoiceRun& c : s.runs) {
+    rec.completion_tokens += c.gen->completion_tokens();
+    if (c.gen->finished()) continue;
+    ctx.loop.cancel(c.ch);
+    ctx.metrics.request_cancelled();
+  }
   rec.finish_reason = "cancelled";
   return false;
 }
@@ -255,7 +321,7 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
   const double arrival = EngineLoop::now();
   const Json body = parse_body(raw);
   const GenerationRequest g = parse_generation_request(body, endpoint, ctx.limits);
-  Request r = engine_request(ctx, g);
+  const Request r = engine_request(ctx, g);
   const auto prompt_tokens = static_cast<int64_t>(r.prompt.size());
   const ResponseMeta meta{.endpoint = endpoint,
                           .id = random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"),
@@ -263,21 +329,28 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
                           .model = ctx.opt.served_model_name};
   access_record().id = meta.id;
   access_record().prompt_tokens = prompt_tokens;
-  std::vector<int32_t> stop_ids = r.stop_ids;
-  std::shared_ptr<Channel> ch = ctx.loop.submit(std::move(r), arrival);
-  Delivery first = await_acceptance(ch);
-  if (!g.stream) {
-    Generation gen(ctx, g, std::move(stop_ids), ch);
-    respond_whole(ctx, meta, gen, std::move(first), ch, prompt_tokens, res);
-    return;
+  // n choices: n engine requests, choice i sampling with seed + i (as vLLM's child requests);
+  // any refused cancels the ones already taken.
+  std::vector<ChoiceRun> runs;
+  try {
+    for (int i = 0; i < g.n; ++i) {
+      Request ri = r;
+      ri.sampling.seed = r.sampling.seed + static_cast<uint64_t>(i);
+      ChoiceRun c;
+      c.ch = ctx.loop.submit(std::move(ri), arrival);
+      c.pending = await_acceptance(c.ch);
+      c.gen = std::make_unique<Generation>(ctx, g, r.stop_ids, c.ch);
+      runs.push_back(std::move(c));
+    }
+  } catch (...) {
+    for (ChoiceRun& c : runs) ctx.loop.cancel(c.ch);
+    throw;
   }
-  auto state =
-      std::make_shared<StreamState>(StreamState{.meta = meta,
-                                                .gen = Generation(ctx, g, std::move(stop_ids), ch),
-                                                .ch = ch,
-                                                .first = std::move(first),
-                                                .prompt_tokens = prompt_tokens,
-                                                .include_usage = g.include_usage});
+  if (!g.stream) return respond_whole(ctx, meta, runs, prompt_tokens, res);
+  auto state = std::make_shared<StreamState>(StreamState{.meta = meta,
+                                                         .runs = std::move(runs),
+                                                         .prompt_tokens = prompt_tokens,
+                                                         .include_usage = g.include_usage});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -288,13 +361,16 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
         } catch (const std::exception& e) {  // nothing may escape into httplib's writer
           std::fprintf(stderr, "tandem serve: stream %s failed: %s\n", state->meta.id.c_str(),
                        e.what());
-          ctx.loop.cancel(state->ch);
+          for (ChoiceRun& c : state->runs) ctx.loop.cancel(c.ch);
           return false;
         }
       },
       [&ctx, state](bool success) {
-        // The provider never ran (the connection failed first): the request must not linger.
-        if (!success && !state->gen.finished()) ctx.loop.cancel(state->ch);
+        // The provider never ran (the connection failed first): the requests must not linger.
+        if (success) return;
+        for (ChoiceRun& c : state->runs) {
+          if (c.gen != nullptr && !c.gen->finished()) ctx.loop.cancel(c.ch);
+        }
       });
 }
 

@@ -91,28 +91,30 @@ Json logprobs_json(Endpoint endpoint, const TextCodec& codec, std::span<const To
           {"text_offset", std::move(offsets)}};
 }
 
-Json response_json(const ResponseMeta& m, const std::string& text, const std::string& finish,
-                   const Json& logprobs, int64_t prompt_tokens, int64_t completion_tokens,
-                   const GenerationStats& stats) {
+Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64_t prompt_tokens,
+                   int64_t completion_tokens, const GenerationStats& stats) {
   Json j = base(m, false);
-  Json choice = {{"index", 0}};
-  if (m.endpoint == Endpoint::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+  j["choices"] = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    Json choice = {{"index", i}};
+    if (m.endpoint == Endpoint::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+    } else {
+      choice["text"] = choices[i].text;
+    }
+    choice["logprobs"] = choices[i].logprobs;
+    choice["finish_reason"] = choices[i].finish;
+    j["choices"].push_back(std::move(choice));
   }
-  choice["logprobs"] = logprobs;
-  choice["finish_reason"] = finish;
-  j["choices"] = Json::array({std::move(choice)});
   j["usage"] = usage_json(prompt_tokens, completion_tokens);
   j["speculation"] = speculation_json(stats);
   return j;
 }
 
-Json chunk_json(const ResponseMeta& m, const std::string& text, bool first, const Json& logprobs,
-                const std::string& finish) {
+Json chunk_json(const ResponseMeta& m, int index, const std::string& text, bool first,
+                const Json& logprobs, const std::string& finish) {
   Json j = base(m, true);
-  Json choice = {{"index", 0}};
+  Json choice = {{"index", index}};
   if (m.endpoint == Endpoint::kChat) {
     Json delta = Json::object();
     if (first) delta["role"] = "assistant";

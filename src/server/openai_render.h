@@ -37,15 +37,21 @@ Json speculation_json(const GenerationStats& s);
 Json logprobs_json(Endpoint endpoint, const TextCodec& codec, std::span<const TokenLogprobs> lps,
                    int64_t text_offset = 0);
 
-// A whole response. logprobs: null when not asked for.
-Json response_json(const ResponseMeta& m, const std::string& text, const std::string& finish,
-                   const Json& logprobs, int64_t prompt_tokens, int64_t completion_tokens,
-                   const GenerationStats& stats);
+// One choice of a whole response. logprobs: null when not asked for.
+struct Choice {
+  std::string text;
+  std::string finish;
+  Json logprobs;
+};
 
-// One stream chunk with a text delta (and the assistant role on a chat stream's first chunk);
-// finish: empty while the stream goes on.
-Json chunk_json(const ResponseMeta& m, const std::string& text, bool first, const Json& logprobs,
-                const std::string& finish);
+// A whole response: its choices (indices 0, 1, ...), usage, and the `speculation` field of stats.
+Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64_t prompt_tokens,
+                   int64_t completion_tokens, const GenerationStats& stats);
+
+// One stream chunk of choice `index` with a text delta (and the assistant role on a chat
+// stream's first chunk of the choice); finish: empty while the choice goes on.
+Json chunk_json(const ResponseMeta& m, int index, const std::string& text, bool first,
+                const Json& logprobs, const std::string& finish);
 // The last chunk of stream_options.include_usage: empty choices, usage.
 Json usage_chunk_json(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
 

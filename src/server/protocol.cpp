@@ -314,12 +314,10 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     parse_prompt(body, limits, r);
   }
   if (const std::optional<int64_t> n = get_int(body, "n")) {
-    if (*n < 1) throw bad_request("n", fmt::format("'n' must be >= 1, got {}", *n));
-    if (*n > 1) {
-      throw bad_request("n", fmt::format("'n' > 1 is not supported (one choice per request), "
-                                         "got {}",
-                                         *n));
+    if (*n < 1 || *n > kMaxChoices) {
+      throw bad_request("n", fmt::format("'n' must be in [1, {}], got {}", kMaxChoices, *n));
     }
+    r.n = static_cast<int>(*n);
   }
   const char* max_name = "max_tokens";
   std::optional<int64_t> max_tokens = get_int(body, "max_tokens");

@@ -19,6 +19,7 @@ namespace tandem::server {
 using Json = nlohmann::ordered_json;
 
 inline constexpr int kMaxStopStrings = 16;
+inline constexpr int kMaxChoices = 128;  // `n`, OpenAI's limit
 inline constexpr int kMaxChatTopLogprobs = 20;
 inline constexpr int kMaxCompletionLogprobs = 5;
 inline constexpr int kMaxJsonDepth = 256;
@@ -44,6 +45,7 @@ struct GenerationRequest {
   int logprobs = -1;  // -1 off, else top alternatives per token (Request::logprobs)
   bool stream = false;
   bool include_usage = false;
+  int n = 1;  // choices: one engine request each, choice i sampling with seed + i
 };
 
 struct TokenizeRequest {

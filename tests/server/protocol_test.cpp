@@ -71,7 +71,7 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
       {"id out of vocab", P, R"({"prompt": [1, 100]})", 400, "prompt[1]"},
       {"negative id", P, R"({"prompt": [[-1]]})", 400, "prompt[0]"},
       {"id not an integer", P, R"({"prompt": [1.5]})", 400, "prompt[0]"},
-      {"n = 2", P, "{" + p + R"(, "n": 2})", 400, "n"},
+      {"n = 129", P, "{" + p + R"(, "n": 129})", 400, "n"},
       {"n = 0", P, "{" + p + R"(, "n": 0})", 400, "n"},
       {"max_tokens 0", P, "{" + p + R"(, "max_tokens": 0})", 400, "max_tokens"},
       {"max_tokens string", P, "{" + p + R"(, "max_tokens": "5"})", 400, "max_tokens"},
@@ -192,7 +192,7 @@ TEST(Protocol, DefaultsFollowOpenAI) {
 TEST(Protocol, EveryFieldMapsOntoTheRequest) {
   const GenerationRequest r = completion(
       R"(, "model": "tiny", "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 4,
-      "seed": -3, "stop": ["x", "yz"], "stop_token_ids": [9, 8], "ignore_eos": true, "n": 1,
+      "seed": -3, "stop": ["x", "yz"], "stop_token_ids": [9, 8], "ignore_eos": true, "n": 3,
       "logprobs": 2, "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.5,
       "response_format": {"type": "text"}, "stream": true, "stream_options": {"include_usage": true},
       "user": {"anything": [1]}, "unknown_field": 1, "best_of": null)");
@@ -204,6 +204,7 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
   EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "yz"}));
   EXPECT_EQ(r.stop_token_ids, (std::vector<int32_t>{9, 8}));
   EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(r.n, 3);
   EXPECT_EQ(r.logprobs, 2);
   EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
   EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -1.f);

@@ -43,7 +43,8 @@ TEST(Render, ChatResponseShape) {
   st.drafting_steps = 4;
   st.draft_tokens = 12;
   st.accepted_tokens = 6;
-  const Json r = response_json(kChat, "hello", "stop", nullptr, 7, 3, st);
+  const std::vector<Choice> one{{"hello", "stop", nullptr}};
+  const Json r = response_json(kChat, one, 7, 3, st);
   EXPECT_EQ(r["id"], "chatcmpl-1");
   EXPECT_EQ(r["object"], "chat.completion");
   EXPECT_EQ(r["created"], 5);
@@ -63,24 +64,30 @@ TEST(Render, ChatResponseShape) {
 }
 
 TEST(Render, CompletionResponseAndChunks) {
-  const Json r = response_json(kCompletion, "t", "length", nullptr, 1, 2, {});
+  const std::vector<Choice> two{{"t", "length", nullptr}, {"u", "stop", nullptr}};
+  const Json r = response_json(kCompletion, two, 1, 2, {});
   EXPECT_EQ(r["object"], "text_completion");
+  ASSERT_EQ(r["choices"].size(), 2u);
   EXPECT_EQ(r["choices"][0]["text"], "t");
+  EXPECT_EQ(r["choices"][1]["index"], 1);
+  EXPECT_EQ(r["choices"][1]["text"], "u");
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "stop");
   EXPECT_FALSE(r["choices"][0].contains("message"));
   EXPECT_DOUBLE_EQ(r["speculation"]["mean_acceptance_length"].get<double>(), 1.0);
 
-  const Json c = chunk_json(kCompletion, "piece", false, nullptr, "");
+  const Json c = chunk_json(kCompletion, 3, "piece", false, nullptr, "");
   EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["index"], 3);
   EXPECT_EQ(c["choices"][0]["text"], "piece");
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
 
-  const Json first = chunk_json(kChat, "", true, nullptr, "");
+  const Json first = chunk_json(kChat, 0, "", true, nullptr, "");
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
-  const Json next = chunk_json(kChat, "x", false, nullptr, "");
+  const Json next = chunk_json(kChat, 0, "x", false, nullptr, "");
   EXPECT_FALSE(next["choices"][0]["delta"].contains("role"));
   EXPECT_EQ(next["choices"][0]["delta"]["content"], "x");
-  const Json last = chunk_json(kChat, "", false, nullptr, "abort");
+  const Json last = chunk_json(kChat, 0, "", false, nullptr, "abort");
   EXPECT_EQ(last["choices"][0]["finish_reason"], "abort");
   EXPECT_EQ(last["choices"][0]["delta"], Json::object());
 

@@ -192,6 +192,43 @@ def test_seeded_sampling_is_reproducible_and_exact_under_mtp(client, mtp_client)
     assert complete(mtp_client, TEXT[0], seed=1234, **kw).choices[0].text == a
 
 
+def test_n_choices_are_the_requests_with_seeds_seed_plus_i(client, mtp_client, refs):
+    # Greedy: n identical choices, each the plain greedy text; usage counts the prompt once.
+    r = chat(client, CHAT[0], n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert {c.message.content for c in r.choices} == {refs["chat"][0]["text"]}
+    assert r.usage.prompt_tokens == refs["chat"][0]["stats"]["prompt_tokens"]
+    assert r.usage.completion_tokens == 3 * MAX
+    # Sampled: choice i is the single request with seed + i, on a plain or an MTP server.
+    kw = dict(temperature=1.0, top_p=0.95, max_tokens=32)
+    many = complete(client, TEXT[0], seed=50, n=3, **kw)
+    singles = [complete(client, TEXT[0], seed=50 + i, **kw).choices[0].text for i in range(3)]
+    assert [c.text for c in many.choices] == singles
+    assert len(set(singles)) > 1, "different seeds all gave the same sample"
+    assert [c.text for c in complete(mtp_client, TEXT[0], seed=50, n=3, **kw).choices] == singles
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completion"])
+def test_streamed_n_choices_match_the_whole_response(client, endpoint):
+    kw = dict(temperature=1.0, max_tokens=16, seed=9, n=3)
+    call, prompt = (chat, CHAT[1]) if endpoint == "chat" else (complete, TEXT[1])
+    whole = call(client, prompt, **kw)
+    texts, finishes, usage = {}, {}, None
+    for ch in call(client, prompt, stream=True, stream_options={"include_usage": True}, **kw):
+        if ch.usage is not None:
+            usage = ch.usage
+        for c in ch.choices:
+            piece = c.delta.content if endpoint == "chat" else c.text
+            texts[c.index] = texts.get(c.index, "") + (piece or "")
+            if c.finish_reason is not None:
+                finishes[c.index] = c.finish_reason
+    got = [whole.choices[i].message.content if endpoint == "chat" else whole.choices[i].text
+           for i in range(3)]
+    assert [texts[i] for i in range(3)] == got
+    assert [finishes[i] for i in range(3)] == [c.finish_reason for c in whole.choices]
+    assert usage.completion_tokens == whole.usage.completion_tokens
+
+
 def test_completion_logprobs_greedy(client, refs):
     r = complete(client, TEXT[0], logprobs=2, max_tokens=8)
     lp = r.choices[0].logprobs
@@ -253,9 +290,9 @@ def test_multi_turn_chat_counts_the_rendered_prompt(client, binary):
 # --- errors as the client's exception types ---------------------------------------------------
 
 
-def test_n_above_one_is_a_bad_request_naming_n(client):
+def test_n_above_128_is_a_bad_request_naming_n(client):
     with pytest.raises(openai.BadRequestError) as e:
-        chat(client, CHAT[0], n=2)
+        chat(client, CHAT[0], n=129)
     assert e.value.param == "n"
     assert e.value.type == "invalid_request_error"
 
