@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -247,7 +248,10 @@ struct StreamState {
 bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& sink) {
   const bool chat = s.meta.endpoint == Endpoint::kChat;
   auto send = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
-  const auto poll = s.runs.size() > 1 ? std::chrono::milliseconds(2) : kPoll;
+  // One choice blocks on its channel; several poll theirs in turn and sleep 1 ms when none had
+  // anything, so that an idle choice never delays the others' chunks.
+  const bool several = s.runs.size() > 1;
+  const auto poll = several ? std::chrono::milliseconds(0) : kPoll;
   if (chat) {
     for (size_t i = 0; i < s.runs.size(); ++i) {
       if (!send(sse_event(chunk_json(s.meta, static_cast<int>(i), "", true, nullptr, "")))) {
@@ -259,6 +263,7 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
   size_t open = s.runs.size();
   bool connected = true;
   while (open > 0 && connected) {
+    bool any = false;
     for (size_t i = 0; i < s.runs.size() && connected; ++i) {
       ChoiceRun& c = s.runs[i];
       if (c.gen->finished()) continue;
@@ -267,9 +272,10 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
         d = std::move(c.pending);
         c.have_pending = false;
       } else if (!c.ch->wait(poll, d)) {
-        connected = sink.is_writable();  // the client may have gone away
+        if (!several) connected = sink.is_writable();  // the client may have gone away
         continue;
       }
+      any = true;
       const int index = static_cast<int>(i);
       std::string text = c.gen->absorb(d);
       if (!c.gen->finished()) {
@@ -286,6 +292,10 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
       count_end(ctx, *c.gen);
       --open;
       connected = send(sse_event(last));
+    }
+    if (several && !any && open > 0 && connected) {
+      connected = sink.is_writable();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
   if (open == 0) {
