@@ -2,7 +2,8 @@
 // rendered through the chat template, length checked against --max-model-len), goes to the engine
 // loop, and its tokens come back through a TextStream (UTF-8 and stop-string holdback) into one
 // JSON response or an SSE stream. A stop string cancels the engine request; a client that goes
-// away mid-stream cancels it too (seen by the next delivery, i.e. within one step).
+// away mid-stream cancels it too (seen by the next delivery, i.e. within one step). `n` choices are
+// n engine requests (choice i with seed + i), each with its own TextStream.
 #include <fmt/format.h>
 
 #include <algorithm>
