@@ -205,7 +205,7 @@ RequestId BatchEngine::add(Request req) {
                "logprobs must be -1 (off) or 0..{} top tokens, got {}", kMaxTopLogprobs,
                req.logprobs);
   auto s = std::make_unique<Sequence>();
-  if (req.sampling.penalized()) s->penalties = PenaltyState(req.sampling, req.prompt);
+  if (req.sampling.adjusts_logits()) s->penalties = PenaltyState(req.sampling, req.prompt);
   s->id = next_id_++;
   s->order = next_order_++;
   s->req = std::move(req);
@@ -245,7 +245,7 @@ bool BatchEngine::emit(Sequence& s, std::span<const int32_t> tokens, RequestOutp
     for (int32_t tok : tokens) {
       s.generated.push_back(tok);
       o.new_tokens.push_back(tok);
-      if (s.req.sampling.penalized()) s.penalties.add(tok);
+      if (s.req.sampling.adjusts_logits()) s.penalties.add(tok);
       ++counters_.generation_tokens;
       const auto& stop = s.req.stop_ids;
       if (std::find(stop.begin(), stop.end(), tok) != stop.end()) {
@@ -276,15 +276,15 @@ int32_t BatchEngine::choose_on_host(const Sequence& s, const float* row,
   const int64_t vocab = model_.config().vocab_size;
   const SamplingParams& p = s.req.sampling;
   const float* chosen_from = row;
-  if (p.penalized()) {
+  if (p.adjusts_logits()) {
     scratch_.assign(row, row + vocab);
     s.penalties.apply(scratch_.data(), vocab, pending);
     chosen_from = scratch_.data();
   }
   const int32_t tok =
       !p.greedy() ? draw(target_distribution(chosen_from, vocab, p), uniform_at(p.seed, position))
-      : p.penalized() ? kernels::ref::argmax_row(chosen_from, vocab)
-                      : device_argmax;  // the unpenalised row's argmax, computed on the device
+      : p.adjusts_logits() ? kernels::ref::argmax_row(chosen_from, vocab)
+                           : device_argmax;  // the unpenalised row's argmax, computed on the device
   if (s.req.logprobs >= 0) lps.push_back(token_logprobs(row, vocab, tok, s.req.logprobs));
   return tok;
 }

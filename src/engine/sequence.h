@@ -32,14 +32,14 @@ struct Sequence {
   int32_t last = -1;      // the last emitted token: row 0 of the next verify step
   bool drafting = false;  // the drafter follows it (from admission to the end)
   GenerationStats stats;
-  PenaltyState penalties;  // when req.sampling.penalized(): the output's token counts
+  PenaltyState penalties;  // when req.sampling.adjusts_logits(): the output's token counts
   double admitted_at = 0, first_token_at = 0;
   std::string finish_reason;
 
   int64_t prompt_len() const { return static_cast<int64_t>(req.prompt.size()); }
   // Greedy choices without penalties or logprobs need only the device's argmax ids.
   bool needs_host_logits() const {
-    return !req.sampling.greedy() || req.sampling.penalized() || req.logprobs >= 0;
+    return !req.sampling.greedy() || req.sampling.adjusts_logits() || req.logprobs >= 0;
   }
 };
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -140,6 +141,37 @@ std::vector<int32_t> token_ids(const Json& v, const std::string& param, int32_t 
   for (size_t i = 0; i < v.size(); ++i)
     ids.push_back(token_id(v[i], fmt::format("{}[{}]", param, i), vocab));
   return ids;
+}
+
+// OpenAI's logit_bias: {"token id": bias in [-100, 100], ...}; null or {} is none. The key must
+// be the id's decimal digits (as OpenAI's and vLLM's clients send it).
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, int32_t vocab) {
+  std::vector<std::pair<int32_t, float>> out;
+  const Json* v = find(body, "logit_bias");
+  if (!v || v->is_null()) return out;
+  if (!v->is_object()) wrong_type("logit_bias", "an object of token id -> bias", *v);
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    const std::string param = fmt::format("logit_bias[\"{}\"]", key);
+    if (key.empty() || key.size() > 10 ||
+        !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      throw bad_request("logit_bias", fmt::format("logit_bias key '{}' is not a token id", key));
+    }
+    const int64_t id = std::stoll(key);
+    if (id >= vocab) {
+      throw bad_request("logit_bias", fmt::format("logit_bias: token id {} is outside the "
+                                                  "vocabulary [0, {})",
+                                                  id, vocab));
+    }
+    const double bias = as_number(it.value(), param);
+    if (bias < -100 || bias > 100) {
+      throw bad_request("logit_bias", fmt::format("logit_bias: the bias of token {} must be in "
+                                                  "[-100, 100], got {}",
+                                                  id, bias));
+    }
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  return out;
 }
 
 // One message with its content normalised to a string (text parts joined by newlines, as vLLM
@@ -358,6 +390,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
       in_range(get_number(body, "frequency_penalty"), 0, -2, 2, false, "frequency_penalty"));
   s.repetition_penalty = static_cast<float>(
       in_range(get_number(body, "repetition_penalty"), 1, 0, 2, true, "repetition_penalty"));
+  s.logit_bias = parse_logit_bias(body, limits.vocab_size);
 
   r.stop = parse_stop(body);
   if (const Json* ids = find(body, "stop_token_ids")) {

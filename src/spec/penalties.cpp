@@ -9,9 +9,13 @@ PenaltyState::PenaltyState(const SamplingParams& p, std::span<const int32_t> pro
     : presence_(p.presence_penalty),
       frequency_(p.frequency_penalty),
       repetition_(p.repetition_penalty),
+      bias_(p.logit_bias),
       prompt_(prompt.begin(), prompt.end()) {}
 
 void PenaltyState::apply(float* row, int64_t vocab, std::span<const int32_t> pending) const {
+  for (const auto& [t, b] : bias_) {
+    if (t >= 0 && t < vocab) row[t] += b;
+  }
   // Without copying the prompt or the counts: a token's output count is its committed count plus
   // its occurrences among the (at most k) pending drafts, and each token is penalised once.
   auto pending_count = [&](int32_t t) {

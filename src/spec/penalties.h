@@ -1,7 +1,8 @@
-// Presence, frequency and repetition penalties (SamplingParams), applied to a logits row before
-// the target distribution, in vLLM's order: repetition first (every token of the prompt or the
-// output: a positive logit divided by r, a negative one multiplied by r), then frequency and
-// presence over the output's counts (logit -= frequency * count + presence * [count > 0]).
+// Logit bias and presence, frequency and repetition penalties (SamplingParams), applied to a
+// logits row before the target distribution, in vLLM's order: the bias first (logit += bias),
+// then repetition (every token of the prompt or the output: a positive logit divided by r, a
+// negative one multiplied by r), then frequency and presence over the output's counts
+// (logit -= frequency * count + presence * [count > 0]).
 // A verify row j sees the output as committed plus the step's drafts 1..j: when those drafts are
 // accepted they are the output plain decoding would have, so penalised output stays exact under
 // speculation.
@@ -11,6 +12,8 @@
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "spec/sampler.h"
 
@@ -27,6 +30,7 @@ class PenaltyState {
 
  private:
   float presence_ = 0.f, frequency_ = 0.f, repetition_ = 1.f;
+  std::vector<std::pair<int32_t, float>> bias_;
   std::unordered_set<int32_t> prompt_;
   std::unordered_map<int32_t, int64_t> output_counts_;
 };

@@ -21,6 +21,11 @@ void check_sampling_params(const SamplingParams& p) {
                "frequency_penalty must be in [-2, 2], got {}", p.frequency_penalty);
   TANDEM_CHECK(p.repetition_penalty > 0.f && p.repetition_penalty <= 2.f,
                "repetition_penalty must be in (0, 2], got {}", p.repetition_penalty);
+  for (const auto& [token, bias] : p.logit_bias) {
+    TANDEM_CHECK(token >= 0 && std::isfinite(bias) && std::abs(bias) <= 100.f,
+                 "logit_bias: token {} with bias {} (a token id >= 0 and a bias in [-100, 100])",
+                 token, bias);
+  }
 }
 
 std::vector<float> target_distribution(const float* logits, int64_t vocab,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace tandem {
@@ -23,9 +24,14 @@ struct SamplingParams {
   float presence_penalty = 0.f;    // [-2, 2]; 0: off
   float frequency_penalty = 0.f;   // [-2, 2]; 0: off
   float repetition_penalty = 1.f;  // (0, 2]; 1: off
+  // OpenAI's logit_bias: (token, bias in [-100, 100]) added to the token's logit before the
+  // penalties, as vLLM orders them.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   bool greedy() const { return temperature <= 0.f; }
-  bool penalized() const {
-    return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f;
+  // Whether the host adjusts a row before choosing from it (penalties, logit bias).
+  bool adjusts_logits() const {
+    return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f ||
+           !logit_bias.empty();
   }
 };
 

@@ -72,6 +72,14 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
       {"negative id", P, R"({"prompt": [[-1]]})", 400, "prompt[0]"},
       {"id not an integer", P, R"({"prompt": [1.5]})", 400, "prompt[0]"},
       {"n = 129", P, "{" + p + R"(, "n": 129})", 400, "n"},
+      {"logit_bias list", P, "{" + p + R"(, "logit_bias": [1]})", 400, "logit_bias"},
+      {"logit_bias key", P, "{" + p + R"(, "logit_bias": {"a": 1}})", 400, "logit_bias"},
+      {"logit_bias negative key", P, "{" + p + R"(, "logit_bias": {"-1": 1}})", 400, "logit_bias"},
+      {"logit_bias id out of vocab", P, "{" + p + R"(, "logit_bias": {"100": 1}})", 400,
+       "logit_bias"},
+      {"logit_bias too large", P, "{" + p + R"(, "logit_bias": {"3": 101}})", 400, "logit_bias"},
+      {"logit_bias not a number", P, "{" + p + R"(, "logit_bias": {"3": "x"}})", 400,
+       "logit_bias[\"3\"]"},
       {"n = 0", P, "{" + p + R"(, "n": 0})", 400, "n"},
       {"max_tokens 0", P, "{" + p + R"(, "max_tokens": 0})", 400, "max_tokens"},
       {"max_tokens string", P, "{" + p + R"(, "max_tokens": "5"})", 400, "max_tokens"},
@@ -184,7 +192,7 @@ TEST(Protocol, DefaultsFollowOpenAI) {
   EXPECT_FALSE(r.include_usage);
   EXPECT_FALSE(r.ignore_eos);
   EXPECT_TRUE(r.stop.empty());
-  EXPECT_FALSE(r.sampling.penalized());
+  EXPECT_FALSE(r.sampling.adjusts_logits());
   // Unseeded requests draw different seeds.
   EXPECT_NE(completion("").sampling.seed, completion("").sampling.seed);
 }
@@ -193,6 +201,7 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
   const GenerationRequest r = completion(
       R"(, "model": "tiny", "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 4,
       "seed": -3, "stop": ["x", "yz"], "stop_token_ids": [9, 8], "ignore_eos": true, "n": 3,
+      "logit_bias": {"5": -100, "7": 2.5},
       "logprobs": 2, "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.5,
       "response_format": {"type": "text"}, "stream": true, "stream_options": {"include_usage": true},
       "user": {"anything": [1]}, "unknown_field": 1, "best_of": null)");
@@ -211,6 +220,9 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
   EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.5f);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{5, -100.f}, {7, 2.5f}}));
+  EXPECT_TRUE(r.sampling.adjusts_logits());
 
   EXPECT_EQ(completion(R"(, "top_k": -1)").sampling.top_k, 0);
   EXPECT_EQ(completion(R"(, "top_k": 1000)").sampling.top_k, 100);  // at most the vocabulary

@@ -229,6 +229,20 @@ def test_streamed_n_choices_match_the_whole_response(client, endpoint):
     assert usage.completion_tokens == whole.usage.completion_tokens
 
 
+def test_logit_bias_steers_greedy_output_also_under_mtp(client, mtp_client, refs):
+    # +100 on one token: greedy decoding emits it every time.
+    up = complete(client, TEXT[0], max_tokens=8, logprobs=0, logit_bias={"777": 100})
+    assert len(up.choices[0].logprobs.tokens) == 8
+    assert len(set(up.choices[0].logprobs.tokens)) == 1
+    # -100 on the greedy output's first token: another first token, the same text under MTP.
+    first_id = refs["text"][0]["tokens"][0]
+    plain = complete(client, TEXT[0], max_tokens=1, logprobs=0).choices[0].logprobs.tokens[0]
+    out = complete(client, TEXT[0], max_tokens=8, logprobs=0, logit_bias={str(first_id): -100})
+    assert out.choices[0].logprobs.tokens[0] != plain
+    spec = complete(mtp_client, TEXT[0], max_tokens=8, logit_bias={str(first_id): -100})
+    assert spec.choices[0].text == out.choices[0].text
+
+
 def test_completion_logprobs_greedy(client, refs):
     r = complete(client, TEXT[0], logprobs=2, max_tokens=8)
     lp = r.choices[0].logprobs

@@ -1,7 +1,8 @@
-// Penalties and logprobs (issue 15's request fields, computed in the engine): the penalty
-// arithmetic against a hand computation in vLLM's order, logprobs against a direct log-softmax,
-// and under load both stay exact: penalised greedy and sampled requests emit the same tokens, and
-// every request the same logprobs bit for bit, with and without MTP, batched or alone.
+// Penalties, logit bias and logprobs (issue 15's request fields, computed in the engine): the
+// penalty arithmetic against a hand computation in vLLM's order, logprobs against a direct
+// log-softmax, and under load they stay exact: penalised or biased greedy and sampled requests
+// emit the same tokens, and every request the same logprobs bit for bit, with and without MTP,
+// batched or alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,12 +49,30 @@ TEST(Penalties, RepetitionThenFrequencyAndPresenceAsVllm) {
   EXPECT_EQ(r2[0], 1.f);
 }
 
+TEST(Penalties, LogitBiasComesBeforeThePenalties) {
+  SamplingParams p{.repetition_penalty = 2.f};
+  p.logit_bias = {{0, 3.f}, {1, -10.f}, {9, 1.f}};  // 9: outside this row, ignored
+  PenaltyState st(p, std::vector<int32_t>{1});
+  std::vector<float> row{1.f, 4.f, 2.f};
+  st.apply(row.data(), 3, {});
+  EXPECT_EQ(row[0], 4.f);                 // biased only
+  EXPECT_EQ(row[1], (4.f - 10.f) * 2.f);  // biased to -6, then the prompt's repetition penalty
+  EXPECT_EQ(row[2], 2.f);
+}
+
 TEST(Penalties, RangesAreChecked) {
   EXPECT_THROW(check_sampling_params({.presence_penalty = 2.5f}), Error);
   EXPECT_THROW(check_sampling_params({.frequency_penalty = -3.f}), Error);
   EXPECT_THROW(check_sampling_params({.repetition_penalty = 0.f}), Error);
   EXPECT_THROW(check_sampling_params({.repetition_penalty = NAN}), Error);
   EXPECT_NO_THROW(check_sampling_params({.presence_penalty = -2.f, .repetition_penalty = 2.f}));
+  SamplingParams b;
+  b.logit_bias = {{3, 100.5f}};
+  EXPECT_THROW(check_sampling_params(b), Error);
+  b.logit_bias = {{-1, 1.f}};
+  EXPECT_THROW(check_sampling_params(b), Error);
+  b.logit_bias = {{3, -100.f}};
+  EXPECT_NO_THROW(check_sampling_params(b));
 }
 
 TEST(Logprobs, MatchALogSoftmaxAndOrderTopTokens) {
@@ -132,6 +151,8 @@ TEST(Penalties, PenalisedAndLogprobRequestsAreExactUnderSpeculationAndBatching) 
     r.sampling.presence_penalty = i % 3 == 0 ? 1.5f : 0.f;
     r.sampling.frequency_penalty = i % 3 == 1 ? 1.f : 0.f;
     r.sampling.repetition_penalty = i % 3 == 2 ? 1.8f : 1.f;
+    // A third of them biased too (a token pushed up by 8).
+    if (i % 3 == 1) r.sampling.logit_bias = {{static_cast<int32_t>(100 + i), 8.f}};
     reqs.push_back(r);
   }
   const std::vector<Outcome> plain_solo = run_all(*model, reqs, 0, 1);
@@ -149,14 +170,33 @@ TEST(Penalties, PenalisedAndLogprobRequestsAreExactUnderSpeculationAndBatching) 
       bad += got[i].tokens != plain_solo[i].tokens;
     }
     std::printf(
-        "[penalties] k=%d: 12 requests (6 sampled, 9 with logprobs), %d differ from solo "
-        "plain; penalties changed %d of 12 outputs\n",
+        "[penalties] k=%d: 12 requests (6 sampled, 9 with logprobs, 4 biased), %d differ from "
+        "solo plain; penalties and biases changed %d of 12 outputs\n",
         k, bad, changed);
   }
   // Greedy without penalties: the chosen token is the most likely one.
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (!unpenalised[i].sampling.greedy() || unpenalised[i].logprobs < 1) continue;
     for (const TokenLogprobs& lp : free[i].logprobs) EXPECT_EQ(lp.chosen.id, lp.top[0].id);
+  }
+}
+
+// A +100 bias makes greedy decoding emit that token every time; -100 on the unbiased output's
+// first token removes it; both equal under MTP.
+TEST(Penalties, LogitBiasSteersGreedyOutputAlsoUnderSpeculation) {
+  auto model = load_fixture(kTrainedModel, 256);
+  Request base;
+  base.prompt = {1, 2, 3, 4, 5};
+  base.max_tokens = 12;
+  const std::vector<int32_t> free = run_all(*model, {base}, 0, 1)[0].tokens;
+  Request up = base, out = base;
+  up.sampling.logit_bias = {{777, 100.f}};
+  out.sampling.logit_bias = {{free[0], -100.f}};
+  for (int k : {0, 3}) {
+    const std::vector<Outcome> got = run_all(*model, {up, out}, k, 2);
+    EXPECT_EQ(got[0].tokens, std::vector<int32_t>(12, 777)) << "k=" << k;
+    EXPECT_NE(got[1].tokens[0], free[0]) << "k=" << k;
+    EXPECT_EQ(got[1].tokens, run_all(*model, {out}, 0, 1)[0].tokens) << "k=" << k;
   }
 }
 
