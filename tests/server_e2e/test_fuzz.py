@@ -33,7 +33,7 @@ FIELDS_COMP = ["model", "prompt", "max_tokens", "temperature", "top_p", "top_k",
                "echo", "suffix", "best_of", "logit_bias"]
 FIELDS_CHAT = ["model", "messages", "max_tokens", "max_completion_tokens", "temperature",
                "top_p", "seed", "stop", "logprobs", "top_logprobs", "response_format", "tools",
-               "tool_choice", "stream", "stream_options", "n"]
+               "tool_choice", "stream", "stream_options", "n", "logit_bias"]
 INVALID_UTF8 = [b"\xff", b"\xfe\xff", b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf8\x88\x80",
                 b"\x80", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xf4\x90\x80\x80"]
 CONTENT_TYPES = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x",
