@@ -391,6 +391,19 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   s.repetition_penalty = static_cast<float>(
       in_range(get_number(body, "repetition_penalty"), 1, 0, 2, true, "repetition_penalty"));
   s.logit_bias = parse_logit_bias(body, limits.vocab_size);
+  s.min_p = static_cast<float>(in_range(get_number(body, "min_p"), 0, 0, 1, false, "min_p"));
+  // Fields that would change the response and that this server does not implement: a 400
+  // naming them rather than a response without their effect.
+  if (get_bool(body, "echo", false)) {
+    throw bad_request("echo", "'echo' is not supported (the prompt is not repeated)");
+  }
+  if (const Json* v = find(body, "suffix"); v && *v != "") {
+    throw bad_request("suffix", "'suffix' is not supported");
+  }
+  if (const std::optional<int64_t> b = get_int(body, "best_of"); b && *b != 1) {
+    throw bad_request("best_of",
+                      fmt::format("'best_of' other than 1 is not supported, got {}", *b));
+  }
 
   r.stop = parse_stop(body);
   if (const Json* ids = find(body, "stop_token_ids")) {

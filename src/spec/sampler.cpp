@@ -15,6 +15,7 @@ void check_sampling_params(const SamplingParams& p) {
                "temperature must be >= 0, got {}", p.temperature);
   TANDEM_CHECK(p.top_k >= 0, "top_k must be >= 0, got {}", p.top_k);
   TANDEM_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "top_p must be in (0, 1], got {}", p.top_p);
+  TANDEM_CHECK(p.min_p >= 0.f && p.min_p <= 1.f, "min_p must be in [0, 1], got {}", p.min_p);
   TANDEM_CHECK(std::isfinite(p.presence_penalty) && std::abs(p.presence_penalty) <= 2.f,
                "presence_penalty must be in [-2, 2], got {}", p.presence_penalty);
   TANDEM_CHECK(std::isfinite(p.frequency_penalty) && std::abs(p.frequency_penalty) <= 2.f,
@@ -45,6 +46,10 @@ std::vector<float> target_distribution(const float* logits, int64_t vocab,
   std::vector<double> e(keep);
   double sum = 0.0;
   for (int64_t i = 0; i < keep; ++i) sum += e[i] = std::exp((logits[order[i]] - m) / p.temperature);
+  if (p.min_p > 0.f) {  // p_i / p_max = e_i, non-increasing along the order: a prefix stays
+    while (keep > 1 && e[keep - 1] < p.min_p) sum -= e[--keep];
+    sum = std::accumulate(e.begin(), e.begin() + keep, 0.0);
+  }
   if (p.top_p < 1.f) {  // smallest prefix whose mass reaches top_p
     double cum = 0.0;
     int64_t n = 0;

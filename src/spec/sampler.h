@@ -1,10 +1,10 @@
-// Sampling parameters, the target distribution they define (temperature, then top-k, then top-p
-// over the logits of one row; temperature 0 means greedy), and the randomness of a sampled
-// sequence: one uniform number per (seed, position), from a counter-based hash. A token's draw
-// depends only on its request's seed, its position and its distribution, never on how many draws
-// came before it, on its batch-mates or on how many drafts a step verified: so a seeded request
-// is reproducible under any load, and with the coupled acceptance rule (acceptance.h) speculative
-// sampling emits exactly what plain sampling emits.
+// Sampling parameters, the target distribution they define (temperature, then min-p and top-k,
+// then top-p over the logits of one row, as vLLM orders them; temperature 0 means greedy), and the
+// randomness of a sampled sequence: one uniform number per (seed, position), from a counter-based
+// hash. A token's draw depends only on its request's seed, its position and its distribution, never
+// on how many draws came before it, on its batch-mates or on how many drafts a step verified: so a
+// seeded request is reproducible under any load, and with the coupled acceptance rule
+// (acceptance.h) speculative sampling emits exactly what plain sampling emits.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@ struct SamplingParams {
   float temperature = 0.f;  // 0: greedy
   int top_k = 0;            // 0: off
   float top_p = 1.f;        // 1: off
+  float min_p = 0.f;        // 0: off; else keep tokens with p >= min_p * p_max (vLLM's min_p)
   uint64_t seed = 0;
   // Penalties on the logits before the distribution, as vLLM applies them: presence and frequency
   // count the generated tokens (subtract presence once, frequency per occurrence); repetition
@@ -35,7 +36,8 @@ struct SamplingParams {
   }
 };
 
-// Validates the parameters (temperature >= 0, top_k >= 0, 0 < top_p <= 1); throws Error.
+// Validates the parameters (temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1);
+// throws Error.
 void check_sampling_params(const SamplingParams& p);
 
 // The filtered, renormalised distribution p over the vocabulary for one logits row.

@@ -243,6 +243,16 @@ def test_logit_bias_steers_greedy_output_also_under_mtp(client, mtp_client, refs
     assert spec.choices[0].text == out.choices[0].text
 
 
+def test_min_p(client, mtp_client, refs):
+    # min_p = 1 keeps the most likely token alone: sampling at temperature 1 is greedy decoding.
+    r = complete(client, TEXT[0], temperature=1.0, seed=3, extra_body={"min_p": 1.0})
+    assert r.choices[0].text == refs["text"][0]["text"]
+    # A seeded min_p sample is the same with and without speculation.
+    kw = dict(temperature=1.0, seed=11, max_tokens=32, extra_body={"min_p": 0.1})
+    assert (complete(mtp_client, TEXT[0], **kw).choices[0].text ==
+            complete(client, TEXT[0], **kw).choices[0].text)
+
+
 def test_completion_logprobs_greedy(client, refs):
     r = complete(client, TEXT[0], logprobs=2, max_tokens=8)
     lp = r.choices[0].logprobs

@@ -4,6 +4,7 @@
 // 0.1% critical value.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -134,6 +135,27 @@ TEST(Sampling, SeededRunsAreReproducible) {
   std::vector<int32_t> low_ids(static_cast<size_t>(model->config().vocab_size / 4));
   std::iota(low_ids.begin(), low_ids.end(), 0);
   EXPECT_EQ(run(3, 7, low_ids), run(0, 7));
+}
+
+// min_p keeps the tokens whose probability is at least min_p times the largest one's, before
+// top-k and top-p (vLLM's order); min_p = 1 leaves the argmax alone.
+TEST(Sampling, MinPKeepsTokensNearTheMostLikelyOne) {
+  const std::vector<float> logits{0.f, 2.f, -1.f, 1.f};  // p / p_max: e^-2, 1, e^-3, e^-1
+  const auto dist = [&](float min_p, float top_p = 1.f) {
+    return target_distribution(logits.data(), 4,
+                               {.temperature = 1.f, .top_p = top_p, .min_p = min_p});
+  };
+  const std::vector<float> d = dist(0.2f);  // keeps 2 (1) and 4 (e^-1 = 0.37)
+  const double z = 1.0 + std::exp(-1.0);
+  EXPECT_FLOAT_EQ(d[1], static_cast<float>(1.0 / z));
+  EXPECT_FLOAT_EQ(d[3], static_cast<float>(std::exp(-1.0) / z));
+  EXPECT_EQ(d[0], 0.f);
+  EXPECT_EQ(d[2], 0.f);
+  EXPECT_EQ(dist(1.f), (std::vector<float>{0.f, 1.f, 0.f, 0.f}));
+  EXPECT_EQ(dist(0.f), target_distribution(logits.data(), 4, {.temperature = 1.f}));
+  EXPECT_EQ(dist(0.1f, 0.5f), (std::vector<float>{0.f, 1.f, 0.f, 0.f}));  // then top-p
+  EXPECT_THROW(check_sampling_params({.min_p = 1.5f}), Error);
+  EXPECT_THROW(check_sampling_params({.min_p = -0.1f}), Error);
 }
 
 // Position-keyed draws: a token's uniform number depends only on (seed, position).
