@@ -340,21 +340,24 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
                           .model = ctx.opt.served_model_name};
   access_record().id = meta.id;
   access_record().prompt_tokens = prompt_tokens;
-  // n choices: n engine requests, choice i sampling with seed + i (as vLLM's child requests);
-  // any refused cancels the ones already taken.
-  std::vector<ChoiceRun> runs;
+  // n choices: n engine requests, choice i sampling with seed + i (as vLLM's child requests),
+  // all submitted before any acceptance is awaited (so they join the same step); any refused
+  // cancels the others.
+  std::vector<ChoiceRun> runs(static_cast<size_t>(g.n));
   try {
     for (int i = 0; i < g.n; ++i) {
       Request ri = r;
       ri.sampling.seed = r.sampling.seed + static_cast<uint64_t>(i);
-      ChoiceRun c;
-      c.ch = ctx.loop.submit(std::move(ri), arrival);
+      runs[i].ch = ctx.loop.submit(std::move(ri), arrival);
+    }
+    for (ChoiceRun& c : runs) {
       c.pending = await_acceptance(c.ch);
       c.gen = std::make_unique<Generation>(ctx, g, r.stop_ids, c.ch);
-      runs.push_back(std::move(c));
     }
   } catch (...) {
-    for (ChoiceRun& c : runs) ctx.loop.cancel(c.ch);
+    for (ChoiceRun& c : runs) {
+      if (c.ch != nullptr) ctx.loop.cancel(c.ch);
+    }
     throw;
   }
   if (!g.stream) return respond_whole(ctx, meta, runs, prompt_tokens, res);

@@ -14,14 +14,14 @@ namespace tandem {
 namespace {
 
 // Rows ids of w (a [vocab, hidden] matrix of any float dtype) as a matrix of the same dtype on
-// w's device: by the embedding op where it keeps the dtype (the device's activation dtype), else
+// w's device: by the embedding op where that keeps the dtype (w in the activation dtype), else
 // through host memory.
 Tensor gather_rows(const Tensor& w, const std::vector<int32_t>& ids, DType act,
                    const ExecContext& ctx) {
   const int64_t n = static_cast<int64_t>(ids.size()), h = w.dim(1);
   Tensor id_host = Tensor::zeros({n}, DType::kI32);
   std::copy(ids.begin(), ids.end(), id_host.data<int32_t>());
-  if (w.device() != Device::kCpu && w.dtype() == act) {
+  if (w.dtype() == act) {
     Tensor out = Tensor::zeros({n, h}, act, w.device());
     kernels::embedding({.ids = id_host.to(w.device()), .table = w, .out = out}, ctx);
     return out;

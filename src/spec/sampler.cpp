@@ -47,7 +47,7 @@ std::vector<float> target_distribution(const float* logits, int64_t vocab,
   double sum = 0.0;
   for (int64_t i = 0; i < keep; ++i) sum += e[i] = std::exp((logits[order[i]] - m) / p.temperature);
   if (p.min_p > 0.f) {  // p_i / p_max = e_i, non-increasing along the order: a prefix stays
-    while (keep > 1 && e[keep - 1] < p.min_p) sum -= e[--keep];
+    while (keep > 1 && e[keep - 1] < p.min_p) --keep;
     sum = std::accumulate(e.begin(), e.begin() + keep, 0.0);
   }
   if (p.top_p < 1.f) {  // smallest prefix whose mass reaches top_p
