@@ -80,7 +80,8 @@ std::vector<BatchItem> read_requests(const GenerateOptions& g, const tok::Tokeni
         SamplingParams{.temperature = field<float>(j, "temperature", g.temperature, line),
                        .top_k = field<int>(j, "top_k", g.top_k, line),
                        .top_p = field<float>(j, "top_p", g.top_p, line),
-                       .seed = field<uint64_t>(j, "seed", g.seed, line)};
+                       .seed = field<uint64_t>(j, "seed", g.seed, line),
+                       .min_tokens = field<int>(j, "min_tokens", 0, line)};
     TANDEM_CHECK(it.req.max_tokens >= 1, "--prompts line {}: max_tokens must be >= 1, got {}", line,
                  it.req.max_tokens);
     try {

@@ -205,7 +205,9 @@ RequestId BatchEngine::add(Request req) {
                "logprobs must be -1 (off) or 0..{} top tokens, got {}", kMaxTopLogprobs,
                req.logprobs);
   auto s = std::make_unique<Sequence>();
-  if (req.sampling.adjusts_logits()) s->penalties = PenaltyState(req.sampling, req.prompt);
+  if (req.sampling.adjusts_logits()) {
+    s->penalties = PenaltyState(req.sampling, req.prompt, req.stop_ids);
+  }
   s->id = next_id_++;
   s->order = next_order_++;
   s->req = std::move(req);

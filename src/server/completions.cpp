@@ -93,7 +93,7 @@ class Generation {
         endpoint_(g.endpoint),
         want_logprobs_(g.logprobs >= 0),
         stop_ids_(std::move(stop_ids)),
-        stream_(ctx.codec, g.stop),
+        stream_(ctx.codec, g.stop, g.sampling.min_tokens),
         ch_(std::move(ch)) {}
 
   // Text made safe by d; its tokens' logprobs go to lps_.

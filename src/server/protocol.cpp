@@ -392,6 +392,16 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
       in_range(get_number(body, "repetition_penalty"), 1, 0, 2, true, "repetition_penalty"));
   s.logit_bias = parse_logit_bias(body, limits.vocab_size);
   s.min_p = static_cast<float>(in_range(get_number(body, "min_p"), 0, 0, 1, false, "min_p"));
+  if (const std::optional<int64_t> m = get_int(body, "min_tokens")) {
+    if (*m < 0) {
+      throw bad_request("min_tokens", fmt::format("'min_tokens' must be >= 0, got {}", *m));
+    }
+    if (max_tokens && *m > *max_tokens) {
+      throw bad_request("min_tokens", fmt::format("'min_tokens' ({}) must be <= '{}' ({})", *m,
+                                                  max_name, *max_tokens));
+    }
+    s.min_tokens = static_cast<int>(std::min<int64_t>(*m, std::numeric_limits<int>::max()));
+  }
   // Fields that would change the response and that this server does not implement: a 400
   // naming them rather than a response without their effect.
   if (get_bool(body, "echo", false)) {

@@ -96,7 +96,7 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) {
   }
 }
 
-std::string StopMatcher::push(std::string_view text) {
+std::string StopMatcher::push(std::string_view text, bool armed) {
   if (stopped_) return {};
   const size_t base = held_.size();
   held_.append(text);
@@ -109,7 +109,10 @@ std::string StopMatcher::push(std::string_view text) {
     for (Stop& st : stops_) {
       while (st.state > 0 && st.text[st.state] != c) st.state = st.fail[st.state - 1];
       if (st.text[st.state] == c) ++st.state;
-      if (st.state == st.text.size()) cut = std::min(cut, i + 1 - st.text.size());
+      if (st.state == st.text.size()) {
+        if (armed) cut = std::min(cut, i + 1 - st.text.size());
+        st.state = st.fail[st.state - 1];  // passed over: go on as after a mismatch
+      }
     }
     if (cut != std::string::npos) {
       stopped_ = true;
@@ -139,12 +142,12 @@ std::string TextStream::push(int32_t id) {
   const size_t tail = utf8_incomplete_tail(bytes_);
   const std::string text = utf8_lossy(std::string_view(bytes_).substr(0, bytes_.size() - tail));
   bytes_.erase(0, bytes_.size() - tail);
-  return stops_.push(text);
+  return stops_.push(text, tokens_ > min_tokens_);
 }
 
 std::string TextStream::finish() {
   std::string out;
-  if (!stopped() && !bytes_.empty()) out = stops_.push(utf8_lossy(bytes_));
+  if (!stopped() && !bytes_.empty()) out = stops_.push(utf8_lossy(bytes_), tokens_ > min_tokens_);
   bytes_.clear();
   return out + stops_.flush();
 }

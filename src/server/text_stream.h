@@ -31,8 +31,9 @@ class StopMatcher {
  public:
   explicit StopMatcher(std::vector<std::string> stops);
   // Adds text (whole characters); returns what can be emitted now. After a stop string the
-  // matcher is stopped and returns nothing more.
-  std::string push(std::string_view text);
+  // matcher is stopped and returns nothing more. Unless `armed`, a stop string completed in this
+  // text is passed over (emitted like any text; min_tokens).
+  std::string push(std::string_view text, bool armed = true);
   // No more text comes: the held-back rest.
   std::string flush();
   bool stopped() const { return stopped_; }
@@ -50,8 +51,10 @@ class StopMatcher {
 
 class TextStream {
  public:
-  TextStream(const TextCodec& codec, std::vector<std::string> stops)
-      : codec_(&codec), stops_(std::move(stops)) {}
+  // A stop string counts only where it ends in the text of a token after the first min_tokens
+  // (vLLM's min_tokens: the text those tokens complete is not checked).
+  TextStream(const TextCodec& codec, std::vector<std::string> stops, int64_t min_tokens = 0)
+      : codec_(&codec), stops_(std::move(stops)), min_tokens_(min_tokens) {}
   // Adds one generated token; returns the text it makes safe to emit (often empty). Ignored once
   // stopped.
   std::string push(int32_t id);
@@ -67,6 +70,7 @@ class TextStream {
   const TextCodec* codec_;
   StopMatcher stops_;
   std::string bytes_;  // an incomplete UTF-8 character (at most 3 bytes)
+  int64_t min_tokens_ = 0;
   int64_t tokens_ = 0;
 };
 

@@ -2,14 +2,18 @@
 #include "spec/penalties.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace tandem {
 
-PenaltyState::PenaltyState(const SamplingParams& p, std::span<const int32_t> prompt)
+PenaltyState::PenaltyState(const SamplingParams& p, std::span<const int32_t> prompt,
+                           std::span<const int32_t> stop_ids)
     : presence_(p.presence_penalty),
       frequency_(p.frequency_penalty),
       repetition_(p.repetition_penalty),
       bias_(p.logit_bias),
+      min_tokens_(p.min_tokens),
+      stop_ids_(stop_ids.begin(), stop_ids.end()),
       prompt_(prompt.begin(), prompt.end()) {}
 
 void PenaltyState::apply(float* row, int64_t vocab, std::span<const int32_t> pending) const {
@@ -47,6 +51,13 @@ void PenaltyState::apply(float* row, int64_t vocab, std::span<const int32_t> pen
     const int32_t t = pending[i];
     if (first_in_pending(i) && !done_by_prompt(t) && !committed(t)) {
       penalise(t, pending_count(t), false);
+    }
+  }
+  // The row chooses output token n_output_ + pending.size() (0-based): a stop id there would end
+  // generation with fewer than min_tokens tokens.
+  if (n_output_ + static_cast<int64_t>(pending.size()) < min_tokens_) {
+    for (int32_t t : stop_ids_) {
+      if (t >= 0 && t < vocab) row[t] = -std::numeric_limits<float>::infinity();
     }
   }
 }

@@ -16,6 +16,7 @@ void check_sampling_params(const SamplingParams& p) {
   TANDEM_CHECK(p.top_k >= 0, "top_k must be >= 0, got {}", p.top_k);
   TANDEM_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "top_p must be in (0, 1], got {}", p.top_p);
   TANDEM_CHECK(p.min_p >= 0.f && p.min_p <= 1.f, "min_p must be in [0, 1], got {}", p.min_p);
+  TANDEM_CHECK(p.min_tokens >= 0, "min_tokens must be >= 0, got {}", p.min_tokens);
   TANDEM_CHECK(std::isfinite(p.presence_penalty) && std::abs(p.presence_penalty) <= 2.f,
                "presence_penalty must be in [-2, 2], got {}", p.presence_penalty);
   TANDEM_CHECK(std::isfinite(p.frequency_penalty) && std::abs(p.frequency_penalty) <= 2.f,

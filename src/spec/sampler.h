@@ -28,15 +28,19 @@ struct SamplingParams {
   // OpenAI's logit_bias: (token, bias in [-100, 100]) added to the token's logit before the
   // penalties, as vLLM orders them.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's min_tokens: the request's stop ids (EOS, stop_token_ids) get a -inf logit until this
+  // many tokens are generated, so generation cannot stop earlier. 0: off.
+  int min_tokens = 0;
   bool greedy() const { return temperature <= 0.f; }
-  // Whether the host adjusts a row before choosing from it (penalties, logit bias).
+  // Whether the host adjusts a row before choosing from it (penalties, logit bias, min_tokens).
   bool adjusts_logits() const {
     return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f ||
-           !logit_bias.empty();
+           !logit_bias.empty() || min_tokens > 0;
   }
 };
 
-// Validates the parameters (temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1);
+// Validates the parameters (temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1,
+// min_tokens >= 0);
 // throws Error.
 void check_sampling_params(const SamplingParams& p);
 

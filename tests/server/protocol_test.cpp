@@ -73,6 +73,10 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
       {"id not an integer", P, R"({"prompt": [1.5]})", 400, "prompt[0]"},
       {"n = 129", P, "{" + p + R"(, "n": 129})", 400, "n"},
       {"min_p above 1", P, "{" + p + R"(, "min_p": 1.5})", 400, "min_p"},
+      {"min_tokens negative", P, "{" + p + R"(, "min_tokens": -1})", 400, "min_tokens"},
+      {"min_tokens a string", P, "{" + p + R"(, "min_tokens": "3"})", 400, "min_tokens"},
+      {"min_tokens above max_tokens", P, "{" + p + R"(, "max_tokens": 4, "min_tokens": 5})", 400,
+       "min_tokens"},
       {"echo", P, "{" + p + R"(, "echo": true})", 400, "echo"},
       {"suffix", P, "{" + p + R"(, "suffix": "x"})", 400, "suffix"},
       {"best_of 2", P, "{" + p + R"(, "best_of": 2})", 400, "best_of"},
@@ -205,7 +209,7 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
   const GenerationRequest r = completion(
       R"(, "model": "tiny", "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 4,
       "seed": -3, "stop": ["x", "yz"], "stop_token_ids": [9, 8], "ignore_eos": true, "n": 3,
-      "logit_bias": {"5": -100, "7": 2.5}, "min_p": 0.25, "echo": false, "suffix": "",
+      "logit_bias": {"5": -100, "7": 2.5}, "min_p": 0.25, "min_tokens": 7, "echo": false, "suffix": "",
       "logprobs": 2, "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.5,
       "response_format": {"type": "text"}, "stream": true, "stream_options": {"include_usage": true},
       "user": {"anything": [1]}, "unknown_field": 1, "best_of": null)");
@@ -228,6 +232,10 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
             (std::vector<std::pair<int32_t, float>>{{5, -100.f}, {7, 2.5f}}));
   EXPECT_TRUE(r.sampling.adjusts_logits());
   EXPECT_FLOAT_EQ(r.sampling.min_p, 0.25f);
+  EXPECT_EQ(r.sampling.min_tokens, 7);
+  EXPECT_EQ(completion(R"(, "min_tokens": 0)").sampling.min_tokens, 0);
+  EXPECT_FALSE(completion(R"(, "min_tokens": 0)").sampling.adjusts_logits());
+  EXPECT_EQ(completion(R"(, "min_tokens": 900)").sampling.min_tokens, 900);  // no max_tokens
 
   EXPECT_EQ(completion(R"(, "top_k": -1)").sampling.top_k, 0);
   EXPECT_EQ(completion(R"(, "top_k": 1000)").sampling.top_k, 100);  // at most the vocabulary

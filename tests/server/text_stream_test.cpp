@@ -232,5 +232,42 @@ TEST(TextStream, CountsTokensUpToTheStopAndSkipsSpecialTokens) {
   EXPECT_EQ(t.push(0), "he");
 }
 
+// min_tokens (vLLM's): a stop string that ends in the text of the first min_tokens tokens is
+// passed over and emitted; one ending in a later token's text counts, even if it began earlier.
+TEST(TextStream, StopStringsCountOnlyAfterMinTokens) {
+  const FakeCodec codec({"ab", "c", "xa", "b", "cd"});
+  const auto run = [&](int64_t min_tokens, const std::vector<int32_t>& ids) {
+    TextStream s(codec, {"abc"}, min_tokens);
+    std::string out;
+    for (int32_t id : ids) out += s.push(id);
+    out += s.finish();
+    return std::make_pair(out, s.tokens());
+  };
+  // "abc" completes at token 2; with min_tokens 2 it is text, and the next "abc" (tokens 3-5,
+  // ending in the 5th) stops generation.
+  EXPECT_EQ(run(0, {0, 1, 2, 3, 4}), std::make_pair(std::string(""), int64_t{2}));
+  EXPECT_EQ(run(1, {0, 1, 2, 3, 4}), std::make_pair(std::string(""), int64_t{2}));
+  EXPECT_EQ(run(2, {0, 1, 2, 3, 4}), std::make_pair(std::string("abcx"), int64_t{5}));
+  // A stop ending in token 5's text started in token 3's, inside the first min_tokens = 4.
+  EXPECT_EQ(run(4, {0, 1, 2, 3, 4}), std::make_pair(std::string("abcx"), int64_t{5}));
+  // Past every stop: the whole text, nothing held back at the end.
+  EXPECT_EQ(run(5, {0, 1, 2, 3, 4}), std::make_pair(std::string("abcxabcd"), int64_t{5}));
+  // After a passed-over match the automaton goes on from its border: in "ababa" the "aba" ending
+  // in token 2 is passed over and the one overlapping it, ending in token 3, stops.
+  const FakeCodec c1({"ab", "a", "ba"});
+  TextStream s(c1, {"aba"}, 2);
+  std::string out;
+  for (int32_t id : {0, 1, 2}) out += s.push(id);
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(out, "ab");
+  EXPECT_EQ(s.tokens(), 3);
+  const FakeCodec c2({"ab", "c"});
+  TextStream t(c2, {"cabc"}, 3);
+  out.clear();
+  for (int32_t id : {0, 1, 0, 1}) out += t.push(id);
+  EXPECT_TRUE(t.stopped());  // "cabc" ends in token 4
+  EXPECT_EQ(out, "ab");
+}
+
 }  // namespace
 }  // namespace tandem::server

@@ -175,6 +175,26 @@ def test_stop_token_ids(client, refs):
     assert ref["text"].startswith(r.choices[0].text)
 
 
+def test_min_tokens_holds_off_stop_tokens_and_stop_strings(client, mtp_client, refs):
+    ref = refs["text"][1]
+    stop_id = ref["tokens"][3]
+    first = ref["tokens"].index(stop_id)
+    kw = dict(extra_body={"stop_token_ids": [stop_id], "min_tokens": 12}, logprobs=0)
+    r = complete(client, TEXT[1], **kw)
+    assert r.usage.completion_tokens >= 12
+    # Up to the stop token's first place the greedy text is the free one.
+    assert ref["text"].startswith("".join(r.choices[0].logprobs.tokens[:first]))
+    assert complete(mtp_client, TEXT[1], **kw).choices[0].text == r.choices[0].text
+    # A stop string inside the first min_tokens tokens' text is passed over: all MAX tokens come.
+    stop, _ = stop_case(refs["text"][0]["text"])
+    r = complete(client, TEXT[0], stop=[stop], extra_body={"min_tokens": MAX})
+    assert r.choices[0].text == refs["text"][0]["text"]
+    assert r.choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError) as e:
+        complete(client, TEXT[0], max_tokens=4, extra_body={"min_tokens": 5})
+    assert e.value.param == "min_tokens"
+
+
 def test_max_completion_tokens(client):
     r = chat(client, CHAT[2], max_completion_tokens=5)
     assert r.usage.completion_tokens == 5

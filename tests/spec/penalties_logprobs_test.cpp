@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "batch_support.h"
@@ -197,6 +198,76 @@ TEST(Penalties, LogitBiasSteersGreedyOutputAlsoUnderSpeculation) {
     EXPECT_EQ(got[0].tokens, std::vector<int32_t>(12, 777)) << "k=" << k;
     EXPECT_NE(got[1].tokens[0], free[0]) << "k=" << k;
     EXPECT_EQ(got[1].tokens, run_all(*model, {out}, 0, 1)[0].tokens) << "k=" << k;
+  }
+}
+
+// min_tokens: the stop ids are -inf while the row chooses one of the first min_tokens output
+// tokens, counting the committed ones and the pending drafts.
+TEST(Penalties, MinTokensMasksTheStopIdsUntilEnoughAreOutput) {
+  const std::vector<int32_t> stops{2, 4, 9};  // 9: outside this row, ignored
+  PenaltyState st({.min_tokens = 3}, {}, stops);
+  const std::vector<float> fresh{1.f, 2.f, 3.f, 4.f, 5.f};
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const std::vector<float> masked{1.f, 2.f, ninf, 4.f, ninf};
+  std::vector<float> row = fresh;
+  st.apply(row.data(), 5, {});  // output token 0
+  EXPECT_EQ(row, masked);
+  st.add(1);
+  row = fresh;
+  st.apply(row.data(), 5, std::vector<int32_t>{3});  // token 2: one committed, one pending
+  EXPECT_EQ(row, masked);
+  row = fresh;
+  st.apply(row.data(), 5, std::vector<int32_t>{3, 0});  // token 3: free
+  EXPECT_EQ(row, fresh);
+  st.add(3);
+  st.add(0);
+  row = fresh;
+  st.apply(row.data(), 5, {});
+  EXPECT_EQ(row, fresh);
+  EXPECT_THROW(check_sampling_params({.min_tokens = -1}), Error);
+}
+
+// A greedy request whose output would stop at once on a stop id runs on to min_tokens, the same
+// bits batched, alone and under MTP; a sampled one too. Its first min_tokens tokens are what a
+// -100 bias on the stop ids gives (the -inf of the mask and -100 choose alike here).
+TEST(Penalties, MinTokensRunsPastEarlyStopsAlsoUnderSpeculation) {
+  auto model = load_fixture(kTrainedModel, 256);
+  Request base;
+  base.prompt = {1, 2, 3, 4, 5};
+  base.max_tokens = 16;
+  const std::vector<int32_t> free = run_all(*model, {base}, 0, 1)[0].tokens;
+  // The first token of the free output unlike the first one: a stop id ends it there.
+  size_t j = 1;
+  while (j < free.size() && free[j] == free[0]) ++j;
+  ASSERT_LT(j + 1, 9u) << "the free output repeats its first token too long for this test";
+  Request early = base;
+  early.stop_ids = {free[j], 8191};
+  const std::vector<Outcome> stopped = run_all(*model, {early}, 0, 1);
+  ASSERT_EQ(stopped[0].tokens.size(), j + 1);
+  Request held = early, sampled = early, biased = base;
+  held.sampling.min_tokens = 9;
+  sampled.sampling = {.temperature = 0.9f, .seed = 77, .min_tokens = 9};
+  for (int32_t t : early.stop_ids) biased.sampling.logit_bias.push_back({t, -100.f});
+  const std::vector<int32_t> steered = run_all(*model, {biased}, 0, 1)[0].tokens;
+  const std::vector<Outcome> solo = run_all(*model, {held, sampled}, 0, 1);
+  for (const Outcome& o : solo) {
+    ASSERT_GE(o.tokens.size(), 9u);
+    for (size_t i = 0; i < 9; ++i) {
+      EXPECT_EQ(std::count(early.stop_ids.begin(), early.stop_ids.end(), o.tokens[i]), 0) << i;
+    }
+    // Past min_tokens a stop id ends it as usual.
+    if (o.tokens.size() < 16) {
+      EXPECT_EQ(std::count(early.stop_ids.begin(), early.stop_ids.end(), o.tokens.back()), 1);
+    }
+  }
+  EXPECT_EQ(std::vector<int32_t>(solo[0].tokens.begin(), solo[0].tokens.begin() + 9),
+            std::vector<int32_t>(steered.begin(), steered.begin() + 9));
+  for (int k : {0, 1, 3}) {
+    const std::vector<Outcome> got = run_all(*model, {held, early, sampled, base}, k, 4);
+    EXPECT_EQ(got[0].tokens, solo[0].tokens) << "k=" << k;
+    EXPECT_EQ(got[1].tokens, stopped[0].tokens) << "k=" << k;
+    EXPECT_EQ(got[2].tokens, solo[1].tokens) << "k=" << k;
+    EXPECT_EQ(got[3].tokens, free) << "k=" << k;
   }
 }
 
