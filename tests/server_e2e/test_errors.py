@@ -107,6 +107,8 @@ WRONG = [
     (COMP, comp(ignore_eos="yes"), "ignore_eos"),
     (COMP, comp(n=129), "n"),
     (COMP, comp(min_p=1.5), "min_p"),
+    (COMP, comp(min_tokens=-1), "min_tokens"),
+    (CHAT, chat(max_tokens=2, min_tokens=3), "min_tokens"),
     (COMP, comp(echo=True), "echo"),
     (COMP, comp(suffix="tail"), "suffix"),
     (COMP, comp(best_of=3), "best_of"),

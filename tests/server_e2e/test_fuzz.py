@@ -30,10 +30,10 @@ RAW_NUMBERS = [b"1e999", b"-1e999", b"123456789012345678901234567890123456789", 
 FIELDS_COMP = ["model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
                "stop_token_ids", "ignore_eos", "n", "logprobs", "presence_penalty",
                "frequency_penalty", "repetition_penalty", "stream", "stream_options", "user",
-               "echo", "suffix", "best_of", "logit_bias"]
+               "echo", "suffix", "best_of", "logit_bias", "min_p", "min_tokens"]
 FIELDS_CHAT = ["model", "messages", "max_tokens", "max_completion_tokens", "temperature",
                "top_p", "seed", "stop", "logprobs", "top_logprobs", "response_format", "tools",
-               "tool_choice", "stream", "stream_options", "n", "logit_bias"]
+               "tool_choice", "stream", "stream_options", "n", "logit_bias", "min_tokens"]
 INVALID_UTF8 = [b"\xff", b"\xfe\xff", b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf8\x88\x80",
                 b"\x80", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xf4\x90\x80\x80"]
 CONTENT_TYPES = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x",
