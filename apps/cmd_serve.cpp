@@ -19,6 +19,7 @@
 #include "core/exec_context.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
+#include "server/tool_calls.h"
 
 namespace tandem::app {
 
@@ -31,6 +32,8 @@ struct ServeOptions : EngineFlags {
   std::string api_key;
   int64_t max_queue = 1024;
   int64_t max_body_bytes = 8 << 20;
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
 };
 
 void on_stop_signal(int) {}
@@ -65,6 +68,11 @@ void serve(ServeOptions& o) {
     if (const char* env = std::getenv("TANDEM_API_KEY")) o.api_key = env;
   }
   if (o.served_model_name.empty()) o.served_model_name = o.model_dir;  // as vLLM does
+  const server::ToolCallFormat tool_format =
+      o.tool_call_parser.empty() ? server::ToolCallFormat::kNone
+                                 : server::parse_tool_call_format(o.tool_call_parser);
+  TANDEM_CHECK(!o.enable_auto_tool_choice || !o.tool_call_parser.empty(),
+               "--enable-auto-tool-choice needs --tool-call-parser (qwen3_coder or hermes)");
 
   TokenizerCodec codec(tok::Tokenizer::from_dir(o.model_dir));
   auto model = open_model(o, true);
@@ -85,7 +93,8 @@ void serve(ServeOptions& o) {
                            .max_body_bytes = o.max_body_bytes,
                            .max_model_len = o.max_context,
                            .max_num_seqs = max_seqs,
-                           .eos_ids = model->config().eos_token_ids};
+                           .eos_ids = model->config().eos_token_ids,
+                           .tool_call_format = tool_format};
   std::fprintf(stderr,
                "serve: model name '%s', max queue %lld, max body %lld bytes, %lld HTTP threads, "
                "API key %s\n",
@@ -137,6 +146,12 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "largest request body; larger get 413")
       ->capture_default_str();
+  cmd->add_option("--tool-call-parser", o->tool_call_parser,
+                  "read tool calls out of chat answers to requests with tools: qwen3_coder "
+                  "(Qwen3.5, Qwen3-Next) or hermes (Qwen2.5, Qwen3); they come back as "
+                  "message.tool_calls with finish_reason tool_calls");
+  cmd->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
+                "accepted for vLLM's command lines: --tool-call-parser alone turns it on");
   cmd->callback([o] { serve(*o); });
 }
 

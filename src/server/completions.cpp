@@ -15,6 +15,7 @@
 #include "server/handler_context.h"
 #include "server/openai_render.h"
 #include "server/text_stream.h"
+#include "server/tool_calls.h"
 
 namespace tandem::server {
 
@@ -94,7 +95,12 @@ class Generation {
         want_logprobs_(g.logprobs >= 0),
         stop_ids_(std::move(stop_ids)),
         stream_(ctx.codec, g.stop, g.sampling.min_tokens),
-        ch_(std::move(ch)) {}
+        ch_(std::move(ch)) {
+    if (g.endpoint == Endpoint::kChat && ctx.opt.tool_call_format != ToolCallFormat::kNone &&
+        g.tools.is_array() && !g.tool_choice_none) {
+      tools_.emplace(ctx.opt.tool_call_format, g.tools);
+    }
+  }
 
   // Text made safe by d; its tokens' logprobs go to lps_.
   std::string absorb(const Delivery& d) {
@@ -126,8 +132,22 @@ class Generation {
       }
       text += stream_.finish();
     }
-    return text;
+    if (!tools_) return text;
+    std::string out = tools_->push(text);
+    if (d.finished) {  // the calls, or the held-back text as content
+      ParsedToolCalls end = tools_->finish();
+      out += end.content.value_or("");
+      calls_ = std::move(end.calls);
+      ended_by_ = finish_;
+      if (!calls_.empty() && finish_ != "abort") finish_ = "tool_calls";
+    }
+    return out;
   }
+
+  // The tool calls read out of the whole text (empty: none), once finished.
+  const std::vector<ToolCall>& tool_calls() const { return calls_; }
+  // With tool calls: how generation ended ("stop" or "length"); finish_reason() says tool_calls.
+  const std::string& ended_by() const { return ended_by_; }
 
   bool finished() const { return finished_; }
   const std::string& finish_reason() const { return finish_; }
@@ -149,8 +169,10 @@ class Generation {
   TextStream stream_;
   std::shared_ptr<Channel> ch_;
   std::vector<TokenLogprobs> lps_;
+  std::optional<ToolCallStream> tools_;  // --tool-call-parser, a request with tools
+  std::vector<ToolCall> calls_;
   bool finished_ = false, stop_token_ = false;
-  std::string finish_;
+  std::string finish_, ended_by_;
   GenerationStats stats_;
 };
 
@@ -166,10 +188,15 @@ struct ChoiceRun {
 
 // A choice's end in the metrics (its engine request finished).
 void count_end(const HandlerContext& ctx, const Generation& gen) {
-  if (gen.finish_reason() == "stop" || gen.finish_reason() == "length" ||
-      gen.finish_reason() == "abort") {
-    ctx.metrics.request_finished(gen.finish_reason());
-  }
+  // Counted by how generation ended (a choice with tool calls ended by a stop or its length).
+  const std::string& why =
+      gen.finish_reason() == "tool_calls" ? gen.ended_by() : gen.finish_reason();
+  if (why == "stop" || why == "length" || why == "abort") ctx.metrics.request_finished(why);
+}
+
+// A choice's tool_calls for the response (null: none).
+Json tool_calls_of(const Generation& gen, bool with_index) {
+  return gen.tool_calls().empty() ? Json() : tool_calls_json(gen.tool_calls(), with_index);
 }
 
 int64_t completion_tokens(const std::vector<ChoiceRun>& runs) {
@@ -226,7 +253,8 @@ void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
       throw ApiError(500, *d.error, "internal_error");
     }
     count_end(ctx, *c.gen);
-    choices.push_back({std::move(text), c.gen->finish_reason(), c.gen->take_logprobs(0)});
+    choices.push_back({std::move(text), c.gen->finish_reason(), c.gen->take_logprobs(0),
+                       tool_calls_of(*c.gen, false)});
   }
   record_end(runs, prompt_tokens);
   const Json body =
@@ -286,6 +314,14 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
         c.offset += static_cast<int64_t>(text.size());
         c.first_chunk = false;
         continue;
+      }
+      if (!c.gen->tool_calls().empty()) {  // content still held, then the calls, then the end
+        const Json lps = c.gen->take_logprobs(c.offset);
+        connected = send(sse_event(
+            chunk_json(s.meta, index, text, c.first_chunk, lps, "", tool_calls_of(*c.gen, true))));
+        c.offset += static_cast<int64_t>(text.size());
+        c.first_chunk = false;
+        text.clear();
       }
       Json last = chunk_json(s.meta, index, text, c.first_chunk, c.gen->take_logprobs(c.offset),
                              c.gen->finish_reason());

@@ -12,6 +12,7 @@
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/text_codec.h"
+#include "server/tool_calls.h"
 
 namespace tandem::server {
 
@@ -27,6 +28,8 @@ struct ServerOptions {
   std::vector<int32_t> eos_ids;  // generation stops at these unless ignore_eos
   bool access_log = true;
   int64_t threads = 0;  // HTTP threads; 0: http_threads() (tests take fewer)
+  // Chat answers to requests with tools (and tool_choice not "none") read as tool calls.
+  ToolCallFormat tool_call_format = ToolCallFormat::kNone;
 };
 
 // Threads serving connections: every open connection holds one (streams included), so enough for

@@ -98,7 +98,11 @@ Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64
   for (size_t i = 0; i < choices.size(); ++i) {
     Json choice = {{"index", i}};
     if (m.endpoint == Endpoint::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+      const Choice& c = choices[i];
+      const bool calls = !c.tool_calls.is_null();
+      choice["message"] = {{"role", "assistant"},
+                           {"content", calls && c.text.empty() ? Json() : Json(c.text)}};
+      if (calls) choice["message"]["tool_calls"] = c.tool_calls;
     } else {
       choice["text"] = choices[i].text;
     }
@@ -112,13 +116,14 @@ Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64
 }
 
 Json chunk_json(const ResponseMeta& m, int index, const std::string& text, bool first,
-                const Json& logprobs, const std::string& finish) {
+                const Json& logprobs, const std::string& finish, const Json& tool_calls) {
   Json j = base(m, true);
   Json choice = {{"index", index}};
   if (m.endpoint == Endpoint::kChat) {
     Json delta = Json::object();
     if (first) delta["role"] = "assistant";
     if (!text.empty() || (first && finish.empty())) delta["content"] = text;
+    if (!tool_calls.is_null()) delta["tool_calls"] = tool_calls;
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = text;

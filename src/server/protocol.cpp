@@ -184,7 +184,7 @@ Json normalise_message(const Json& m, size_t i) {
   if (!role->is_string()) wrong_type(at + ".role", "a string", *role);
   Json out = m;
   const Json* content = find(m, "content");
-  if (!content) {
+  if (!content) {  // absent or null (OpenAI clients send null beside tool_calls)
     out["content"] = "";
   } else if (content->is_array()) {
     std::string text;
@@ -206,6 +206,30 @@ Json normalise_message(const Json& m, size_t i) {
     out["content"] = text;
   } else if (!content->is_string()) {
     wrong_type(at + ".content", "a string or an array of text parts", *content);
+  }
+  // An assistant turn's tool calls: OpenAI sends each function's arguments as a JSON string;
+  // chat templates iterate them as a mapping (as vLLM hands them over), so a string holding a
+  // JSON object becomes that object.
+  if (const Json* calls = find(m, "tool_calls")) {
+    if (!calls->is_array()) wrong_type(at + ".tool_calls", "an array", *calls);
+    for (size_t j = 0; j < calls->size(); ++j) {
+      const std::string cat = fmt::format("{}.tool_calls[{}]", at, j);
+      const Json& c = (*calls)[j];
+      const Json* fn = c.is_object() ? find(c, "function") : nullptr;
+      const Json* name = fn && fn->is_object() ? find(*fn, "name") : nullptr;
+      if (!name || !name->is_string()) {
+        throw bad_request(cat, fmt::format("'{}' must be {{\"type\": \"function\", \"function\": "
+                                           "{{\"name\": ..., \"arguments\": ...}}}}",
+                                           cat));
+      }
+      const Json* args = find(*fn, "arguments");
+      if (args && args->is_string()) {
+        Json parsed = Json::parse(args->get<std::string>(), nullptr, false);
+        if (!parsed.is_discarded() && parsed.is_object()) {
+          out["tool_calls"][j]["function"]["arguments"] = std::move(parsed);
+        }
+      }
+    }
   }
   return out;
 }
@@ -331,12 +355,14 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     if (const Json* tools = find(body, "tools")) {
       if (!tools->is_array()) wrong_type("tools", "an array", *tools);
       r.template_extra["tools"] = *tools;
+      if (!tools->empty()) r.tools = *tools;
     }
     if (const Json* choice = find(body, "tool_choice")) {
       if (!choice->is_string() && !choice->is_object()) {
         wrong_type("tool_choice", "a string or an object", *choice);
       }
       r.template_extra["tool_choice"] = *choice;
+      r.tool_choice_none = *choice == "none";
     }
     if (const Json* kw = find(body, "chat_template_kwargs")) {
       if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);

@@ -46,6 +46,10 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;
   int n = 1;  // choices: one engine request each, choice i sampling with seed + i
+  // Chat: the request's tools (null when none) and whether tool_choice is "none" (then generated
+  // text is never read as tool calls).
+  Json tools;
+  bool tool_choice_none = false;
 };
 
 struct TokenizeRequest {

@@ -276,6 +276,46 @@ TEST(Protocol, ChatFields) {
   EXPECT_EQ(chat(R"(, "logprobs": false, "top_logprobs": 0)").logprobs, -1);
 }
 
+// A multi-turn tool conversation as the openai client sends it: the assistant's tool calls with
+// null content and arguments as a JSON string (handed to the template as a mapping, as vLLM
+// does), then the tool's answer.
+TEST(Protocol, ToolTurnsAndToolChoice) {
+  const GenerationRequest r = parse(
+      R"({"messages": [{"role": "user", "content": "weather?"},
+                       {"role": "assistant", "content": null, "tool_calls": [
+                         {"id": "call_1", "type": "function",
+                          "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+                         {"id": "call_2", "type": "function",
+                          "function": {"name": "f", "arguments": "not json"}}]},
+                       {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+          "tools": [{"type": "function", "function": {"name": "get_weather"}}]})",
+      Endpoint::kChat);
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"],
+            Json::parse(R"({"city": "Oslo"})"));
+  EXPECT_EQ(r.messages[1]["tool_calls"][1]["function"]["arguments"], "not json");  // kept
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
+  EXPECT_TRUE(r.tools.is_array());
+  EXPECT_FALSE(r.tool_choice_none);
+  EXPECT_TRUE(chat(R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
+                   "tool_choice": "none")")
+                  .tool_choice_none);
+  EXPECT_TRUE(chat(R"(, "tools": [])").tools.is_null());  // no tools: nothing to call
+  EXPECT_TRUE(chat(R"(, "tools": null, "tool_choice": null)").tools.is_null());
+  for (const char* bad : {R"("tool_calls": {})", R"("tool_calls": [1])",
+                          R"("tool_calls": [{"function": {"arguments": "{}"}}])"}) {
+    try {
+      parse(std::string(R"({"messages": [{"role": "assistant", "content": "", )") + bad + "}]}",
+            Endpoint::kChat);
+      ADD_FAILURE() << bad;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << bad;
+      EXPECT_EQ(e.param.rfind("messages[0].tool_calls", 0), 0u) << bad;
+    }
+  }
+}
+
 TEST(Protocol, TokenizeAndDetokenize) {
   TokenizeRequest t = parse_tokenize_request(parse_body(R"({"prompt": "abc"})"));
   EXPECT_EQ(*t.prompt, "abc");

@@ -63,6 +63,29 @@ TEST(Render, ChatResponseShape) {
   EXPECT_DOUBLE_EQ(r["speculation"]["mean_acceptance_length"].get<double>(), 2.5);
 }
 
+// Tool calls: the message's content null when empty, tool_calls beside it; stream deltas carry
+// them with their index.
+TEST(Render, ToolCallsInMessagesAndDeltas) {
+  const Json calls = Json::parse(
+      R"([{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}])");
+  const std::vector<Choice> two{{"", "tool_calls", nullptr, calls},
+                                {"Sure.", "tool_calls", nullptr, calls}};
+  const Json r = response_json(kChat, two, 7, 3, GenerationStats{});
+  EXPECT_TRUE(r["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"], calls);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(r["choices"][1]["message"]["content"], "Sure.");
+  const std::vector<Choice> plain{{"", "stop", nullptr}};
+  const Json p = response_json(kChat, plain, 1, 1, GenerationStats{});
+  EXPECT_EQ(p["choices"][0]["message"]["content"], "");  // no calls: an empty string
+  EXPECT_FALSE(p["choices"][0]["message"].contains("tool_calls"));
+  Json indexed = calls;
+  indexed[0]["index"] = 0;
+  const Json c = chunk_json(kChat, 0, "", false, nullptr, "", indexed);
+  EXPECT_EQ(c["choices"][0]["delta"], (Json{{"tool_calls", indexed}}));
+  EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+}
+
 TEST(Render, CompletionResponseAndChunks) {
   const std::vector<Choice> two{{"t", "length", nullptr}, {"u", "stop", nullptr}};
   const Json r = response_json(kCompletion, two, 1, 2, {});

@@ -1,0 +1,84 @@
+"""`tandem serve --tool-call-parser`: the flag's errors, requests with tools on a parsing server
+(the shipped model answers in text, which must come back unchanged: content, finish reason, and
+the same stream), and a multi-turn tool conversation as the openai client sends it. The parsing
+itself (both formats, types, streams) is tests/server/tool_calls_test.cpp's."""
+
+import subprocess
+
+import openai
+import pytest
+
+from prompts import CHAT
+from support import MODEL, chat_template_ids
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+@pytest.fixture(scope="module")
+def tool_client(pool):
+    s = pool.start(["--max-model-len", "1024", "--tool-call-parser", "qwen3_coder",
+                    "--enable-auto-tool-choice"])
+    with openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def plain_client(pool):
+    s = pool.start(["--max-model-len", "1024"])
+    with openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=120) as c:
+        yield c
+
+
+def ask(client, **kw):
+    return client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": CHAT[0]}], temperature=0,
+        max_tokens=16, **kw)
+
+
+def test_text_answers_are_unchanged_with_a_parser(tool_client, plain_client):
+    want = ask(plain_client, tools=TOOLS)
+    for tool_choice in ("auto", "none"):
+        got = ask(tool_client, tools=TOOLS, tool_choice=tool_choice)
+        assert got.choices[0].message.content == want.choices[0].message.content
+        assert got.choices[0].message.tool_calls is None
+        assert got.choices[0].finish_reason == want.choices[0].finish_reason
+    chunks = list(ask(tool_client, tools=TOOLS, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == want.choices[0].message.content
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+
+
+def test_a_tool_conversation_as_the_client_sends_it(tool_client, binary):
+    messages = [
+        {"role": "user", "content": "What is the weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+    ]
+    r = tool_client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS,
+                                            temperature=0, max_tokens=4)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    # Accepted and rendered (the shipped template ignores tool calls, so the prompt is the
+    # CLI's rendering of the same messages).
+    rendered = [dict(m, content=m["content"] or "") for m in messages]
+    assert r.usage.prompt_tokens == len(chat_template_ids(binary, rendered, TOOLS))
+    with pytest.raises(openai.BadRequestError) as e:
+        tool_client.chat.completions.create(
+            model=MODEL, max_tokens=2,
+            messages=[{"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]}])
+    assert e.value.param == "messages[0].tool_calls[0]"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--tool-call-parser", "nope"], b"unknown tool-call parser 'nope'"),
+    (["--enable-auto-tool-choice"], b"--enable-auto-tool-choice needs --tool-call-parser"),
+])
+def test_bad_parser_flags_fail_clearly(binary, args, needle):
+    p = subprocess.run([binary, "serve", "--model", MODEL, "--port", "0", *args],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1
+    assert needle in p.stderr, p.stderr[-500:]
