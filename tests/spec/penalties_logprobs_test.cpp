@@ -184,11 +184,17 @@ TEST(Penalties, PenalisedAndLogprobRequestsAreExactUnderSpeculationAndBatching) 
 
 // A +100 bias makes greedy decoding emit that token every time; -100 on the unbiased output's
 // first token removes it; both equal under MTP.
-TEST(Penalties, LogitBiasSteersGreedyOutputAlsoUnderSpeculation) {
-  auto model = load_fixture(kTrainedModel, 256);
+// A greedy request of the prompt 1..5 and its output without bias, penalties or stop ids.
+Request greedy_base(int max_tokens) {
   Request base;
   base.prompt = {1, 2, 3, 4, 5};
-  base.max_tokens = 12;
+  base.max_tokens = max_tokens;
+  return base;
+}
+
+TEST(Penalties, LogitBiasSteersGreedyOutputAlsoUnderSpeculation) {
+  auto model = load_fixture(kTrainedModel, 256);
+  const Request base = greedy_base(12);
   const std::vector<int32_t> free = run_all(*model, {base}, 0, 1)[0].tokens;
   Request up = base, out = base;
   up.sampling.logit_bias = {{777, 100.f}};
@@ -232,9 +238,7 @@ TEST(Penalties, MinTokensMasksTheStopIdsUntilEnoughAreOutput) {
 // -100 bias on the stop ids gives (the -inf of the mask and -100 choose alike here).
 TEST(Penalties, MinTokensRunsPastEarlyStopsAlsoUnderSpeculation) {
   auto model = load_fixture(kTrainedModel, 256);
-  Request base;
-  base.prompt = {1, 2, 3, 4, 5};
-  base.max_tokens = 16;
+  const Request base = greedy_base(16);
   const std::vector<int32_t> free = run_all(*model, {base}, 0, 1)[0].tokens;
   // The first token of the free output unlike the first one: a stop id ends it there.
   size_t j = 1;
