@@ -32,7 +32,7 @@ struct ServeOptions : EngineFlags {
   std::string api_key;
   int64_t max_queue = 1024;
   int64_t max_body_bytes = 8 << 20;
-  std::string tool_call_parser;
+  std::string tool_call_parser, reasoning_parser;
   bool enable_auto_tool_choice = false;
 };
 
@@ -71,6 +71,9 @@ void serve(ServeOptions& o) {
   const server::ToolCallFormat tool_format =
       o.tool_call_parser.empty() ? server::ToolCallFormat::kNone
                                  : server::parse_tool_call_format(o.tool_call_parser);
+  const server::ReasoningFormat reasoning_format =
+      o.reasoning_parser.empty() ? server::ReasoningFormat::kNone
+                                 : server::parse_reasoning_format(o.reasoning_parser);
   TANDEM_CHECK(!o.enable_auto_tool_choice || !o.tool_call_parser.empty(),
                "--enable-auto-tool-choice needs --tool-call-parser (qwen3_coder or hermes)");
 
@@ -94,7 +97,8 @@ void serve(ServeOptions& o) {
                            .max_model_len = o.max_context,
                            .max_num_seqs = max_seqs,
                            .eos_ids = model->config().eos_token_ids,
-                           .tool_call_format = tool_format};
+                           .tool_call_format = tool_format,
+                           .reasoning_format = reasoning_format};
   std::fprintf(stderr,
                "serve: model name '%s', max queue %lld, max body %lld bytes, %lld HTTP threads, "
                "API key %s\n",
@@ -150,6 +154,10 @@ void add_serve_command(CLI::App& app) {
                   "read tool calls out of chat answers to requests with tools: qwen3_coder "
                   "(Qwen3.5, Qwen3-Next) or hermes (Qwen2.5, Qwen3); they come back as "
                   "message.tool_calls with finish_reason tool_calls");
+  cmd->add_option("--reasoning-parser", o->reasoning_parser,
+                  "split chat answers at <think> ... </think>: qwen3 (Qwen3, Qwen3.5, "
+                  "Qwen3-Next) or deepseek_r1; the thinking comes back as "
+                  "message.reasoning_content (stream deltas too), the rest as the content");
   cmd->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
                 "accepted for vLLM's command lines: --tool-call-parser alone turns it on");
   cmd->callback([o] { serve(*o); });

@@ -14,6 +14,7 @@
 #include "server/api_error.h"
 #include "server/handler_context.h"
 #include "server/openai_render.h"
+#include "server/reasoning.h"
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
 
@@ -35,13 +36,17 @@ int64_t unix_now() {
 }
 
 // The engine request of a validated body.
-Request engine_request(const HandlerContext& ctx, const GenerationRequest& g) {
+// opens_think: whether the rendered chat prompt leaves a <think> block open (reasoning.h).
+Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bool& opens_think) {
   Request r;
   const bool chat = g.endpoint == Endpoint::kChat;
   const char* prompt_param = chat ? "messages" : "prompt";
+  opens_think = false;
   try {
     if (chat) {
-      r.prompt = ctx.codec.encode(ctx.codec.render_chat(g.messages, true, g.template_extra));
+      const std::string rendered = ctx.codec.render_chat(g.messages, true, g.template_extra);
+      opens_think = prompt_opens_think(rendered);
+      r.prompt = ctx.codec.encode(rendered);
     } else if (g.prompt_text) {
       r.prompt = ctx.codec.encode(*g.prompt_text);
     } else {
@@ -89,7 +94,7 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g) {
 class Generation {
  public:
   Generation(const HandlerContext& ctx, const GenerationRequest& g, std::vector<int32_t> stop_ids,
-             std::shared_ptr<Channel> ch)
+             std::shared_ptr<Channel> ch, bool opens_think)
       : ctx_(ctx),
         endpoint_(g.endpoint),
         want_logprobs_(g.logprobs >= 0),
@@ -100,10 +105,13 @@ class Generation {
         g.tools.is_array() && !g.tool_choice_none) {
       tools_.emplace(ctx.opt.tool_call_format, g.tools);
     }
+    if (g.endpoint == Endpoint::kChat && ctx.opt.reasoning_format != ReasoningFormat::kNone) {
+      reasoning_.emplace(opens_think);
+    }
   }
 
-  // Text made safe by d; its tokens' logprobs go to lps_.
-  std::string absorb(const Delivery& d) {
+  // The reasoning and content text d makes safe to send; its tokens' logprobs go to lps_.
+  ReasoningPiece absorb(const Delivery& d) {
     std::string text;
     size_t n = d.tokens.size();
     // A stop token ends generation but is not part of the text (it still counts as generated).
@@ -132,17 +140,32 @@ class Generation {
       }
       text += stream_.finish();
     }
-    if (!tools_) return text;
-    std::string out = tools_->push(text);
+    ReasoningPiece out;
+    if (reasoning_) {
+      out = reasoning_->push(text);
+      if (d.finished) {
+        ReasoningPiece end = reasoning_->finish();
+        out.reasoning += end.reasoning;
+        out.content += end.content;
+      }
+    } else {
+      out.content = std::move(text);
+    }
+    if (!tools_) return out;
+    out.content = tools_->push(out.content);
     if (d.finished) {  // the calls, or the held-back text as content
       ParsedToolCalls end = tools_->finish();
-      out += end.content.value_or("");
+      out.content += end.content.value_or("");
       calls_ = std::move(end.calls);
       ended_by_ = finish_;
       if (!calls_.empty() && finish_ != "abort") finish_ = "tool_calls";
     }
     return out;
   }
+
+  // Whether the answer had reasoning (--reasoning-parser): the message then has
+  // reasoning_content.
+  bool had_reasoning() const { return reasoning_ && reasoning_->had_reasoning(); }
 
   // The tool calls read out of the whole text (empty: none), once finished.
   const std::vector<ToolCall>& tool_calls() const { return calls_; }
@@ -169,7 +192,8 @@ class Generation {
   TextStream stream_;
   std::shared_ptr<Channel> ch_;
   std::vector<TokenLogprobs> lps_;
-  std::optional<ToolCallStream> tools_;  // --tool-call-parser, a request with tools
+  std::optional<ToolCallStream> tools_;       // --tool-call-parser, a request with tools
+  std::optional<ReasoningStream> reasoning_;  // --reasoning-parser, chat
   std::vector<ToolCall> calls_;
   bool finished_ = false, stop_token_ = false;
   std::string finish_, ended_by_;
@@ -242,9 +266,14 @@ void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
   std::vector<Choice> choices;
   for (ChoiceRun& c : runs) {  // the others keep running; their deliveries wait in their channels
     Delivery d = std::move(c.pending);
-    std::string text = c.gen->absorb(d);
+    std::string text, reasoning;
+    const auto take = [&](ReasoningPiece p) {
+      text += p.content;
+      reasoning += p.reasoning;
+    };
+    take(c.gen->absorb(d));
     while (!c.gen->finished()) {
-      if (c.ch->wait(kPoll, d)) text += c.gen->absorb(d);
+      if (c.ch->wait(kPoll, d)) take(c.gen->absorb(d));
     }
     if (d.error) {  // the engine failed after taking the request
       for (ChoiceRun& o : runs) {
@@ -253,8 +282,10 @@ void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
       throw ApiError(500, *d.error, "internal_error");
     }
     count_end(ctx, *c.gen);
-    choices.push_back({std::move(text), c.gen->finish_reason(), c.gen->take_logprobs(0),
-                       tool_calls_of(*c.gen, false)});
+    choices.push_back(
+        {std::move(text), c.gen->finish_reason(), c.gen->take_logprobs(0),
+         tool_calls_of(*c.gen, false),
+         c.gen->had_reasoning() ? std::optional(std::move(reasoning)) : std::nullopt});
   }
   record_end(runs, prompt_tokens);
   const Json body =
@@ -306,25 +337,28 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
       }
       any = true;
       const int index = static_cast<int>(i);
-      std::string text = c.gen->absorb(d);
+      ReasoningPiece piece = c.gen->absorb(d);
+      std::string& text = piece.content;
       if (!c.gen->finished()) {
-        if (text.empty()) continue;
+        if (text.empty() && piece.reasoning.empty()) continue;
         const Json lps = c.gen->take_logprobs(c.offset);
-        connected = send(sse_event(chunk_json(s.meta, index, text, c.first_chunk, lps, "")));
+        connected = send(sse_event(
+            chunk_json(s.meta, index, text, c.first_chunk, lps, "", nullptr, piece.reasoning)));
         c.offset += static_cast<int64_t>(text.size());
         c.first_chunk = false;
         continue;
       }
       if (!c.gen->tool_calls().empty()) {  // content still held, then the calls, then the end
         const Json lps = c.gen->take_logprobs(c.offset);
-        connected = send(sse_event(
-            chunk_json(s.meta, index, text, c.first_chunk, lps, "", tool_calls_of(*c.gen, true))));
+        connected = send(sse_event(chunk_json(s.meta, index, text, c.first_chunk, lps, "",
+                                              tool_calls_of(*c.gen, true), piece.reasoning)));
         c.offset += static_cast<int64_t>(text.size());
         c.first_chunk = false;
         text.clear();
+        piece.reasoning.clear();
       }
       Json last = chunk_json(s.meta, index, text, c.first_chunk, c.gen->take_logprobs(c.offset),
-                             c.gen->finish_reason());
+                             c.gen->finish_reason(), nullptr, piece.reasoning);
       if (!s.include_usage) last["speculation"] = speculation_json(c.gen->stats());
       count_end(ctx, *c.gen);
       --open;
@@ -368,7 +402,8 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
   const double arrival = EngineLoop::now();
   const Json body = parse_body(raw);
   const GenerationRequest g = parse_generation_request(body, endpoint, ctx.limits);
-  const Request r = engine_request(ctx, g);
+  bool opens_think = false;
+  const Request r = engine_request(ctx, g, opens_think);
   const auto prompt_tokens = static_cast<int64_t>(r.prompt.size());
   const ResponseMeta meta{.endpoint = endpoint,
                           .id = random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"),
@@ -388,7 +423,7 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
     }
     for (ChoiceRun& c : runs) {
       c.pending = await_acceptance(c.ch);
-      c.gen = std::make_unique<Generation>(ctx, g, r.stop_ids, c.ch);
+      c.gen = std::make_unique<Generation>(ctx, g, r.stop_ids, c.ch, opens_think);
     }
   } catch (...) {
     for (ChoiceRun& c : runs) {

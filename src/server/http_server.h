@@ -11,6 +11,7 @@
 
 #include "server/engine_loop.h"
 #include "server/metrics.h"
+#include "server/reasoning.h"
 #include "server/text_codec.h"
 #include "server/tool_calls.h"
 
@@ -30,6 +31,8 @@ struct ServerOptions {
   int64_t threads = 0;  // HTTP threads; 0: http_threads() (tests take fewer)
   // Chat answers to requests with tools (and tool_choice not "none") read as tool calls.
   ToolCallFormat tool_call_format = ToolCallFormat::kNone;
+  // Chat answers split into reasoning_content and content (reasoning.h).
+  ReasoningFormat reasoning_format = ReasoningFormat::kNone;
 };
 
 // Threads serving connections: every open connection holds one (streams included), so enough for

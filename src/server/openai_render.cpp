@@ -102,6 +102,7 @@ Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64
       const bool calls = !c.tool_calls.is_null();
       choice["message"] = {{"role", "assistant"},
                            {"content", calls && c.text.empty() ? Json() : Json(c.text)}};
+      if (c.reasoning) choice["message"]["reasoning_content"] = *c.reasoning;
       if (calls) choice["message"]["tool_calls"] = c.tool_calls;
     } else {
       choice["text"] = choices[i].text;
@@ -116,13 +117,15 @@ Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64
 }
 
 Json chunk_json(const ResponseMeta& m, int index, const std::string& text, bool first,
-                const Json& logprobs, const std::string& finish, const Json& tool_calls) {
+                const Json& logprobs, const std::string& finish, const Json& tool_calls,
+                const std::string& reasoning) {
   Json j = base(m, true);
   Json choice = {{"index", index}};
   if (m.endpoint == Endpoint::kChat) {
     Json delta = Json::object();
     if (first) delta["role"] = "assistant";
     if (!text.empty() || (first && finish.empty())) delta["content"] = text;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!tool_calls.is_null()) delta["tool_calls"] = tool_calls;
     choice["delta"] = std::move(delta);
   } else {

@@ -42,8 +42,10 @@ struct Choice {
   std::string text;
   std::string finish;
   Json logprobs;
-  Json
-      tool_calls;  // chat: the message's tool_calls (null: none; the content is then null if empty)
+  // Chat: the message's tool_calls (null: none; with calls an empty content is null) and its
+  // reasoning_content (none: absent).
+  Json tool_calls;
+  std::optional<std::string> reasoning;
 };
 
 // A whole response: its choices (indices 0, 1, ...), usage, and the `speculation` field of stats.
@@ -52,9 +54,11 @@ Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64
 
 // One stream chunk of choice `index` with a text delta (and the assistant role on a chat
 // stream's first chunk of the choice); finish: empty while the choice goes on; tool_calls (chat):
-// a delta's tool_calls (with their index), or null.
+// a delta's tool_calls (with their index), or null; reasoning (chat): a reasoning_content delta
+// when not empty.
 Json chunk_json(const ResponseMeta& m, int index, const std::string& text, bool first,
-                const Json& logprobs, const std::string& finish, const Json& tool_calls = nullptr);
+                const Json& logprobs, const std::string& finish, const Json& tool_calls = nullptr,
+                const std::string& reasoning = {});
 // The last chunk of stream_options.include_usage: empty choices, usage.
 Json usage_chunk_json(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
 

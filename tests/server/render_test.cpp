@@ -86,6 +86,23 @@ TEST(Render, ToolCallsInMessagesAndDeltas) {
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
 }
 
+// Reasoning: message.reasoning_content beside the content ("" kept: the answer had a think
+// block), absent when none; a delta's reasoning_content when it has some.
+TEST(Render, ReasoningContentInMessagesAndDeltas) {
+  const std::vector<Choice> c{{"Paris.", "stop", nullptr, nullptr, "think"},
+                              {"x", "stop", nullptr, nullptr, ""},
+                              {"y", "stop", nullptr}};
+  const Json r = response_json(kChat, c, 1, 1, GenerationStats{});
+  EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], "think");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "Paris.");
+  EXPECT_EQ(r["choices"][1]["message"]["reasoning_content"], "");
+  EXPECT_FALSE(r["choices"][2]["message"].contains("reasoning_content"));
+  const Json d = chunk_json(kChat, 0, "", false, nullptr, "", nullptr, "hmm");
+  EXPECT_EQ(d["choices"][0]["delta"], (Json{{"reasoning_content", "hmm"}}));
+  const Json both = chunk_json(kChat, 0, "a", false, nullptr, "", nullptr, "b");
+  EXPECT_EQ(both["choices"][0]["delta"], (Json{{"content", "a"}, {"reasoning_content", "b"}}));
+}
+
 TEST(Render, CompletionResponseAndChunks) {
   const std::vector<Choice> two{{"t", "length", nullptr}, {"u", "stop", nullptr}};
   const Json r = response_json(kCompletion, two, 1, 2, {});

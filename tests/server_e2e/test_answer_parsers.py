@@ -1,7 +1,8 @@
-"""`tandem serve --tool-call-parser`: the flag's errors, requests with tools on a parsing server
-(the shipped model answers in text, which must come back unchanged: content, finish reason, and
-the same stream), and a multi-turn tool conversation as the openai client sends it. The parsing
-itself (both formats, types, streams) is tests/server/tool_calls_test.cpp's."""
+"""`tandem serve --tool-call-parser` and `--reasoning-parser`: the flags' errors, requests on a
+parsing server (the shipped model answers in plain text, with no think block, which must come back
+unchanged: content, no reasoning_content, finish reason, and the same stream), and a multi-turn
+tool conversation as the openai client sends it. The parsing itself (formats, types, streams cut
+anywhere) is tests/server/tool_calls_test.cpp's and reasoning_test.cpp's."""
 
 import subprocess
 
@@ -20,7 +21,7 @@ TOOLS = [{"type": "function", "function": {
 @pytest.fixture(scope="module")
 def tool_client(pool):
     s = pool.start(["--max-model-len", "1024", "--tool-call-parser", "qwen3_coder",
-                    "--enable-auto-tool-choice"])
+                    "--enable-auto-tool-choice", "--reasoning-parser", "qwen3"])
     with openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=120) as c:
         yield c
 
@@ -44,11 +45,14 @@ def test_text_answers_are_unchanged_with_a_parser(tool_client, plain_client):
         got = ask(tool_client, tools=TOOLS, tool_choice=tool_choice)
         assert got.choices[0].message.content == want.choices[0].message.content
         assert got.choices[0].message.tool_calls is None
+        assert (got.choices[0].message.model_extra or {}).get("reasoning_content") is None
         assert got.choices[0].finish_reason == want.choices[0].finish_reason
     chunks = list(ask(tool_client, tools=TOOLS, stream=True))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == want.choices[0].message.content
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    assert not any(c.choices and (c.choices[0].delta.model_extra or {}).get("reasoning_content")
+                   for c in chunks)
 
 
 def test_a_tool_conversation_as_the_client_sends_it(tool_client, binary):
@@ -76,6 +80,7 @@ def test_a_tool_conversation_as_the_client_sends_it(tool_client, binary):
 @pytest.mark.parametrize("args,needle", [
     (["--tool-call-parser", "nope"], b"unknown tool-call parser 'nope'"),
     (["--enable-auto-tool-choice"], b"--enable-auto-tool-choice needs --tool-call-parser"),
+    (["--reasoning-parser", "r2"], b"unknown reasoning parser 'r2'"),
 ])
 def test_bad_parser_flags_fail_clearly(binary, args, needle):
     p = subprocess.run([binary, "serve", "--model", MODEL, "--port", "0", *args],
