@@ -26,7 +26,7 @@ void add_bench_command(CLI::App& app) {
     std::string model, synthetic, device = "cpu", contexts = "1024,8192,32768",
                                   speculative = "none,mtp", json, commit, batches = "1";
     int k = 3, steps = 32, threads = 0, linear_variant = 0;
-    int64_t prefill = 0, max_step = 0, draft_vocab = 0;
+    int64_t prefill = 0, mixed_prefill = 0, max_step = 0, draft_vocab = 0;
     double acceptance = 0.6;
     bool no_graphs = false, no_pdl = false, fp8_prefill_decode_order = false;
   };
@@ -55,6 +55,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per measurement")->capture_default_str();
   cmd->add_option("--prefill-tokens", o->prefill, "also time a prefill of this many tokens");
+  cmd->add_option("--mixed-prefill-tokens", o->mixed_prefill,
+                  "also time each batch's decode step with one request's prefill chunk of this "
+                  "many tokens in it (eager, against the eager decode step)");
   cmd->add_option("--max-step-tokens", o->max_step,
                   "rows one step may carry, a multiple of 64 (default: 1024, or enough for the "
                   "largest batch x (1 + K))");
@@ -115,6 +118,8 @@ void add_bench_command(CLI::App& app) {
                                        .max_step_rows = max_step});
     }
     std::fprintf(stderr, "%s\n", model->config().summary().c_str());
+    TANDEM_CHECK(o->mixed_prefill >= 0, "--mixed-prefill-tokens must be >= 0, got {}",
+                 o->mixed_prefill);
     TANDEM_CHECK(o->draft_vocab >= 0 && o->draft_vocab <= model->config().vocab_size,
                  "--draft-vocab-size must be in [0, {}], got {}", model->config().vocab_size,
                  o->draft_vocab);
@@ -125,6 +130,7 @@ void add_bench_command(CLI::App& app) {
                    .steps = o->steps,
                    .graphs = !o->no_graphs,
                    .prefill_tokens = o->prefill,
+                   .mixed_prefill_tokens = o->mixed_prefill,
                    .acceptance = o->acceptance,
                    .draft_vocab_size = o->draft_vocab};
     nlohmann::json out = run_bench(*model, b);
@@ -158,6 +164,18 @@ void add_bench_command(CLI::App& app) {
                     r["mtp_projection"]["controlled_tokens_per_second"].get<double>());
       }
       std::printf("\n");
+    }
+    for (const auto& r : out["results"]) {
+      if (!r.contains("mixed_step")) continue;
+      const auto& m = r["mixed_step"];
+      std::printf(
+          "mixed step, context %lld, batch %lld: eager decode %.3f ms, with a %lld-token prefill "
+          "chunk %.3f ms (%.2fx; the chunk %.3f ms, %.1f tok/s)\n",
+          static_cast<long long>(r["context"].get<int64_t>()),
+          static_cast<long long>(r["batch"].get<int64_t>()), m["decode_eager_ms"].get<double>(),
+          static_cast<long long>(m["prefill_chunk_tokens"].get<int64_t>()),
+          m["decode_with_chunk_ms"].get<double>(), m["over_decode"].get<double>(),
+          m["chunk_ms"].get<double>(), m["chunk_tokens_per_second"].get<double>());
     }
     if (out.contains("prefill"))
       std::printf("prefill %lld tokens: %.1f tok/s, %.1f TFLOP/s (%.1f%% of peak)\n",

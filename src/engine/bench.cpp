@@ -39,12 +39,15 @@ struct BatchAtDepth {
   std::vector<SequenceCache> seqs;
   Tensor logits, ids;
   int64_t depth;
+  SequenceCache prefilling;  // the mixed step's prefilling sequence
+  std::vector<int32_t> chunk_tokens;
 
-  BatchAtDepth(Qwen35Model& m, const CacheConfig& cc, int64_t b, int64_t depth_)
+  // chunk > 0: one more sequence whose prefill chunk of that many rows can join a decode step.
+  BatchAtDepth(Qwen35Model& m, const CacheConfig& cc, int64_t b, int64_t depth_, int64_t chunk)
       : model(m),
-        pool(m.config(), cc, m.context(), m.act_dtype(), b * cc.step_rows),
-        buffers(m.max_step_rows(), b, cc.table_width(), cc.block_size, pool.scratch_block(),
-                pool.scratch_slot(), m.context().device),
+        pool(m.config(), cc, m.context(), m.act_dtype(), b * cc.step_rows + chunk),
+        buffers(m.max_step_rows(), b + (chunk > 0 ? 1 : 0), cc.table_width(), cc.block_size,
+                pool.scratch_block(), pool.scratch_slot(), m.context().device),
         seqs(b),
         logits(Tensor::zeros({b * cc.step_rows, m.config().vocab_size}, DType::kF32,
                              m.context().device)),
@@ -55,10 +58,17 @@ struct BatchAtDepth {
       s.n_past = depth;
       s.n_acc = 1;  // every step folds one row, as a decode step after a decode step does
     }
+    if (chunk > 0) {
+      TANDEM_CHECK(pool.acquire(prefilling) && pool.reserve(prefilling, chunk),
+                   "bench: pool too small for the prefill chunk");
+      chunk_tokens.assign(static_cast<size_t>(chunk), 1);
+    }
     randomize(pool, 1000 + static_cast<uint64_t>(depth));  // after acquire, which zeroes states
   }
 
-  StepPlan plan(int64_t rows, int64_t start) {
+  // Decode or verify rows for every sequence; with_chunk: the prefill chunk too (the prompt's
+  // first chunk, at position 0, as a request admitted while the others decode).
+  StepPlan plan(int64_t rows, int64_t start, bool with_chunk = false) {
     static const std::vector<int32_t> tokens(64, 1);
     std::vector<PlannedSeq> p;
     for (SequenceCache& s : seqs) {
@@ -69,7 +79,32 @@ struct BatchAtDepth {
                    .decode = true,
                    .logits = LogitRows::kAll});
     }
+    if (with_chunk) {
+      const auto n = static_cast<int64_t>(chunk_tokens.size());
+      p.push_back({.cache = &prefilling,
+                   .tokens = chunk_tokens,
+                   .rows = n,
+                   .start = 0,
+                   .decode = false,
+                   .logits = LogitRows::kLast});
+    }
     return buffers.plan(p);
+  }
+
+  // Seconds per eager decode step (one row per sequence), with or without the prefill chunk.
+  double time_eager(bool with_chunk, int steps) {
+    const ExecContext& ctx = model.context();
+    const int64_t n = static_cast<int64_t>(seqs.size()) + (with_chunk ? 1 : 0);
+    auto run = [&](int64_t start) {
+      model.forward(plan(1, start, with_chunk).batch, pool.views(), logits.slice(0, 0, n));
+      kernels::argmax({logits.slice(0, 0, n), ids.slice(0, 0, n)}, ctx);
+    };
+    for (int i = 0; i < 2; ++i) run(depth);  // warm-up
+    device_synchronize(ctx.device);
+    const double t0 = now();
+    for (int i = 0; i < steps; ++i) run(depth + i);
+    device_synchronize(ctx.device);
+    return (now() - t0) / steps;
   }
 
   // Seconds per step of `rows` rows per sequence; positions advance by `advance` per step.
@@ -124,9 +159,15 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
                      .step_rows = k + 1,
                      .max_model_len = (ctx_len + opt.steps + 2 * (k + 1) + 127) / 64 * 64,
                      .with_mtp = model.has_mtp()};
-      cc.num_slots = b;
-      cc.num_blocks = b * cc.max_blocks_per_seq();
-      BatchAtDepth run(model, cc, b, ctx_len);
+      const int64_t chunk = opt.mixed_prefill_tokens;
+      TANDEM_CHECK(chunk == 0 || b + chunk <= model.max_step_rows(),
+                   "bench: batch {} plus a prefill chunk of {} exceeds the step buffer of {} "
+                   "(raise --max-step-tokens)",
+                   b, chunk, model.max_step_rows());
+      cc.max_model_len = std::max(cc.max_model_len, (chunk + 63) / 64 * 64);
+      cc.num_slots = b + (chunk > 0 ? 1 : 0);
+      cc.num_blocks = cc.num_slots * cc.max_blocks_per_seq();
+      BatchAtDepth run(model, cc, b, ctx_len, chunk);
       const auto bd = static_cast<double>(b);
       // Bytes: weights once; per sequence its KV to the depth and its GDN state read and written.
       auto bytes = [&](int64_t rows) {
@@ -166,6 +207,17 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
         verify.push_back(v);
       }
       r["verify"] = verify;
+      if (chunk > 0) {  // a prefill chunk joining the decode step (eager both: mixed steps are)
+        const double plain = run.time_eager(false, opt.steps);
+        const double mixed = run.time_eager(true, opt.steps);
+        r["mixed_step"] = {
+            {"prefill_chunk_tokens", chunk},
+            {"decode_eager_ms", plain * 1e3},
+            {"decode_with_chunk_ms", mixed * 1e3},
+            {"chunk_ms", (mixed - plain) * 1e3},
+            {"chunk_tokens_per_second", static_cast<double>(chunk) / (mixed - plain)},
+            {"over_decode", mixed / plain}};
+      }
       if (mtp && k >= 1) {
         std::vector<int32_t> draft_vocab(static_cast<size_t>(opt.draft_vocab_size));
         std::iota(draft_vocab.begin(), draft_vocab.end(), 0);

@@ -6,7 +6,8 @@
 // prefill. MTP speed at a stated acceptance per draft (synthetic weights accept nothing) is the
 // projection  B E_k / (verify_k + draft_k),  E_k = 1 + a + ... + a^k, with the best k (what
 // speculation control converges to; k = 0 is plain decoding, so it is never below plain).
-// Prefill throughput is timed separately on a prompt of its own.
+// Prefill throughput is timed separately on a prompt of its own, and a prefill chunk's cost inside
+// a decode step (mixed steps) on request.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -24,8 +25,11 @@ struct BenchOptions {
   int steps = 32;                  // timed steps per measurement
   bool graphs = true;              // CUDA graphs for decode/verify steps
   int64_t prefill_tokens = 0;      // 0: skip the prefill measurement
-  double acceptance = 0.6;         // per-draft acceptance of the MTP projection
-  int64_t draft_vocab_size = 0;    // > 0: the drafter's vocabulary is token ids 0 .. N - 1
+  // > 0: also time each batch's eager decode step with and without one request's prefill chunk of
+  // this many tokens in it (what continuous arrivals cost the running decodes).
+  int64_t mixed_prefill_tokens = 0;
+  double acceptance = 0.6;       // per-draft acceptance of the MTP projection
+  int64_t draft_vocab_size = 0;  // > 0: the drafter's vocabulary is token ids 0 .. N - 1
   double peak_bytes_per_s = 4.3e12;
   double peak_flops = 790e12;
 };

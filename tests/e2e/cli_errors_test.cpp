@@ -209,6 +209,8 @@ TEST(CliErrors, BenchOptions) {
                "--num-speculative-tokens must be in [1, 8]");
   expect_error(run_tandem(model + " --draft-vocab-size 99999"),
                "--draft-vocab-size must be in [0, ");
+  expect_error(run_tandem(model + " --mixed-prefill-tokens -1"),
+               "--mixed-prefill-tokens must be >= 0");
 }
 
 }  // namespace

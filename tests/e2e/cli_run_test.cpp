@@ -64,6 +64,31 @@ TEST(CliRun, GenerateJsonStatsAndSpecTrace) {
   std::filesystem::remove(trace);
 }
 
+// tandem bench on the CPU: the JSON's documented per-batch entries, and with
+// --mixed-prefill-tokens each batch's decode step timed with a prefill chunk in it, which costs
+// more than the step without it.
+TEST(CliRun, BenchJsonWithMixedSteps) {
+  const std::string out = (std::filesystem::temp_directory_path() / "tandem_bench.json").string();
+  auto [code, text] = run("bench " + kModel +
+                          " --context 64 --batch 1,2 --num-speculative-tokens 1 --steps 2"
+                          " --mixed-prefill-tokens 48 --json " +
+                          out);
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("mixed step, context 64, batch 2"), std::string::npos) << text;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& r : j["results"]) {
+    for (const char* key : {"decode", "decode_ms", "verify", "mixed_step"})
+      EXPECT_TRUE(r.contains(key)) << key;
+    const auto& m = r["mixed_step"];
+    EXPECT_EQ(m["prefill_chunk_tokens"], 48);
+    EXPECT_GT(m["decode_with_chunk_ms"].get<double>(), m["decode_eager_ms"].get<double>());
+    EXPECT_GT(m["chunk_tokens_per_second"].get<double>(), 0.0);
+  }
+  std::filesystem::remove(out);
+}
+
 TEST(CliRun, DivergeReportsIdentical) {
   auto [code, text] = run("diverge " + kModel +
                           " --prompt-ids 9,8,7 --max-tokens 16 --speculative mtp "
