@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "apps/cli_common.h"
@@ -33,6 +35,7 @@ struct ServeOptions : EngineFlags {
   int64_t max_queue = 1024;
   int64_t max_body_bytes = 8 << 20;
   std::string tool_call_parser, reasoning_parser;
+  std::string generation_config = "auto";
   bool enable_auto_tool_choice = false;
 };
 
@@ -44,6 +47,34 @@ sigset_t stop_signals() {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   return set;
+}
+
+// --generation-config: "auto" the model directory's generation_config.json when there is one,
+// "vllm" none (OpenAI's defaults), else a directory that must hold one (vLLM's three forms).
+server::SamplingDefaults load_sampling_defaults(const ServeOptions& o) {
+  namespace fs = std::filesystem;
+  server::SamplingDefaults d;
+  std::string from = "OpenAI's";
+  if (o.generation_config != "vllm") {
+    const bool automatic = o.generation_config == "auto";
+    const fs::path file =
+        fs::path(automatic ? o.model_dir : o.generation_config) / "generation_config.json";
+    if (fs::exists(file)) {
+      std::ifstream in(file);
+      const server::Json j = server::Json::parse(in, nullptr, /*allow_exceptions=*/false);
+      TANDEM_CHECK(!j.is_discarded(), "--generation-config: {} is not valid JSON", file.string());
+      d = server::sampling_defaults_from(j, file.string());
+      from = file.string();
+    } else {
+      TANDEM_CHECK(automatic, "--generation-config {}: there is no generation_config.json there",
+                   o.generation_config);
+    }
+  }
+  std::fprintf(stderr,
+               "serve: sampling defaults for fields a request leaves out: %s (from %s; "
+               "--generation-config vllm keeps OpenAI's)\n",
+               server::describe(d).c_str(), from.c_str());
+  return d;
 }
 
 void serve(ServeOptions& o) {
@@ -71,6 +102,7 @@ void serve(ServeOptions& o) {
   const server::ToolCallFormat tool_format =
       o.tool_call_parser.empty() ? server::ToolCallFormat::kNone
                                  : server::parse_tool_call_format(o.tool_call_parser);
+  const server::SamplingDefaults sampling_defaults = load_sampling_defaults(o);
   const server::ReasoningFormat reasoning_format =
       o.reasoning_parser.empty() ? server::ReasoningFormat::kNone
                                  : server::parse_reasoning_format(o.reasoning_parser);
@@ -98,7 +130,8 @@ void serve(ServeOptions& o) {
                            .max_num_seqs = max_seqs,
                            .eos_ids = model->config().eos_token_ids,
                            .tool_call_format = tool_format,
-                           .reasoning_format = reasoning_format};
+                           .reasoning_format = reasoning_format,
+                           .sampling_defaults = sampling_defaults};
   std::fprintf(stderr,
                "serve: model name '%s', max queue %lld, max body %lld bytes, %lld HTTP threads, "
                "API key %s\n",
@@ -154,6 +187,12 @@ void add_serve_command(CLI::App& app) {
                   "read tool calls out of chat answers to requests with tools: qwen3_coder "
                   "(Qwen3.5, Qwen3-Next) or hermes (Qwen2.5, Qwen3); they come back as "
                   "message.tool_calls with finish_reason tool_calls");
+  cmd->add_option("--generation-config", o->generation_config,
+                  "sampling defaults for fields a request leaves out: auto (the model's "
+                  "generation_config.json: temperature, top_p, top_k, min_p, repetition_penalty, "
+                  "max_new_tokens), vllm (OpenAI's), or a directory holding a "
+                  "generation_config.json (vLLM's option)")
+      ->capture_default_str();
   cmd->add_option("--reasoning-parser", o->reasoning_parser,
                   "split chat answers at <think> ... </think>: qwen3 (Qwen3, Qwen3.5, "
                   "Qwen3-Next) or deepseek_r1; the thinking comes back as "

@@ -78,6 +78,9 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
                      "invalid_request_error", prompt_param, "context_length_exceeded");
     }
     r.max_tokens = static_cast<int>(max_len - n);
+    if (const std::optional<int64_t> cap = ctx.limits.defaults.max_tokens) {  // max_new_tokens
+      r.max_tokens = static_cast<int>(std::min<int64_t>(r.max_tokens, *cap));
+    }
   }
   r.sampling = g.sampling;
   if (!g.ignore_eos) r.stop_ids = ctx.opt.eos_ids;

@@ -80,7 +80,9 @@ struct HttpServer::Impl {
             .loop = loop,
             .metrics = metrics,
             .opt = opt,
-            .limits = {.served_model = opt.served_model_name, .vocab_size = codec.vocab_size()},
+            .limits = {.served_model = opt.served_model_name,
+                       .vocab_size = codec.vocab_size(),
+                       .defaults = opt.sampling_defaults},
             .created = std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count()} {}

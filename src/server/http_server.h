@@ -11,6 +11,7 @@
 
 #include "server/engine_loop.h"
 #include "server/metrics.h"
+#include "server/protocol.h"
 #include "server/reasoning.h"
 #include "server/text_codec.h"
 #include "server/tool_calls.h"
@@ -33,6 +34,8 @@ struct ServerOptions {
   ToolCallFormat tool_call_format = ToolCallFormat::kNone;
   // Chat answers split into reasoning_content and content (reasoning.h).
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
+  // Sampling fields a request leaves out (--generation-config).
+  SamplingDefaults sampling_defaults;
 };
 
 // Threads serving connections: every open connection holds one (streams included), so enough for

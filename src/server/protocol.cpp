@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "core/error.h"
 #include "server/api_error.h"
 
 namespace tandem::server {
@@ -391,16 +392,17 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   r.max_tokens = max_tokens;
 
   SamplingParams& s = r.sampling;
+  const SamplingDefaults& dflt = limits.defaults;
   s.temperature = static_cast<float>(
-      in_range(get_number(body, "temperature"), 1.0, 0, 2, false, "temperature"));
-  s.top_p = static_cast<float>(in_range(get_number(body, "top_p"), 1.0, 0, 1, true, "top_p"));
-  if (const std::optional<int64_t> k = get_int(body, "top_k")) {
-    if (*k < -1)
-      throw bad_request("top_k", fmt::format("'top_k' must be -1, 0 (off) or >= 1, "
-                                             "got {}",
-                                             *k));
-    s.top_k = *k <= 0 ? 0 : static_cast<int>(std::min<int64_t>(*k, limits.vocab_size));
+      in_range(get_number(body, "temperature"), dflt.temperature, 0, 2, false, "temperature"));
+  s.top_p =
+      static_cast<float>(in_range(get_number(body, "top_p"), dflt.top_p, 0, 1, true, "top_p"));
+  const std::optional<int64_t> k = get_int(body, "top_k");
+  if (k && *k < -1) {
+    throw bad_request("top_k", fmt::format("'top_k' must be -1, 0 (off) or >= 1, got {}", *k));
   }
+  const int64_t top_k = k.value_or(dflt.top_k);
+  s.top_k = top_k <= 0 ? 0 : static_cast<int>(std::min<int64_t>(top_k, limits.vocab_size));
   if (const Json* seed = find(body, "seed")) {
     if (seed->is_number_unsigned()) {
       s.seed = seed->get<uint64_t>();
@@ -414,10 +416,12 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
       in_range(get_number(body, "presence_penalty"), 0, -2, 2, false, "presence_penalty"));
   s.frequency_penalty = static_cast<float>(
       in_range(get_number(body, "frequency_penalty"), 0, -2, 2, false, "frequency_penalty"));
-  s.repetition_penalty = static_cast<float>(
-      in_range(get_number(body, "repetition_penalty"), 1, 0, 2, true, "repetition_penalty"));
+  s.repetition_penalty =
+      static_cast<float>(in_range(get_number(body, "repetition_penalty"), dflt.repetition_penalty,
+                                  0, 2, true, "repetition_penalty"));
   s.logit_bias = parse_logit_bias(body, limits.vocab_size);
-  s.min_p = static_cast<float>(in_range(get_number(body, "min_p"), 0, 0, 1, false, "min_p"));
+  s.min_p =
+      static_cast<float>(in_range(get_number(body, "min_p"), dflt.min_p, 0, 1, false, "min_p"));
   if (const std::optional<int64_t> m = get_int(body, "min_tokens")) {
     if (*m < 0) {
       throw bad_request("min_tokens", fmt::format("'min_tokens' must be >= 0, got {}", *m));
@@ -462,6 +466,55 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     r.include_usage = get_bool(*so, "include_usage", false);
   }
   return r;
+}
+
+SamplingDefaults sampling_defaults_from(const Json& g, const std::string& source) {
+  SamplingDefaults d;
+  if (!g.is_object()) fail("{}: expected a JSON object", source);
+  const auto number = [&](const char* key, double lo, double hi, bool lo_open, double& out) {
+    if (!g.contains(key) || g[key].is_null()) return;
+    const Json& v = g[key];
+    TANDEM_CHECK(v.is_number(), "{}: '{}' must be a number, got {}", source, key, v.dump());
+    const double x = v.get<double>();
+    TANDEM_CHECK(std::isfinite(x) && (lo_open ? x > lo : x >= lo) && x <= hi,
+                 "{}: '{}' must be in {}{}, {}], got {}", source, key, lo_open ? "(" : "[", lo, hi,
+                 x);
+    out = x;
+  };
+  number("temperature", 0, 2, false, d.temperature);
+  number("top_p", 0, 1, true, d.top_p);
+  number("min_p", 0, 1, false, d.min_p);
+  number("repetition_penalty", 0, 2, true, d.repetition_penalty);
+  for (const char* key : {"top_k", "max_new_tokens"}) {
+    if (!g.contains(key) || g[key].is_null()) continue;
+    const Json& v = g[key];
+    TANDEM_CHECK(v.is_number_integer(), "{}: '{}' must be an integer, got {}", source, key,
+                 v.dump());
+    const int64_t x = v.get<int64_t>();
+    if (std::string(key) == "top_k") {
+      TANDEM_CHECK(x >= -1, "{}: 'top_k' must be -1, 0 (off) or >= 1, got {}", source, x);
+      d.top_k = std::max<int64_t>(x, 0);
+    } else {
+      TANDEM_CHECK(x >= 1, "{}: 'max_new_tokens' must be >= 1, got {}", source, x);
+      d.max_tokens = x;
+    }
+  }
+  return d;
+}
+
+std::string describe(const SamplingDefaults& d) {
+  std::string out;
+  const auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  const SamplingDefaults openai;
+  if (d.temperature != openai.temperature) add(fmt::format("temperature {}", d.temperature));
+  if (d.top_k != openai.top_k) add(fmt::format("top_k {}", d.top_k));
+  if (d.top_p != openai.top_p) add(fmt::format("top_p {}", d.top_p));
+  if (d.min_p != openai.min_p) add(fmt::format("min_p {}", d.min_p));
+  if (d.repetition_penalty != openai.repetition_penalty) {
+    add(fmt::format("repetition_penalty {}", d.repetition_penalty));
+  }
+  if (d.max_tokens) add(fmt::format("max_tokens {}", *d.max_tokens));
+  return out.empty() ? "none" : out;
 }
 
 TokenizeRequest parse_tokenize_request(const Json& body) {

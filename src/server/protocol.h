@@ -63,11 +63,28 @@ struct TokenizeRequest {
 // or a top level that is not an object.
 Json parse_body(std::string_view body);
 
+// The values of sampling fields a request leaves out: OpenAI's, or those the model's
+// generation_config.json recommends (vLLM's `--generation-config auto`, its default).
+struct SamplingDefaults {
+  double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
+  int64_t top_k = 0;  // 0: off
+  std::optional<int64_t>
+      max_tokens;  // max_new_tokens: a cap on the default (the rest of the context)
+};
+
+// The defaults a generation_config.json gives (the keys vLLM reads: temperature, top_p, top_k,
+// min_p, repetition_penalty, max_new_tokens; the others are ignored). A value of the wrong type or
+// range: Error naming `source` and the key.
+SamplingDefaults sampling_defaults_from(const Json& generation_config, const std::string& source);
+// "temperature 0.6, top_k 20, top_p 0.95" (the fields that differ from OpenAI's), or "none".
+std::string describe(const SamplingDefaults& d);
+
 // What the validation needs to know of the server: the only accepted `model` (absent means it
-// too, as in vLLM) and the vocabulary size token ids must stay below.
+// too, as in vLLM), the vocabulary size token ids must stay below, and the sampling defaults.
 struct ProtocolLimits {
   std::string served_model;
   int32_t vocab_size = 0;
+  SamplingDefaults defaults;
 };
 
 GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "core/error.h"
 #include "server/api_error.h"
 
 namespace tandem::server {
@@ -314,6 +315,55 @@ TEST(Protocol, ToolTurnsAndToolChoice) {
       EXPECT_EQ(e.param.rfind("messages[0].tool_calls", 0), 0u) << bad;
     }
   }
+}
+
+// The model's generation_config.json as the defaults of fields a request leaves out (vLLM's
+// --generation-config auto): the keys vLLM reads, range-checked with the file named; a request's
+// own values win.
+TEST(Protocol, GenerationConfigDefaults) {
+  const SamplingDefaults d = sampling_defaults_from(
+      Json::parse(R"({"temperature": 0.6, "top_k": 20, "top_p": 0.95, "min_p": 0.05,
+                      "repetition_penalty": 1.05, "max_new_tokens": 512, "do_sample": true,
+                      "eos_token_id": [1, 2]})"),
+      "g.json");
+  EXPECT_DOUBLE_EQ(d.temperature, 0.6);
+  EXPECT_EQ(d.top_k, 20);
+  EXPECT_DOUBLE_EQ(d.top_p, 0.95);
+  EXPECT_DOUBLE_EQ(d.min_p, 0.05);
+  EXPECT_DOUBLE_EQ(d.repetition_penalty, 1.05);
+  EXPECT_EQ(d.max_tokens, 512);
+  EXPECT_EQ(describe(d),
+            "temperature 0.6, top_k 20, top_p 0.95, min_p 0.05, repetition_penalty 1.05, "
+            "max_tokens 512");
+  EXPECT_EQ(describe(sampling_defaults_from(Json::parse(R"({"do_sample": false})"), "g")), "none");
+  for (const char* bad :
+       {R"({"temperature": 3})", R"({"top_p": 0})", R"({"top_k": 2.5})", R"({"top_k": -2})",
+        R"({"max_new_tokens": 0})", R"({"min_p": "x"})", R"([1])"}) {
+    try {
+      sampling_defaults_from(Json::parse(bad), "dir/generation_config.json");
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dir/generation_config.json"), std::string::npos)
+          << e.what();
+    }
+  }
+  const ProtocolLimits limits{.served_model = "tiny", .vocab_size = 100, .defaults = d};
+  const auto with = [&](const std::string& fields) {
+    return parse_generation_request(parse_body(R"({"prompt": "hi")" + fields + "}"),
+                                    Endpoint::kCompletion, limits);
+  };
+  const GenerationRequest r = with("");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.6f);
+  EXPECT_EQ(r.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.95f);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.05f);
+  const GenerationRequest own =
+      with(R"(, "temperature": 0, "top_k": -1, "top_p": 1, "min_p": 0, "repetition_penalty": 1)");
+  EXPECT_TRUE(own.sampling.greedy());
+  EXPECT_EQ(own.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(own.sampling.top_p, 1.f);
+  EXPECT_FLOAT_EQ(own.sampling.repetition_penalty, 1.f);
 }
 
 TEST(Protocol, TokenizeAndDetokenize) {
