@@ -73,21 +73,24 @@ Json typed_value(const std::string& value, const std::string& type_name) {
       type == "enum") {
     return value;
   }
+  // Numbers and booleans read as Python's int(), float() and comparisons do: blank space around
+  // them does not matter.
+  const std::string bare(trim(value));
   if (starts_with_any(type, {"int", "uint", "long", "short", "unsigned"})) {
     int64_t v = 0;
-    const char* end = value.data() + value.size();
-    const auto [p, ec] = std::from_chars(value.data(), end, v);
-    return ec == std::errc() && p == end ? Json(v) : Json(value);
+    const char* end = bare.data() + bare.size();
+    const auto [p, ec] = std::from_chars(bare.data(), end, v);
+    return ec == std::errc() && p == end && !bare.empty() ? Json(v) : Json(value);
   }
   if (starts_with_any(type, {"num", "float", "double"})) {
     char* end = nullptr;
-    const double v = std::strtod(value.c_str(), &end);
-    if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(v)) return value;
+    const double v = std::strtod(bare.c_str(), &end);
+    if (bare.empty() || end != bare.c_str() + bare.size() || !std::isfinite(v)) return value;
     if (v == std::trunc(v) && std::fabs(v) < 9.0e15) return Json(static_cast<int64_t>(v));
     return v;
   }
   if (type == "boolean" || type == "bool" || type == "binary") {
-    const std::string l = lower(value);
+    const std::string l = lower(bare);
     if (l == "true" || l == "false") return l == "true";
     return value;
   }

@@ -44,12 +44,20 @@ TEST(ToolCalls, Qwen3CoderTypesParametersByTheToolSchema) {
   const ParsedToolCalls odd = parse_tool_calls(
       "<tool_call><function=get_weather><parameter=days>three</parameter><parameter=temp>3.0"
       "</parameter><parameter=metric>maybe</parameter><parameter=city>null</parameter>"
+      "<parameter=tags> [1] </parameter>"
       "<parameter=where>{not json</parameter></function></tool_call>",
       ToolCallFormat::kQwen3Coder, kTools);
   ASSERT_EQ(odd.calls.size(), 1u);
   EXPECT_FALSE(odd.content.has_value());
   EXPECT_EQ(args_of(odd.calls[0]), Json::parse(R"({"days": "three", "temp": 3, "metric": "maybe",
-      "city": null, "where": "{not json"})"));
+      "city": null, "tags": [1], "where": "{not json"})"));
+  // Blank space around numbers and booleans does not matter (Python's int() and float()).
+  const ParsedToolCalls spaced = parse_tool_calls(
+      "<tool_call><function=get_weather><parameter=days> 4 </parameter><parameter=temp>\t2.5 "
+      "</parameter><parameter=metric> false</parameter></function></tool_call>",
+      ToolCallFormat::kQwen3Coder, kTools);
+  ASSERT_EQ(spaced.calls.size(), 1u);
+  EXPECT_EQ(args_of(spaced.calls[0]), Json::parse(R"({"days": 4, "temp": 2.5, "metric": false})"));
 }
 
 TEST(ToolCalls, Qwen3CoderSeveralCallsAndCutOffOnes) {
