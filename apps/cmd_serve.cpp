@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <thread>
 
 #include "apps/cli_common.h"
@@ -36,6 +38,7 @@ struct ServeOptions : EngineFlags {
   int64_t max_body_bytes = 8 << 20;
   std::string tool_call_parser, reasoning_parser;
   std::string generation_config = "auto";
+  std::string chat_template;
   bool enable_auto_tool_choice = false;
 };
 
@@ -47,6 +50,21 @@ sigset_t stop_signals() {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   return set;
+}
+
+// --chat-template: a file, or the template itself (vLLM's two forms); none: the checkpoint's.
+std::optional<std::string> load_chat_template(const std::string& arg) {
+  if (arg.empty()) return std::nullopt;
+  if (std::filesystem::is_regular_file(arg)) {
+    std::ifstream in(arg, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::fprintf(stderr, "serve: chat template from %s\n", arg.c_str());
+    return text;
+  }
+  TANDEM_CHECK(arg.find("{{") != std::string::npos || arg.find("{%") != std::string::npos,
+               "--chat-template {}: no such file (and not a template: no {{{{ or {{%)", arg);
+  std::fprintf(stderr, "serve: chat template from the command line\n");
+  return arg;
 }
 
 // --generation-config: "auto" the model directory's generation_config.json when there is one,
@@ -109,7 +127,7 @@ void serve(ServeOptions& o) {
   TANDEM_CHECK(!o.enable_auto_tool_choice || !o.tool_call_parser.empty(),
                "--enable-auto-tool-choice needs --tool-call-parser (qwen3_coder or hermes)");
 
-  TokenizerCodec codec(tok::Tokenizer::from_dir(o.model_dir));
+  TokenizerCodec codec(tok::Tokenizer::from_dir(o.model_dir), load_chat_template(o.chat_template));
   auto model = open_model(o, true);
   const int k = o.speculative == "none" ? 0 : o.num_speculative_tokens;
   set_cuda_programmatic_launch(!o.no_pdl);  // before the graphs are captured
@@ -187,6 +205,9 @@ void add_serve_command(CLI::App& app) {
                   "read tool calls out of chat answers to requests with tools: qwen3_coder "
                   "(Qwen3.5, Qwen3-Next) or hermes (Qwen2.5, Qwen3); they come back as "
                   "message.tool_calls with finish_reason tool_calls");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "the chat template to render messages with instead of the checkpoint's: a file "
+                  "or the template itself (vLLM's option)");
   cmd->add_option("--generation-config", o->generation_config,
                   "sampling defaults for fields a request leaves out: auto (the model's "
                   "generation_config.json: temperature, top_p, top_k, min_p, repetition_penalty, "

@@ -5,10 +5,10 @@
 
 namespace tandem::app {
 
-TokenizerCodec::TokenizerCodec(tok::Tokenizer tokenizer) : tokenizer_(std::move(tokenizer)) {
-  if (tokenizer_.chat_template()) {
-    template_ = std::make_unique<tok::ChatTemplate>(*tokenizer_.chat_template(), &tokenizer_);
-  }
+TokenizerCodec::TokenizerCodec(tok::Tokenizer tokenizer, std::optional<std::string> chat_template)
+    : tokenizer_(std::move(tokenizer)) {
+  if (!chat_template) chat_template = tokenizer_.chat_template();
+  if (chat_template) template_ = std::make_unique<tok::ChatTemplate>(*chat_template, &tokenizer_);
 }
 
 std::vector<int32_t> TokenizerCodec::encode(std::string_view text) const {

@@ -14,9 +14,10 @@ namespace tandem::app {
 
 class TokenizerCodec final : public server::TextCodec {
  public:
-  // Parses the checkpoint's chat template now (if it has one), so that a construct the
-  // interpreter does not support is reported at start-up.
-  explicit TokenizerCodec(tok::Tokenizer tokenizer);
+  // Parses the chat template now (`chat_template` when given, else the checkpoint's, if it has
+  // one), so that a construct the interpreter does not support is reported at start-up.
+  explicit TokenizerCodec(tok::Tokenizer tokenizer,
+                          std::optional<std::string> chat_template = std::nullopt);
 
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int32_t> ids, bool skip_special) const override;

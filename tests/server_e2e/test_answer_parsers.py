@@ -34,9 +34,9 @@ def plain_client(pool):
 
 
 def ask(client, **kw):
+    kw.setdefault("max_tokens", 16)
     return client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": CHAT[0]}], temperature=0,
-        max_tokens=16, **kw)
+        model=MODEL, messages=[{"role": "user", "content": CHAT[0]}], temperature=0, **kw)
 
 
 def test_text_answers_are_unchanged_with_a_parser(tool_client, plain_client):
@@ -77,10 +77,37 @@ def test_a_tool_conversation_as_the_client_sends_it(tool_client, binary):
     assert e.value.param == "messages[0].tool_calls[0]"
 
 
+# The shipped template with a generation prompt that opens a think block (as Qwen3.5's does).
+THINK_TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}")
+
+
+def test_reasoning_through_a_template_that_opens_a_think_block(pool, tmp_path):
+    path = tmp_path / "think.jinja"
+    path.write_text(THINK_TEMPLATE)
+    args = ["--max-model-len", "1024", "--chat-template", str(path)]
+    plain_s, think_s = pool.start(args), pool.start(args + ["--reasoning-parser", "qwen3"])
+    with openai.OpenAI(base_url=plain_s.url + "/v1", api_key="x", max_retries=0) as plain, \
+            openai.OpenAI(base_url=think_s.url + "/v1", api_key="x", max_retries=0) as think:
+        text = ask(plain, max_tokens=24).choices[0].message.content  # no parser: all content
+        reasoning, closed, content = text.partition("</think>")
+        got = ask(think, max_tokens=24).choices[0].message
+        assert got.model_extra["reasoning_content"] == reasoning
+        assert (got.content or "") == (content if closed else "")
+        chunks = list(ask(think, max_tokens=24, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas) == \
+            reasoning
+        assert "".join(d.content or "" for d in deltas) == (content if closed else "")
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--tool-call-parser", "nope"], b"unknown tool-call parser 'nope'"),
     (["--enable-auto-tool-choice"], b"--enable-auto-tool-choice needs --tool-call-parser"),
     (["--reasoning-parser", "r2"], b"unknown reasoning parser 'r2'"),
+    (["--chat-template", "/no/such.jinja"], b"--chat-template /no/such.jinja: no such file"),
 ])
 def test_bad_parser_flags_fail_clearly(binary, args, needle):
     p = subprocess.run([binary, "serve", "--model", MODEL, "--port", "0", *args],
