@@ -134,6 +134,13 @@ void serve(ServeOptions& o) {
   std::unique_ptr<Drafter> drafter = make_drafter(o, *model);
   const int64_t max_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : 8;
   BatchEngineOptions eo = engine_options(o, k, max_seqs);
+  {  // every token id's text, for JSON mode (ids past the tokenizer's vocabulary have none)
+    auto bytes = std::make_shared<std::vector<std::string>>();
+    for (int32_t t = 0; t < model->config().vocab_size; ++t) {
+      bytes->push_back(t < codec.vocab_size() ? codec.token_bytes(t, /*skip_special=*/true) : "");
+    }
+    eo.token_bytes = std::move(bytes);
+  }
   eo.keep_finished = false;  // a final output carries the statistics; nothing piles up
   BatchEngine engine(*model, std::move(drafter), eo);
   std::fprintf(stderr, "%s\n", engine.describe().c_str());

@@ -208,6 +208,11 @@ RequestId BatchEngine::add(Request req) {
   if (req.sampling.adjusts_logits()) {
     s->penalties = PenaltyState(req.sampling, req.prompt, req.stop_ids);
   }
+  if (req.json_object) {
+    TANDEM_CHECK(opt_.token_bytes != nullptr,
+                 "JSON mode needs the tokenizer's token texts (BatchEngineOptions::token_bytes)");
+    s->json.emplace(opt_.token_bytes, req.stop_ids);
+  }
   s->id = next_id_++;
   s->order = next_order_++;
   s->req = std::move(req);
@@ -248,6 +253,7 @@ bool BatchEngine::emit(Sequence& s, std::span<const int32_t> tokens, RequestOutp
       s.generated.push_back(tok);
       o.new_tokens.push_back(tok);
       if (s.req.sampling.adjusts_logits()) s.penalties.add(tok);
+      if (s.json) s.json->add(tok);
       ++counters_.generation_tokens;
       const auto& stop = s.req.stop_ids;
       if (std::find(stop.begin(), stop.end(), tok) != stop.end()) {
@@ -278,15 +284,17 @@ int32_t BatchEngine::choose_on_host(const Sequence& s, const float* row,
   const int64_t vocab = model_.config().vocab_size;
   const SamplingParams& p = s.req.sampling;
   const float* chosen_from = row;
-  if (p.adjusts_logits()) {
+  const bool adjusted = p.adjusts_logits() || s.json.has_value();
+  if (adjusted) {
     scratch_.assign(row, row + vocab);
-    s.penalties.apply(scratch_.data(), vocab, pending);
+    if (p.adjusts_logits()) s.penalties.apply(scratch_.data(), vocab, pending);
+    if (s.json) s.json->apply(scratch_.data(), vocab, pending);
     chosen_from = scratch_.data();
   }
   const int32_t tok =
       !p.greedy() ? draw(target_distribution(chosen_from, vocab, p), uniform_at(p.seed, position))
-      : p.adjusts_logits() ? kernels::ref::argmax_row(chosen_from, vocab)
-                           : device_argmax;  // the unpenalised row's argmax, computed on the device
+      : adjusted  ? kernels::ref::argmax_row(chosen_from, vocab)
+                  : device_argmax;  // the unadjusted row's argmax, computed on the device
   if (s.req.logprobs >= 0) lps.push_back(token_logprobs(row, vocab, tok, s.req.logprobs));
   return tok;
 }

@@ -48,6 +48,8 @@ struct BatchEngineOptions {
   // batches keep their whole context (a queue's 64 rows fit the budget up to 4 sequences).
   int64_t catch_up_rows = 256;
   int64_t catch_up_min_rows = 4;
+  // Each token id's text (special tokens empty), for requests in JSON mode; null: none allowed.
+  std::shared_ptr<const std::vector<std::string>> token_bytes;
 };
 
 // Engine-wide counters (what a metrics endpoint reads).

@@ -21,6 +21,9 @@ struct Request {
   // penalties, temperature and top-k/p, as vLLM reports them): -1 off, else also this many of
   // the most likely tokens per position (0..20).
   int logprobs = -1;
+  // JSON mode (response_format json_object): the output is one JSON object, then a stop id
+  // (spec/json_constraint.h); needs BatchEngineOptions::token_bytes.
+  bool json_object = false;
 };
 
 struct GenerationStats {

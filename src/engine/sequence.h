@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "cache/sequence_cache.h"
 #include "cache/state_pool.h"
 #include "engine/request.h"
+#include "spec/json_constraint.h"
 #include "spec/penalties.h"
 
 namespace tandem {
@@ -33,13 +35,15 @@ struct Sequence {
   bool drafting = false;  // the drafter follows it (from admission to the end)
   GenerationStats stats;
   PenaltyState penalties;  // when req.sampling.adjusts_logits(): the output's token counts
+  std::optional<JsonConstraint> json;  // when req.json_object: the grammar's state
   double admitted_at = 0, first_token_at = 0;
   std::string finish_reason;
 
   int64_t prompt_len() const { return static_cast<int64_t>(req.prompt.size()); }
   // Greedy choices without penalties or logprobs need only the device's argmax ids.
   bool needs_host_logits() const {
-    return !req.sampling.greedy() || req.sampling.adjusts_logits() || req.logprobs >= 0;
+    return !req.sampling.greedy() || req.sampling.adjusts_logits() || req.logprobs >= 0 ||
+           req.json_object;
   }
 };
 

@@ -90,6 +90,7 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
     }
   }
   r.logprobs = g.logprobs;
+  r.json_object = g.json_object;
   return r;
 }
 

@@ -454,11 +454,13 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   if (const Json* rf = find(body, "response_format")) {
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
     const Json* type = find(*rf, "type");
-    if (!type || !type->is_string() || type->get<std::string>() != "text") {
+    const std::string t = type && type->is_string() ? type->get<std::string>() : "";
+    if (t != "text" && t != "json_object") {
       throw bad_request("response_format",
-                        "only 'response_format' {\"type\": \"text\"} is supported (structured "
-                        "output is not implemented)");
+                        "'response_format' must be {\"type\": \"text\"} or {\"type\": "
+                        "\"json_object\"} (json_schema is not implemented)");
     }
+    r.json_object = t == "json_object";
   }
   r.stream = get_bool(body, "stream", false);
   if (const Json* so = find(body, "stream_options")) {

@@ -50,6 +50,7 @@ struct GenerationRequest {
   // text is never read as tool calls).
   Json tools;
   bool tool_choice_none = false;
+  bool json_object = false;  // response_format {"type": "json_object"}
 };
 
 struct TokenizeRequest {

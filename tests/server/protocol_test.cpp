@@ -132,7 +132,8 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
        "repetition_penalty"},
       {"repetition_penalty 2.1", P, "{" + p + R"(, "repetition_penalty": 2.1})", 400,
        "repetition_penalty"},
-      {"response_format json", C, "{" + m + R"(, "response_format": {"type": "json_object"}})", 400,
+      {"response_format json_schema", C,
+       "{" + m + R"(, "response_format": {"type": "json_schema", "json_schema": {}}})", 400,
        "response_format"},
       {"response_format string", C, "{" + m + R"(, "response_format": "text"})", 400,
        "response_format"},
@@ -233,6 +234,8 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
             (std::vector<std::pair<int32_t, float>>{{5, -100.f}, {7, 2.5f}}));
   EXPECT_TRUE(r.sampling.adjusts_logits());
   EXPECT_FLOAT_EQ(r.sampling.min_p, 0.25f);
+  EXPECT_FALSE(r.json_object);
+  EXPECT_TRUE(chat(R"(, "response_format": {"type": "json_object"})").json_object);
   EXPECT_EQ(r.sampling.min_tokens, 7);
   EXPECT_EQ(completion(R"(, "min_tokens": 0)").sampling.min_tokens, 0);
   EXPECT_FALSE(completion(R"(, "min_tokens": 0)").sampling.adjusts_logits());

@@ -3,6 +3,7 @@ and not, usage, stop strings, seeds, logprobs, penalties, tools, and every error
 client's own exception type with the contract's param and code. Exactness against `tandem
 generate` over many prompts is test_equivalence.py's; here one or two prompts per feature."""
 
+import json
 import time
 
 import openai
@@ -367,11 +368,30 @@ def test_completion_logprobs_above_five_names_logprobs(client):
     assert e.value.param == "logprobs"
 
 
-def test_response_format_other_than_text_names_it(client):
+def test_json_schema_response_format_is_refused_naming_it(client):
     with pytest.raises(openai.BadRequestError) as e:
-        chat(client, CHAT[1], response_format={"type": "json_object"})
+        chat(client, CHAT[1], response_format={"type": "json_schema",
+                                               "json_schema": {"name": "x", "schema": {}}})
     assert e.value.param == "response_format"
     assert chat(client, CHAT[1], response_format={"type": "text"}, max_tokens=2).choices
+
+
+def test_json_mode_answers_are_json_and_the_same_under_mtp(client, mtp_client):
+    # JSON mode: the text is a JSON prefix, a whole object when the model stopped; streamed the
+    # same; with MTP the same text (greedy, and seeded sampling).
+    for kw in (dict(), dict(temperature=0.9, seed=4)):
+        r = chat(client, "Describe the ls command as JSON.", max_tokens=48,
+                 response_format={"type": "json_object"}, **kw)
+        text = r.choices[0].message.content
+        assert text.lstrip().startswith("{"), text
+        if r.choices[0].finish_reason == "stop":
+            assert isinstance(json.loads(text), dict), text
+        spec = chat(mtp_client, "Describe the ls command as JSON.", max_tokens=48,
+                    response_format={"type": "json_object"}, **kw)
+        assert spec.choices[0].message.content == text
+        chunks = list(chat(client, "Describe the ls command as JSON.", max_tokens=48,
+                           response_format={"type": "json_object"}, stream=True, **kw))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
 
 
 def test_prompt_plus_max_tokens_beyond_the_context_names_both_numbers(client):

@@ -1,0 +1,277 @@
+// JSON mode: the byte automaton and the row mask (json_constraint.h).
+#include "spec/json_constraint.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace tandem {
+
+namespace {
+
+bool blank(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool digit(unsigned char c) { return c >= '0' && c <= '9'; }
+bool hex(unsigned char c) { return digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+constexpr const char* kLiterals[] = {"true", "false", "null"};
+
+}  // namespace
+
+bool JsonAutomaton::feed(unsigned char c) {
+  JsonAutomaton next = *this;
+  if (!next.step(c)) return false;
+  *this = next;
+  return true;
+}
+
+bool JsonAutomaton::in_object() const {
+  const int d = depth_ - 1;
+  return (stack_[d / 64] >> (d % 64)) & 1u;
+}
+
+void JsonAutomaton::close_value() { mode_ = depth_ == 0 ? Mode::kDone : Mode::kAfter; }
+
+bool JsonAutomaton::number_end(unsigned char c) {
+  close_value();
+  return step(c);  // the byte after the number, in the container's (or the root's) state
+}
+
+bool JsonAutomaton::step(unsigned char c) {
+  // Blank space: none before the root value, and runs of at most kMaxBlankRun outside strings
+  // (room for indentation; a model cannot idle in blank space forever).
+  const bool in_string =
+      mode_ == Mode::kString || mode_ == Mode::kEscape || mode_ == Mode::kUnicode;
+  if (!in_string) {
+    if (blank(c)) {
+      if ((mode_ == Mode::kValue && depth_ == 0) || blank_run_ >= kMaxBlankRun) return false;
+      ++blank_run_;
+    } else {
+      blank_run_ = 0;
+    }
+  }
+  // A value begins here (modes kValue and kFirstItem).
+  const auto begin_value = [&]() -> bool {
+    if (depth_ == 0 && object_root_ && c != '{') return false;
+    switch (c) {
+      case '{':
+      case '[': {
+        if (depth_ >= kMaxDepth) return false;
+        const uint64_t bit = uint64_t{1} << (depth_ % 64);
+        uint64_t& word = stack_[depth_ / 64];
+        word = c == '{' ? (word | bit) : (word & ~bit);
+        ++depth_;
+        mode_ = c == '{' ? Mode::kFirstKey : Mode::kFirstItem;
+        return true;
+      }
+      case '"':
+        mode_ = Mode::kString;
+        key_ = false;
+        return true;
+      case '-':
+        mode_ = Mode::kMinus;
+        return true;
+      case '0':
+        mode_ = Mode::kZero;
+        return true;
+      case 't':
+      case 'f':
+      case 'n':
+        mode_ = Mode::kLiteral;
+        lit_ = c == 't' ? 0 : c == 'f' ? 1 : 2;
+        pos_ = 1;
+        return true;
+      default:
+        if (c >= '1' && c <= '9') {
+          mode_ = Mode::kInt;
+          return true;
+        }
+        return false;
+    }
+  };
+  const auto close_container = [&](bool object) -> bool {
+    if (depth_ == 0 || in_object() != object) return false;
+    --depth_;
+    close_value();
+    return true;
+  };
+  switch (mode_) {
+    case Mode::kValue:
+      return blank(c) || begin_value();
+    case Mode::kFirstKey:
+      if (blank(c)) return true;
+      if (c == '}') return close_container(true);
+      [[fallthrough]];
+    case Mode::kKey:
+      if (blank(c)) return true;
+      if (c != '"') return false;
+      mode_ = Mode::kString;
+      key_ = true;
+      return true;
+    case Mode::kColon:
+      if (blank(c)) return true;
+      if (c != ':') return false;
+      mode_ = Mode::kValue;
+      return true;
+    case Mode::kAfter:
+      if (blank(c)) return true;
+      if (c == ',') {
+        mode_ = in_object() ? Mode::kKey : Mode::kValue;
+        return true;
+      }
+      if (c == '}' || c == ']') return close_container(c == '}');
+      return false;
+    case Mode::kFirstItem:
+      if (blank(c)) return true;
+      if (c == ']') return close_container(false);
+      return begin_value();
+    case Mode::kString:
+      if (utf8_left_ > 0) {  // a continuation byte of a multi-byte character
+        if (c < utf8_lo_ || c > utf8_hi_) return false;
+        --utf8_left_;
+        utf8_lo_ = 0x80;
+        utf8_hi_ = 0xBF;
+        return true;
+      }
+      if (c >= 0x80) {  // a lead byte: how many follow, and the range of the first (RFC 3629)
+        utf8_lo_ = 0x80;
+        utf8_hi_ = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+          utf8_left_ = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+          utf8_left_ = 2;
+          if (c == 0xE0) utf8_lo_ = 0xA0;  // no overlong forms
+          if (c == 0xED) utf8_hi_ = 0x9F;  // no surrogates
+        } else if (c >= 0xF0 && c <= 0xF4) {
+          utf8_left_ = 3;
+          if (c == 0xF0) utf8_lo_ = 0x90;
+          if (c == 0xF4) utf8_hi_ = 0x8F;  // nothing above U+10FFFF
+        } else {
+          return false;
+        }
+        return true;
+      }
+      if (c == '"') {
+        if (key_) {
+          mode_ = Mode::kColon;
+        } else {
+          close_value();
+        }
+        return true;
+      }
+      if (c == '\\') {
+        mode_ = Mode::kEscape;
+        return true;
+      }
+      return c >= 0x20;
+    case Mode::kEscape:
+      if (c == 'u') {
+        mode_ = Mode::kUnicode;
+        hex_ = 0;
+        return true;
+      }
+      if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+          c == 't') {
+        mode_ = Mode::kString;
+        return true;
+      }
+      return false;
+    case Mode::kUnicode:
+      if (!hex(c)) return false;
+      if (++hex_ == 4) mode_ = Mode::kString;
+      return true;
+    case Mode::kMinus:
+      if (c == '0') {
+        mode_ = Mode::kZero;
+        return true;
+      }
+      if (digit(c)) {
+        mode_ = Mode::kInt;
+        return true;
+      }
+      return false;
+    case Mode::kZero:
+    case Mode::kInt:
+    case Mode::kFrac:
+      if (digit(c) && mode_ != Mode::kZero) return true;
+      if (c == '.' && mode_ != Mode::kFrac) {
+        mode_ = Mode::kDot;
+        return true;
+      }
+      if (c == 'e' || c == 'E') {
+        mode_ = Mode::kExp;
+        return true;
+      }
+      if (digit(c)) return false;  // no digit after a leading 0
+      return number_end(c);
+    case Mode::kDot:
+      if (!digit(c)) return false;
+      mode_ = Mode::kFrac;
+      return true;
+    case Mode::kExp:
+      if (c == '+' || c == '-') {
+        mode_ = Mode::kExpSign;
+        return true;
+      }
+      [[fallthrough]];
+    case Mode::kExpSign:
+      if (!digit(c)) return false;
+      mode_ = Mode::kExpDigits;
+      return true;
+    case Mode::kExpDigits:
+      return digit(c) || number_end(c);
+    case Mode::kLiteral: {
+      const char* lit = kLiterals[lit_];
+      if (static_cast<char>(c) != lit[pos_]) return false;
+      if (lit[++pos_] == '\0') close_value();
+      return true;
+    }
+    case Mode::kDone:
+      return blank(c);
+  }
+  return false;
+}
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const std::vector<std::string>> token_bytes,
+                               std::vector<int32_t> stop_ids)
+    : bytes_(std::move(token_bytes)), stop_ids_(std::move(stop_ids)) {}
+
+bool JsonConstraint::take(JsonAutomaton& a, int32_t token) const {
+  if (token < 0 || static_cast<size_t>(token) >= bytes_->size()) return false;
+  const std::string& text = (*bytes_)[static_cast<size_t>(token)];
+  if (text.empty()) return false;  // a special token is no JSON text
+  JsonAutomaton b = a;
+  for (char c : text) {
+    if (!b.feed(static_cast<unsigned char>(c))) return false;
+  }
+  a = b;
+  return true;
+}
+
+void JsonConstraint::apply(float* row, int64_t vocab, std::span<const int32_t> pending) const {
+  const auto stop = [&](int32_t t) {
+    return std::find(stop_ids_.begin(), stop_ids_.end(), t) != stop_ids_.end();
+  };
+  JsonAutomaton a = state_;
+  for (int32_t t : pending) {
+    if (stop(t) || !take(a, t)) return;  // this row is never used: its draft was refused
+  }
+  const bool done = a.complete();
+  for (int64_t v = 0; v < vocab; ++v) {
+    const auto t = static_cast<int32_t>(v);
+    bool ok;
+    if (stop(t)) {
+      ok = done;
+    } else if (done && !stop_ids_.empty()) {
+      ok = false;  // the object is complete: a stop token ends the output
+    } else {
+      JsonAutomaton b = a;
+      ok = take(b, t);
+    }
+    if (!ok) row[v] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+void JsonConstraint::add(int32_t token) {
+  if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) return;
+  take(state_, token);
+}
+
+}  // namespace tandem

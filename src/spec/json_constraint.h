@@ -1,0 +1,94 @@
+// JSON mode (OpenAI's response_format {"type": "json_object"}): the generated text must be one
+// JSON object (RFC 8259), then a stop token. On the host, each row's tokens that cannot continue a
+// JSON text from the state reached so far get a -inf logit, as the penalties adjust rows
+// (penalties.h): a verify row j reads the state after the committed output and drafts 1..j, so
+// with drafts accepted it masks exactly what plain decoding's row would, and output stays
+// identical under speculation. Drafts themselves are not constrained (a draft the grammar refuses
+// is rejected by its verify row).
+// The grammar runs over bytes: a pushdown automaton of a few words (nesting up to kMaxDepth
+// objects and arrays), copied per candidate token. Strings take well-formed UTF-8 only (a
+// character may be split across tokens: the automaton carries its missing bytes), no control
+// characters, and checked escapes and \uXXXX. Blank space (which the grammar allows anywhere
+// between tokens, and where a small model can idle until max_tokens) is refused before the root
+// object and beyond kMaxBlankRun bytes in a row. Cost: every vocabulary token's bytes per row (~4
+// bytes per token: 8K tokens ~30K steps, 248K ~1M steps, a few ms); a trie over the vocabulary
+// would share prefixes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+class JsonAutomaton {
+ public:
+  static constexpr int kMaxDepth = 128;
+  static constexpr int kMaxBlankRun = 64;
+  // object_root: the text must be an object (JSON mode); else any JSON value.
+  explicit JsonAutomaton(bool object_root = true) : object_root_(object_root) {}
+  // Takes one byte; false (and the state unchanged) when it cannot continue a JSON text.
+  bool feed(unsigned char c);
+  // Whether a whole value has been read (only blank space may follow).
+  bool complete() const { return mode_ == Mode::kDone; }
+
+ private:
+  enum class Mode : uint8_t {
+    kValue,      // a value is expected (blank space first)
+    kFirstKey,   // after '{': a key or '}'
+    kKey,        // after ',' in an object: a key
+    kColon,      // after a key
+    kAfter,      // after a value in a container: ',' or its closing bracket
+    kFirstItem,  // after '[': a value or ']'
+    kString,     // inside a string (key_ says which)
+    kEscape,     // after '\'
+    kUnicode,    // in \uXXXX (hex_ digits read)
+    kMinus,      // number: after '-'
+    kZero,       // number: a leading 0
+    kInt,        // number: integer digits
+    kDot,        // number: after '.'
+    kFrac,       // number: fraction digits
+    kExp,        // number: after 'e'
+    kExpSign,    // number: after the exponent's sign
+    kExpDigits,  // number: exponent digits
+    kLiteral,    // true / false / null (lit_ and pos_)
+    kDone,       // the root value is complete
+  };
+  bool step(unsigned char c);
+  void open(bool object);
+  void close_value();  // a value ended: back to the container, or done
+  bool in_object() const;
+  bool number_end(unsigned char c);  // a byte after a complete number
+
+  Mode mode_ = Mode::kValue;
+  bool object_root_ = true;
+  bool key_ = false;
+  uint8_t hex_ = 0, lit_ = 0, pos_ = 0;
+  uint8_t utf8_left_ = 0, utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // a character's continuation bytes
+  uint8_t blank_run_ = 0;                                    // blank bytes in a row
+  int16_t depth_ = 0;
+  uint64_t stack_[kMaxDepth / 64] = {};  // bit d: level d is an object (else an array)
+};
+
+// A request's JSON constraint over a vocabulary: token t's text is token_bytes[t] (special tokens
+// empty); stop ids may end the output only once the object is complete.
+class JsonConstraint {
+ public:
+  JsonConstraint(std::shared_ptr<const std::vector<std::string>> token_bytes,
+                 std::vector<int32_t> stop_ids);
+  // row: f32 [vocab], its ruled-out tokens set to -inf; pending: output tokens after the
+  // committed ones (a row after a refused draft is left as it is: it is never used).
+  void apply(float* row, int64_t vocab, std::span<const int32_t> pending) const;
+  void add(int32_t token);  // one committed output token
+  bool complete() const { return state_.complete(); }
+
+ private:
+  bool take(JsonAutomaton& a, int32_t token) const;  // false: refused (a unchanged then)
+  std::shared_ptr<const std::vector<std::string>> bytes_;
+  std::vector<int32_t> stop_ids_;
+  JsonAutomaton state_;
+};
+
+}  // namespace tandem

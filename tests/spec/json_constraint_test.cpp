@@ -1,0 +1,248 @@
+// JSON mode (spec/json_constraint.h): the byte automaton against nlohmann's JSON parser on
+// random objects and random corruptions of them, the row mask over a small vocabulary (what may
+// start, continue and end the object; drafts pending), and on the shipped model a JSON-mode
+// request's output, a valid JSON prefix that is a whole object when it stopped, identical with
+// MTP k = 1 and 3 and among other requests.
+#include "spec/json_constraint.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "batch_support.h"
+#include "spec/mtp_drafter.h"
+#include "test_support.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem {
+namespace {
+
+using namespace testing;
+
+// Feeds text; the index of the first refused byte, or -1.
+int64_t refused_at(JsonAutomaton& a, const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!a.feed(static_cast<unsigned char>(text[i]))) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+TEST(JsonAutomaton, AcceptsObjectsAndRefusesAtTheFirstWrongByte) {
+  for (const std::string ok :
+       {"{}",
+        "{\"a\": [1, -2.5e+3, 0, 0.25, 1E2, true, false, null, \"x\\u00e9\\n\\\"\"],\n"
+        "\"b\": {\"c\": {}}, \"d\": []}\n",
+        "{\"\":\"\"}", "{\"k\":\"\xc3\xa9 caf\xc3\xa9\"}"}) {
+    JsonAutomaton a;
+    EXPECT_EQ(refused_at(a, ok), -1) << ok;
+    EXPECT_TRUE(a.complete()) << ok;
+  }
+  const std::pair<std::string, int64_t> bad[] = {
+      {"[1]", 0},
+      {"\"s\"", 0},
+      {"{\"a\" 1}", 5},
+      {"{\"a\":01}", 6},
+      {"{\"a\":1.}", 7},
+      {"{\"a\":tru}", 8},
+      {"{\"a\":1,}", 7},
+      {"{\"a\":[1,]}", 8},
+      {"{a:1}", 1},
+      {"{\"a\":1}x", 7},
+      {"{\"a\":\"\x01\"}", 6},
+      {"{\"a\":\"\\x\"}", 7},
+      {"{\"a\":-}", 6},
+      {"{\"a\":1e}", 7},
+      {"{\"a\":[}", 6},
+      {"{\"a\":1]", 6},
+      // UTF-8: a lead byte without its continuation, an overlong form, a surrogate.
+      {"{\"a\":\"\xc3(\"}", 7},
+      {"{\"a\":\"\xc0\x80\"}", 6},
+      {"{\"a\":\"\xed\xa0\x80\"}", 7}};
+  for (const auto& [text, at] : bad) {
+    JsonAutomaton a;
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
+  JsonAutomaton lead;  // no blank space before the root object; runs of at most kMaxBlankRun
+  EXPECT_FALSE(lead.feed(' '));
+  JsonAutomaton run;
+  EXPECT_EQ(refused_at(run, "{" + std::string(JsonAutomaton::kMaxBlankRun, ' ') + " "),
+            JsonAutomaton::kMaxBlankRun + 1);
+  JsonAutomaton prefix;
+  EXPECT_EQ(refused_at(prefix, "{\"a\": [1, {\"b\""), -1);
+  EXPECT_FALSE(prefix.complete());
+  JsonAutomaton deep;  // nesting beyond kMaxDepth is refused
+  std::string nest = "{\"a\":";
+  for (int i = 1; i < JsonAutomaton::kMaxDepth; ++i) nest += "[";
+  EXPECT_EQ(refused_at(deep, nest), -1);
+  EXPECT_FALSE(deep.feed('['));
+}
+
+// Random objects, and each with one byte inserted, deleted or replaced: the automaton takes the
+// whole text as a complete object exactly when nlohmann's parser reads it as an object.
+TEST(JsonAutomaton, AgreesWithAJsonParserOnRandomTexts) {
+  std::mt19937 rng(17);
+  const std::function<nlohmann::json(int)> value = [&](int depth) -> nlohmann::json {
+    switch (rng() % (depth > 3 ? 5 : 7)) {
+      case 0:
+        return nullptr;
+      case 1:
+        return rng() % 2 == 0;
+      case 2:
+        return static_cast<int64_t>(rng() % 2000) - 1000;
+      case 3:
+        return std::ldexp(static_cast<double>(rng() % 100000) - 50000, -7);
+      case 4: {
+        static const std::vector<std::string> pieces = {"a",  "b",        "\"", "\\", "\n",
+                                                        "\t", "\xc3\xa9", " ",  "/"};
+        std::string s;
+        for (int i = 0, n = static_cast<int>(rng() % 6); i < n; ++i)
+          s += pieces[rng() % pieces.size()];
+        return s;
+      }
+      case 5: {
+        nlohmann::json a = nlohmann::json::array();
+        for (int i = 0, n = static_cast<int>(rng() % 4); i < n; ++i) a.push_back(value(depth + 1));
+        return a;
+      }
+      default: {
+        nlohmann::json o = nlohmann::json::object();
+        for (int i = 0, n = static_cast<int>(rng() % 4); i < n; ++i)
+          o[std::string(1, static_cast<char>('a' + i))] = value(depth + 1);
+        return o;
+      }
+    }
+  };
+  const std::string noise = "{}[]:,\"\\ 0123456789.-+eEtrufalsn\x01x";
+  int agreed = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    nlohmann::json o = nlohmann::json::object();
+    o["k"] = value(1);
+    std::string text = o.dump(trial % 3 == 0 ? 2 : -1);
+    if (trial % 2 == 1) {  // one corruption
+      const size_t at = rng() % (text.size() + 1);
+      const char c = noise[rng() % noise.size()];
+      switch (rng() % 3) {
+        case 0:
+          text.insert(at, 1, c);
+          break;
+        case 1:
+          if (at < text.size()) text.erase(at, 1);
+          break;
+        default:
+          if (at < text.size()) text[at] = c;
+      }
+    }
+    JsonAutomaton a;
+    const bool mine = refused_at(a, text) == -1 && a.complete();
+    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+    // (less the blank space this grammar refuses: before the object; runs stay short here)
+    const bool theirs = !parsed.is_discarded() && parsed.is_object() && !text.empty() &&
+                        text[0] != ' ' && text[0] != '\n' && text[0] != '\t';
+    EXPECT_EQ(mine, theirs) << text;
+    agreed += mine == theirs;
+  }
+  EXPECT_EQ(agreed, 3000);
+}
+
+TEST(JsonConstraint, MasksWhatCannotStartContinueOrEndTheObject) {
+  // Token 7 is the stop token (a special token: no text).
+  auto bytes = std::make_shared<const std::vector<std::string>>(
+      std::vector<std::string>{"{", "}", "\"a\"", ":", "1", " ", "x", "", "{\"a\":", "1}"});
+  JsonConstraint c(bytes, {7});
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const auto allowed = [&](std::span<const int32_t> pending) {
+    std::vector<float> row(10, 0.f);
+    c.apply(row.data(), 10, pending);
+    std::vector<int> ids;
+    for (int i = 0; i < 10; ++i) {
+      if (row[i] != ninf) ids.push_back(i);
+    }
+    return ids;
+  };
+  EXPECT_EQ(allowed({}), (std::vector<int>{0, 8}));  // "{", "{\"a\":" (no blank first)
+  const std::vector<int32_t> open{0};
+  EXPECT_EQ(allowed(open), (std::vector<int>{1, 2, 5}));  // "}", "\"a\"", " "
+  const std::vector<int32_t> key{8};
+  EXPECT_EQ(allowed(key), (std::vector<int>{0, 2, 4, 5, 8, 9}));  // a value, or "1}"
+  const std::vector<int32_t> whole{8, 9};
+  EXPECT_EQ(allowed(whole), (std::vector<int>{7}));  // complete: the stop token only
+  const std::vector<int32_t> refused{6};
+  EXPECT_EQ(allowed(refused), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));  // never used
+  c.add(8);
+  c.add(9);
+  EXPECT_TRUE(c.complete());
+  EXPECT_EQ(allowed({}), (std::vector<int>{7}));
+}
+
+// The shipped model in JSON mode: every output is a JSON prefix (the whole text, byte by byte)
+// and a whole object when a stop token ended it; the same tokens with MTP k = 1 and 3, batched
+// with plain requests or alone.
+TEST(JsonConstraint, ShippedModelOutputsAreJsonAlsoUnderSpeculation) {
+  auto model = load_fixture(kTrainedModel, 256);
+  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(fixture_dir(kTrainedModel));
+  auto bytes = std::make_shared<std::vector<std::string>>();
+  for (int32_t t = 0; t < model->config().vocab_size; ++t)
+    bytes->push_back(std::string(tokenizer.token_bytes(t, /*skip_special=*/true)));
+  const std::vector<int32_t> stops = model->config().eos_token_ids;
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    r.prompt = tokenizer.encode(i % 2 ? "Return a JSON object describing the ls command."
+                                      : "The options of tar, as JSON:");
+    r.max_tokens = 40 + 8 * i;
+    r.stop_ids = stops;
+    r.json_object = i < 4;  // two plain requests share the batch
+    if (i == 3) r.sampling = {.temperature = 0.8f, .seed = 5};
+    reqs.push_back(r);
+  }
+  const auto run = [&](int k, int64_t max_seqs, const std::vector<Request>& rs) {
+    BatchEngineOptions o = batch_options(k, ControlMode::kFixed, max_seqs);
+    o.token_bytes = bytes;
+    BatchEngine engine(*model, k > 0 ? std::make_unique<MtpDrafter>(*model) : nullptr, o);
+    std::map<RequestId, size_t> index;
+    for (size_t i = 0; i < rs.size(); ++i) index[engine.add(rs[i])] = i;
+    std::vector<std::vector<int32_t>> out(rs.size());
+    while (!engine.idle()) {
+      for (RequestOutput& o2 : engine.step()) {
+        auto& t = out[index.at(o2.id)];
+        t.insert(t.end(), o2.new_tokens.begin(), o2.new_tokens.end());
+      }
+    }
+    return out;
+  };
+  std::vector<std::vector<int32_t>> solo;
+  for (const Request& r : reqs) solo.push_back(run(0, 1, {r})[0]);
+  int objects = 0;
+  for (int i = 0; i < 4; ++i) {
+    JsonAutomaton a;
+    std::string text;
+    bool stopped = false;
+    for (int32_t t : solo[i]) {
+      if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
+        stopped = true;
+        break;
+      }
+      text += (*bytes)[t];
+    }
+    EXPECT_EQ(refused_at(a, text), -1) << text;
+    if (stopped) {
+      EXPECT_TRUE(a.complete()) << text;
+      EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+      ++objects;
+    }
+    std::printf("[json mode] request %d (%s): %zu tokens, %s: %s\n", i,
+                reqs[i].sampling.greedy() ? "greedy" : "sampled", solo[i].size(),
+                stopped ? "a whole object" : "cut at max_tokens", text.c_str());
+  }
+  for (int k : {0, 1, 3}) {
+    const std::vector<std::vector<int32_t>> got = run(k, 6, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], solo[i]) << "k=" << k << " " << i;
+  }
+  std::printf("[json mode] %d of 4 outputs closed their object before max_tokens\n", objects);
+}
+
+}  // namespace
+}  // namespace tandem
