@@ -24,6 +24,9 @@ struct Request {
   // JSON mode (response_format json_object): the output is one JSON object, then a stop id
   // (spec/json_constraint.h); needs BatchEngineOptions::token_bytes.
   bool json_object = false;
+  // With json_object: the answer starts inside a think block (the rendered prompt opened one and
+  // a reasoning parser splits it off); the object follows "</think>".
+  bool json_after_think = false;
 };
 
 struct GenerationStats {

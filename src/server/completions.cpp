@@ -91,6 +91,9 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
   }
   r.logprobs = g.logprobs;
   r.json_object = g.json_object;
+  // With the reasoning split off, the think block is free text and the object follows it.
+  r.json_after_think =
+      g.json_object && opens_think && ctx.opt.reasoning_format != ReasoningFormat::kNone;
   return r;
 }
 

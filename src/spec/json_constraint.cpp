@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
 
 namespace tandem {
 
@@ -41,7 +42,10 @@ bool JsonAutomaton::step(unsigned char c) {
       mode_ == Mode::kString || mode_ == Mode::kEscape || mode_ == Mode::kUnicode;
   if (!in_string) {
     if (blank(c)) {
-      if ((mode_ == Mode::kValue && depth_ == 0) || blank_run_ >= kMaxBlankRun) return false;
+      if ((mode_ == Mode::kValue && depth_ == 0 && blank_run_ >= lead_blank_) ||
+          blank_run_ >= kMaxBlankRun) {
+        return false;
+      }
       ++blank_run_;
     } else {
       blank_run_ = 0;
@@ -230,18 +234,27 @@ bool JsonAutomaton::step(unsigned char c) {
 }
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const std::vector<std::string>> token_bytes,
-                               std::vector<int32_t> stop_ids)
-    : bytes_(std::move(token_bytes)), stop_ids_(std::move(stop_ids)) {}
+                               std::vector<int32_t> stop_ids, bool after_think)
+    : bytes_(std::move(token_bytes)), stop_ids_(std::move(stop_ids)) {
+  state_.thinking = after_think;
+  if (after_think) state_.json = JsonAutomaton(true, kLeadBlank);
+}
 
-bool JsonConstraint::take(JsonAutomaton& a, int32_t token) const {
+bool JsonConstraint::take(Cursor& c, int32_t token) const {
+  static constexpr std::string_view kClose = "</think>";
   if (token < 0 || static_cast<size_t>(token) >= bytes_->size()) return false;
   const std::string& text = (*bytes_)[static_cast<size_t>(token)];
-  if (text.empty()) return false;  // a special token is no JSON text
-  JsonAutomaton b = a;
-  for (char c : text) {
-    if (!b.feed(static_cast<unsigned char>(c))) return false;
+  if (text.empty()) return c.thinking;  // a special token: free in the think block, no JSON
+  Cursor d = c;
+  for (char ch : text) {
+    if (d.thinking) {  // the tag has no proper border that is also a prefix but '<'
+      d.matched = ch == kClose[d.matched] ? d.matched + 1 : (ch == '<' ? 1 : 0);
+      if (d.matched == kClose.size()) d.thinking = false;
+    } else if (!d.json.feed(static_cast<unsigned char>(ch))) {
+      return false;
+    }
   }
-  a = b;
+  c = d;
   return true;
 }
 
@@ -249,20 +262,20 @@ void JsonConstraint::apply(float* row, int64_t vocab, std::span<const int32_t> p
   const auto stop = [&](int32_t t) {
     return std::find(stop_ids_.begin(), stop_ids_.end(), t) != stop_ids_.end();
   };
-  JsonAutomaton a = state_;
+  Cursor a = state_;
   for (int32_t t : pending) {
     if (stop(t) || !take(a, t)) return;  // this row is never used: its draft was refused
   }
-  const bool done = a.complete();
+  const bool done = !a.thinking && a.json.complete();
   for (int64_t v = 0; v < vocab; ++v) {
     const auto t = static_cast<int32_t>(v);
     bool ok;
     if (stop(t)) {
-      ok = done;
+      ok = done || a.thinking;  // a stop ends a whole object (or a think block never closed)
     } else if (done && !stop_ids_.empty()) {
       ok = false;  // the object is complete: a stop token ends the output
     } else {
-      JsonAutomaton b = a;
+      Cursor b = a;
       ok = take(b, t);
     }
     if (!ok) row[v] = -std::numeric_limits<float>::infinity();

@@ -27,8 +27,10 @@ class JsonAutomaton {
  public:
   static constexpr int kMaxDepth = 128;
   static constexpr int kMaxBlankRun = 64;
-  // object_root: the text must be an object (JSON mode); else any JSON value.
-  explicit JsonAutomaton(bool object_root = true) : object_root_(object_root) {}
+  // object_root: the text must be an object (JSON mode); else any JSON value. lead_blank: blank
+  // bytes allowed before the root value.
+  explicit JsonAutomaton(bool object_root = true, int lead_blank = 0)
+      : object_root_(object_root), lead_blank_(static_cast<uint8_t>(lead_blank)) {}
   // Takes one byte; false (and the state unchanged) when it cannot continue a JSON text.
   bool feed(unsigned char c);
   // Whether a whole value has been read (only blank space may follow).
@@ -57,7 +59,6 @@ class JsonAutomaton {
     kDone,       // the root value is complete
   };
   bool step(unsigned char c);
-  void open(bool object);
   void close_value();  // a value ended: back to the container, or done
   bool in_object() const;
   bool number_end(unsigned char c);  // a byte after a complete number
@@ -65,6 +66,7 @@ class JsonAutomaton {
   Mode mode_ = Mode::kValue;
   bool object_root_ = true;
   bool key_ = false;
+  uint8_t lead_blank_ = 0;
   uint8_t hex_ = 0, lit_ = 0, pos_ = 0;
   uint8_t utf8_left_ = 0, utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // a character's continuation bytes
   uint8_t blank_run_ = 0;                                    // blank bytes in a row
@@ -73,22 +75,31 @@ class JsonAutomaton {
 };
 
 // A request's JSON constraint over a vocabulary: token t's text is token_bytes[t] (special tokens
-// empty); stop ids may end the output only once the object is complete.
+// empty); stop ids may end the output only once the object is complete. after_think: the answer
+// starts inside a think block (reasoning.h), which is free text; the object follows its
+// "</think>" (up to kLeadBlank blank bytes before it), as vLLM starts a grammar after the
+// reasoning.
 class JsonConstraint {
  public:
+  static constexpr int kLeadBlank = 4;  // "</think>\n\n{": Qwen's templates put two newlines
   JsonConstraint(std::shared_ptr<const std::vector<std::string>> token_bytes,
-                 std::vector<int32_t> stop_ids);
+                 std::vector<int32_t> stop_ids, bool after_think = false);
   // row: f32 [vocab], its ruled-out tokens set to -inf; pending: output tokens after the
   // committed ones (a row after a refused draft is left as it is: it is never used).
   void apply(float* row, int64_t vocab, std::span<const int32_t> pending) const;
   void add(int32_t token);  // one committed output token
-  bool complete() const { return state_.complete(); }
+  bool complete() const { return !state_.thinking && state_.json.complete(); }
 
  private:
-  bool take(JsonAutomaton& a, int32_t token) const;  // false: refused (a unchanged then)
+  struct Cursor {
+    bool thinking = false;  // inside the think block: free text until "</think>"
+    uint8_t matched = 0;    // bytes of "</think>" the text ends with
+    JsonAutomaton json{true, 0};
+  };
+  bool take(Cursor& c, int32_t token) const;  // false: refused (c unchanged then)
   std::shared_ptr<const std::vector<std::string>> bytes_;
   std::vector<int32_t> stop_ids_;
-  JsonAutomaton state_;
+  Cursor state_;
 };
 
 }  // namespace tandem

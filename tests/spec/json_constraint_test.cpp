@@ -177,6 +177,36 @@ TEST(JsonConstraint, MasksWhatCannotStartContinueOrEndTheObject) {
   EXPECT_EQ(allowed({}), (std::vector<int>{7}));
 }
 
+// After a think block (the reasoning parser's answers): free text, special tokens and stops
+// included, until "</think>" (even split over tokens), then the object, up to kLeadBlank blank
+// bytes before it.
+TEST(JsonConstraint, AfterThinkTheObjectFollowsTheCloseTag) {
+  auto bytes = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{
+      "hmm {", "</thi", "nk>", "</think>\n\n{", "</think>x", "{", "}", "", "\n", "<"});
+  JsonConstraint c(bytes, {7}, /*after_think=*/true);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const auto allowed = [&](std::span<const int32_t> pending) {
+    std::vector<float> row(10, 0.f);
+    c.apply(row.data(), 10, pending);
+    std::vector<int> ids;
+    for (int i = 0; i < 10; ++i) {
+      if (row[i] != ninf) ids.push_back(i);
+    }
+    return ids;
+  };
+  // Thinking: everything but a close tag followed by no JSON ("</think>x").
+  EXPECT_EQ(allowed({}), (std::vector<int>{0, 1, 2, 3, 5, 6, 7, 8, 9}));
+  const std::vector<int32_t> split{9, 1, 2};            // "<" "</thi" "nk>": the tag closes
+  EXPECT_EQ(allowed(split), (std::vector<int>{5, 8}));  // "{" or a blank line
+  const std::vector<int32_t> opened{3};
+  EXPECT_EQ(allowed(opened), (std::vector<int>{6, 8}));  // in the object: "}" or blank
+  c.add(0);
+  c.add(3);
+  c.add(6);
+  EXPECT_TRUE(c.complete());
+  EXPECT_EQ(allowed({}), (std::vector<int>{7}));
+}
+
 // The shipped model in JSON mode: every output is a JSON prefix (the whole text, byte by byte)
 // and a whole object when a stop token ended it; the same tokens with MTP k = 1 and 3, batched
 // with plain requests or alone.
