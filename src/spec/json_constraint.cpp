@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
 #include <string_view>
 
 namespace tandem {
@@ -233,9 +234,39 @@ bool JsonAutomaton::step(unsigned char c) {
   return false;
 }
 
+bool JsonAutomaton::plain_text(std::string_view text) {
+  if (text.empty()) return false;
+  JsonAutomaton a(false);
+  a.mode_ = Mode::kString;
+  for (char c : text) {
+    if (c == '"' || c == '\\' || !a.feed(static_cast<unsigned char>(c))) return false;
+  }
+  return a.in_plain_string();
+}
+
+namespace {
+
+// The plain_text flags of a vocabulary, computed once per vocabulary (the last one asked for).
+std::shared_ptr<const std::vector<uint8_t>> plain_flags(
+    const std::shared_ptr<const std::vector<std::string>>& bytes) {
+  static std::mutex mutex;
+  static std::weak_ptr<const std::vector<std::string>> key;
+  static std::shared_ptr<const std::vector<uint8_t>> flags;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (key.lock() != bytes || flags == nullptr) {
+    auto f = std::make_shared<std::vector<uint8_t>>(bytes->size());
+    for (size_t t = 0; t < bytes->size(); ++t) (*f)[t] = JsonAutomaton::plain_text((*bytes)[t]);
+    flags = std::move(f);
+    key = bytes;
+  }
+  return flags;
+}
+
+}  // namespace
+
 JsonConstraint::JsonConstraint(std::shared_ptr<const std::vector<std::string>> token_bytes,
                                std::vector<int32_t> stop_ids, bool after_think)
-    : bytes_(std::move(token_bytes)), stop_ids_(std::move(stop_ids)) {
+    : bytes_(std::move(token_bytes)), plain_(plain_flags(bytes_)), stop_ids_(std::move(stop_ids)) {
   state_.thinking = after_think;
   if (after_think) state_.json = JsonAutomaton(true, kLeadBlank);
 }
@@ -250,7 +281,7 @@ bool JsonConstraint::take(Cursor& c, int32_t token) const {
     if (d.thinking) {  // the tag has no proper border that is also a prefix but '<'
       d.matched = ch == kClose[d.matched] ? d.matched + 1 : (ch == '<' ? 1 : 0);
       if (d.matched == kClose.size()) d.thinking = false;
-    } else if (!d.json.feed(static_cast<unsigned char>(ch))) {
+    } else if (!d.json.advance(static_cast<unsigned char>(ch))) {  // d is dropped on failure
       return false;
     }
   }
@@ -267,10 +298,31 @@ void JsonConstraint::apply(float* row, int64_t vocab, std::span<const int32_t> p
     if (stop(t) || !take(a, t)) return;  // this row is never used: its draft was refused
   }
   const bool done = !a.thinking && a.json.complete();
+  const bool in_string = !a.thinking && a.json.in_plain_string();
+  // The bytes the state takes first: a token starting with another is refused without a walk.
+  // And after a leading space (most tokens of a byte-level BPE vocabulary start with one).
+  bool first[256], after_space[256];
+  JsonAutomaton spaced = a.json;
+  const bool space_ok = a.thinking || spaced.feed(' ');
+  for (int c = 0; c < 256; ++c) {
+    JsonAutomaton b = a.json, d = spaced;
+    first[c] = a.thinking || b.advance(static_cast<unsigned char>(c));
+    after_space[c] = a.thinking || (space_ok && d.advance(static_cast<unsigned char>(c)));
+  }
   for (int64_t v = 0; v < vocab; ++v) {
     const auto t = static_cast<int32_t>(v);
+    const std::string* text =
+        static_cast<size_t>(v) < bytes_->size() ? &(*bytes_)[static_cast<size_t>(v)] : nullptr;
     bool ok;
-    if (stop(t)) {
+    if (in_string && (*plain_)[static_cast<size_t>(v)] && !stop(t)) {
+      ok = true;  // plain text continues the string: no walk
+    } else if (text != nullptr && !text->empty() &&
+               (!first[static_cast<uint8_t>((*text)[0])] ||
+                ((*text)[0] == ' ' && text->size() > 1 &&
+                 !after_space[static_cast<uint8_t>((*text)[1])])) &&
+               !stop(t)) {
+      ok = false;
+    } else if (stop(t)) {
       ok = done || a.thinking;  // a stop ends a whole object (or a think block never closed)
     } else if (done && !stop_ids_.empty()) {
       ok = false;  // the object is complete: a stop token ends the output

@@ -10,15 +10,16 @@
 // character may be split across tokens: the automaton carries its missing bytes), no control
 // characters, and checked escapes and \uXXXX. Blank space (which the grammar allows anywhere
 // between tokens, and where a small model can idle until max_tokens) is refused before the root
-// object and beyond kMaxBlankRun bytes in a row. Cost: every vocabulary token's bytes per row (~4
-// bytes per token: 8K tokens ~30K steps, 248K ~1M steps, a few ms); a trie over the vocabulary
-// would share prefixes.
+// object and beyond kMaxBlankRun bytes in a row. Cost per row: a token whose first byte (or
+// byte after a leading space) the state refuses is refused without a walk, plain text inside a
+// string is taken without one, the rest is walked; 0.5-1.3 ms over a 151,669-token vocabulary.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tandem {
@@ -33,8 +34,15 @@ class JsonAutomaton {
       : object_root_(object_root), lead_blank_(static_cast<uint8_t>(lead_blank)) {}
   // Takes one byte; false (and the state unchanged) when it cannot continue a JSON text.
   bool feed(unsigned char c);
+  // The same without keeping the state when refused (the automaton is then spoilt: for copies
+  // that are dropped on failure).
+  bool advance(unsigned char c) { return step(c); }
   // Whether a whole value has been read (only blank space may follow).
   bool complete() const { return mode_ == Mode::kDone; }
+  // Inside a string, between characters: a plain text (plain_text()) continues it unchanged.
+  bool in_plain_string() const { return mode_ == Mode::kString && utf8_left_ == 0; }
+  // Text a string takes as it is: well-formed UTF-8, no control character, quote or backslash.
+  static bool plain_text(std::string_view text);
 
  private:
   enum class Mode : uint8_t {
@@ -98,6 +106,9 @@ class JsonConstraint {
   };
   bool take(Cursor& c, int32_t token) const;  // false: refused (c unchanged then)
   std::shared_ptr<const std::vector<std::string>> bytes_;
+  // plain_[t]: token t's text is plain_text (inside a string it needs no walk), shared by the
+  // constraints of one vocabulary.
+  std::shared_ptr<const std::vector<uint8_t>> plain_;
   std::vector<int32_t> stop_ids_;
   Cursor state_;
 };

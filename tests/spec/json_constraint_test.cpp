@@ -207,6 +207,43 @@ TEST(JsonConstraint, AfterThinkTheObjectFollowsTheCloseTag) {
   EXPECT_EQ(allowed({}), (std::vector<int>{7}));
 }
 
+// The mask's shortcuts (plain text inside strings, the first byte, the byte after a leading
+// space) refuse exactly what walking every token's bytes refuses, on the shipped vocabulary, from
+// states of every kind (the prefixes as pending tokens).
+TEST(JsonConstraint, ShortcutsMaskExactlyWhatAWalkWould) {
+  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(fixture_dir(kTrainedModel));
+  auto bytes = std::make_shared<std::vector<std::string>>();
+  for (int32_t t = 0; t < tokenizer.vocab_size(); ++t)
+    bytes->push_back(std::string(tokenizer.token_bytes(t, /*skip_special=*/true)));
+  const int32_t stop = 8189;
+  JsonConstraint c(bytes, {stop});
+  int compared = 0;
+  for (const std::string prefix : {"", "{", "{\"na", "{\"name\": \"Jo", "{\"a\": [1, 2, 3",
+                                   "{\"a\": {\"b\": tr", "{\"a\": -0.5e", "{\"a\": \"\\u00",
+                                   "{\"a\": 1 ", "{\"a\": {}, \"b\": [] }", "{\"a\":\n  "}) {
+    const std::vector<int32_t> pending = tokenizer.encode(prefix);
+    JsonAutomaton walked;
+    ASSERT_EQ(refused_at(walked, prefix), -1) << prefix;
+    std::vector<float> row(bytes->size(), 0.f);
+    c.apply(row.data(), static_cast<int64_t>(row.size()), pending);
+    for (size_t t = 0; t < bytes->size(); ++t) {
+      bool ok;
+      if (static_cast<int32_t>(t) == stop) {
+        ok = walked.complete();
+      } else if (walked.complete() || (*bytes)[t].empty()) {
+        ok = false;
+      } else {
+        JsonAutomaton b = walked;
+        ok = refused_at(b, (*bytes)[t]) == -1;
+      }
+      EXPECT_EQ(std::isinf(row[t]), !ok)
+          << "prefix '" << prefix << "' token " << t << " '" << (*bytes)[t] << "'";
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 11 * static_cast<int>(bytes->size()));
+}
+
 // The shipped model in JSON mode: every output is a JSON prefix (the whole text, byte by byte)
 // and a whole object when a stop token ended it; the same tokens with MTP k = 1 and 3, batched
 // with plain requests or alone.
