@@ -147,20 +147,24 @@ TEST(JsonAutomaton, AgreesWithAJsonParserOnRandomTexts) {
   EXPECT_EQ(agreed, 3000);
 }
 
+// The ids a row of `vocab` tokens keeps after the mask.
+std::vector<int> allowed_ids(const JsonConstraint& c, int vocab, std::span<const int32_t> pending) {
+  std::vector<float> row(static_cast<size_t>(vocab), 0.f);
+  c.apply(row.data(), vocab, pending);
+  std::vector<int> ids;
+  for (int i = 0; i < vocab; ++i) {
+    if (!std::isinf(row[static_cast<size_t>(i)])) ids.push_back(i);
+  }
+  return ids;
+}
+
 TEST(JsonConstraint, MasksWhatCannotStartContinueOrEndTheObject) {
   // Token 7 is the stop token (a special token: no text).
   auto bytes = std::make_shared<const std::vector<std::string>>(
       std::vector<std::string>{"{", "}", "\"a\"", ":", "1", " ", "x", "", "{\"a\":", "1}"});
   JsonConstraint c(bytes, {7});
-  const float ninf = -std::numeric_limits<float>::infinity();
   const auto allowed = [&](std::span<const int32_t> pending) {
-    std::vector<float> row(10, 0.f);
-    c.apply(row.data(), 10, pending);
-    std::vector<int> ids;
-    for (int i = 0; i < 10; ++i) {
-      if (row[i] != ninf) ids.push_back(i);
-    }
-    return ids;
+    return allowed_ids(c, 10, pending);
   };
   EXPECT_EQ(allowed({}), (std::vector<int>{0, 8}));  // "{", "{\"a\":" (no blank first)
   const std::vector<int32_t> open{0};
@@ -184,15 +188,8 @@ TEST(JsonConstraint, AfterThinkTheObjectFollowsTheCloseTag) {
   auto bytes = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{
       "hmm {", "</thi", "nk>", "</think>\n\n{", "</think>x", "{", "}", "", "\n", "<"});
   JsonConstraint c(bytes, {7}, /*after_think=*/true);
-  const float ninf = -std::numeric_limits<float>::infinity();
   const auto allowed = [&](std::span<const int32_t> pending) {
-    std::vector<float> row(10, 0.f);
-    c.apply(row.data(), 10, pending);
-    std::vector<int> ids;
-    for (int i = 0; i < 10; ++i) {
-      if (row[i] != ninf) ids.push_back(i);
-    }
-    return ids;
+    return allowed_ids(c, 10, pending);
   };
   // Thinking: everything but a close tag followed by no JSON ("</think>x").
   EXPECT_EQ(allowed({}), (std::vector<int>{0, 1, 2, 3, 5, 6, 7, 8, 9}));
