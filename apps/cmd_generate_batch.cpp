@@ -3,6 +3,7 @@
 // and leave as slots free up), with a progress bar on stderr; the results come out one JSON line
 // per request, in input order, then the throughput. A line that is not a valid request stops the
 // run before anything is generated, naming the line and the field.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -84,6 +85,9 @@ std::vector<BatchItem> read_requests(const GenerateOptions& g, const tok::Tokeni
                        .min_tokens = field<int>(j, "min_tokens", 0, line)};
     TANDEM_CHECK(it.req.max_tokens >= 1, "--prompts line {}: max_tokens must be >= 1, got {}", line,
                  it.req.max_tokens);
+    it.req.json_object = field<bool>(j, "json_object", false, line);  // JSON mode
+    TANDEM_CHECK(!it.req.json_object || tokenizer != nullptr,
+                 "--prompts line {}: json_object needs the tokenizer: {}", line, tokenizer_error);
     try {
       check_sampling_params(it.req.sampling);
     } catch (const Error& e) {
@@ -140,7 +144,19 @@ void run_batch(const GenerateOptions& g) {
     for (size_t i = 0; i < ref.size(); ++i)
       oracle->set_reference(static_cast<SeqId>(i), ref[i].tokens);  // ids count from 0
   }
-  BatchEngine engine(*model, std::move(drafter), engine_options(g, k, max_seqs));
+  BatchEngineOptions eo = engine_options(g, k, max_seqs);
+  if (std::any_of(items.begin(), items.end(), [](const BatchItem& it) {
+        return it.req.json_object;
+      })) {  // JSON mode reads each token id's text
+    auto bytes = std::make_shared<std::vector<std::string>>();
+    for (int32_t t = 0; t < model->config().vocab_size; ++t) {
+      bytes->push_back(t < tokenizer->vocab_size()
+                           ? std::string(tokenizer->token_bytes(t, /*skip_special=*/true))
+                           : std::string());
+    }
+    eo.token_bytes = std::move(bytes);
+  }
+  BatchEngine engine(*model, std::move(drafter), eo);
   std::fprintf(stderr, "%s\n", engine.describe().c_str());
   std::vector<RequestId> ids;
   std::map<RequestId, size_t> index;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/npy.h"
 #include "test_support.h"
@@ -87,6 +88,50 @@ TEST(CliRun, BenchJsonWithMixedSteps) {
     EXPECT_GT(m["chunk_tokens_per_second"].get<double>(), 0.0);
   }
   std::filesystem::remove(out);
+}
+
+// JSON mode in the offline batch mode ("json_object": true on a line), shipped model: a whole
+// object when a stop token ended it, a JSON prefix otherwise; the same tokens with MTP.
+TEST(CliRun, BatchModeJsonObjectLines) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string in = (dir / "tandem_json_prompts.jsonl").string();
+  {
+    std::ofstream f(in);
+    for (const char* p : {"Describe ls as JSON.", "tar options, as a JSON object:"}) {
+      f << nlohmann::json{{"prompt", p}, {"chat", true}, {"max_tokens", 40}, {"json_object", true}}
+               .dump()
+        << "\n";
+    }
+    f << nlohmann::json{{"prompt", "plain text"}, {"max_tokens", 6}}.dump() << "\n";
+  }
+  const std::string model =
+      "--model " + testing::fixture_dir(testing::kTrainedModel) + " --threads 1 --prompts " + in;
+  const auto results = [](const std::string& text) {
+    std::vector<nlohmann::json> r;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && line[0] == '{') r.push_back(nlohmann::json::parse(line));
+    }
+    return r;
+  };
+  auto [code, text] = run("generate " + model);
+  ASSERT_EQ(code, 0) << text;
+  const auto plain = results(text);
+  ASSERT_EQ(plain.size(), 3u) << text;
+  for (int i = 0; i < 2; ++i) {
+    const std::string answer = plain[i]["text"].get<std::string>();
+    if (plain[i]["finish_reason"] == "stop") {
+      EXPECT_TRUE(nlohmann::json::parse(answer).is_object()) << answer;
+    } else {
+      EXPECT_EQ(answer.rfind("{", 0), 0u) << answer;
+    }
+  }
+  auto [mcode, mtext] = run("generate " + model + " --speculative mtp --num-speculative-tokens 3");
+  ASSERT_EQ(mcode, 0) << mtext;
+  const auto spec = results(mtext);
+  ASSERT_EQ(spec.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(spec[i]["tokens"], plain[i]["tokens"]) << i;
+  std::filesystem::remove(in);
 }
 
 TEST(CliRun, DivergeReportsIdentical) {
