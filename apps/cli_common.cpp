@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::app {
 
@@ -44,6 +45,18 @@ nlohmann::ordered_json read_json_file(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail("{} is not valid JSON: {}", path, e.what());
   }
+}
+
+std::shared_ptr<const std::vector<std::string>> token_texts(const tok::Tokenizer& tokenizer,
+                                                            int64_t vocab_size) {
+  auto texts = std::make_shared<std::vector<std::string>>();
+  texts->reserve(static_cast<size_t>(vocab_size));
+  for (int64_t t = 0; t < vocab_size; ++t) {
+    texts->emplace_back(t < tokenizer.vocab_size()
+                            ? tokenizer.token_bytes(static_cast<int32_t>(t), /*skip_special=*/true)
+                            : std::string_view());
+  }
+  return texts;
 }
 
 std::vector<int32_t> parse_ids(const std::string& csv) {

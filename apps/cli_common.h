@@ -9,6 +9,10 @@
 
 #include "engine/model_loader.h"
 
+namespace tandem::tok {
+class Tokenizer;
+}  // namespace tandem::tok
+
 namespace tandem::app {
 
 struct CommonOptions {
@@ -25,6 +29,10 @@ int resolve_threads(int requested);                      // --threads: 0 means a
 std::vector<int32_t> parse_ids(const std::string& csv);  // "1,2,3"; throws Error on bad input
 // The JSON document in a file; throws Error naming the file when it cannot be read or parsed.
 nlohmann::ordered_json read_json_file(const std::string& path);
+// Each token id's text below vocab_size (special tokens and ids past the tokenizer's vocabulary
+// empty): what JSON mode reads (BatchEngineOptions::token_bytes).
+std::shared_ptr<const std::vector<std::string>> token_texts(const tok::Tokenizer& tokenizer,
+                                                            int64_t vocab_size);
 // Loads the model, printing progress for large checkpoints and the config summary on stderr.
 std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose);
 

@@ -148,13 +148,7 @@ void run_batch(const GenerateOptions& g) {
   if (std::any_of(items.begin(), items.end(), [](const BatchItem& it) {
         return it.req.json_object;
       })) {  // JSON mode reads each token id's text
-    auto bytes = std::make_shared<std::vector<std::string>>();
-    for (int32_t t = 0; t < model->config().vocab_size; ++t) {
-      bytes->push_back(t < tokenizer->vocab_size()
-                           ? std::string(tokenizer->token_bytes(t, /*skip_special=*/true))
-                           : std::string());
-    }
-    eo.token_bytes = std::move(bytes);
+    eo.token_bytes = token_texts(*tokenizer, model->config().vocab_size);
   }
   BatchEngine engine(*model, std::move(drafter), eo);
   std::fprintf(stderr, "%s\n", engine.describe().c_str());

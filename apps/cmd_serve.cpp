@@ -78,10 +78,7 @@ server::SamplingDefaults load_sampling_defaults(const ServeOptions& o) {
     const fs::path file =
         fs::path(automatic ? o.model_dir : o.generation_config) / "generation_config.json";
     if (fs::exists(file)) {
-      std::ifstream in(file);
-      const server::Json j = server::Json::parse(in, nullptr, /*allow_exceptions=*/false);
-      TANDEM_CHECK(!j.is_discarded(), "--generation-config: {} is not valid JSON", file.string());
-      d = server::sampling_defaults_from(j, file.string());
+      d = server::sampling_defaults_from(read_json_file(file.string()), file.string());
       from = file.string();
     } else {
       TANDEM_CHECK(automatic, "--generation-config {}: there is no generation_config.json there",
@@ -134,13 +131,7 @@ void serve(ServeOptions& o) {
   std::unique_ptr<Drafter> drafter = make_drafter(o, *model);
   const int64_t max_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : 8;
   BatchEngineOptions eo = engine_options(o, k, max_seqs);
-  {  // every token id's text, for JSON mode (ids past the tokenizer's vocabulary have none)
-    auto bytes = std::make_shared<std::vector<std::string>>();
-    for (int32_t t = 0; t < model->config().vocab_size; ++t) {
-      bytes->push_back(t < codec.vocab_size() ? codec.token_bytes(t, /*skip_special=*/true) : "");
-    }
-    eo.token_bytes = std::move(bytes);
-  }
+  eo.token_bytes = token_texts(codec.tokenizer(), model->config().vocab_size);  // JSON mode
   eo.keep_finished = false;  // a final output carries the statistics; nothing piles up
   BatchEngine engine(*model, std::move(drafter), eo);
   std::fprintf(stderr, "%s\n", engine.describe().c_str());
