@@ -5,20 +5,13 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "server/text_stream.h"
 
 namespace tandem::server {
 
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
-
-// The length of the longest end of s that begins tag (and is shorter than it).
-size_t partial_tag(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 
 }  // namespace
 

@@ -82,6 +82,13 @@ std::string utf8_lossy(std::string_view s) {
   return out;
 }
 
+size_t partial_tag(std::string_view s, std::string_view tag) {
+  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
+    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
+  }
+  return 0;
+}
+
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
   for (std::string& text : stops) {
     if (text.empty()) continue;  // matches nowhere useful; the protocol refuses it anyway

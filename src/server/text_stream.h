@@ -23,6 +23,9 @@ size_t utf8_sequence_length(std::string_view s, size_t i);
 size_t utf8_incomplete_tail(std::string_view s);
 // s with every maximal ill-formed subpart replaced by U+FFFD.
 std::string utf8_lossy(std::string_view s);
+// The length of the longest end of s that begins tag (shorter than tag): text a stream holds back
+// while it could still become the tag (reasoning.h, tool_calls.h).
+size_t partial_tag(std::string_view s, std::string_view tag);
 
 // Holds back text that could begin one of the stop strings. Each stop string has a KMP automaton
 // whose state is the longest prefix of it that the text ends with, so the work is linear in the

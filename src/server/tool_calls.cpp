@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/text_stream.h"
 
 namespace tandem::server {
 
@@ -214,13 +215,7 @@ std::string ToolCallStream::push(std::string_view text) {
     return out;
   }
   // Keep the longest end of the text that could begin "<tool_call>".
-  size_t keep = 0;
-  for (size_t n = std::min(held_.size(), kStart.size() - 1); n > 0; --n) {
-    if (std::string_view(held_).substr(held_.size() - n) == kStart.substr(0, n)) {
-      keep = n;
-      break;
-    }
-  }
+  const size_t keep = partial_tag(held_, kStart);
   std::string out = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   sent_ += out;
