@@ -2,12 +2,14 @@
 // throughput), as fractions of the hardware bounds, written as JSON with device, commit, command.
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
 #include "engine/bench.h"
 #include "engine/synthetic.h"
 #include "kernels/linear/linear.h"
+#include "kernels/opt_in.h"
 
 namespace tandem::app {
 
@@ -24,7 +26,7 @@ void add_bench_command(CLI::App& app) {
       "bench", "time decode/verify steps at context depths against the memory bound");
   struct Opts {
     std::string model, synthetic, device = "cpu", contexts = "1024,8192,32768",
-                                  speculative = "none,mtp", json, commit, batches = "1";
+                                  speculative = "none,mtp", json, commit, batches = "1", opt_in;
     int k = 3, steps = 32, threads = 0, linear_variant = 0;
     int64_t prefill = 0, mixed_prefill = 0, max_step = 0, draft_vocab = 0;
     double acceptance = 0.6;
@@ -73,6 +75,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--fp8-prefill-decode-order", o->fp8_prefill_decode_order,
                 "cuda: FP8 prefill rows through the decode order's kernels instead of the "
                 "dequantised matrix and the bf16 GEMM (to compare the two with --prefill-tokens)");
+  std::string opt_in_help =
+      "cuda: comma-separated kernel paths to turn on that are tested for bits but not yet "
+      "measured (default off):";
+  for (const auto& [name, what] : kernels::kernel_opt_ins())
+    opt_in_help += fmt::format(" {} ({});", name, what);
+  if (kernels::kernel_opt_ins().empty()) opt_in_help += " none in this build";
+  cmd->add_option("--opt-in", o->opt_in, opt_in_help);
   cmd->add_option("--json", o->json, "write the results to this JSON file");
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");
   cmd->callback([o] {
@@ -93,6 +102,13 @@ void add_bench_command(CLI::App& app) {
 #ifdef TANDEM_CUDA
       kernels::linear_fp8_set_prefill_decode_order(true);
 #endif
+    }
+    std::vector<std::string> opt_ins;
+    if (!o->opt_in.empty()) {
+      TANDEM_CHECK(device == Device::kCuda, "--opt-in needs --device cuda");
+      std::string name;
+      for (std::istringstream in(o->opt_in); std::getline(in, name, ',');) opt_ins.push_back(name);
+      kernels::set_kernel_opt_ins(opt_ins);
     }
     const ExecContext ctx{.device = device, .n_threads = threads};
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
@@ -138,6 +154,7 @@ void add_bench_command(CLI::App& app) {
     out["model"] = o->synthetic.empty() ? o->model : "synthetic:" + o->synthetic;
     out["commit"] = o->commit;
     out["linear_variant"] = o->linear_variant;
+    out["opt_in"] = opt_ins;
     out["draft_vocab_size"] = o->draft_vocab;
     out["config"] = model->config().summary();
     if (!o->json.empty()) {

@@ -22,6 +22,7 @@
 #include "core/tensor.h"
 #include "kernel_bench_util.h"
 #include "kernels/attention/attention.h"
+#include "kernels/conv1d/conv1d.h"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
 
 namespace {
@@ -211,16 +212,68 @@ void bench_gdr(cudaStream_t s) {
     for (int64_t n : {1, 2, 4, 9})
       bench_gdr_batch(s, 1, n, fused_norm, base, n == 1 ? &base : nullptr);
   }
-  // Production (the streaming kernel from 8 sequences), then the per-sequence grid.
+  // Production (the streaming kernel from 8 sequences), the streaming kernel with row pairs
+  // (opt-in), then the per-sequence grid.
   for (const int64_t n_seqs : {8, 32, 256}) {
-    for (const bool stream : {true, false}) {
-      const int64_t prev = gated_delta_rule_set_stream_min_seqs(stream ? 8 : n_seqs + 1);
+    for (const int path : {0, 1, 2}) {
+      const int64_t prev = gated_delta_rule_set_stream_min_seqs(path < 2 ? 8 : n_seqs + 1);
+      const bool prev_pairs = gated_delta_rule_set_stream_pairs(path == 1);
       double base = 0;
       for (const int64_t rows : {1, 4}) {
         bench_gdr_batch(s, n_seqs, rows, true, base, rows == 1 ? &base : nullptr,
-                        stream ? " stream" : " per-sequence grid");
+                        path == 0   ? " stream"
+                        : path == 1 ? " stream pairs"
+                                    : " per-sequence grid");
       }
       gated_delta_rule_set_stream_min_seqs(prev);
+      gated_delta_rule_set_stream_pairs(prev_pairs);
+    }
+  }
+}
+
+// conv1d of the 27B's GDN channels (q | k | v, 10,240) over n_seqs sequences of `rows` decode or
+// verify rows each, history 7 (k = 3 drafts), the slots rotated over 4 pool sets so that the
+// history comes from memory as in a step; the scalar kernel (production), then the vector one
+// (opt-in). Bytes: each sequence's history block read and written whole, x and out rows.
+void bench_conv(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const int64_t channels = 2 * 16 * 128 + 48 * 128, hist_len = 7, kernel = 4, rotations = 4;
+  for (const int64_t n_seqs : {8, 32, 256}) {
+    for (const int64_t rows : {1, 4}) {
+      const int64_t n = n_seqs * rows, n_slots = n_seqs * rotations;
+      const Tensor x = random_bf16({n, channels}, 21), w = random_bf16({channels, 1, kernel}, 22);
+      const Tensor hist = random_bf16({n_slots, channels, hist_len}, 23);
+      const Tensor out = Tensor::zeros({n, channels}, DType::kBF16, Device::kCuda);
+      std::vector<int32_t> rs(1, 0), n_acc(n_seqs, 1);
+      for (int64_t i = 0; i < n_seqs; ++i) rs.push_back(rs.back() + static_cast<int32_t>(rows));
+      const Tensor row_start = device_i32_vec(rs), n_acc_d = device_i32_vec(n_acc);
+      std::vector<Tensor> slots;
+      for (int64_t r = 0; r < rotations; ++r) {
+        std::vector<int32_t> sl;
+        for (int64_t i = 0; i < n_seqs; ++i) sl.push_back(static_cast<int32_t>(r * n_seqs + i));
+        slots.push_back(device_i32_vec(sl));
+      }
+      const double bytes = n_seqs * 2.0 * channels * hist_len * 2 + n * 2.0 * channels * 2;
+      double base = 0;
+      for (const bool vec : {false, true}) {
+        const bool prev = conv1d_set_vector(vec);
+        const double ms = median_ms(s, 50, [&](int i) {
+          conv1d_cuda({.x = x,
+                       .weight = w,
+                       .history = hist,
+                       .out = out,
+                       .seqs = {n_seqs, rows, row_start},
+                       .slot = slots[i % rotations],
+                       .n_acc = n_acc_d,
+                       .mode = ConvHistoryMode::kSpec},
+                      ctx);
+        });
+        conv1d_set_vector(prev);
+        report(fmt::format("conv1d batch {}x{} rows (10240 ch, history 7){}", n_seqs, rows,
+                           vec ? " vector" : " scalar"),
+               ms, bytes, base);
+        if (!vec) base = ms;
+      }
     }
   }
 }
@@ -309,7 +362,7 @@ void bench_gdr_chunked(cudaStream_t s) {
 }
 
 // KERNEL_BENCH_ONLY=copy,linear,linear_variants,linear_batch,linear_fp8,linear_fp8_batch,attention,
-// attention_prefill,gdr,gdr_chunked picks groups.
+// attention_prefill,gdr,gdr_chunked,conv picks groups.
 bool wanted(const char* group) {
   const char* only = std::getenv("KERNEL_BENCH_ONLY");
   if (only == nullptr || *only == 0) return true;
@@ -340,6 +393,7 @@ int main(int argc, char** argv) {
     if (wanted("attention_prefill")) bench_attention_prefill(s);
     if (wanted("gdr")) bench_gdr(s);
     if (wanted("gdr_chunked")) bench_gdr_chunked(s);
+    if (wanted("conv")) bench_conv(s);
     if (argc > 1) {
       nlohmann::json out;
       out["machine"] = device_description(Device::kCuda);

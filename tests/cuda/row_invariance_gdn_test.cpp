@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -180,6 +181,20 @@ std::vector<uint8_t> slot_bits(const Tensor& pool, int32_t slot) {
   return bytes_of(pool.slice(0, slot, slot + 1));
 }
 
+// Sets which recurrent calls take the streaming kernel for one scope.
+struct StreamMinSeqs {
+  int64_t prev;
+  explicit StreamMinSeqs(int64_t n) : prev(gated_delta_rule_set_stream_min_seqs(n)) {}
+  ~StreamMinSeqs() { gated_delta_rule_set_stream_min_seqs(prev); }
+};
+
+// Turns the streaming kernel's row pairs (three passes over S per two rows) on or off for a scope.
+struct StreamPairs {
+  bool prev;
+  explicit StreamPairs(bool on) : prev(gated_delta_rule_set_stream_pairs(on)) {}
+  ~StreamPairs() { gated_delta_rule_set_stream_pairs(prev); }
+};
+
 // ---- batch invariance ----
 
 // A target sequence alone (row 0, slot 0 of pool A) and inside a batch of n_seqs (index k, its
@@ -207,16 +222,20 @@ void batch_invariance(const GdrShape& s, GdrMode mode, int64_t n_seqs, Rng& rng,
   const std::string p = fmt::format(
       "mode={},n_seqs={},index={},rows={},n_acc={},parity={},start={},d_k={},d_v={}",
       rec ? "recurrent" : "chunked", n_seqs, k, t.rows, t.n_acc, t.parity, t.start, s.dk, s.dv);
-  for (const bool norm : {false, true}) {
+  for (const auto& [norm, pairs] : {std::pair{false, false}, std::pair{true, false},
+                                    std::pair{false, true}, std::pair{true, true}}) {
     const Layer A = make_layer(s, n_slots, rng, &P), B = make_layer(s, n_slots, rng, &P);
     copy_slot(A, 0, B, t.slot);
     const Tensor out_a = out_rows(A, t.rows), out_b = out_rows(B, n_rows);
     const Tensor n_a = norm ? out_rows(A, t.rows) : Tensor();
     const Tensor n_b = norm ? out_rows(B, n_rows) : Tensor();
-    gdr(A, gdr_in(A, r_alone), alone, 0, 1, mode, out_a, n_a, cs);
-    gdr(B, gdr_in(B, r_batch), batch, 0, n_seqs, mode, out_b, n_b, cs);
+    {
+      const StreamPairs pair_mode(pairs);
+      gdr(A, gdr_in(A, r_alone), alone, 0, 1, mode, out_a, n_a, cs);
+      gdr(B, gdr_in(B, r_batch), batch, 0, n_seqs, mode, out_b, n_b, cs);
+    }
     cs.sync();
-    const std::string pn = p + fmt::format(",norm={}", norm);
+    const std::string pn = p + fmt::format(",norm={},pairs={}", norm, pairs);
     check_bits("gated_delta_rule.batch_rows", pn,
                rows_bits(out_a, 0, t.rows) == rows_bits(out_b, r0, t.rows) &&
                    (!norm || rows_bits(n_a, 0, t.rows) == rows_bits(n_b, r0, t.rows)));
@@ -239,17 +258,11 @@ void batch_invariance(const GdrShape& s, GdrMode mode, int64_t n_seqs, Rng& rng,
 
 // ---- the streaming kernel against the per-sequence grid ----
 
-// Sets which recurrent calls take the streaming kernel for one scope.
-struct StreamMinSeqs {
-  int64_t prev;
-  explicit StreamMinSeqs(int64_t n) : prev(gated_delta_rule_set_stream_min_seqs(n)) {}
-  ~StreamMinSeqs() { gated_delta_rule_set_stream_min_seqs(prev); }
-};
-
 // One recurrent call of n_seqs sequences (0..9 rows and 0..9 rows to fold each, one with neither,
 // one whose slot is outside the pool) through the per-sequence grid on pools A and through the
 // streaming kernel on pools B holding the same contents: outputs (normed too), every state slot
-// and every replay row equal bit for bit, with and without the fused norm.
+// and every replay row equal bit for bit, with and without the fused norm, with and without the
+// streaming kernel's row pairs.
 void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStream& cs) {
   const int64_t n_slots = n_seqs + 3;
   const Layer P = make_layer(s, 1, rng);
@@ -268,7 +281,8 @@ void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStrea
   const Rows r = random_rows(P, n_rows, rng);
   const std::string p =
       fmt::format("n_seqs={},h_k={},h_v={},d_k={},d_v={}", n_seqs, s.hk, s.hv, s.dk, s.dv);
-  for (const bool norm : {false, true}) {
+  for (const auto& [norm, pairs] : {std::pair{false, false}, std::pair{true, false},
+                                    std::pair{false, true}, std::pair{true, true}}) {
     const Layer A = make_layer(s, n_slots, rng, &P), B = make_layer(s, n_slots, rng, &P);
     for (int32_t i = 0; i < n_slots; ++i) copy_slot(B, i, A, i);
     const Tensor out_a = out_rows(A, n_rows), out_b = out_rows(B, n_rows);
@@ -280,10 +294,11 @@ void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStrea
     }
     {
       const StreamMinSeqs stream(1);
+      const StreamPairs pair_mode(pairs);
       gdr(B, gdr_in(B, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_b, n_b, cs);
     }
     cs.sync();
-    const std::string pn = p + fmt::format(",norm={}", norm);
+    const std::string pn = p + fmt::format(",norm={},pairs={}", norm, pairs);
     check_bits("gated_delta_rule.stream_rows", pn,
                bytes_of(out_a) == bytes_of(out_b) && (!norm || bytes_of(n_a) == bytes_of(n_b)));
     check_bits("gated_delta_rule.stream_state", pn,

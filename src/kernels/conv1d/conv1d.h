@@ -35,6 +35,11 @@ struct Conv1dArgs {
 void conv1d_ref(const Conv1dArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA
 void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx);
+// Opt-in (default off until measured on a GPU): kSpec calls with kernel size 4 and a history of
+// 4..12 entries take a kernel of 8 channels a thread (16-byte accesses; the same bits). Returns
+// the previous value.
+bool conv1d_set_vector(bool on);
+int64_t conv1d_vector_calls();  // calls that took that kernel since start-up (tests)
 #endif
 
 inline void conv1d(const Conv1dArgs& a, const ExecContext& ctx) {

@@ -11,7 +11,10 @@
 //     only one that reads H[c] or writes it (the last Kc - 1 inputs come from its window and x);
 //     the other chunks read x only. No second launch, no race.
 // Every output is the same fixed-order fma sum whichever path computes it (row invariance).
-// Not here: kernel sizes above 8.
+// Not here: kernel sizes above 8. Opt-in (conv1d_set_vector): kSpec 8 channels a thread, below.
+#include <atomic>
+#include <utility>
+
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/cuda_common.cuh"
 
@@ -164,6 +167,152 @@ __global__ void conv1d_rows_kernel(ConvParams p) {
   if (owner) rewrite_history(p, q, seq);
 }
 
+// ---- kSpec with 8 channels a thread (opt-in: conv1d_set_vector) ----
+// For kernel size 4 and a history of kHist (4..12) entries, whose 8 channels x kHist bf16 sit
+// contiguous in the pool ([slot, channel, hist_len]): the thread loads that block with kHist
+// 16-byte loads before the PDL wait (all issued before the first use), x and out as one 16-byte
+// access per row, and writes the whole block back with kHist 16-byte stores (positions the scalar
+// kernel leaves alone are written with the values they held). The window is picked out of the
+// registers by one branch per offset o, each with compile-time positions (no local memory). Each
+// output is the scalar kernel's fma chain over the same values, so the same bits
+// (CudaRowInvariance.ConvVector*).
+constexpr int kVecKernel = 4;
+constexpr int kVecChannels = 8;
+constexpr int kVecMinHist = kVecKernel;  // the window and at least one row
+constexpr int kVecMaxHist = 12;          // the window and 9 rows (k = 8 drafts)
+
+std::atomic<bool> g_conv_vector{false};
+std::atomic<int64_t> g_conv_vector_calls{0};
+
+__device__ __forceinline__ uint4 ld_cg_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+// Element e (channel e / kHist, position e % kHist) of a block held as 32-bit words.
+__device__ __forceinline__ uint32_t block_get(const uint32_t* b, int e) {
+  return (e & 1) ? b[e >> 1] >> 16 : b[e >> 1] & 0xffffu;
+}
+__device__ __forceinline__ void block_set(uint32_t* b, int e, uint32_t v) {
+  b[e >> 1] = (e & 1) ? (b[e >> 1] & 0xffffu) | (v << 16) : (b[e >> 1] & 0xffff0000u) | v;
+}
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t v) {
+  return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(v)));
+}
+
+template <int kHist>
+__global__ void __launch_bounds__(kThreads) conv1d_vec_kernel(ConvParams p) {
+  constexpr int kW = kVecKernel - 1, kWords = kHist * kVecChannels / 2;
+  const int64_t groups = p.channels / kVecChannels;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t c0 = (g < groups ? g : groups - 1) * kVecChannels;  // past the end: loads only
+  const ConvSeq q = conv_seq(p, blockIdx.y, c0);
+  float w[kVecChannels][kVecKernel];
+#pragma unroll
+  for (int ch = 0; ch < kVecChannels; ++ch) {
+#pragma unroll
+    for (int j = 0; j < kVecKernel; ++j) w[ch][j] = p.w[(c0 + ch) * kVecKernel + j];
+  }
+  uint32_t blk[kWords];
+  if (q.ok) {
+#pragma unroll
+    for (int i = 0; i < kHist; ++i) {
+      const uint4 v = ld_cg_v4(q.h + i * 8);
+      blk[4 * i] = v.x, blk[4 * i + 1] = v.y, blk[4 * i + 2] = v.z, blk[4 * i + 3] = v.w;
+    }
+  }
+  cuda::pdl_begin();
+  if (g >= groups || !q.ok || (q.n == 0 && q.o == 0)) return;
+  // Positions 0 .. kW - 1 of each channel become the window H[o : o + kW] (in place, ascending:
+  // position j reads position o + j >= j, not yet rewritten).
+  const int o = static_cast<int>(q.o);
+#pragma unroll
+  for (int oo = 1; oo <= kHist - kW; ++oo) {
+    if (o == oo) {
+#pragma unroll
+      for (int ch = 0; ch < kVecChannels; ++ch) {
+#pragma unroll
+        for (int j = 0; j < kW; ++j) {
+          block_set(blk, ch * kHist + j, block_get(blk, ch * kHist + oo + j));
+        }
+      }
+    }
+  }
+  // Outputs: a sliding window of the last kVecKernel inputs per channel.
+  float win[kVecChannels][kVecKernel];
+#pragma unroll
+  for (int ch = 0; ch < kVecChannels; ++ch) {
+#pragma unroll
+    for (int j = 0; j < kW; ++j) win[ch][j] = bf16_bits_to_float(block_get(blk, ch * kHist + j));
+  }
+  for (int64_t t = 0; t < q.n; ++t) {
+    // A plain load (the predecessor's output, after the wait).
+    const uint4 raw = *reinterpret_cast<const uint4*>(p.x + (q.r0 + t) * p.x_stride + c0);
+    const uint32_t xw[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t packed[kVecChannels / 2];
+#pragma unroll
+    for (int ch = 0; ch < kVecChannels; ++ch) {
+      win[ch][kW] = bf16_bits_to_float((ch & 1) ? xw[ch / 2] >> 16 : xw[ch / 2] & 0xffffu);
+      float acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < kVecKernel; ++j) acc = fmaf(w[ch][j], win[ch][j], acc);
+      const uint32_t bits = __bfloat16_as_ushort(__float2bfloat16_rn(cuda::silu(acc)));
+      packed[ch / 2] = (ch & 1) ? packed[ch / 2] | (bits << 16) : bits;
+#pragma unroll
+      for (int j = 0; j < kW; ++j) win[ch][j] = win[ch][j + 1];
+    }
+    *reinterpret_cast<uint4*>(p.out + (q.r0 + t) * p.out_stride + c0) =
+        make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+  // History: positions kW .. kW + n - 1 take the rows' inputs (as far as the history reaches),
+  // the rest keep what they held; then the whole block back.
+#pragma unroll
+  for (int pos = kW; pos < kHist; ++pos) {
+    if (pos - kW < q.n) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(p.x + (q.r0 + pos - kW) * p.x_stride + c0);
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int ch = 0; ch < kVecChannels; ++ch) {
+        block_set(blk, ch * kHist + pos, (ch & 1) ? words[ch / 2] >> 16 : words[ch / 2] & 0xffffu);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kHist; ++i) {
+    *reinterpret_cast<uint4*>(q.h + i * 8) =
+        make_uint4(blk[4 * i], blk[4 * i + 1], blk[4 * i + 2], blk[4 * i + 3]);
+  }
+}
+
+// Whether the call can take the vector kernel: kSpec, kernel 4, a history of 4..12 entries,
+// channels a multiple of 8, x and out rows 16-byte aligned.
+bool conv_vector_fits(const ConvParams& p) {
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return g_conv_vector.load() && p.spec && p.kernel == kVecKernel && p.hist_len >= kVecMinHist &&
+         p.hist_len <= kVecMaxHist && p.channels % kVecChannels == 0 && p.x_stride % 8 == 0 &&
+         p.out_stride % 8 == 0 && aligned(p.x) && aligned(p.out) && aligned(p.hist);
+}
+
+template <int kHist>
+bool launch_vec_if(const ConvParams& p, unsigned n_seqs, cudaStream_t s) {
+  if (p.hist_len != kHist) return false;
+  const unsigned blocks = cuda::ceil_div(p.channels / kVecChannels, kThreads);
+  cuda::launch_pdl(conv1d_vec_kernel<kHist>, dim3(blocks, n_seqs), kThreads, 0, s, p);
+  cuda::check_launch("conv1d_vec_kernel");
+  g_conv_vector_calls.fetch_add(1);
+  return true;
+}
+
+template <int... kHists>
+bool launch_vec(const ConvParams& p, unsigned n_seqs, cudaStream_t s,
+                std::integer_sequence<int, kHists...>) {
+  return (launch_vec_if<kHists + kVecMinHist>(p, n_seqs, s) || ...);
+}
+
 }  // namespace
 
 void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
@@ -215,6 +364,10 @@ void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
   const cudaStream_t s = cuda::stream_of(ctx);
   const unsigned channel_blocks = cuda::ceil_div(p.channels, kThreads);
   const unsigned n_seqs = static_cast<unsigned>(a.seqs.n_seqs);
+  if (conv_vector_fits(p) &&
+      launch_vec(p, n_seqs, s, std::make_integer_sequence<int, kVecMaxHist - kVecMinHist + 1>{})) {
+    return;
+  }
   if (spec || a.seqs.max_rows <= kRowChunk) {
     cuda::launch_pdl(conv1d_step_kernel, dim3(channel_blocks, n_seqs), kThreads, 0, s, p);
     cuda::check_launch("conv1d_step_kernel");
@@ -224,5 +377,8 @@ void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
   cuda::launch_pdl(conv1d_rows_kernel, grid, kThreads, 0, s, p);
   cuda::check_launch("conv1d_rows_kernel");
 }
+
+bool conv1d_set_vector(bool on) { return g_conv_vector.exchange(on); }
+int64_t conv1d_vector_calls() { return g_conv_vector_calls.load(); }
 
 }  // namespace tandem::kernels

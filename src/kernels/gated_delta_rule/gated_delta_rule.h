@@ -82,6 +82,10 @@ bool gated_delta_rule_cuda_supports(int64_t d_k);  // shapes the CUDA kernel is 
 // Recurrent calls of at least n sequences take the streaming kernel (default 8; tests and
 // bench/kernel_bench compare and time both paths). Returns the previous value.
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n);
+// Opt-in (default off until measured on a GPU): the streaming kernel runs each two rows loaded
+// together in three passes over the state instead of four (the second row's S^T k summed in the
+// first row's update pass); the same bits. Returns the previous value.
+bool gated_delta_rule_set_stream_pairs(bool on);
 #endif
 
 inline void gated_delta_rule(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {

@@ -36,6 +36,7 @@ constexpr int kMaxHeadThreads = 256;  // 2 x d_v: a thread holds 2 columns of on
 constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a block stages
 
 std::atomic<int64_t> g_stream_min_seqs{8};
+std::atomic<bool> g_stream_pairs{false};  // gated_delta_rule_set_stream_pairs
 
 // Shared memory of a block, in floats from the start: S, then the row buffers.
 struct HeadSmem {
@@ -43,14 +44,21 @@ struct HeadSmem {
   uint64_t* full;
 };
 
-__host__ __device__ inline int64_t head_smem_floats(int64_t dk, int64_t dv, int64_t hv_n) {
-  const int64_t n = dk * dv + kHeadRows * (2 * dk + 2 * dv) + 2 * kParts * dv +
+// Ring slots of the parts' partial sums: kv and o of a row, and with pairs (below) the second
+// row's kv, posted in the same pass as the first row's o.
+constexpr int kRingSlots = 2;
+constexpr int kPairRingSlots = 3;
+
+__host__ __device__ inline int64_t head_smem_floats(int64_t dk, int64_t dv, int64_t hv_n,
+                                                    int ring_slots) {
+  const int64_t n = dk * dv + kHeadRows * (2 * dk + 2 * dv) + ring_slots * kParts * dv +
                     kHeadRows * (2 + kMaxNormBlocks) + 2 * hv_n;
   return (n + 1) / 2 * 2 + 2;  // an 8-byte aligned mbarrier at the end
 }
 
 template <int kDk>
-__device__ __forceinline__ HeadSmem head_smem(float* base, int64_t dv, int64_t hv_n) {
+__device__ __forceinline__ HeadSmem head_smem(float* base, int64_t dv, int64_t hv_n,
+                                              int ring_slots) {
   HeadSmem m;
   m.S = base;
   m.q = m.S + kDk * dv;  // [kHeadRows][kDk], normalised in place
@@ -58,13 +66,13 @@ __device__ __forceinline__ HeadSmem head_smem(float* base, int64_t dv, int64_t h
   m.v = m.k + kHeadRows * kDk;  // [kHeadRows][dv]
   m.z = m.v + kHeadRows * dv;
   m.o = m.v;  // kNorm: the rounded outputs, over v (row tb's v is read before its o is written)
-  m.ring = m.z + kHeadRows * dv;  // [2][kParts][dv]: the parts' partial sums
-  m.decay = m.ring + 2 * kParts * dv;
+  m.ring = m.z + kHeadRows * dv;  // [ring_slots][kParts][dv]: the parts' partial sums
+  m.decay = m.ring + ring_slots * kParts * dv;
   m.beta = m.decay + kHeadRows;
   m.psum = m.beta + kHeadRows;  // [kHeadRows][kMaxNormBlocks]
   m.head_decay = m.psum + kHeadRows * kMaxNormBlocks;
   m.head_dt = m.head_decay + hv_n;
-  m.full = reinterpret_cast<uint64_t*>(base + head_smem_floats(kDk, dv, hv_n) - 2);
+  m.full = reinterpret_cast<uint64_t*>(base + head_smem_floats(kDk, dv, hv_n, ring_slots) - 2);
   return m;
 }
 
@@ -154,18 +162,14 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
   __syncthreads();
 }
 
-// One token (row tb of the loaded rows) for this thread's columns c and c + 1 (c even), rows
-// part * d_k/4 .. of each: S <- e^g S; u = beta (v - S^T k); S <- S + k u^T (stored if kStore);
-// with kOut returns o = S^T q of both columns (every part gets them). The parts' partial sums meet
-// in ring[buf] (kv) and ring[1] (o; kOut calls pass buf 0). S moves as column pairs, k and q as 4
-// rows at a time (broadcast); each column's sums still run over its rows in order.
-template <int kDk, bool kStore, bool kOut>
-__device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part, int c, int tb,
-                                             int buf) {
+// Row tb's partial sums kv = sum_r (S[r] e^g) k[r] of this thread's columns c and c + 1 (c even)
+// over its part's rows (part * d_k/4 ..) in order, S as it stands. S moves as column pairs, k as
+// 4 rows at a time (broadcast).
+template <int kDk>
+__device__ __forceinline__ float2 kv_partial(const HeadSmem& m, int dv, int part, int c, int tb) {
   constexpr int kR = kDk / kParts;
   const float4* kn = reinterpret_cast<const float4*>(m.k + tb * kDk + part * kR);
-  const float4* qn = reinterpret_cast<const float4*>(m.q + tb * kDk + part * kR);
-  float2* col = reinterpret_cast<float2*>(m.S + part * kR * dv + c);
+  const float2* col = reinterpret_cast<const float2*>(m.S + part * kR * dv + c);
   const int stride = dv / 2;  // float2 per row
   const float decay = m.decay[tb];
   float kv0 = 0.f, kv1 = 0.f;
@@ -180,26 +184,49 @@ __device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part
       kv1 = fmaf(sv.y * decay, kr[j], kv1);
     }
   }
-  float2* ring = reinterpret_cast<float2*>(m.ring + buf * kParts * dv + c);
-  ring[part * stride] = make_float2(kv0, kv1);
-  __syncthreads();
-  {
-    const float2 a = ring[0], b = ring[stride], e = ring[2 * stride], f = ring[3 * stride];
-    kv0 = (a.x + b.x) + (e.x + f.x);
-    kv1 = (a.y + b.y) + (e.y + f.y);
-  }
-  const float2 vv = *reinterpret_cast<const float2*>(m.v + tb * dv + c);
-  const float u0 = m.beta[tb] * (vv.x - kv0);
-  const float u1 = m.beta[tb] * (vv.y - kv1);
-  float o0 = 0.f, o1 = 0.f;
+  return make_float2(kv0, kv1);
+}
+
+// A part's partial sums of the column pair into ring slot `slot`; after a barrier, gather() adds
+// the 4 parts as (p0 + p1) + (p2 + p3), what the per-sequence kernel's butterfly gives.
+__device__ __forceinline__ void post(const HeadSmem& m, int dv, int part, int c, int slot,
+                                     float2 v) {
+  reinterpret_cast<float2*>(m.ring + slot * kParts * dv + c)[part * (dv / 2)] = v;
+}
+__device__ __forceinline__ float2 gather(const HeadSmem& m, int dv, int c, int slot) {
+  const float2* ring = reinterpret_cast<const float2*>(m.ring + slot * kParts * dv + c);
+  const int stride = dv / 2;
+  const float2 a = ring[0], b = ring[stride], e = ring[2 * stride], f = ring[3 * stride];
+  return make_float2((a.x + b.x) + (e.x + f.x), (a.y + b.y) + (e.y + f.y));
+}
+
+// Row tb's update of the column pair over the part's rows: S <- e^g S + k u^T (stored if kStore);
+// with kOut returns the partial sums of o = S^T q over the updated S; with kNext also the partial
+// sums of row tb + 1's kv over it (kv_partial's arithmetic on the values it would read back).
+template <int kDk, bool kStore, bool kOut, bool kNext>
+__device__ __forceinline__ float2 update_pass(const HeadSmem& m, int dv, int part, int c, int tb,
+                                              float u0, float u1, float2& kv_next) {
+  constexpr int kR = kDk / kParts;
+  const float4* kn = reinterpret_cast<const float4*>(m.k + tb * kDk + part * kR);
+  const float4* qn = reinterpret_cast<const float4*>(m.q + tb * kDk + part * kR);
+  const float4* kn2 = reinterpret_cast<const float4*>(m.k + (tb + 1) * kDk + part * kR);
+  float2* col = reinterpret_cast<float2*>(m.S + part * kR * dv + c);
+  const int stride = dv / 2;
+  const float decay = m.decay[tb];
+  const float decay2 = kNext ? m.decay[tb + 1] : 0.f;
+  float o0 = 0.f, o1 = 0.f, n0 = 0.f, n1 = 0.f;
 #pragma unroll 2
   for (int r4 = 0; r4 < kR / 4; ++r4) {
     const float4 k4 = kn[r4];
     const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
-    float qr[4] = {0.f, 0.f, 0.f, 0.f};
+    float qr[4] = {0.f, 0.f, 0.f, 0.f}, k2[4] = {0.f, 0.f, 0.f, 0.f};
     if constexpr (kOut) {
       const float4 q4 = qn[r4];
       qr[0] = q4.x, qr[1] = q4.y, qr[2] = q4.z, qr[3] = q4.w;
+    }
+    if constexpr (kNext) {
+      const float4 n4 = kn2[r4];
+      k2[0] = n4.x, k2[1] = n4.y, k2[2] = n4.z, k2[3] = n4.w;
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -212,25 +239,79 @@ __device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part
         o0 = fmaf(s0, qr[j], o0);
         o1 = fmaf(s1, qr[j], o1);
       }
+      if constexpr (kNext) {
+        n0 = fmaf(s0 * decay2, k2[j], n0);
+        n1 = fmaf(s1 * decay2, k2[j], n1);
+      }
     }
   }
-  if constexpr (kOut) {
-    float2* ro = reinterpret_cast<float2*>(m.ring + kParts * dv + c);
-    ro[part * stride] = make_float2(o0, o1);
-    __syncthreads();
-    const float2 a = ro[0], b = ro[stride], e = ro[2 * stride], f = ro[3 * stride];
-    o0 = (a.x + b.x) + (e.x + f.x);
-    o1 = (a.y + b.y) + (e.y + f.y);
-  }
+  if constexpr (kNext) kv_next = make_float2(n0, n1);
   return make_float2(o0, o1);
 }
 
-template <int kDk, bool kNorm>
+// u = beta (v - kv) of row tb for the column pair.
+__device__ __forceinline__ float2 row_u(const HeadSmem& m, int dv, int c, int tb, float2 kv) {
+  const float2 vv = *reinterpret_cast<const float2*>(m.v + tb * dv + c);
+  return make_float2(m.beta[tb] * (vv.x - kv.x), m.beta[tb] * (vv.y - kv.y));
+}
+
+// One token (row tb of the loaded rows) for this thread's columns c and c + 1: S <- e^g S;
+// u = beta (v - S^T k); S <- S + k u^T (stored if kStore); with kOut returns o = S^T q of both
+// columns (every part gets them). Two passes over S; the parts' sums meet in ring slot buf (kv)
+// and slot 1 (o; kOut calls pass buf 0).
+template <int kDk, bool kStore, bool kOut>
+__device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part, int c, int tb,
+                                             int buf) {
+  post(m, dv, part, c, buf, kv_partial<kDk>(m, dv, part, c, tb));
+  __syncthreads();
+  const float2 u = row_u(m, dv, c, tb, gather(m, dv, c, buf));
+  float2 unused;
+  float2 o = update_pass<kDk, kStore, kOut, false>(m, dv, part, c, tb, u.x, u.y, unused);
+  if constexpr (kOut) {
+    post(m, dv, part, c, 1, o);
+    __syncthreads();
+    o = gather(m, dv, c, 1);
+  }
+  return o;
+}
+
+// Rows 0 and 1 of the loaded rows in three passes over S instead of head_token's four: row 1's kv
+// sums ride in row 0's update pass (row 0 always stores: row 1 follows it). Row 1 stores if
+// store_second. The same arithmetic in the same order as two head_token calls, so the same bits.
+// Ring slots: row 0's kv 0, its o 1, row 1's kv 2, its o 0 (each slot is written again only after
+// a barrier that follows its last read). With kOut, o of both rows come back in o_first, o_second.
+template <int kDk, bool kOut>
+__device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, int c,
+                                          bool store_second, float2& o_first, float2& o_second) {
+  post(m, dv, part, c, 0, kv_partial<kDk>(m, dv, part, c, 0));
+  __syncthreads();
+  const float2 u = row_u(m, dv, c, 0, gather(m, dv, c, 0));
+  float2 kv_second;
+  const float2 o = update_pass<kDk, true, kOut, true>(m, dv, part, c, 0, u.x, u.y, kv_second);
+  if constexpr (kOut) post(m, dv, part, c, 1, o);
+  post(m, dv, part, c, 2, kv_second);
+  __syncthreads();
+  if constexpr (kOut) o_first = gather(m, dv, c, 1);
+  const float2 u2 = row_u(m, dv, c, 1, gather(m, dv, c, 2));
+  float2 unused;
+  const float2 o2 =
+      store_second ? update_pass<kDk, true, kOut, false>(m, dv, part, c, 1, u2.x, u2.y, unused)
+                   : update_pass<kDk, false, kOut, false>(m, dv, part, c, 1, u2.x, u2.y, unused);
+  if constexpr (kOut) {
+    post(m, dv, part, c, 0, o2);
+    __syncthreads();
+    o_second = gather(m, dv, c, 0);
+  }
+}
+
+// kPairs: each two rows loaded together run as head_pair (three passes over S) instead of two
+// head_token calls (four); the same bits.
+template <int kDk, bool kNorm, bool kPairs>
 __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(GdrParams p) {
   extern __shared__ __align__(128) float smem[];
   const int64_t dv = p.dv, items = p.hv_n * p.n_seqs;
   const int dvi = static_cast<int>(dv);
-  const HeadSmem m = head_smem<kDk>(smem, dv, p.hv_n);
+  const HeadSmem m = head_smem<kDk>(smem, dv, p.hv_n, kPairs ? kPairRingSlots : kRingSlots);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int half = dvi / 2, part = tid / half, c = 2 * (tid % half);  // columns c and c + 1
   const uint32_t state_bytes = static_cast<uint32_t>(kDk * dv * 4);
@@ -276,7 +357,12 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
         cuda::mbar_wait(m.full, phase);
         phase ^= 1;
       }
-      for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
+      if (kPairs && nb == 2) {
+        float2 unused0, unused1;
+        head_pair<kDk, false>(m, dvi, part, c, true, unused0, unused1);
+      } else {
+        for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
+      }
       __syncthreads();  // the row buffers are rewritten by the next rows
     }
     if (sq.n_acc > 0) {  // the folded state back to its slot
@@ -300,18 +386,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
     for (int64_t t0 = 0; t0 < sq.n; t0 += kHeadRows) {
       const int nb = static_cast<int>(min(static_cast<int64_t>(kHeadRows), sq.n - t0));
       load_head_rows<kDk, false, kNorm>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay, dt_bias);
-      for (int tb = 0; tb < nb; ++tb) {
-        float2 o;
-        if (t0 + tb + 1 < sq.n) {
-          if (t0 + tb == 0) {  // the first state store of the item
-            if (tid == 0 && store_pending) cuda::bulk_wait_read();
-            store_pending = false;
-            __syncthreads();
-          }
-          o = head_token<kDk, true, true>(m, dvi, part, c, tb, 0);
-        } else {
-          o = head_token<kDk, false, true>(m, dvi, part, c, tb, 0);
-        }
+      const auto emit = [&](int tb, float2 o) {  // row tb's output (and its copy for the norm)
         const __nv_bfloat16 o0 = __float2bfloat16_rn(o.x), o1 = __float2bfloat16_rn(o.y);
         if (part == 0) {
           __nv_bfloat16* out = p.out + (sq.r0 + t0 + tb) * p.out_s0 + h * p.out_s1 + c;
@@ -321,6 +396,22 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
             m.o[tb * dv + c] = __bfloat162float(o0);
             m.o[tb * dv + c + 1] = __bfloat162float(o1);
           }
+        }
+      };
+      if (t0 == 0 && sq.n > 1) {  // the item's first state store comes next
+        if (tid == 0 && store_pending) cuda::bulk_wait_read();
+        store_pending = false;
+        __syncthreads();
+      }
+      if (kPairs && nb == 2) {
+        float2 o_first, o_second;
+        head_pair<kDk, true>(m, dvi, part, c, t0 + 2 < sq.n, o_first, o_second);
+        emit(0, o_first);
+        emit(1, o_second);
+      } else {
+        for (int tb = 0; tb < nb; ++tb) {
+          emit(tb, t0 + tb + 1 < sq.n ? head_token<kDk, true, true>(m, dvi, part, c, tb, 0)
+                                      : head_token<kDk, false, true>(m, dvi, part, c, tb, 0));
         }
       }
       if constexpr (kNorm) {  // gated RMSNorm: each 32 columns by a warp, then in column order
@@ -363,18 +454,17 @@ bool head_kernel_fits(int64_t dk, int64_t dv) {
 }
 
 // Blocks resident at once, per kernel and shared-memory size (computed once for each).
-template <int kDk, bool kNorm>
+template <int kDk, bool kNorm, bool kPairs>
 int64_t resident_blocks(int threads, size_t smem) {
   static std::atomic<int64_t> key{-1}, blocks{0};
   const int64_t k = static_cast<int64_t>(smem) * 1024 + threads;
   if (key.load() == k) return blocks.load();
-  cuda::check(
-      cudaFuncSetAttribute(gdr_head_kernel<kDk, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)),
-      "cudaFuncSetAttribute");
+  const auto kernel = gdr_head_kernel<kDk, kNorm, kPairs>;
+  cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(smem)),
+              "cudaFuncSetAttribute");
   int per_sm = 0;
-  cuda::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gdr_head_kernel<kDk, kNorm>,
-                                                            threads, smem),
+  cuda::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   const int64_t n = std::max(1, per_sm) * static_cast<int64_t>(cuda::sm_count());
   blocks.store(n);
@@ -382,28 +472,33 @@ int64_t resident_blocks(int threads, size_t smem) {
   return n;
 }
 
-template <int kDk, bool kNorm>
+template <int kDk, bool kNorm, bool kPairs>
 void launch_head(const GdrParams& p, cudaStream_t s) {
   const int threads = static_cast<int>(2 * p.dv);
-  const size_t smem = static_cast<size_t>(head_smem_floats(kDk, p.dv, p.hv_n)) * sizeof(float);
-  const int64_t blocks = std::min(resident_blocks<kDk, kNorm>(threads, smem), p.hv_n * p.n_seqs);
-  cuda::launch_pdl(gdr_head_kernel<kDk, kNorm>, dim3(static_cast<unsigned>(blocks)), threads, smem,
-                   s, p);
+  const int slots = kPairs ? kPairRingSlots : kRingSlots;
+  const size_t smem =
+      static_cast<size_t>(head_smem_floats(kDk, p.dv, p.hv_n, slots)) * sizeof(float);
+  const int64_t blocks =
+      std::min(resident_blocks<kDk, kNorm, kPairs>(threads, smem), p.hv_n * p.n_seqs);
+  cuda::launch_pdl(gdr_head_kernel<kDk, kNorm, kPairs>, dim3(static_cast<unsigned>(blocks)),
+                   threads, smem, s, p);
   cuda::check_launch("gdr_head_kernel");
 }
 
 template <int kDk>
 void launch_head(const GdrParams& p, cudaStream_t s) {
+  const bool pairs = g_stream_pairs.load();
   if (p.norm_out != nullptr) {
-    launch_head<kDk, true>(p, s);
+    pairs ? launch_head<kDk, true, true>(p, s) : launch_head<kDk, true, false>(p, s);
   } else {
-    launch_head<kDk, false>(p, s);
+    pairs ? launch_head<kDk, false, true>(p, s) : launch_head<kDk, false, false>(p, s);
   }
 }
 
 }  // namespace
 
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n) { return g_stream_min_seqs.exchange(n); }
+bool gated_delta_rule_set_stream_pairs(bool on) { return g_stream_pairs.exchange(on); }
 
 std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
   const int64_t from = g_stream_min_seqs.load();
@@ -415,9 +510,9 @@ std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
   }
   return fmt::format(
       "gated delta rule: decode/verify of 1-{} sequences on the per-sequence grid, {}+ on the "
-      "streaming kernel (a value head per block, state in shared memory); prefill chunks in the "
-      "chunked (WY) form",
-      from - 1, from);
+      "streaming kernel (a value head per block, state in shared memory{}); prefill chunks in "
+      "the chunked (WY) form",
+      from - 1, from, g_stream_pairs.load() ? ", row pairs in 3 passes" : "");
 }
 
 bool gdr_stream_launch(const GdrParams& p, int64_t d_k, cudaStream_t s) {

@@ -1,0 +1,59 @@
+#include "kernels/opt_in.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/conv1d/conv1d.h"
+#include "kernels/gated_delta_rule/gated_delta_rule.h"
+
+namespace tandem::kernels {
+
+namespace {
+
+struct OptIn {
+  const char* name;
+  const char* what;
+  std::function<void(bool)> set;
+};
+
+std::vector<OptIn> registry() {
+  std::vector<OptIn> r;
+#ifdef TANDEM_CUDA
+  r.push_back({"gdr-pairs",
+               "GDN streaming kernel: each two rows loaded together in 3 passes over the state "
+               "instead of 4",
+               [](bool on) { gated_delta_rule_set_stream_pairs(on); }});
+  r.push_back({"conv-vector",
+               "conv1d decode/verify (kernel 4, history 4..12): 8 channels a thread, 16-byte "
+               "accesses",
+               [](bool on) { conv1d_set_vector(on); }});
+#endif
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> kernel_opt_ins() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const OptIn& o : registry()) out.emplace_back(o.name, o.what);
+  return out;
+}
+
+void set_kernel_opt_ins(const std::vector<std::string>& names) {
+  const std::vector<OptIn> r = registry();
+  std::vector<std::string> known;
+  for (const OptIn& o : r) known.emplace_back(o.name);
+  for (const std::string& n : names) {
+    TANDEM_CHECK(std::find(known.begin(), known.end(), n) != known.end(),
+                 "unknown kernel opt-in '{}' (this build knows: {})", n,
+                 known.empty() ? "none" : fmt::format("{}", fmt::join(known, ", ")));
+  }
+  for (const OptIn& o : r) o.set(std::find(names.begin(), names.end(), o.name) != names.end());
+}
+
+}  // namespace tandem::kernels
