@@ -2,8 +2,8 @@
 # sets OUT (created), the clock and the `stamp` and `summary` helpers, writes the GPU's name into
 # $OUT/build.log, points pkg-config and the loader at .devdeps/ (scripts/device/pack_deps.sh) and
 # fills cmake_args for a CUDA release build, adding the .devdeps CMake configs of whatever the
-# image lacks; then build_cuda and engine_tests, the scripts' common first steps. Run from the
-# repository root.
+# image lacks; then build_cuda, engine_tests, tests and bench, the scripts' common steps. Run from
+# the repository root.
 # .devdeps/usr travels packed (usr.tar.xz, from pack_deps.sh), to keep the call within 64 MiB.
 [[ -f .devdeps/usr.tar.xz && ! -d .devdeps/usr ]] && tar -xJf .devdeps/usr.tar.xz -C .devdeps
 OUT=${OUT:-$PWD/out}
@@ -45,4 +45,23 @@ engine_tests() {
   timeout "$1" stdbuf -oL $B/tests/cuda_tests --gtest_filter='*EngineCuda*' > "$OUT/cuda_engine.log" 2>&1
   summary "cuda engine tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_engine.log" | tr '\n' ' ') ($(stamp))"
   grep -E '^\[  FAILED  \]|batch exactness|gpu vs cpu' "$OUT/cuda_engine.log" | head -20
+}
+
+# tests NAME LIMIT FILTER: $B's cuda_tests with a gtest filter, the result line into the summary.
+tests() {
+  timeout "$2" stdbuf -oL $B/tests/cuda_tests --gtest_filter="$3" > "$OUT/$1.log" 2>&1
+  summary "$1 rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/$1.log" | tr '\n' ' ') ($(stamp))"
+  grep -E '^\[  FAILED  \]' "$OUT/$1.log" | head -20 | tee -a "$OUT/summary.txt"
+}
+
+# bench NAME BUILD LIMIT CONFIG BATCHES [ARGS...]: tandem bench of a synthetic config at 1K with
+# k = 3 (JSON and log under $OUT), its table rows into the summary.
+bench() {
+  local name=$1 build=$2 limit=$3 config=$4 batches=$5
+  shift 5
+  timeout "$limit" stdbuf -oL $build/tandem bench --device cuda --synthetic "$config" \
+    --context 1024 --batch "$batches" --num-speculative-tokens 3 --steps 6 --commit "$name" \
+    --json "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
+  summary "$name rc=$? ($(stamp))"
+  grep -E '^ *[0-9]+ +[0-9]+ ' "$OUT/$name.log" | tee -a "$OUT/summary.txt"
 }

@@ -27,22 +27,6 @@ if [[ ${PART:-1} != verify && ! -x /tmp/build-base/tandem ]]; then
 fi
 BASE=/tmp/build-base
 
-tests() {  # tests NAME LIMIT FILTER
-  timeout "$2" stdbuf -oL $CAND/tests/cuda_tests --gtest_filter="$3" > "$OUT/$1.log" 2>&1
-  summary "$1 rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/$1.log" | tr '\n' ' ') ($(stamp))"
-  grep -E '^\[  FAILED  \]' "$OUT/$1.log" | head -20 | tee -a "$OUT/summary.txt"
-}
-
-bench() {  # bench NAME BUILD LIMIT CONFIG BATCHES [ARGS...]
-  local name=$1 build=$2 limit=$3 config=$4 batches=$5
-  shift 5
-  timeout "$limit" stdbuf -oL $build/tandem bench --device cuda --synthetic "$config" \
-    --context 1024 --batch "$batches" --num-speculative-tokens 3 --steps 6 --commit "$name" \
-    --json "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
-  summary "$name rc=$? ($(stamp))"
-  grep -E '^ *[0-9]+ +[0-9]+ ' "$OUT/$name.log" | tee -a "$OUT/summary.txt"
-}
-
 if [[ ${PART:-1} == 1 ]]; then
   tests linear_batch 110 'CudaRowInvariance.LinearDecodeBatch'
   tests fp8_linear 90 'Fp8Linear.*'

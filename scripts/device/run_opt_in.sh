@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs ON the device machine: the kernel paths that are written and tested here but not yet
+# measured (src/kernels/opt_in.h: `tandem bench --opt-in`), against production in ONE build (the
+# opt-ins are off by default, so no baseline build or patch is needed). One call (carry .devdeps,
+# timeout_s 600):
+#   scripts/device/run_opt_in.sh               (BATCHES=8,32 on an H100 80GB: 128+ streams of the
+#                                                27B do not fit its memory)
+# PART=1 (in order of what a figure is worth): the bitwise tests of the opt-in paths against
+# production (conv vector against the scalar kernel; GDN row pairs against the per-sequence grid,
+# in batches, through chains of folds); kernel_bench conv and gdr (each path beside production);
+# the 27B bf16 bench at BATCHES with no opt-in and with all. PART=2: the bench with each alone, the
+# GPU engine tests, compute-sanitizer memcheck of the opt-in tests. PART=3: the 27B-FP8 bench with
+# and without.
+set -uo pipefail
+source scripts/device/devdeps_env.sh
+build_cuda cuda_tests tandem kernel_bench
+BATCHES=${BATCHES:-8,32,128,256}
+ALL=gdr-pairs,conv-vector
+FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold'
+if [[ ${PART:-1} == 1 ]]; then
+  tests opt_in_bits 150 "$FILTER"
+  KERNEL_BENCH_ONLY=conv,gdr COMMIT=opt-in timeout 90 $B/bench/kernel_bench \
+    "$OUT/kernel_bench_conv_gdr.json" > "$OUT/kernel_bench_conv_gdr.log" 2>&1
+  summary "kernel_bench conv,gdr rc=$? ($(stamp))"
+  grep -E '^(conv1d|gdr recurrent\+norm batch)' "$OUT/kernel_bench_conv_gdr.log" | tee -a "$OUT/summary.txt"
+  bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
+  bench bf16_opt_in_all $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in $ALL
+elif [[ $PART == 2 ]]; then
+  bench bf16_conv_vector $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in conv-vector
+  bench bf16_gdr_pairs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-pairs
+  engine_tests 100
+  timeout 200 compute-sanitizer --tool memcheck $B/tests/cuda_tests --gtest_filter="$FILTER" \
+    > "$OUT/memcheck_opt_in.log" 2>&1
+  summary "memcheck opt-in tests rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_opt_in.log" | tail -1) ($(stamp))"
+else
+  bench fp8_production $B 150 configs/qwen3.5-27b-fp8.json "$BATCHES"
+  bench fp8_opt_in_all $B 150 configs/qwen3.5-27b-fp8.json "$BATCHES" --opt-in $ALL
+fi
