@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
+#include "kernels/linear/linear.h"
 
 namespace tandem::kernels {
 
@@ -32,6 +33,10 @@ std::vector<OptIn> registry() {
                "conv1d decode/verify (kernel 4, history 4..12): 8 channels a thread, 16-byte "
                "accesses",
                [](bool on) { conv1d_set_vector(on); }});
+  r.push_back({"fp8-wgmma-pipeline",
+               "FP8 wgmma decode linear: the next unit's stage wait, code widening and scales "
+               "while the current unit's products run",
+               [](bool on) { linear_fp8_wgmma_set_pipeline(on); }});
 #endif
   return r;
 }

@@ -352,6 +352,23 @@ TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
                               });
 }
 
+// The same with the opt-in pipeline (linear_fp8_wgmma_set_pipeline: the next unit's stage wait,
+// widening and scales while the current unit's products run): the same bits.
+TEST_F(Fp8Linear, WgmmaPipelineRowsAreTheDecodeKernelRows) {
+  struct Restore {
+    bool prev = linear_fp8_wgmma_set_pipeline(true);
+    ~Restore() { linear_fp8_wgmma_set_pipeline(prev); }
+  } restore;
+  check_against_decode_kernel(
+      "linear_fp8.wgmma_pipeline", 33, 70,
+      {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}}, 10, [](int mode) {
+        const int config = mode % 5;
+        const bool split = mode < 5;
+        linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
+        return fmt::format("pipeline, config {}{}", config, split ? "" : " whole items");
+      });
+}
+
 TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {
   CudaStream cs;
   Rng rng(31);

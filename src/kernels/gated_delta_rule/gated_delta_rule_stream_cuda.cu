@@ -30,8 +30,9 @@ namespace tandem::kernels {
 
 namespace {
 
-constexpr int kHeadRows = 2;    // rows whose inputs load together
-constexpr int kHeadBlocks = 3;  // blocks per SM: 3 x (64 KB + 8.5 KB + 1 KB reserved) <= 228 KB
+constexpr int kHeadRows = 2;  // rows whose inputs load together
+// Blocks per SM: 3 x (64 KB + 8.5 KB (10.5 with pairs' third ring slot) + 1 KB reserved) <= 228 KB.
+constexpr int kHeadBlocks = 3;
 constexpr int kMaxHeadThreads = 256;  // 2 x d_v: a thread holds 2 columns of one part
 constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a block stages
 

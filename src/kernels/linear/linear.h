@@ -165,6 +165,10 @@ void linear_fp8_set_batch(Fp8BatchMode mode);
 // choose its item shape, 1..4 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32 rows x tokens);
 // `split` false keeps every item whole (no split mode). The bits are the same.
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
+// Opt-in (default off until measured on a GPU): the FP8 wgmma kernel's consumers prepare the next
+// unit (stage wait, the codes' widening, scales) while the current unit's products run; the same
+// bits. Returns the previous value.
+bool linear_fp8_wgmma_set_pipeline(bool on);
 // Which kernels FP8 prefill rows take: false (production) the matrix dequantised into the scratch
 // and the bf16 prefill path, once per call, however few the rows; true the decode order's kernels
 // (every row a decode row: the FP8 wgmma kernel from fp8_wgmma_min_rows), which read the codes

@@ -31,10 +31,18 @@
 // items do not fill one wave of blocks (out_f = 5120 at up to ~128 rows) and the plan has several
 // ranks, split mode gives each block one rank of an item; the ranks' sums go through the scratch
 // to fp8_finish_split_kernel, which adds them in rank order (as one block's walk does) and stores.
+//
+// A consumer does a unit in series: stage wait, codes widened, 4 wgmma, wait, fold; its tensor
+// cores idle through the widening and the fold. It cannot keep unit u + 1's products in flight
+// while folding unit u (ptxas 13.0 serialises every wgmma when non-wgmma instructions read
+// accumulator registers while a group is in flight: C7514). The opt-in pipeline (kPipeline,
+// linear_fp8_wgmma_set_pipeline) overlaps what reads no accumulator: unit u + 1's stage wait,
+// widening and scale loads run while unit u's products do; the folds keep walk_units' order.
 #include <cuda.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
@@ -122,7 +130,48 @@ __device__ __forceinline__ void walk_units(const Params& p, int r0, int r1, Stag
   }
 }
 
-template <class C, class Store>
+// walk_units as a cursor, for a consumer that prepares the next unit while the current one's
+// products run (kPipeline below): settle() moves from where the walk stands to its next unit,
+// calling end_class / end_rank for every class and rank it finishes on the way, exactly as
+// walk_units does between those two stages; false at the end (after the last end_rank).
+struct UnitWalk {
+  int r, r1, c;
+  int64_t k0, len, off;  // the rank's first k and length; the class's next unit at k0 + off
+  __device__ __forceinline__ int64_t k() const { return k0 + off; }
+};
+__device__ __forceinline__ void walk_rank(const Params& p, UnitWalk& w) {
+  w.k0 = w.r * p.range_k;
+  w.len = min(p.in, w.k0 + p.range_k) - w.k0;
+  w.c = 0;
+  w.off = 0;
+}
+template <class EndClass, class EndRank>
+__device__ __forceinline__ bool settle(const Params& p, UnitWalk& w, EndClass&& end_class,
+                                       EndRank&& end_rank) {
+  while (w.r < w.r1) {
+    while (w.c < kConsumerWarps) {
+      if (w.off < w.len) return true;
+      end_class(w.c);
+      ++w.c;
+      w.off = int64_t{w.c} * kUnitK;
+    }
+    end_rank(w.r);
+    ++w.r;
+    if (w.r < w.r1) walk_rank(p, w);
+  }
+  return false;
+}
+
+// One unit's A operand (the codes of the warp's rows widened, in fragment order) and its scales.
+struct UnitIn {
+  uint32_t a[4][4];
+  float sa, sb;
+};
+
+// kPipeline (opt-in, linear_fp8_wgmma_set_pipeline): a consumer prepares unit u + 1 (its stage
+// wait, the codes' widening, its scales) while unit u's products run, then folds unit u; the folds
+// and the class and rank ends keep walk_units' order (UnitWalk), so the bits are production's.
+template <class C, class Store, bool kPipeline>
 __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     linear_fp8_wgmma_kernel(const __grid_constant__ Fp8GemmParams gp) {
   constexpr int kN = C::kN, kStages = C::kStages, kTileM = C::kTileM, kConsumers = C::kConsumers;
@@ -188,57 +237,89 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     float d0[kAcc], d1[kAcc], cls[kAcc], blk[kAcc], tot[kAcc];
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) cls[e] = blk[e] = tot[e] = 0.f;
-    walk_units(
-        p, w.r0, w.r1,
-        [&](int64_t k) {
-          const uint32_t slot = u % kStages;
-          const float sa = __ldg(scale_a + k / kBlockK) * kTokenUnscale;
-          const float sb = __ldg(scale_b + k / kBlockK) * kTokenUnscale;
-          cuda::mbar_wait(&sm.full[slot], (u / kStages) & 1);
-          // Lane (g, t): bytes 8t..8t+7 of each 32-k step of rows g and g + 8, as
-          // linear_fp8_batch_cuda.cu loads them; a[2s] is step s's first product (k 8t..8t+3),
-          // a[2s + 1] its second (8t+4..8t+7), in the A-fragment order (row g, row g + 8, then
-          // the upper k pair of each).
-          const uint8_t* wa = &sm.st[slot].w[wrow * kStageK + 8 * t];
-          uint32_t a[4][4];
+    // Unit uu at k: its stage's codes (once the stage is full) and its scales.
+    const auto load_unit = [&](uint32_t uu, int64_t k, UnitIn& in) {
+      const uint32_t slot = uu % kStages;
+      in.sa = __ldg(scale_a + k / kBlockK) * kTokenUnscale;
+      in.sb = __ldg(scale_b + k / kBlockK) * kTokenUnscale;
+      cuda::mbar_wait(&sm.full[slot], (uu / kStages) & 1);
+      // Lane (g, t): bytes 8t..8t+7 of each 32-k step of rows g and g + 8, as
+      // linear_fp8_batch_cuda.cu loads them; a[2s] is step s's first product (k 8t..8t+3),
+      // a[2s + 1] its second (8t+4..8t+7), in the A-fragment order (row g, row g + 8, then
+      // the upper k pair of each).
+      const uint8_t* wa = &sm.st[slot].w[wrow * kStageK + 8 * t];
 #pragma unroll
-          for (int s = 0; s < kStepsPerUnit; ++s) {
-            const uint2 qa = *reinterpret_cast<const uint2*>(wa + s * kStepK);
-            const uint2 qb = *reinterpret_cast<const uint2*>(wa + 8 * kStageK + s * kStepK);
-            a[2 * s][0] = widen2(qa.x), a[2 * s][1] = widen2(qb.x);
-            a[2 * s][2] = widen2(qa.x >> 16), a[2 * s][3] = widen2(qb.x >> 16);
-            a[2 * s + 1][0] = widen2(qa.y), a[2 * s + 1][1] = widen2(qb.y);
-            a[2 * s + 1][2] = widen2(qa.y >> 16), a[2 * s + 1][3] = widen2(qb.y >> 16);
-          }
+      for (int s = 0; s < kStepsPerUnit; ++s) {
+        const uint2 qa = *reinterpret_cast<const uint2*>(wa + s * kStepK);
+        const uint2 qb = *reinterpret_cast<const uint2*>(wa + 8 * kStageK + s * kStepK);
+        in.a[2 * s][0] = widen2(qa.x), in.a[2 * s][1] = widen2(qb.x);
+        in.a[2 * s][2] = widen2(qa.x >> 16), in.a[2 * s][3] = widen2(qb.x >> 16);
+        in.a[2 * s + 1][0] = widen2(qa.y), in.a[2 * s + 1][1] = widen2(qb.y);
+        in.a[2 * s + 1][2] = widen2(qa.y >> 16), in.a[2 * s + 1][3] = widen2(qb.y >> 16);
+      }
+    };
+    // Unit uu's products on its stage's tokens; overlap() runs while they do (it must not touch
+    // d0, d1); then the fold into the class sum.
+    const auto run_unit = [&](uint32_t uu, const UnitIn& in, auto&& overlap) {
+      const uint32_t slot = uu % kStages;
 #pragma unroll
-          for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
-          pin_registers(d0), pin_registers(d1);  // zeroed before the fence
-          const uint64_t bd = sw128_desc(&sm.st[slot].x[0]);
-          wg_fence();  // a, d0, d1 were written by this thread
-          wgmma_f16_rs_k16<kN>(d0, a[0], bd);
-          wgmma_f16_rs_k16<kN>(d0, a[1], bd + 2);
-          wgmma_f16_rs_k16<kN>(d1, a[2], bd + 4);
-          wgmma_f16_rs_k16<kN>(d1, a[3], bd + 6);
-          wg_commit();
-          wg_wait<0>();
-          pin_registers(d0), pin_registers(d1);  // read after the wait
-          // The codes were read by this warp's loads (generic proxy), the tokens by the wgmma.
-          cuda::release_slot(&sm.empty[slot], lane);
+      for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
+      pin_registers(d0), pin_registers(d1);  // zeroed before the fence
+      const uint64_t bd = sw128_desc(&sm.st[slot].x[0]);
+      wg_fence();  // a, d0, d1 were written by this thread
+      wgmma_f16_rs_k16<kN>(d0, in.a[0], bd);
+      wgmma_f16_rs_k16<kN>(d0, in.a[1], bd + 2);
+      wgmma_f16_rs_k16<kN>(d1, in.a[2], bd + 4);
+      wgmma_f16_rs_k16<kN>(d1, in.a[3], bd + 6);
+      wg_commit();
+      overlap();
+      wg_wait<0>();
+      pin_registers(d0), pin_registers(d1);  // read after the wait
+      // The codes were read by this warp's loads (generic proxy), the tokens by the wgmma.
+      cuda::release_slot(&sm.empty[slot], lane);
 #pragma unroll
-          for (int e = 0; e < kAcc; ++e) cls[e] = fmaf(d0[e] + d1[e], (e & 2) ? sb : sa, cls[e]);
-          ++u;
-        },
-        [&](int c) {
+      for (int e = 0; e < kAcc; ++e) cls[e] = fmaf(d0[e] + d1[e], (e & 2) ? in.sb : in.sa, cls[e]);
+    };
+    const auto end_class = [&](int c) {
 #pragma unroll
-          for (int e = 0; e < kAcc; ++e) {
-            blk[e] = c == 0 ? cls[e] : blk[e] + cls[e];
-            cls[e] = 0.f;
-          }
-        },
-        [&](int r) {
+      for (int e = 0; e < kAcc; ++e) {
+        blk[e] = c == 0 ? cls[e] : blk[e] + cls[e];
+        cls[e] = 0.f;
+      }
+    };
+    const auto end_rank = [&](int r) {
 #pragma unroll
-          for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
+      for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
+    };
+    if constexpr (kPipeline) {
+      UnitWalk cur{w.r0, w.r1, 0, 0, 0, 0};
+      walk_rank(p, cur);
+      bool have = settle(p, cur, end_class, end_rank);
+      UnitIn in_cur, in_next;
+      if (have) load_unit(u, cur.k(), in_cur);
+      while (have) {
+        UnitWalk next = cur;  // a look ahead: no class or rank ends
+        next.off += kGroupK;
+        const bool more = settle(p, next, kNoop, kNoop);
+        run_unit(u, in_cur, [&] {
+          if (more) load_unit(u + 1, next.k(), in_next);
         });
+        ++u;
+        cur.off += kGroupK;
+        have = settle(p, cur, end_class, end_rank);  // the ends walk_units has after unit u
+        in_cur = in_next;
+      }
+    } else {
+      walk_units(
+          p, w.r0, w.r1,
+          [&](int64_t k) {
+            UnitIn in;
+            load_unit(u, k, in);
+            run_unit(u, in, [] {});
+            ++u;
+          },
+          end_class, end_rank);
+    }
     if (gp.ws != nullptr) {  // split mode: post this rank's sum
       float* mine = gp.ws + (static_cast<int64_t>(w.item) * p.splits + w.r0) * kAcc * kConsumers;
 #pragma unroll
@@ -328,10 +409,11 @@ int64_t tokens_bytes(int64_t n, int64_t in) {
 // whether split mode may be used.
 int g_config = 0;
 bool g_split = true;
+std::atomic<bool> g_pipeline{false};  // linear_fp8_wgmma_set_pipeline
 
 // The maps first, so that a refused one throws before anything is launched; then the tokens
 // (launch_tokens) and the GEMM.
-template <class C, class Store, class LaunchTokens>
+template <class C, class Store, bool kPipeline, class LaunchTokens>
 void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
                    LaunchTokens&& launch_tokens, cudaStream_t stream) {
   constexpr size_t kSmem = sizeof(Fp8GemmSmem<C>) + 1024;
@@ -339,7 +421,7 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
   static_assert(sizeof(Fp8Stage<C>) == C::kN * kStageK * 2 + C::kTileM * kStageK,
                 "a stage is its two boxes (the bytes its full barrier expects)");
   static const bool configured = [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8_wgmma_kernel<C, Store>,
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8_wgmma_kernel<C, Store, kPipeline>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kSmem)));
     return true;
@@ -368,12 +450,22 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
       "linear (FP8 wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f,
       s.in, s.n);
   launch_tokens();
-  cuda::launch_pdl(linear_fp8_wgmma_kernel<C, Store>,
+  cuda::launch_pdl(linear_fp8_wgmma_kernel<C, Store, kPipeline>,
                    dim3(static_cast<unsigned>(std::min(gp.units, slots))), dim3(C::kThreads), kSmem,
                    stream, gp);
   if (split) {
     cuda::launch_pdl(fp8_finish_split_kernel<C, Store>, dim3(static_cast<unsigned>(gp.items)),
                      dim3(C::kConsumers), 0, stream, gp);
+  }
+}
+
+template <class C, class Store, class LaunchTokens>
+void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
+                   LaunchTokens&& launch_tokens, cudaStream_t stream) {
+  if (g_pipeline.load()) {
+    launch_kernel<C, Store, true>(s, plan, scratch, launch_tokens, stream);
+  } else {
+    launch_kernel<C, Store, false>(s, plan, scratch, launch_tokens, stream);
   }
 }
 
@@ -440,5 +532,7 @@ void linear_fp8_wgmma_set_config(int config, bool split) {
   g_config = config;
   g_split = split;
 }
+
+bool linear_fp8_wgmma_set_pipeline(bool on) { return g_pipeline.exchange(on); }
 
 }  // namespace tandem::kernels
