@@ -37,7 +37,7 @@
 // while folding unit u (ptxas 13.0 serialises every wgmma when non-wgmma instructions read
 // accumulator registers while a group is in flight: C7514). The opt-in pipeline (kPipeline,
 // linear_fp8_wgmma_set_pipeline) overlaps what reads no accumulator: unit u + 1's stage wait,
-// widening and scale loads run while unit u's products do; the folds keep walk_units' order.
+// widening and scale loads run while unit u's products do; the folds keep the walk's order.
 #include <cuda.h>
 #include <cuda_fp16.h>
 
@@ -46,6 +46,7 @@
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
+#include "kernels/linear/linear_fp8_walk.h"
 #include "kernels/linear/linear_plan.h"
 #include "kernels/linear/linear_wgmma_common.cuh"
 #include "kernels/linear/wgmma_cuda.cuh"
@@ -114,53 +115,9 @@ __device__ __forceinline__ Fp8Unit fp8_unit(const Fp8GemmParams& gp, int u) {
   return w;
 }
 
-// The FP8 order's walk of ranks [r0, r1): per rank, class 0's units in increasing k, then class
-// 1's, ...; stage(k) for each, end_class(c) after a class (also one without units: its sum is
-// +0, as a warp without units posts), end_rank(r) after a rank.
-template <class Stage, class EndClass, class EndRank>
-__device__ __forceinline__ void walk_units(const Params& p, int r0, int r1, Stage&& stage,
-                                           EndClass&& end_class, EndRank&& end_rank) {
-  for (int r = r0; r < r1; ++r) {
-    const int64_t k0 = r * p.range_k, len = min(p.in, k0 + p.range_k) - k0;
-    for (int c = 0; c < kConsumerWarps; ++c) {
-      for (int64_t off = int64_t{c} * kUnitK; off < len; off += kGroupK) stage(k0 + off);
-      end_class(c);
-    }
-    end_rank(r);
-  }
-}
-
-// walk_units as a cursor, for a consumer that prepares the next unit while the current one's
-// products run (kPipeline below): settle() moves from where the walk stands to its next unit,
-// calling end_class / end_rank for every class and rank it finishes on the way, exactly as
-// walk_units does between those two stages; false at the end (after the last end_rank).
-struct UnitWalk {
-  int r, r1, c;
-  int64_t k0, len, off;  // the rank's first k and length; the class's next unit at k0 + off
-  __device__ __forceinline__ int64_t k() const { return k0 + off; }
-};
-__device__ __forceinline__ void walk_rank(const Params& p, UnitWalk& w) {
-  w.k0 = w.r * p.range_k;
-  w.len = min(p.in, w.k0 + p.range_k) - w.k0;
-  w.c = 0;
-  w.off = 0;
-}
-template <class EndClass, class EndRank>
-__device__ __forceinline__ bool settle(const Params& p, UnitWalk& w, EndClass&& end_class,
-                                       EndRank&& end_rank) {
-  while (w.r < w.r1) {
-    while (w.c < kConsumerWarps) {
-      if (w.off < w.len) return true;
-      end_class(w.c);
-      ++w.c;
-      w.off = int64_t{w.c} * kUnitK;
-    }
-    end_rank(w.r);
-    ++w.r;
-    if (w.r < w.r1) walk_rank(p, w);
-  }
-  return false;
-}
+static_assert(kFp8WalkClasses == kConsumerWarps && kFp8WalkUnitK == kUnitK &&
+                  kFp8WalkGroupK == kGroupK,
+              "linear_fp8_walk.h walks the FP8 order's units");
 
 // One unit's A operand (the codes of the warp's rows widened, in fragment order) and its scales.
 struct UnitIn {
@@ -170,7 +127,7 @@ struct UnitIn {
 
 // kPipeline (opt-in, linear_fp8_wgmma_set_pipeline): a consumer prepares unit u + 1 (its stage
 // wait, the codes' widening, its scales) while unit u's products run, then folds unit u; the folds
-// and the class and rank ends keep walk_units' order (UnitWalk), so the bits are production's.
+// and the class and rank ends keep the walk's order (Fp8Walk), so the bits are production's.
 template <class C, class Store, bool kPipeline>
 __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     linear_fp8_wgmma_kernel(const __grid_constant__ Fp8GemmParams gp) {
@@ -194,8 +151,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
       uint32_t u = 0;
       for (int i = 0; i < count; ++i) {
         const Fp8Unit w = fp8_unit(gp, first + i * step);
-        walk_units(
-            p, w.r0, w.r1, [&](int64_t k) { fn(u++, k, w.m, w.nt); }, kNoop, kNoop);
+        fp8_walk_units(
+            p.in, p.range_k, w.r0, w.r1, [&](int64_t k) { fn(u++, k, w.m, w.nt); }, kNoop, kNoop);
       }
     };
     // The first stages' codes before the previous kernel has finished (weights are never written
@@ -292,26 +249,25 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
       for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
     };
     if constexpr (kPipeline) {
-      UnitWalk cur{w.r0, w.r1, 0, 0, 0, 0};
-      walk_rank(p, cur);
-      bool have = settle(p, cur, end_class, end_rank);
+      Fp8Walk cur = fp8_walk_start(p.in, p.range_k, w.r0, w.r1);
+      bool have = fp8_walk_settle(cur, end_class, end_rank);
       UnitIn in_cur, in_next;
       if (have) load_unit(u, cur.k(), in_cur);
       while (have) {
-        UnitWalk next = cur;  // a look ahead: no class or rank ends
+        Fp8Walk next = cur;  // a look ahead: no class or rank ends
         next.off += kGroupK;
-        const bool more = settle(p, next, kNoop, kNoop);
+        const bool more = fp8_walk_settle(next, kNoop, kNoop);
         run_unit(u, in_cur, [&] {
           if (more) load_unit(u + 1, next.k(), in_next);
         });
         ++u;
         cur.off += kGroupK;
-        have = settle(p, cur, end_class, end_rank);  // the ends walk_units has after unit u
+        have = fp8_walk_settle(cur, end_class, end_rank);  // the loop's ends after unit u
         in_cur = in_next;
       }
     } else {
-      walk_units(
-          p, w.r0, w.r1,
+      fp8_walk_units(
+          p.in, p.range_k, w.r0, w.r1,
           [&](int64_t k) {
             UnitIn in;
             load_unit(u, k, in);

@@ -1,0 +1,108 @@
+// The FP8 wgmma kernel's walk of an item's units (src/kernels/linear/linear_fp8_walk.h), on the
+// CPU: the cursor, driven the way the kernel's opt-in pipeline drives it (look ahead for the next
+// unit to prepare, fold the current one, then settle with the ends), gives the loop's sequence of
+// units, class ends and rank ends exactly, and prepares each unit before it is folded; over
+// lengths with partial units and empty classes, range lengths of 64..in, whole items and single
+// ranks. The pipeline's bits rest on this sequence (the folds and ends are the sums' order).
+#include "kernels/linear/linear_fp8_walk.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem::kernels {
+namespace {
+
+// An event of the walk: a unit at k (kind 0), the end of class c (1) or of rank r (2).
+struct Event {
+  int kind;
+  int64_t value;
+  bool operator==(const Event&) const = default;
+};
+
+std::vector<Event> loop_events(int64_t in, int64_t range_k, int r0, int r1) {
+  std::vector<Event> e;
+  fp8_walk_units(
+      in, range_k, r0, r1,
+      [&](int64_t k) {
+        e.push_back({0, k});
+      },
+      [&](int c) {
+        e.push_back({1, c});
+      },
+      [&](int r) {
+        e.push_back({2, r});
+      });
+  return e;
+}
+
+// The kernel's pipelined consumer loop (linear_fp8_wgmma_cuda.cu, kPipeline) with its loads and
+// folds recorded; `prepared_ok` is false if a fold ever uses a unit other than the one prepared.
+std::vector<Event> cursor_events(int64_t in, int64_t range_k, int r0, int r1, bool& prepared_ok) {
+  std::vector<Event> e;
+  const auto end_class = [&](int c) { e.push_back({1, c}); };
+  const auto end_rank = [&](int r) { e.push_back({2, r}); };
+  const auto noop = [](int) {};
+  prepared_ok = true;
+  Fp8Walk cur = fp8_walk_start(in, range_k, r0, r1);
+  bool have = fp8_walk_settle(cur, end_class, end_rank);
+  int64_t prepared = have ? cur.k() : -1;
+  while (have) {
+    Fp8Walk next = cur;
+    next.off += kFp8WalkGroupK;
+    const bool more = fp8_walk_settle(next, noop, noop);
+    const int64_t prepared_next = more ? next.k() : -1;
+    prepared_ok &= prepared == cur.k();
+    e.push_back({0, prepared});
+    cur.off += kFp8WalkGroupK;
+    have = fp8_walk_settle(cur, end_class, end_rank);
+    prepared_ok &= !have || prepared_next == cur.k();
+    prepared = prepared_next;
+  }
+  return e;
+}
+
+TEST(LinearFp8Walk, CursorGivesTheLoopsUnitsAndEnds) {
+  int cases = 0;
+  for (int64_t in = 16; in <= 20480; in += in < 1200 ? 16 : 1040) {
+    for (const int64_t range_k : {int64_t{64}, int64_t{128}, int64_t{512}, int64_t{576},
+                                  int64_t{1536}, int64_t{2560}, int64_t{3072}, int64_t{8704}, in}) {
+      const int ranks = static_cast<int>((in + range_k - 1) / range_k);
+      if (ranks > 64) continue;
+      std::vector<std::pair<int, int>> spans = {{0, ranks}, {0, 0}};
+      for (int r = 0; r < ranks; ++r) spans.emplace_back(r, r + 1);
+      for (const auto& [r0, r1] : spans) {
+        bool prepared_ok = false;
+        const std::vector<Event> want = loop_events(in, range_k, r0, r1);
+        const std::vector<Event> got = cursor_events(in, range_k, r0, r1, prepared_ok);
+        ASSERT_EQ(got, want) << fmt::format("in={} range_k={} ranks [{}, {})", in, range_k, r0, r1);
+        ASSERT_TRUE(prepared_ok) << fmt::format("in={} range_k={} ranks [{}, {})", in, range_k, r0,
+                                                r1);
+        ++cases;
+      }
+    }
+  }
+  EXPECT_GT(cases, 1000);
+}
+
+// The walk of the 27B shapes' ranks covers each 64-k unit of the row once, in class order.
+TEST(LinearFp8Walk, UnitsCoverTheRowOnce) {
+  for (const int64_t in : {int64_t{5120}, int64_t{6144}, int64_t{17408}, int64_t{1040}}) {
+    for (const int64_t range_k : {int64_t{512}, int64_t{2560}, int64_t{3072}, in}) {
+      const int ranks = static_cast<int>((in + range_k - 1) / range_k);
+      std::vector<int> seen(static_cast<size_t>((in + 63) / 64), 0);
+      int ends = 0;
+      fp8_walk_units(
+          in, range_k, 0, ranks, [&](int64_t k) { ++seen[static_cast<size_t>(k / 64)]; },
+          [&](int) { ++ends; }, [](int) {});
+      for (size_t i = 0; i < seen.size(); ++i)
+        EXPECT_EQ(seen[i], 1) << in << " " << range_k << " " << i;
+      EXPECT_EQ(ends, ranks * kFp8WalkClasses);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels
