@@ -10,13 +10,15 @@
 # in batches, through chains of folds); kernel_bench conv and gdr (each path beside production);
 # the 27B bf16 bench at BATCHES with no opt-in and with all. PART=2: the bench with each alone, the
 # GPU engine tests, compute-sanitizer memcheck of the opt-in tests. PART=3: the 27B-FP8 bench with
-# and without, kernel_bench linear_fp8_batch (production and the pipeline side by side).
+# and without, its prefill of 8,192 tokens and a decode step carrying a 512-token chunk with and
+# without fp8-prefill-tc, kernel_bench linear_fp8_batch (production, the pipeline, the prefill
+# paths side by side).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 build_cuda cuda_tests tandem kernel_bench
 BATCHES=${BATCHES:-8,32,128,256}
-ALL=gdr-pairs,conv-vector,fp8-wgmma-pipeline
-FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*'
+ALL=gdr-pairs,conv-vector,fp8-wgmma-pipeline,fp8-prefill-tc
+FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
   tests opt_in_bits 150 "$FILTER"
   KERNEL_BENCH_ONLY=conv,gdr COMMIT=opt-in timeout 90 $B/bench/kernel_bench \
@@ -35,6 +37,12 @@ elif [[ $PART == 2 ]]; then
 else
   bench fp8_production $B 150 configs/qwen3.5-27b-fp8.json "$BATCHES"
   bench fp8_opt_in_all $B 150 configs/qwen3.5-27b-fp8.json "$BATCHES" --opt-in $ALL
+  for side in production tc; do  # FP8 prefill of an 8K prompt, and decode steps carrying a chunk
+    args=(); [[ $side == tc ]] && args=(--opt-in fp8-prefill-tc)
+    bench fp8_prefill_$side $B 120 configs/qwen3.5-27b-fp8.json 1 --speculative none \
+      --prefill-tokens 8192 --mixed-prefill-tokens 512 "${args[@]}"
+    grep -E 'prefill|mixed' "$OUT/fp8_prefill_$side.log" | tee -a "$OUT/summary.txt"
+  done
   KERNEL_BENCH_ONLY=linear_fp8_batch COMMIT=opt-in timeout 200 $B/bench/kernel_bench \
     "$OUT/kernel_bench_fp8_batch.json" > "$OUT/kernel_bench_fp8_batch.log" 2>&1
   summary "kernel_bench linear_fp8_batch rc=$? ($(stamp))"

@@ -176,6 +176,13 @@ bool linear_fp8_wgmma_set_pipeline(bool on);
 // between them. Production keeps the dequantisation: on the H200 (2026-12-05, 27B-FP8, one
 // 8,192-token prompt) it prefilled 7,206 tok/s against the decode order's 4,238 (docs/fp8.md).
 void linear_fp8_set_prefill_decode_order(bool on);
+// Opt-in (default off until measured on a GPU): FP8 prefill rows on the tensor cores, the tokens
+// quantised to e4m3 per 128-k block (the "dynamic" activation scheme) and cuBLASLt's
+// block-scaled FP8 GEMM, where it takes the matrix (128-row scale blocks, no SwiGLU pairs; else
+// the dequantised path). Other bits than either rule above (FP8 activations); rows stay
+// invariant. Returns the previous value.
+bool linear_fp8_set_prefill_tensor_cores(bool on);
+int64_t linear_fp8_prefill_tensor_core_calls();  // calls that took it since start-up (tests)
 #endif
 
 inline void linear(const LinearArgs& a, const ExecContext& ctx) {

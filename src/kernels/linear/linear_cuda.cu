@@ -357,7 +357,22 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   const cudaStream_t stream = cuda::stream_of(ctx);
   // FP8 prefill rows in the decode order (linear_fp8_set_prefill_decode_order): every row.
   const int64_t decode_rows = g_fp8_prefill_decode_order ? n : decode_rows_of(a);
-  if (decode_rows < n) {  // prefill rows: the bf16 family on the dequantised, folded matrix
+  bool prefill_done = decode_rows == n;
+  if (!prefill_done) {  // opt-in: on the tensor cores, where that path takes the matrix
+    const LinearArgs b = rows_of(a, decode_rows, n);
+    LinearShape p = s;
+    p.n = b.x.dim(0);
+    p.x = b.x.raw();
+    p.x_stride = b.x.stride(0);
+    p.out = b.out.raw();
+    p.out_stride = b.out.stride(0);
+    p.epilogue = a.epilogue;
+    p.input_rms = a.input_rms;
+    p.input_rms_eps = a.input_rms_eps;
+    prefill_done = a.out.dtype() == DType::kBF16 &&
+                   linear_fp8_prefill_tc(p, g_fp8_scratch.raw(), g_fp8_scratch.numel() * 2, stream);
+  }
+  if (!prefill_done) {  // prefill rows: the bf16 family on the dequantised, folded matrix
     TANDEM_CHECK(g_fp8_scratch.numel() >= a.weight.numel(),
                  "linear_cuda: FP8 weight {} needs linear_reserve_fp8_scratch({}) before its "
                  "prefill rows (reserved: {})",

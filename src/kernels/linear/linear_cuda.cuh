@@ -163,6 +163,11 @@ int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in);
 bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
                              int64_t scratch_bytes, cudaStream_t stream);
 void linear_fp8_wgmma_set_config(int config, bool split);  // linear_fp8_set_wgmma's
+// FP8 prefill rows on the tensor cores (linear_fp8_prefill_cuda.cu; opt-in, off by default):
+// false where it is off or does not take the matrix (then the dequantised path runs); scratch
+// holds the token codes, their scales and the GEMM's bf16 output (passes of fewer rows if short).
+bool linear_fp8_prefill_tc(const LinearShape& s, void* scratch, int64_t scratch_bytes,
+                           cudaStream_t stream);
 // The FP8 matrix dequantised to bf16, out[o, i] = bf16(f32(w[o, i]) scale (1 + g_i)) (g_i = 0
 // without a fold), the load-time formula of a folded bf16 matrix: the prefill path's weights.
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream);

@@ -1,0 +1,290 @@
+// FP8 prefill rows on the tensor cores (opt-in: linear_fp8_set_prefill_tensor_cores; production
+// dequantises the matrix into bf16 and runs the bf16 GEMM, linear_cuda.cu). The "dynamic"
+// activation scheme of the released checkpoints, as vLLM and SGLang run it on Hopper:
+//   1. fp8_quant_rows_kernel: each token's row x (normed by its inverse RMS and rounded to bf16
+//      when input_rms, as the bf16 path's rows_kernel does; times 1 + g with a folded norm g) is
+//      cut into 128-k blocks; a block's scale is s = amax / 448 (1 for an all-zero block) and its
+//      codes e4m3(v / s), round to nearest even, saturating. The scales go token-major per k block
+//      ([k block][token], the token count padded to a multiple of 4, padding rows zero).
+//   2. cuBLASLt's block-scaled FP8 GEMM: A the weight codes as stored with their 128 x 128 block
+//      scales (BLK128x128_32F, k blocks contiguous per 128-row block, as the checkpoint has them),
+//      B the token codes with their 1 x 128 scales (VEC128_32F), fp32 accumulation, bf16 into a
+//      scratch y [tokens, out_f]; the algorithm pinned per shape with split-K off (as the bf16
+//      prefill GEMM, linear_gemm_cuda.cu), so a row's bits do not depend on the call's row count.
+//   3. fp8_store_rows_kernel: y into out (kAddToOut: out + y, rounded once, as rows_kernel adds).
+// Rows are invariant among prefill calls (each token is quantised alone); they are neither the
+// decode family's bits nor the dequantised path's (FP8 activations: a different numerics mode).
+// Taken only where cuBLASLt has such an algorithm and the shape fits its layouts: 128-row scale
+// blocks, in a multiple of 128 and ceil(in / 128) a multiple of 4, out_f a multiple of 16, no
+// SwiGLU pairs (gate|up's interleaved 8-row scale groups are not 128 x 128 blocks), bf16 out; the
+// decision is the shape's alone (made once per shape), so every call of a matrix takes one path.
+#include <cublasLt.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/error.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/linear/linear_cuda.cuh"
+
+namespace tandem::kernels {
+
+namespace {
+
+constexpr int64_t kBlockK = 128;      // k per activation scale (and per weight scale block)
+constexpr int64_t kRefTokens = 2048;  // the row count the algorithm is chosen for
+constexpr float kE4m3Max = 448.f;
+
+std::atomic<bool> g_prefill_tc{false};
+std::atomic<int64_t> g_prefill_tc_calls{0};
+
+int64_t padded_tokens(int64_t n) { return (n + 3) / 4 * 4; }
+
+// One block of 256 threads per token row (padding rows write zero codes and scale 1): the
+// inverse RMS first (input_rms, in rows_kernel's order), then warp w quantises k blocks w, w + 8,
+// ...: lane l holds elements 4l..4l+3 of the block.
+__global__ void __launch_bounds__(256)
+    fp8_quant_rows_kernel(const __nv_bfloat16* __restrict__ x, int64_t x_stride, int64_t n,
+                          int64_t in, bool rms, float eps, const __nv_bfloat16* __restrict__ fold,
+                          uint8_t* __restrict__ xq, float* __restrict__ scales, int64_t n_pad) {
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t blocks = in / kBlockK;
+  const bool real = t < n;
+  float inv = 1.f;
+  if (rms && real) {
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < in; i += blockDim.x) {
+      const float v = __bfloat162float(x[t * x_stride + i]);
+      ss += v * v;
+    }
+    inv = 1.f / sqrtf(cuda::block_sum(ss, scratch) / static_cast<float>(in) + eps);
+  }
+  for (int64_t b = warp; b < blocks; b += blockDim.x / 32) {
+    const int64_t k = b * kBlockK + 4 * lane;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    if (real) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float e = __bfloat162float(x[t * x_stride + k + j]);
+        if (rms) e = __bfloat162float(__float2bfloat16_rn(e * inv));
+        if (fold != nullptr) e = e * (1.f + __bfloat162float(fold[k + j]));
+        v[j] = e;
+      }
+    }
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = amax > 0.f ? amax / kE4m3Max : 1.f;
+    uint32_t codes = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t q = __nv_cvt_float_to_fp8(v[j] / s, __NV_SATFINITE, __NV_E4M3);
+      codes |= q << (8 * j);
+    }
+    *reinterpret_cast<uint32_t*>(xq + t * in + k) = codes;
+    if (lane == 0) scales[b * n_pad + t] = s;
+  }
+}
+
+// out[t, :] = y[t, :] (add: bf16(out + y)), one block per token row.
+__global__ void __launch_bounds__(256)
+    fp8_store_rows_kernel(const __nv_bfloat16* __restrict__ y, int64_t cols,
+                          __nv_bfloat16* __restrict__ out, int64_t out_stride, bool add) {
+  const int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float v = __bfloat162float(y[t * cols + j]);
+    __nv_bfloat16& o = out[t * out_stride + j];
+    o = __float2bfloat16_rn(add ? __bfloat162float(o) + v : v);
+  }
+}
+
+void check_cublas(cublasStatus_t st, const char* call) {
+  TANDEM_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt call {} failed: {} ({})", call,
+               cublasGetStatusName(st), cublasGetStatusString(st));
+}
+
+// Column-major views of y^T [out_f, n] = op(A) B: A the codes [out_f, in] row-major (= [in, out_f]
+// column-major, op T), B the token codes [n, in] row-major (= [in, n], op N), D y [n, out_f].
+struct Fp8Layouts {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  Fp8Layouts(int64_t in, int64_t out_f, int64_t n) {
+    check_cublas(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, in, out_f, in), "layout A");
+    check_cublas(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, in, n, in), "layout B");
+    check_cublas(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, out_f, n, out_f), "layout D");
+  }
+  ~Fp8Layouts() {
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(d);
+  }
+};
+
+// The handle, a fixed workspace, the descriptor (scale modes set once, scale pointers per call)
+// and each shape's pinned algorithm, or none (then that shape keeps the dequantised path).
+struct Fp8Gemm {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  void* workspace = nullptr;
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  std::map<std::tuple<int64_t, int64_t>, std::pair<bool, cublasLtMatmulAlgo_t>> algos;
+  std::mutex mutex;
+
+  Fp8Gemm() {
+    check_cublas(cublasLtCreate(&handle), "cublasLtCreate");
+    TANDEM_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+    check_cublas(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)),
+                 "transa");
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)),
+                 "transb");
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                                sizeof(a_mode)),
+                 "A scale mode");
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                                sizeof(b_mode)),
+                 "B scale mode");
+  }
+  // Intentionally never destroyed: the CUDA context may already be gone at process exit.
+
+  void set_scales(const float* a_scale, const float* b_scale) {
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &a_scale, sizeof(a_scale)),
+                 "A scale pointer");
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                &b_scale, sizeof(b_scale)),
+                 "B scale pointer");
+  }
+
+  // The shape's pinned algorithm: cuBLASLt's heuristic for kRefTokens rows, split-K off, valid for
+  // every probed row count; found = false where there is none (said once).
+  const std::pair<bool, cublasLtMatmulAlgo_t>& algo(int64_t in, int64_t out_f) {
+    const auto key = std::make_tuple(out_f, in);
+    auto it = algos.find(key);
+    if (it != algos.end()) return it->second;
+    const Fp8Layouts ref(in, out_f, kRefTokens);
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const size_t ws = kWorkspaceBytes;
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(
+                     pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+                 "preference workspace");
+    cublasLtMatmulHeuristicResult_t results[8];
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc, ref.a, ref.b, ref.d,
+                                                             ref.d, pref, 8, results, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS) found = 0;
+    for (int i = 0; i < found; ++i) {
+      cublasLtMatmulAlgo_t a = results[i].algo;
+      const int32_t splits = 1;
+      const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                               sizeof(splits)) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                               sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
+        continue;
+      bool valid = true;
+      for (int64_t n : {int64_t{4}, int64_t{8}, int64_t{16}, int64_t{20}, int64_t{64}, int64_t{112},
+                        int64_t{300}, kRefTokens, int64_t{8192}}) {
+        const Fp8Layouts probe(in, out_f, n);
+        cublasLtMatmulHeuristicResult_t check{};
+        valid = valid &&
+                cublasLtMatmulAlgoCheck(handle, desc, probe.a, probe.b, probe.d, probe.d, &a,
+                                        &check) == CUBLAS_STATUS_SUCCESS &&
+                check.workspaceSize <= ws;
+      }
+      if (valid) return algos.emplace(key, std::make_pair(true, a)).first->second;
+    }
+    std::fprintf(stderr,
+                 "linear_cuda (FP8 prefill on tensor cores): cuBLASLt has no split-K-free "
+                 "block-scaled FP8 algorithm for [%lld, %lld] (heuristic: %s, %d found); this "
+                 "matrix keeps the dequantised path\n",
+                 static_cast<long long>(out_f), static_cast<long long>(in), cublasGetStatusName(st),
+                 found);
+    return algos.emplace(key, std::make_pair(false, cublasLtMatmulAlgo_t{})).first->second;
+  }
+};
+
+Fp8Gemm& fp8_gemm() {
+  static Fp8Gemm* g = new Fp8Gemm();
+  return *g;
+}
+
+bool shape_fits(const LinearShape& s) {
+  return s.scale_block_rows == kBlockK && s.in % kBlockK == 0 && (s.in / kBlockK) % 4 == 0 &&
+         s.out_f % 16 == 0 && s.epilogue != LinearEpilogue::kSwiGluPairs && cuda::aligned16(s.w) &&
+         reinterpret_cast<uintptr_t>(s.w_scale) % 16 == 0;
+}
+
+// Scratch bytes for `rows` token rows: codes, scales, y (each part 256-byte aligned).
+int64_t align256(int64_t b) { return (b + 255) / 256 * 256; }
+int64_t scratch_for(const LinearShape& s, int64_t rows) {
+  const int64_t np = padded_tokens(rows);
+  return align256(np * s.in) + align256(s.in / kBlockK * np * 4) + align256(np * s.out_f * 2);
+}
+
+}  // namespace
+
+bool linear_fp8_set_prefill_tensor_cores(bool on) { return g_prefill_tc.exchange(on); }
+int64_t linear_fp8_prefill_tensor_core_calls() { return g_prefill_tc_calls.load(); }
+
+bool linear_fp8_prefill_tc(const LinearShape& s, void* scratch, int64_t scratch_bytes,
+                           cudaStream_t stream) {
+  if (!g_prefill_tc.load() || !shape_fits(s)) return false;
+  Fp8Gemm& g = fp8_gemm();
+  const std::lock_guard<std::mutex> lock(g.mutex);
+  const auto& [found, algo] = g.algo(s.in, s.out_f);
+  if (!found) return false;
+  // Rows per pass: as many as the scratch holds (a multiple of 4, at least 4).
+  int64_t per_pass = std::max<int64_t>(4, s.n);
+  while (per_pass > 4 && scratch_for(s, per_pass) > scratch_bytes)
+    per_pass = (per_pass / 2 + 3) / 4 * 4;
+  TANDEM_CHECK(scratch_for(s, per_pass) <= scratch_bytes,
+               "linear_cuda (FP8 prefill on tensor cores): [{}, {}] needs {} bytes of scratch for "
+               "4 rows, {} reserved",
+               s.out_f, s.in, scratch_for(s, per_pass), scratch_bytes);
+  const bool add = s.epilogue == LinearEpilogue::kAddToOut;
+  for (int64_t r0 = 0; r0 < s.n; r0 += per_pass) {
+    const int64_t n = std::min(per_pass, s.n - r0), np = padded_tokens(n);
+    auto* xq = static_cast<uint8_t*>(scratch);
+    auto* scales = reinterpret_cast<float*>(static_cast<char*>(scratch) + align256(np * s.in));
+    auto* y = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(scales) +
+                                               align256(s.in / kBlockK * np * 4));
+    const auto* x = static_cast<const __nv_bfloat16*>(s.x) + r0 * s.x_stride;
+    fp8_quant_rows_kernel<<<static_cast<unsigned>(np), 256, 0, stream>>>(
+        x, s.x_stride, n, s.in, s.input_rms, s.input_rms_eps,
+        static_cast<const __nv_bfloat16*>(s.fold), xq, scales, np);
+    cuda::check_launch("fp8_quant_rows_kernel");
+    const Fp8Layouts l(s.in, s.out_f, np);
+    g.set_scales(s.w_scale, scales);
+    const float alpha = 1.f, beta = 0.f;
+    cublasLtMatmulHeuristicResult_t check{};
+    const bool pinned = cublasLtMatmulAlgoCheck(g.handle, g.desc, l.a, l.b, l.d, l.d, &algo,
+                                                &check) == CUBLAS_STATUS_SUCCESS &&
+                        check.workspaceSize <= Fp8Gemm::kWorkspaceBytes;
+    TANDEM_CHECK(pinned,
+                 "linear_cuda (FP8 prefill on tensor cores): the pinned algorithm of [{}, {}] "
+                 "rejects {} rows",
+                 s.out_f, s.in, np);
+    check_cublas(cublasLtMatmul(g.handle, g.desc, &alpha, s.w, l.a, xq, l.b, &beta, y, l.d, y, l.d,
+                                &algo, g.workspace, Fp8Gemm::kWorkspaceBytes, stream),
+                 "cublasLtMatmul (FP8 block-scaled)");
+    fp8_store_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(
+        y, s.out_f, static_cast<__nv_bfloat16*>(s.out) + r0 * s.out_stride, s.out_stride, add);
+    cuda::check_launch("fp8_store_rows_kernel");
+  }
+  g_prefill_tc_calls.fetch_add(1);
+  return true;
+}
+
+}  // namespace tandem::kernels
