@@ -12,7 +12,8 @@
 //      scratch y [tokens, out_f]; the algorithm pinned per shape with split-K off (as the bf16
 //      prefill GEMM, linear_gemm_cuda.cu), so a row's bits do not depend on the call's row count.
 //   3. fp8_store_rows_kernel: y into out (kAddToOut: out + y, rounded once, as rows_kernel adds).
-// Rows are invariant among prefill calls (each token is quantised alone); they are neither the
+// Rows are invariant among prefill calls (each token is quantised alone, the algorithm pinned; a
+// row count it rejects takes cuBLASLt's heuristic, said once); they are neither the
 // decode family's bits nor the dequantised path's (FP8 activations: a different numerics mode).
 // Taken only where cuBLASLt has such an algorithm and the shape fits its layouts: 128-row scale
 // blocks, in a multiple of 128 and ceil(in / 128) a multiple of 4, out_f a multiple of 16, no
@@ -272,13 +273,21 @@ bool linear_fp8_prefill_tc(const LinearShape& s, void* scratch, int64_t scratch_
     const bool pinned = cublasLtMatmulAlgoCheck(g.handle, g.desc, l.a, l.b, l.d, l.d, &algo,
                                                 &check) == CUBLAS_STATUS_SUCCESS &&
                         check.workspaceSize <= Fp8Gemm::kWorkspaceBytes;
-    TANDEM_CHECK(pinned,
-                 "linear_cuda (FP8 prefill on tensor cores): the pinned algorithm of [{}, {}] "
-                 "rejects {} rows",
-                 s.out_f, s.in, np);
-    check_cublas(cublasLtMatmul(g.handle, g.desc, &alpha, s.w, l.a, xq, l.b, &beta, y, l.d, y, l.d,
-                                &algo, g.workspace, Fp8Gemm::kWorkspaceBytes, stream),
-                 "cublasLtMatmul (FP8 block-scaled)");
+    if (!pinned) {  // as the bf16 prefill GEMM does: cuBLASLt's own choice, said once
+      static bool said = false;
+      if (!said) {
+        std::fprintf(stderr,
+                     "linear_cuda (FP8 prefill on tensor cores): the pinned algorithm of [%lld, "
+                     "%lld] rejects %lld rows; using cuBLASLt's heuristic for such calls\n",
+                     static_cast<long long>(s.out_f), static_cast<long long>(s.in),
+                     static_cast<long long>(np));
+        said = true;
+      }
+    }
+    check_cublas(
+        cublasLtMatmul(g.handle, g.desc, &alpha, s.w, l.a, xq, l.b, &beta, y, l.d, y, l.d,
+                       pinned ? &algo : nullptr, g.workspace, Fp8Gemm::kWorkspaceBytes, stream),
+        "cublasLtMatmul (FP8 block-scaled)");
     fp8_store_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(
         y, s.out_f, static_cast<__nv_bfloat16*>(s.out) + r0 * s.out_stride, s.out_stride, add);
     cuda::check_launch("fp8_store_rows_kernel");
