@@ -3,8 +3,7 @@
 # measured (src/kernels/opt_in.h: `tandem bench --opt-in`), against production in ONE build (the
 # opt-ins are off by default, so no baseline build or patch is needed). One call (carry .devdeps,
 # timeout_s 600):
-#   scripts/device/run_opt_in.sh               (BATCHES=8,32 on an H100 80GB: 128+ streams of the
-#                                                27B do not fit its memory)
+#   PART=1 scripts/device/run_opt_in.sh        (BATCHES: 8,32,128,256, or 8,32,64 on an 80 GB card)
 # PART=1 (in order of what a figure is worth): the bitwise tests of the opt-in paths against
 # production (conv vector against the scalar kernel; GDN row pairs against the per-sequence grid,
 # in batches, through chains of folds); kernel_bench conv and gdr (each path beside production);
@@ -17,7 +16,12 @@
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 build_cuda cuda_tests tandem kernel_bench
-BATCHES=${BATCHES:-8,32,128,256}
+# 128+ streams of the 27B do not fit an 80 GB card: there 8, 32, 64.
+mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+default_batches=8,32,128,256
+[[ ${mem_mib:-0} -lt 100000 ]] && default_batches=8,32,64
+BATCHES=${BATCHES:-$default_batches}
+summary "GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), batches $BATCHES"
 ALL=gdr-pairs,conv-vector,fp8-wgmma-pipeline,fp8-prefill-tc
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
