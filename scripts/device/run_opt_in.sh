@@ -7,9 +7,9 @@
 # PART=1 (in order of what a figure is worth): the bitwise tests of the opt-in paths against
 # production (conv vector against the scalar kernel; GDN row pairs against the per-sequence grid,
 # in batches, through chains of folds); kernel_bench conv and gdr (each path beside production);
-# the 27B bf16 bench at BATCHES with no opt-in and with all. PART=2: the bench with each alone, the
-# GPU engine tests with the same-bits opt-ins on (TANDEM_OPT_IN), compute-sanitizer memcheck of
-# the opt-in tests. PART=3: the 27B-FP8 bench with
+# the 27B bf16 bench at BATCHES with no opt-in and with all. PART=2: the FP8 prefill tests, the GPU
+# engine tests with the same-bits opt-ins on (TANDEM_OPT_IN), the bench without and with each
+# bf16 opt-in alone. PART=4: compute-sanitizer memcheck of the opt-in tests. PART=3: the 27B-FP8 bench with
 # and without, its prefill of 8,192 tokens and a decode step carrying a 512-token chunk with and
 # without fp8-prefill-tc, kernel_bench linear_fp8_batch (production, the pipeline, the prefill
 # paths side by side).
@@ -33,11 +33,14 @@ if [[ ${PART:-1} == 1 ]]; then
   bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
   bench bf16_opt_in_all $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in $ALL
 elif [[ $PART == 2 ]]; then
-  bench bf16_conv_vector $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in conv-vector
-  bench bf16_gdr_pairs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-pairs
+  tests opt_in_fp8_prefill 60 'Fp8Linear.TensorCorePrefill*'
   # The whole engine on the opt-ins with production's bits (opt_in_env_test.cpp); not
   # fp8-prefill-tc, whose FP8 activations the CPU comparisons of the FP8 engine tests do not model.
   TANDEM_OPT_IN=gdr-pairs,conv-vector,fp8-wgmma-pipeline engine_tests 100
+  bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
+  bench bf16_conv_vector $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in conv-vector
+  bench bf16_gdr_pairs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-pairs
+elif [[ $PART == 4 ]]; then
   timeout 200 compute-sanitizer --tool memcheck $B/tests/cuda_tests --gtest_filter="$FILTER" \
     > "$OUT/memcheck_opt_in.log" 2>&1
   summary "memcheck opt-in tests rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_opt_in.log" | tail -1) ($(stamp))"

@@ -125,8 +125,11 @@ TEST_F(Fp8Linear, TensorCorePrefillRowsAreInvariant) {
     for (const Form& f :
          {Form{.rms = true, .fold = true}, Form{.epilogue = LinearEpilogue::kAddToOut}}) {
       const Tensor want = out_for(f, kN, sh.out, res);
+      const int64_t calls = linear_fp8_prefill_tensor_core_calls();
       run(f, x, w, g.dev, want, 0, cs);
       cs.sync();
+      ASSERT_EQ(linear_fp8_prefill_tensor_core_calls() - calls, 1)
+          << fmt::format("in={},out={}: the tensor-core path did not take the call", sh.in, sh.out);
       const std::vector<uint16_t> want_bits = download_bits<uint16_t>(want);
       for (const auto& [r, m] : std::vector<std::pair<int64_t, int64_t>>{
                {0, 1}, {3, 5}, {1, 33}, {37, 33}, {5, 4}, {69, 1}}) {

@@ -6,12 +6,17 @@
 //      cut into 128-k blocks; a block's scale is s = amax / 448 (1 for an all-zero block) and its
 //      codes e4m3(v / s), round to nearest even, saturating. The scales go token-major per k block
 //      ([k block][token], the token count padded to a multiple of 4, padding rows zero).
-//   2. cuBLASLt's block-scaled FP8 GEMM: A the weight codes as stored with their 128 x 128 block
+//   2. cuBLASLt's block-scaled FP8 GEMM: the weight codes as stored with their 128 x 128 block
 //      scales (BLK128x128_32F, k blocks contiguous per 128-row block, as the checkpoint has them),
-//      B the token codes with their 1 x 128 scales (VEC128_32F), fp32 accumulation, bf16 into a
-//      scratch y [tokens, out_f]; the algorithm pinned per shape with split-K off (as the bf16
-//      prefill GEMM, linear_gemm_cuda.cu), so a row's bits do not depend on the call's row count.
-//   3. fp8_store_rows_kernel: y into out (kAddToOut: out + y, rounded once, as rows_kernel adds).
+//      the token codes with their 1 x 128 scales (VEC128_32F), fp32 accumulation, bf16 into a
+//      scratch (y, or y^T in the other operand order: Orientation); the algorithm pinned per shape
+//      with split-K off (as the bf16 prefill GEMM, linear_gemm_cuda.cu), so a row's bits do not
+//      depend on the call's row count.
+//   3. fp8_store_rows(_t)_kernel: y into out (kAddToOut: out + y, rounded once, as rows_kernel
+//      adds).
+// First run (H100, 2026-12-05): with the weights as A and null scale pointers at the heuristic,
+// cuBLASLt answered CUBLAS_STATUS_INVALID_VALUE for every shape; hence dummy pointers and both
+// operand orders.
 // Rows are invariant among prefill calls (each token is quantised alone, the algorithm pinned; a
 // row count it rejects takes cuBLASLt's heuristic, said once); they are neither the
 // decode family's bits nor the dequantised path's (FP8 activations: a different numerics mode).
@@ -106,19 +111,52 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The same from y^T [out_f, n_pad] (the GEMM's other orientation): 32 x 32 tiles through shared
+// memory, read along tokens and written along columns.
+__global__ void __launch_bounds__(256)
+    fp8_store_rows_t_kernel(const __nv_bfloat16* __restrict__ yt, int64_t n_pad, int64_t n,
+                            int64_t cols, __nv_bfloat16* __restrict__ out, int64_t out_stride,
+                            bool add) {
+  __shared__ float tile[32][33];
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * 32,
+                t0 = static_cast<int64_t>(blockIdx.y) * 32;
+  const int tx = static_cast<int>(threadIdx.x) & 31, ty = static_cast<int>(threadIdx.x) >> 5;
+  for (int k = ty; k < 32; k += 8) {
+    const int64_t o = o0 + k, t = t0 + tx;
+    tile[k][tx] = o < cols && t < n ? __bfloat162float(yt[o * n_pad + t]) : 0.f;
+  }
+  __syncthreads();
+  for (int k = ty; k < 32; k += 8) {
+    const int64_t t = t0 + k, o = o0 + tx;
+    if (t >= n || o >= cols) continue;
+    __nv_bfloat16& d = out[t * out_stride + o];
+    const float v = tile[tx][k];
+    d = __float2bfloat16_rn(add ? __bfloat162float(d) + v : v);
+  }
+}
+
 void check_cublas(cublasStatus_t st, const char* call) {
   TANDEM_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt call {} failed: {} ({})", call,
                cublasGetStatusName(st), cublasGetStatusString(st));
 }
 
-// Column-major views of y^T [out_f, n] = op(A) B: A the codes [out_f, in] row-major (= [in, out_f]
-// column-major, op T), B the token codes [n, in] row-major (= [in, n], op N), D y [n, out_f].
+// The GEMM in one of two orientations (cuBLASLt's FP8 GEMMs take A transposed, B not, both with
+// k contiguous; which operand may carry which block scaling is the library's to say, so both are
+// tried, weights first):
+//   kWeightsA: D = y^T [out_f, n] column-major (= y [n, out_f] row-major): A the codes [out_f, in]
+//     row-major (= [in, out_f] column-major, op T) with BLK128x128 scales, B the token codes [n,
+//     in] (op N) with VEC128 scales;
+//   kTokensA: D = y [n, out_f] column-major (= y^T [out_f, n] row-major): A the token codes (op T)
+//     with VEC128 scales, B the weight codes (op N) with BLK128x128 scales.
+enum Orientation { kWeightsA = 0, kTokensA = 1 };
+
 struct Fp8Layouts {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  Fp8Layouts(int64_t in, int64_t out_f, int64_t n) {
-    check_cublas(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, in, out_f, in), "layout A");
-    check_cublas(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, in, n, in), "layout B");
-    check_cublas(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, out_f, n, out_f), "layout D");
+  Fp8Layouts(Orientation o, int64_t in, int64_t out_f, int64_t n) {
+    const int64_t m = o == kWeightsA ? out_f : n, cols = o == kWeightsA ? n : out_f;
+    check_cublas(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, in, m, in), "layout A");
+    check_cublas(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, in, cols, in), "layout B");
+    check_cublas(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, m, cols, m), "layout D");
   }
   ~Fp8Layouts() {
     cublasLtMatrixLayoutDestroy(a);
@@ -127,52 +165,65 @@ struct Fp8Layouts {
   }
 };
 
-// The handle, a fixed workspace, the descriptor (scale modes set once, scale pointers per call)
-// and each shape's pinned algorithm, or none (then that shape keeps the dequantised path).
+// A shape's pinned GEMM: whether there is one, its orientation and algorithm.
+struct Fp8Pinned {
+  bool found = false;
+  Orientation orientation = kWeightsA;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// The handle, a fixed workspace, a descriptor per orientation (scale modes set once, scale
+// pointers per call) and each shape's pinned GEMM, or none (then that shape keeps the dequantised
+// path).
 struct Fp8Gemm {
   cublasLtHandle_t handle = nullptr;
-  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatmulDesc_t desc[2] = {nullptr, nullptr};
   void* workspace = nullptr;
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-  std::map<std::tuple<int64_t, int64_t>, std::pair<bool, cublasLtMatmulAlgo_t>> algos;
+  std::map<std::tuple<int64_t, int64_t>, Fp8Pinned> pinned;
   std::mutex mutex;
 
   Fp8Gemm() {
     check_cublas(cublasLtCreate(&handle), "cublasLtCreate");
     TANDEM_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
-    check_cublas(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
     const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)),
-                 "transa");
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)),
-                 "transb");
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
-                                                sizeof(a_mode)),
-                 "A scale mode");
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
-                                                sizeof(b_mode)),
-                 "B scale mode");
+    const int32_t blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    for (const Orientation o : {kWeightsA, kTokensA}) {
+      cublasLtMatmulDesc_t& d = desc[o];
+      check_cublas(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+      const int32_t a_mode = o == kWeightsA ? blk : vec, b_mode = o == kWeightsA ? vec : blk;
+      check_cublas(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)),
+                   "transa");
+      check_cublas(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)),
+                   "transb");
+      check_cublas(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                                  sizeof(a_mode)),
+                   "A scale mode");
+      check_cublas(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                                  sizeof(b_mode)),
+                   "B scale mode");
+      // Valid device addresses until a call sets its own (a block scale mode may refuse null).
+      set_scales(o, static_cast<const float*>(workspace), static_cast<const float*>(workspace));
+    }
   }
   // Intentionally never destroyed: the CUDA context may already be gone at process exit.
 
-  void set_scales(const float* a_scale, const float* b_scale) {
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                &a_scale, sizeof(a_scale)),
+  void set_scales(Orientation o, const float* w_scale, const float* x_scale) {
+    const float* a = o == kWeightsA ? w_scale : x_scale;
+    const float* b = o == kWeightsA ? x_scale : w_scale;
+    check_cublas(cublasLtMatmulDescSetAttribute(desc[o], CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a,
+                                                sizeof(a)),
                  "A scale pointer");
-    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                &b_scale, sizeof(b_scale)),
+    check_cublas(cublasLtMatmulDescSetAttribute(desc[o], CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b,
+                                                sizeof(b)),
                  "B scale pointer");
   }
 
-  // The shape's pinned algorithm: cuBLASLt's heuristic for kRefTokens rows, split-K off, valid for
-  // every probed row count; found = false where there is none (said once).
-  const std::pair<bool, cublasLtMatmulAlgo_t>& algo(int64_t in, int64_t out_f) {
-    const auto key = std::make_tuple(out_f, in);
-    auto it = algos.find(key);
-    if (it != algos.end()) return it->second;
-    const Fp8Layouts ref(in, out_f, kRefTokens);
+  // A split-K-free algorithm of orientation o for the shape, valid for every probed row count.
+  bool pin(Orientation o, int64_t in, int64_t out_f, cublasLtMatmulAlgo_t& out,
+           cublasStatus_t& status, int& found) {
+    const Fp8Layouts ref(o, in, out_f, kRefTokens);
     cublasLtMatmulPreference_t pref = nullptr;
     check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const size_t ws = kWorkspaceBytes;
@@ -180,11 +231,11 @@ struct Fp8Gemm {
                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
                  "preference workspace");
     cublasLtMatmulHeuristicResult_t results[8];
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc, ref.a, ref.b, ref.d,
-                                                             ref.d, pref, 8, results, &found);
+    found = 0;
+    status = cublasLtMatmulAlgoGetHeuristic(handle, desc[o], ref.a, ref.b, ref.d, ref.d, pref, 8,
+                                            results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS) found = 0;
+    if (status != CUBLAS_STATUS_SUCCESS) found = 0;
     for (int i = 0; i < found; ++i) {
       cublasLtMatmulAlgo_t a = results[i].algo;
       const int32_t splits = 1;
@@ -197,22 +248,46 @@ struct Fp8Gemm {
       bool valid = true;
       for (int64_t n : {int64_t{4}, int64_t{8}, int64_t{16}, int64_t{20}, int64_t{64}, int64_t{112},
                         int64_t{300}, kRefTokens, int64_t{8192}}) {
-        const Fp8Layouts probe(in, out_f, n);
+        const Fp8Layouts probe(o, in, out_f, n);
         cublasLtMatmulHeuristicResult_t check{};
         valid = valid &&
-                cublasLtMatmulAlgoCheck(handle, desc, probe.a, probe.b, probe.d, probe.d, &a,
+                cublasLtMatmulAlgoCheck(handle, desc[o], probe.a, probe.b, probe.d, probe.d, &a,
                                         &check) == CUBLAS_STATUS_SUCCESS &&
                 check.workspaceSize <= ws;
       }
-      if (valid) return algos.emplace(key, std::make_pair(true, a)).first->second;
+      if (valid) {
+        out = a;
+        return true;
+      }
     }
-    std::fprintf(stderr,
-                 "linear_cuda (FP8 prefill on tensor cores): cuBLASLt has no split-K-free "
-                 "block-scaled FP8 algorithm for [%lld, %lld] (heuristic: %s, %d found); this "
-                 "matrix keeps the dequantised path\n",
-                 static_cast<long long>(out_f), static_cast<long long>(in), cublasGetStatusName(st),
-                 found);
-    return algos.emplace(key, std::make_pair(false, cublasLtMatmulAlgo_t{})).first->second;
+    return false;
+  }
+
+  // The shape's pinned GEMM (weights as A first, then tokens as A); none is said once.
+  const Fp8Pinned& get(int64_t in, int64_t out_f) {
+    const auto key = std::make_tuple(out_f, in);
+    auto it = pinned.find(key);
+    if (it != pinned.end()) return it->second;
+    Fp8Pinned p;
+    cublasStatus_t status[2] = {CUBLAS_STATUS_SUCCESS, CUBLAS_STATUS_SUCCESS};
+    int found[2] = {0, 0};
+    for (const Orientation o : {kWeightsA, kTokensA}) {
+      if (pin(o, in, out_f, p.algo, status[o], found[o])) {
+        p.found = true;
+        p.orientation = o;
+        break;
+      }
+    }
+    if (!p.found) {
+      std::fprintf(stderr,
+                   "linear_cuda (FP8 prefill on tensor cores): cuBLASLt has no split-K-free "
+                   "block-scaled FP8 algorithm for [%lld, %lld] (weights as A: %s, %d found; "
+                   "tokens as A: %s, %d found); this matrix keeps the dequantised path\n",
+                   static_cast<long long>(out_f), static_cast<long long>(in),
+                   cublasGetStatusName(status[0]), found[0], cublasGetStatusName(status[1]),
+                   found[1]);
+    }
+    return pinned.emplace(key, p).first->second;
   }
 };
 
@@ -244,8 +319,9 @@ bool linear_fp8_prefill_tc(const LinearShape& s, void* scratch, int64_t scratch_
   if (!g_prefill_tc.load() || !shape_fits(s)) return false;
   Fp8Gemm& g = fp8_gemm();
   const std::lock_guard<std::mutex> lock(g.mutex);
-  const auto& [found, algo] = g.algo(s.in, s.out_f);
-  if (!found) return false;
+  const Fp8Pinned& pin = g.get(s.in, s.out_f);
+  if (!pin.found) return false;
+  const Orientation o = pin.orientation;
   // Rows per pass: as many as the scratch holds (a multiple of 4, at least 4).
   int64_t per_pass = std::max<int64_t>(4, s.n);
   while (per_pass > 4 && scratch_for(s, per_pass) > scratch_bytes)
@@ -266,11 +342,11 @@ bool linear_fp8_prefill_tc(const LinearShape& s, void* scratch, int64_t scratch_
         x, s.x_stride, n, s.in, s.input_rms, s.input_rms_eps,
         static_cast<const __nv_bfloat16*>(s.fold), xq, scales, np);
     cuda::check_launch("fp8_quant_rows_kernel");
-    const Fp8Layouts l(s.in, s.out_f, np);
-    g.set_scales(s.w_scale, scales);
+    const Fp8Layouts l(o, s.in, s.out_f, np);
+    g.set_scales(o, s.w_scale, scales);
     const float alpha = 1.f, beta = 0.f;
     cublasLtMatmulHeuristicResult_t check{};
-    const bool pinned = cublasLtMatmulAlgoCheck(g.handle, g.desc, l.a, l.b, l.d, l.d, &algo,
+    const bool pinned = cublasLtMatmulAlgoCheck(g.handle, g.desc[o], l.a, l.b, l.d, l.d, &pin.algo,
                                                 &check) == CUBLAS_STATUS_SUCCESS &&
                         check.workspaceSize <= Fp8Gemm::kWorkspaceBytes;
     if (!pinned) {  // as the bf16 prefill GEMM does: cuBLASLt's own choice, said once
@@ -284,12 +360,21 @@ bool linear_fp8_prefill_tc(const LinearShape& s, void* scratch, int64_t scratch_
         said = true;
       }
     }
+    const void* a_ptr = o == kWeightsA ? s.w : static_cast<const void*>(xq);
+    const void* b_ptr = o == kWeightsA ? static_cast<const void*>(xq) : s.w;
     check_cublas(
-        cublasLtMatmul(g.handle, g.desc, &alpha, s.w, l.a, xq, l.b, &beta, y, l.d, y, l.d,
-                       pinned ? &algo : nullptr, g.workspace, Fp8Gemm::kWorkspaceBytes, stream),
+        cublasLtMatmul(g.handle, g.desc[o], &alpha, a_ptr, l.a, b_ptr, l.b, &beta, y, l.d, y, l.d,
+                       pinned ? &pin.algo : nullptr, g.workspace, Fp8Gemm::kWorkspaceBytes, stream),
         "cublasLtMatmul (FP8 block-scaled)");
-    fp8_store_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(
-        y, s.out_f, static_cast<__nv_bfloat16*>(s.out) + r0 * s.out_stride, s.out_stride, add);
+    auto* out = static_cast<__nv_bfloat16*>(s.out) + r0 * s.out_stride;
+    if (o == kWeightsA) {
+      fp8_store_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(y, s.out_f, out,
+                                                                          s.out_stride, add);
+    } else {
+      const dim3 grid(static_cast<unsigned>((s.out_f + 31) / 32),
+                      static_cast<unsigned>((n + 31) / 32));
+      fp8_store_rows_t_kernel<<<grid, 256, 0, stream>>>(y, np, n, s.out_f, out, s.out_stride, add);
+    }
     cuda::check_launch("fp8_store_rows_kernel");
   }
   g_prefill_tc_calls.fetch_add(1);
