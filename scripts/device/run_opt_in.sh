@@ -9,7 +9,8 @@
 # in batches, through chains of folds); kernel_bench conv and gdr (each path beside production);
 # the 27B bf16 bench at BATCHES with no opt-in and with all. PART=2: the FP8 prefill tests, the GPU
 # engine tests with the same-bits opt-ins on (TANDEM_OPT_IN), the bench without and with each
-# bf16 opt-in alone. PART=4: compute-sanitizer memcheck of the opt-in tests. PART=3: the 27B-FP8 bench with
+# bf16 opt-in alone. PART=4: compute-sanitizer memcheck of the opt-in tests. PART=5 (short): the
+# FP8 prefill tests and an 8K FP8 prefill with and without fp8-prefill-tc. PART=3: the 27B-FP8 bench with
 # and without, its prefill of 8,192 tokens and a decode step carrying a 512-token chunk with and
 # without fp8-prefill-tc, kernel_bench linear_fp8_batch (production, the pipeline, the prefill
 # paths side by side).
@@ -40,6 +41,14 @@ elif [[ $PART == 2 ]]; then
   bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
   bench bf16_conv_vector $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in conv-vector
   bench bf16_gdr_pairs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-pairs
+elif [[ $PART == 5 ]]; then  # short: the FP8 prefill on tensor cores alone (tests, 8K prefill)
+  tests opt_in_fp8_prefill 60 'Fp8Linear.TensorCorePrefill*'
+  for side in production tc; do
+    args=(); [[ $side == tc ]] && args=(--opt-in fp8-prefill-tc)
+    bench fp8_prefill_$side $B 100 configs/qwen3.5-27b-fp8.json 1 --speculative none \
+      --prefill-tokens 8192 "${args[@]}"
+    grep -E 'prefill' "$OUT/fp8_prefill_$side.log" | tee -a "$OUT/summary.txt"
+  done
 elif [[ $PART == 4 ]]; then
   timeout 200 compute-sanitizer --tool memcheck $B/tests/cuda_tests --gtest_filter="$FILTER" \
     > "$OUT/memcheck_opt_in.log" 2>&1
