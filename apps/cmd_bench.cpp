@@ -2,7 +2,6 @@
 // throughput), as fractions of the hardware bounds, written as JSON with device, commit, command.
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
@@ -106,9 +105,7 @@ void add_bench_command(CLI::App& app) {
     std::vector<std::string> opt_ins;
     if (!o->opt_in.empty()) {
       TANDEM_CHECK(device == Device::kCuda, "--opt-in needs --device cuda");
-      std::string name;
-      for (std::istringstream in(o->opt_in); std::getline(in, name, ',');) opt_ins.push_back(name);
-      kernels::set_kernel_opt_ins(opt_ins);
+      opt_ins = kernels::set_kernel_opt_ins(o->opt_in);
     }
     const ExecContext ctx{.device = device, .n_threads = threads};
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",

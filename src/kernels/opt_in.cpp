@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <sstream>
 #include <utility>
 
 #include "core/error.h"
@@ -53,7 +54,12 @@ std::vector<std::pair<std::string, std::string>> kernel_opt_ins() {
   return out;
 }
 
-void set_kernel_opt_ins(const std::vector<std::string>& names) {
+std::vector<std::string> set_kernel_opt_ins(const std::string& csv) {
+  std::vector<std::string> names;
+  std::string name;
+  for (std::istringstream in(csv); std::getline(in, name, ',');) {
+    if (!name.empty()) names.push_back(name);
+  }
   const std::vector<OptIn> r = registry();
   std::vector<std::string> known;
   for (const OptIn& o : r) known.emplace_back(o.name);
@@ -63,6 +69,7 @@ void set_kernel_opt_ins(const std::vector<std::string>& names) {
                  known.empty() ? "none" : fmt::format("{}", fmt::join(known, ", ")));
   }
   for (const OptIn& o : r) o.set(std::find(names.begin(), names.end(), o.name) != names.end());
+  return names;
 }
 
 }  // namespace tandem::kernels

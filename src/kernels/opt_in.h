@@ -11,7 +11,8 @@ namespace tandem::kernels {
 
 // The names this build knows, each with one line on what it turns on (empty without CUDA).
 std::vector<std::pair<std::string, std::string>> kernel_opt_ins();
-// Turns on the named paths (the rest off). An unknown name is an error that lists the known ones.
-void set_kernel_opt_ins(const std::vector<std::string>& names);
+// Turns on the paths named in a comma-separated list (the rest off; empty: all off) and returns
+// the names. An unknown name is an error that lists the known ones.
+std::vector<std::string> set_kernel_opt_ins(const std::string& csv);
 
 }  // namespace tandem::kernels

@@ -5,7 +5,6 @@
 // (scripts/device/run_opt_in.sh PART=2). Tests that switch a path themselves restore this value.
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,21 +13,10 @@
 namespace tandem::test {
 namespace {
 
-std::vector<std::string> env_opt_ins() {
-  std::vector<std::string> names;
-  const char* env = std::getenv("TANDEM_OPT_IN");
-  if (env == nullptr) return names;
-  std::string name;
-  for (std::istringstream in(env); std::getline(in, name, ',');) {
-    if (!name.empty()) names.push_back(name);
-  }
-  return names;
-}
-
 // Before main (an unknown name throws there, naming the known ones).
 const bool g_applied = [] {
-  const std::vector<std::string> names = env_opt_ins();
-  kernels::set_kernel_opt_ins(names);
+  const char* env = std::getenv("TANDEM_OPT_IN");
+  const std::vector<std::string> names = kernels::set_kernel_opt_ins(env != nullptr ? env : "");
   for (const std::string& n : names) std::fprintf(stderr, "kernel opt-in on: %s\n", n.c_str());
   return true;
 }();

@@ -36,6 +36,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/linear/linear_cublaslt.cuh"
 #include "kernels/linear/linear_cuda.cuh"
 
 namespace tandem::kernels {
@@ -135,11 +136,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-void check_cublas(cublasStatus_t st, const char* call) {
-  TANDEM_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt call {} failed: {} ({})", call,
-               cublasGetStatusName(st), cublasGetStatusString(st));
-}
-
 // The GEMM in one of two orientations (cuBLASLt's FP8 GEMMs take A transposed, B not, both with
 // k contiguous; which operand may carry which block scaling is the library's to say, so both are
 // tried, weights first):
@@ -224,43 +220,22 @@ struct Fp8Gemm {
   bool pin(Orientation o, int64_t in, int64_t out_f, cublasLtMatmulAlgo_t& out,
            cublasStatus_t& status, int& found) {
     const Fp8Layouts ref(o, in, out_f, kRefTokens);
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    const size_t ws = kWorkspaceBytes;
-    check_cublas(cublasLtMatmulPreferenceSetAttribute(
-                     pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-                 "preference workspace");
-    cublasLtMatmulHeuristicResult_t results[8];
-    found = 0;
-    status = cublasLtMatmulAlgoGetHeuristic(handle, desc[o], ref.a, ref.b, ref.d, ref.d, pref, 8,
-                                            results, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (status != CUBLAS_STATUS_SUCCESS) found = 0;
-    for (int i = 0; i < found; ++i) {
-      cublasLtMatmulAlgo_t a = results[i].algo;
-      const int32_t splits = 1;
-      const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-      if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                               sizeof(splits)) != CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                               sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
-        continue;
-      bool valid = true;
+    cublasLtMatmulHeuristicResult_t results[kCublasLtCandidates];
+    status =
+        cublaslt_candidates(handle, desc[o], ref.a, ref.b, ref.d, kWorkspaceBytes, results, found);
+    const auto valid = [&](const cublasLtMatmulAlgo_t& a) {
       for (int64_t n : {int64_t{4}, int64_t{8}, int64_t{16}, int64_t{20}, int64_t{64}, int64_t{112},
                         int64_t{300}, kRefTokens, int64_t{8192}}) {
         const Fp8Layouts probe(o, in, out_f, n);
         cublasLtMatmulHeuristicResult_t check{};
-        valid = valid &&
-                cublasLtMatmulAlgoCheck(handle, desc[o], probe.a, probe.b, probe.d, probe.d, &a,
-                                        &check) == CUBLAS_STATUS_SUCCESS &&
-                check.workspaceSize <= ws;
+        if (cublasLtMatmulAlgoCheck(handle, desc[o], probe.a, probe.b, probe.d, probe.d, &a,
+                                    &check) != CUBLAS_STATUS_SUCCESS ||
+            check.workspaceSize > kWorkspaceBytes)
+          return false;
       }
-      if (valid) {
-        out = a;
-        return true;
-      }
-    }
-    return false;
+      return true;
+    };
+    return first_split_k_free(results, found, valid, out);
   }
 
   // The shape's pinned GEMM (weights as A first, then tokens as A); none is said once.

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/linear/linear_cublaslt.cuh"
 #include "kernels/linear/linear_cuda.cuh"
 
 namespace tandem::kernels {
@@ -24,11 +25,6 @@ namespace tandem::kernels {
 namespace {
 
 constexpr int64_t kRefRows = 2048;
-
-void check_cublas(cublasStatus_t st, const char* call) {
-  TANDEM_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt call {} failed: {} ({})", call,
-               cublasGetStatusName(st), cublasGetStatusString(st));
-}
 
 // Column-major views: out^T [out_f, n] = op(A) B with A = W^T stored as [in, out_f] (ld in, op T)
 // and B = x^T [in, n] (ld x_stride).
@@ -73,40 +69,26 @@ struct Gemm {
     auto it = algos.find(key);
     if (it != algos.end()) return it->second;
     const Layouts ref(in, out_f, kRefRows, in, out_f, out);
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    const size_t ws = kWorkspaceBytes;
-    check_cublas(cublasLtMatmulPreferenceSetAttribute(
-                     pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-                 "preference workspace");
-    cublasLtMatmulHeuristicResult_t results[8];
+    cublasLtMatmulHeuristicResult_t results[kCublasLtCandidates];
     int found = 0;
-    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, desc, ref.a, ref.b, ref.d, ref.d, pref, 8,
-                                                results, &found),
-                 "cublasLtMatmulAlgoGetHeuristic");
-    cublasLtMatmulPreferenceDestroy(pref);
-    for (int i = 0; i < found; ++i) {
-      cublasLtMatmulAlgo_t a = results[i].algo;
-      const int32_t splits = 1;
-      const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-      if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                               sizeof(splits)) != CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                               sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
-        continue;
-      // Valid for every row count a step may bring (probed), or not pinned.
-      bool valid = true;
+    check_cublas(
+        cublaslt_candidates(handle, desc, ref.a, ref.b, ref.d, kWorkspaceBytes, results, found),
+        "cublasLtMatmulAlgoGetHeuristic");
+    // Valid for every row count a step may bring (probed), or not pinned.
+    const auto valid = [&](const cublasLtMatmulAlgo_t& a) {
       for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{64}, int64_t{111},
                         int64_t{300}, kRefRows, int64_t{8192}}) {
         const Layouts probe(in, out_f, n, in, out_f, out);
         cublasLtMatmulHeuristicResult_t check{};
-        valid = valid &&
-                cublasLtMatmulAlgoCheck(handle, desc, probe.a, probe.b, probe.d, probe.d, &a,
-                                        &check) == CUBLAS_STATUS_SUCCESS &&
-                check.workspaceSize <= ws;
+        if (cublasLtMatmulAlgoCheck(handle, desc, probe.a, probe.b, probe.d, probe.d, &a, &check) !=
+                CUBLAS_STATUS_SUCCESS ||
+            check.workspaceSize > kWorkspaceBytes)
+          return false;
       }
-      if (valid) return algos.emplace(key, a).first->second;
-    }
+      return true;
+    };
+    cublasLtMatmulAlgo_t a{};
+    if (first_split_k_free(results, found, valid, a)) return algos.emplace(key, a).first->second;
     fail("linear_cuda (prefill GEMM): cuBLASLt has no split-K-free algorithm for [{}, {}]", out_f,
          in);
   }
