@@ -7,6 +7,7 @@
 #include "apps/commands.h"
 #include "engine/bench.h"
 #include "engine/synthetic.h"
+#include "kernels/diag_skip.h"
 #include "kernels/linear/linear.h"
 #include "kernels/opt_in.h"
 
@@ -25,7 +26,8 @@ void add_bench_command(CLI::App& app) {
       "bench", "time decode/verify steps at context depths against the memory bound");
   struct Opts {
     std::string model, synthetic, device = "cpu", contexts = "1024,8192,32768",
-                                  speculative = "none,mtp", json, commit, batches = "1", opt_in;
+                                  speculative = "none,mtp", json, commit, batches = "1", opt_in,
+                                  diag_skip;
     int k = 3, steps = 32, threads = 0, linear_variant = 0;
     int64_t prefill = 0, mixed_prefill = 0, max_step = 0, draft_vocab = 0;
     double acceptance = 0.6;
@@ -81,6 +83,10 @@ void add_bench_command(CLI::App& app) {
     opt_in_help += fmt::format(" {} ({});", name, what);
   if (kernels::kernel_opt_ins().empty()) opt_in_help += " none in this build";
   cmd->add_option("--opt-in", o->opt_in, opt_in_help);
+  cmd->add_option("--diag-skip", o->diag_skip,
+                  "cuda, timing only (the outputs are garbage): leave these kernel classes out of "
+                  "every step (comma-separated: gdr, conv, attention), to read what each costs "
+                  "inside the step");
   cmd->add_option("--json", o->json, "write the results to this JSON file");
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");
   cmd->callback([o] {
@@ -106,6 +112,11 @@ void add_bench_command(CLI::App& app) {
     if (!o->opt_in.empty()) {
       TANDEM_CHECK(device == Device::kCuda, "--opt-in needs --device cuda");
       opt_ins = kernels::set_kernel_opt_ins(o->opt_in);
+    }
+    std::vector<std::string> diag_skips;
+    if (!o->diag_skip.empty()) {
+      TANDEM_CHECK(device == Device::kCuda, "--diag-skip needs --device cuda");
+      diag_skips = kernels::set_diag_skips(o->diag_skip);
     }
     const ExecContext ctx{.device = device, .n_threads = threads};
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
@@ -152,6 +163,7 @@ void add_bench_command(CLI::App& app) {
     out["commit"] = o->commit;
     out["linear_variant"] = o->linear_variant;
     out["opt_in"] = opt_ins;
+    out["diag_skip"] = diag_skips;
     out["draft_vocab_size"] = o->draft_vocab;
     out["config"] = model->config().summary();
     if (!o->json.empty()) {

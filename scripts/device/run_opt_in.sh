@@ -13,7 +13,8 @@
 # FP8 prefill tests and an 8K FP8 prefill with and without fp8-prefill-tc. PART=3: the 27B-FP8 bench with
 # and without, its prefill of 8,192 tokens and a decode step carrying a 512-token chunk with and
 # without fp8-prefill-tc, kernel_bench linear_fp8_batch (production, the pipeline, the prefill
-# paths side by side).
+# paths side by side). PART=6: the 27B bf16 plain step with each kernel class left out in turn
+# (tandem bench --diag-skip), to read what each costs inside the step.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 build_cuda cuda_tests tandem kernel_bench
@@ -48,6 +49,14 @@ elif [[ $PART == 5 ]]; then  # short: the FP8 prefill on tensor cores alone (tes
     bench fp8_prefill_$side $B 100 configs/qwen3.5-27b-fp8.json 1 --speculative none \
       --prefill-tokens 8192 "${args[@]}"
     grep -E 'prefill' "$OUT/fp8_prefill_$side.log" | tee -a "$OUT/summary.txt"
+  done
+elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
+  # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
+  diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
+  for skip in none gdr conv attention gdr,conv,attention; do
+    args=(); [[ $skip != none ]] && args=(--diag-skip $skip)
+    bench bf16_skip_${skip//,/_} $B 100 configs/qwen3.5-27b.json "${DIAG_BATCHES:-$diag_batches}" \
+      --speculative none "${args[@]}"
   done
 elif [[ $PART == 4 ]]; then
   timeout 200 compute-sanitizer --tool memcheck $B/tests/cuda_tests --gtest_filter="$FILTER" \

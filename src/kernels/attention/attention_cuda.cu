@@ -13,6 +13,7 @@
 
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_cuda.cuh"
+#include "kernels/diag_skip.h"
 
 namespace tandem::kernels {
 
@@ -95,6 +96,7 @@ bool attention_cuda_supports(int64_t head_dim) {
 }
 
 void attention_cuda(const AttentionArgs& a, const ExecContext& ctx) {
+  if (diag_skipped(DiagClass::kAttention)) return;  // timing diagnostic (diag_skip.h)
   const char* op = "attention";
   cuda::expect_cuda_dtype(a.q, DType::kBF16, op, "q");
   cuda::expect_cuda_dtype(a.out, DType::kBF16, op, "out");

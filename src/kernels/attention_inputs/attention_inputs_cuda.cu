@@ -7,6 +7,7 @@
 // take runs the three separate ops (attention_inputs_unfused).
 #include "kernels/attention_inputs/attention_inputs.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/diag_skip.h"
 #include "kernels/rms_norm/rms_norm_cuda.cuh"
 
 namespace tandem::kernels {
@@ -76,6 +77,7 @@ bool fusable(const AttentionInputsArgs& a) {
 }  // namespace
 
 void attention_inputs_cuda(const AttentionInputsArgs& a, const ExecContext& ctx) {
+  if (diag_skipped(DiagClass::kAttention)) return;  // timing diagnostic (diag_skip.h)
   if (!fusable(a)) return attention_inputs_unfused(a, ctx);
   const char* op = "attention_inputs";
   const KvCacheWriteArgs& kv = a.kv;

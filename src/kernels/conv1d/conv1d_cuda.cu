@@ -17,6 +17,7 @@
 
 #include "kernels/conv1d/conv1d.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/diag_skip.h"
 
 namespace tandem::kernels {
 
@@ -316,6 +317,7 @@ bool launch_vec(const ConvParams& p, unsigned n_seqs, cudaStream_t s,
 }  // namespace
 
 void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
+  if (diag_skipped(DiagClass::kConv)) return;  // timing diagnostic (diag_skip.h)
   const char* op = "conv1d";
   cuda::expect_cuda_dtype(a.x, DType::kBF16, op, "x");
   cuda::expect_cuda_dtype(a.out, DType::kBF16, op, "out");

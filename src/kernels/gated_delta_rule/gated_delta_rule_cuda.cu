@@ -19,6 +19,7 @@
 // output norm (GdrOutputNorm) and d_v <= 128, the blocks of a (head, sequence) form a cluster that
 // also writes each row's gated RMSNorm, the sums of squares shared through DSMEM once per batch:
 // one launch fewer per GDN layer, bit for bit the separate op. Not here: d_k outside 16..256.
+#include "kernels/diag_skip.h"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
 #include "kernels/gated_delta_rule/gated_delta_rule_cuda.cuh"
 #include "kernels/gated_delta_rule/gated_delta_rule_rows_cuda.cuh"
@@ -127,6 +128,7 @@ void expect_per_seq_cuda(const Tensor& t, const SeqLayout& seqs, const char* nam
 }  // namespace
 
 void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {
+  if (diag_skipped(DiagClass::kGdr)) return;  // timing diagnostic (diag_skip.h)
   const char* op = "gated_delta_rule";
   for (const auto& [t, name] :
        {std::pair{&a.q, "q"}, std::pair{&a.k, "k"}, std::pair{&a.v, "v"}, std::pair{&a.a, "a"},
