@@ -213,20 +213,25 @@ void bench_gdr(cudaStream_t s) {
       bench_gdr_batch(s, 1, n, fused_norm, base, n == 1 ? &base : nullptr);
   }
   // Production (the streaming kernel from 8 sequences), the streaming kernel with row pairs
-  // (opt-in), then the per-sequence grid.
+  // (opt-in), the per-sequence grid, then the register form (opt-in; it takes calls of 2+ rows a
+  // sequence, so its "x 1" row is the streaming kernel's and the ratio is to that).
   for (const int64_t n_seqs : {8, 32, 256}) {
-    for (const int path : {0, 1, 2}) {
-      const int64_t prev = gated_delta_rule_set_stream_min_seqs(path < 2 ? 8 : n_seqs + 1);
+    for (const int path : {0, 1, 2, 3}) {
+      const int64_t prev = gated_delta_rule_set_stream_min_seqs(path != 2 ? 8 : n_seqs + 1);
       const bool prev_pairs = gated_delta_rule_set_stream_pairs(path == 1);
+      const bool prev_regs = gated_delta_rule_set_stream_registers(path == 3);
       double base = 0;
-      for (const int64_t rows : {1, 4}) {
+      for (const int64_t rows : {1, 2, 4}) {
+        if (rows == 2 && path != 0 && path != 3) continue;
         bench_gdr_batch(s, n_seqs, rows, true, base, rows == 1 ? &base : nullptr,
                         path == 0   ? " stream"
                         : path == 1 ? " stream pairs"
-                                    : " per-sequence grid");
+                        : path == 2 ? " per-sequence grid"
+                                    : " stream registers");
       }
       gated_delta_rule_set_stream_min_seqs(prev);
       gated_delta_rule_set_stream_pairs(prev_pairs);
+      gated_delta_rule_set_stream_registers(prev_regs);
     }
   }
 }

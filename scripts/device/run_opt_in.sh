@@ -14,7 +14,9 @@
 # and without, its prefill of 8,192 tokens and a decode step carrying a 512-token chunk with and
 # without fp8-prefill-tc, kernel_bench linear_fp8_batch (production, the pipeline, the prefill
 # paths side by side). PART=6: the 27B bf16 plain step with each kernel class left out in turn
-# (tandem bench --diag-skip), to read what each costs inside the step.
+# (tandem bench --diag-skip), to read what each costs inside the step. PART=7: one call's worth of
+# the above (bitwise tests, kernel_bench gdr, engine tests on the same-bits opt-ins, the bench
+# without and with gdr-regs and conv-vector).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 build_cuda cuda_tests tandem kernel_bench
@@ -24,7 +26,8 @@ default_batches=8,32,128,256
 [[ ${mem_mib:-0} -lt 100000 ]] && default_batches=8,32,64
 BATCHES=${BATCHES:-$default_batches}
 summary "GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), batches $BATCHES"
-ALL=gdr-pairs,conv-vector,fp8-wgmma-pipeline,fp8-prefill-tc
+ALL=gdr-pairs,gdr-regs,conv-vector,fp8-wgmma-pipeline,fp8-prefill-tc
+SAME_BITS=gdr-pairs,gdr-regs,conv-vector,fp8-wgmma-pipeline  # production's bits
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
   tests opt_in_bits 150 "$FILTER"
@@ -38,7 +41,7 @@ elif [[ $PART == 2 ]]; then
   tests opt_in_fp8_prefill 60 'Fp8Linear.TensorCorePrefill*'
   # The whole engine on the opt-ins with production's bits (opt_in_env_test.cpp); not
   # fp8-prefill-tc, whose FP8 activations the CPU comparisons of the FP8 engine tests do not model.
-  TANDEM_OPT_IN=gdr-pairs,conv-vector,fp8-wgmma-pipeline engine_tests 100
+  TANDEM_OPT_IN=$SAME_BITS engine_tests 100
   bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
   bench bf16_conv_vector $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in conv-vector
   bench bf16_gdr_pairs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-pairs
@@ -50,6 +53,15 @@ elif [[ $PART == 5 ]]; then  # short: the FP8 prefill on tensor cores alone (tes
       --prefill-tokens 8192 "${args[@]}"
     grep -E 'prefill' "$OUT/fp8_prefill_$side.log" | tee -a "$OUT/summary.txt"
   done
+elif [[ $PART == 7 ]]; then  # one call: every bitwise test, the GDN kernels, the engine, the step
+  tests opt_in_bits 150 "$FILTER"
+  KERNEL_BENCH_ONLY=gdr COMMIT=opt-in timeout 60 $B/bench/kernel_bench "$OUT/kernel_bench_gdr.json" \
+    > "$OUT/kernel_bench_gdr.log" 2>&1
+  summary "kernel_bench gdr rc=$? ($(stamp))"
+  grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
+  TANDEM_OPT_IN=$SAME_BITS engine_tests 100
+  bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
+  bench bf16_gdr_conv_opt_ins $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-regs,conv-vector
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

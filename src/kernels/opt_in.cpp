@@ -30,6 +30,10 @@ std::vector<OptIn> registry() {
                "GDN streaming kernel: each two rows loaded together in 3 passes over the state "
                "instead of 4",
                [](bool on) { gated_delta_rule_set_stream_pairs(on); }});
+  r.push_back({"gdr-regs",
+               "GDN streaming kernel, calls of 2+ rows a sequence (verify): the state in "
+               "registers between one load and one write-back, 4 rows loaded together",
+               [](bool on) { gated_delta_rule_set_stream_registers(on); }});
   r.push_back({"conv-vector",
                "conv1d decode/verify (kernel 4, history 4..12): 8 channels a thread, 16-byte "
                "accesses",

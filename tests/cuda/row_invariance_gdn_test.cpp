@@ -188,12 +188,27 @@ struct StreamMinSeqs {
   ~StreamMinSeqs() { gated_delta_rule_set_stream_min_seqs(prev); }
 };
 
-// Turns the streaming kernel's row pairs (three passes over S per two rows) on or off for a scope.
-struct StreamPairs {
-  bool prev;
-  explicit StreamPairs(bool on) : prev(gated_delta_rule_set_stream_pairs(on)) {}
-  ~StreamPairs() { gated_delta_rule_set_stream_pairs(prev); }
+// The streaming kernel's forms (opt-ins, each the same bits): as in production, with row pairs
+// (three passes over S per two rows), or calls of 2+ rows a sequence in the register form.
+enum class StreamForm { kPlain, kPairs, kRegisters };
+std::string form_name(StreamForm f) {
+  return f == StreamForm::kPlain ? "plain" : f == StreamForm::kPairs ? "pairs" : "registers";
+}
+// Sets a form for one scope; taken() says whether a register-form call ran since.
+struct StreamFormScope {
+  bool prev_pairs, prev_regs;
+  int64_t regs_calls;
+  explicit StreamFormScope(StreamForm f)
+      : prev_pairs(gated_delta_rule_set_stream_pairs(f == StreamForm::kPairs)),
+        prev_regs(gated_delta_rule_set_stream_registers(f == StreamForm::kRegisters)),
+        regs_calls(gated_delta_rule_stream_register_calls()) {}
+  ~StreamFormScope() {
+    gated_delta_rule_set_stream_pairs(prev_pairs);
+    gated_delta_rule_set_stream_registers(prev_regs);
+  }
+  bool registers_taken() const { return gated_delta_rule_stream_register_calls() > regs_calls; }
 };
+constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kRegisters};
 
 // ---- batch invariance ----
 
@@ -222,27 +237,27 @@ void batch_invariance(const GdrShape& s, GdrMode mode, int64_t n_seqs, Rng& rng,
   const std::string p = fmt::format(
       "mode={},n_seqs={},index={},rows={},n_acc={},parity={},start={},d_k={},d_v={}",
       rec ? "recurrent" : "chunked", n_seqs, k, t.rows, t.n_acc, t.parity, t.start, s.dk, s.dv);
-  for (const auto& [norm, pairs] : {std::pair{false, false}, std::pair{true, false},
-                                    std::pair{false, true}, std::pair{true, true}}) {
-    const Layer A = make_layer(s, n_slots, rng, &P), B = make_layer(s, n_slots, rng, &P);
-    copy_slot(A, 0, B, t.slot);
-    const Tensor out_a = out_rows(A, t.rows), out_b = out_rows(B, n_rows);
-    const Tensor n_a = norm ? out_rows(A, t.rows) : Tensor();
-    const Tensor n_b = norm ? out_rows(B, n_rows) : Tensor();
-    {
-      const StreamPairs pair_mode(pairs);
-      gdr(A, gdr_in(A, r_alone), alone, 0, 1, mode, out_a, n_a, cs);
-      gdr(B, gdr_in(B, r_batch), batch, 0, n_seqs, mode, out_b, n_b, cs);
+  for (const bool norm : {false, true})
+    for (const StreamForm form : kForms) {
+      const Layer A = make_layer(s, n_slots, rng, &P), B = make_layer(s, n_slots, rng, &P);
+      copy_slot(A, 0, B, t.slot);
+      const Tensor out_a = out_rows(A, t.rows), out_b = out_rows(B, n_rows);
+      const Tensor n_a = norm ? out_rows(A, t.rows) : Tensor();
+      const Tensor n_b = norm ? out_rows(B, n_rows) : Tensor();
+      {
+        const StreamFormScope form_scope(form);
+        gdr(A, gdr_in(A, r_alone), alone, 0, 1, mode, out_a, n_a, cs);
+        gdr(B, gdr_in(B, r_batch), batch, 0, n_seqs, mode, out_b, n_b, cs);
+      }
+      cs.sync();
+      const std::string pn = p + fmt::format(",norm={},form={}", norm, form_name(form));
+      check_bits("gated_delta_rule.batch_rows", pn,
+                 rows_bits(out_a, 0, t.rows) == rows_bits(out_b, r0, t.rows) &&
+                     (!norm || rows_bits(n_a, 0, t.rows) == rows_bits(n_b, r0, t.rows)));
+      check_bits("gated_delta_rule.batch_state", pn,
+                 slot_bits(A.state, 0) == slot_bits(B.state, t.slot) &&
+                     slot_bits(A.replay, 0) == slot_bits(B.replay, t.slot));
     }
-    cs.sync();
-    const std::string pn = p + fmt::format(",norm={},pairs={}", norm, pairs);
-    check_bits("gated_delta_rule.batch_rows", pn,
-               rows_bits(out_a, 0, t.rows) == rows_bits(out_b, r0, t.rows) &&
-                   (!norm || rows_bits(n_a, 0, t.rows) == rows_bits(n_b, r0, t.rows)));
-    check_bits("gated_delta_rule.batch_state", pn,
-               slot_bits(A.state, 0) == slot_bits(B.state, t.slot) &&
-                   slot_bits(A.replay, 0) == slot_bits(B.replay, t.slot));
-  }
   // conv1d over the same layout: kSpec for verify rows, kCompact for prefill chunks.
   const ConvHistoryMode cm = rec ? ConvHistoryMode::kSpec : ConvHistoryMode::kCompact;
   const Layer A = make_layer(s, n_slots, rng, &P), B = make_layer(s, n_slots, rng, &P);
@@ -261,8 +276,8 @@ void batch_invariance(const GdrShape& s, GdrMode mode, int64_t n_seqs, Rng& rng,
 // One recurrent call of n_seqs sequences (0..9 rows and 0..9 rows to fold each, one with neither,
 // one whose slot is outside the pool) through the per-sequence grid on pools A and through the
 // streaming kernel on pools B holding the same contents: outputs (normed too), every state slot
-// and every replay row equal bit for bit, with and without the fused norm, with and without the
-// streaming kernel's row pairs.
+// and every replay row equal bit for bit, with and without the fused norm, in each of the
+// streaming kernel's forms (and the register form taken where it covers the shape).
 void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStream& cs) {
   const int64_t n_slots = n_seqs + 3;
   const Layer P = make_layer(s, 1, rng);
@@ -281,29 +296,38 @@ void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStrea
   const Rows r = random_rows(P, n_rows, rng);
   const std::string p =
       fmt::format("n_seqs={},h_k={},h_v={},d_k={},d_v={}", n_seqs, s.hk, s.hv, s.dk, s.dv);
-  for (const auto& [norm, pairs] : {std::pair{false, false}, std::pair{true, false},
-                                    std::pair{false, true}, std::pair{true, true}}) {
-    const Layer A = make_layer(s, n_slots, rng, &P), B = make_layer(s, n_slots, rng, &P);
-    for (int32_t i = 0; i < n_slots; ++i) copy_slot(B, i, A, i);
-    const Tensor out_a = out_rows(A, n_rows), out_b = out_rows(B, n_rows);
-    const Tensor n_a = norm ? out_rows(A, n_rows) : Tensor();
-    const Tensor n_b = norm ? out_rows(B, n_rows) : Tensor();
-    {
-      const StreamMinSeqs per_sequence(n_seqs + 1);
-      gdr(A, gdr_in(A, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_a, n_a, cs);
+  for (const bool norm : {false, true})
+    for (const StreamForm form : kForms) {
+      const Layer A = make_layer(s, n_slots, rng, &P), B = make_layer(s, n_slots, rng, &P);
+      for (int32_t i = 0; i < n_slots; ++i) copy_slot(B, i, A, i);
+      const Tensor out_a = out_rows(A, n_rows), out_b = out_rows(B, n_rows);
+      const Tensor n_a = norm ? out_rows(A, n_rows) : Tensor();
+      const Tensor n_b = norm ? out_rows(B, n_rows) : Tensor();
+      {
+        const StreamMinSeqs per_sequence(n_seqs + 1);
+        gdr(A, gdr_in(A, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_a, n_a, cs);
+      }
+      bool registers_taken = false;
+      {
+        const StreamMinSeqs stream(1);
+        const StreamFormScope form_scope(form);
+        gdr(B, gdr_in(B, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_b, n_b, cs);
+        registers_taken = form_scope.registers_taken();
+      }
+      cs.sync();
+      const std::string pn = p + fmt::format(",norm={},form={}", norm, form_name(form));
+      // The register form takes every call of the streaming kernel's shapes (these have 9-row
+      // sequences); the others fall back, as production does.
+      const bool stream_shape =
+          (s.dk == 64 || s.dk == 128) && s.dk <= s.dv && s.dv % 64 == 0 && s.dv <= 128;
+      check_bits("gated_delta_rule.registers_taken", pn,
+                 registers_taken == (form == StreamForm::kRegisters && stream_shape));
+      check_bits("gated_delta_rule.stream_rows", pn,
+                 bytes_of(out_a) == bytes_of(out_b) && (!norm || bytes_of(n_a) == bytes_of(n_b)));
+      check_bits(
+          "gated_delta_rule.stream_state", pn,
+          bytes_of(A.state) == bytes_of(B.state) && bytes_of(A.replay) == bytes_of(B.replay));
     }
-    {
-      const StreamMinSeqs stream(1);
-      const StreamPairs pair_mode(pairs);
-      gdr(B, gdr_in(B, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_b, n_b, cs);
-    }
-    cs.sync();
-    const std::string pn = p + fmt::format(",norm={},pairs={}", norm, pairs);
-    check_bits("gated_delta_rule.stream_rows", pn,
-               bytes_of(out_a) == bytes_of(out_b) && (!norm || bytes_of(n_a) == bytes_of(n_b)));
-    check_bits("gated_delta_rule.stream_state", pn,
-               bytes_of(A.state) == bytes_of(B.state) && bytes_of(A.replay) == bytes_of(B.replay));
-  }
 }
 
 TEST(CudaRowInvariance, GdrStreamMatchesPerSequence) {

@@ -86,6 +86,13 @@ int64_t gated_delta_rule_set_stream_min_seqs(int64_t n);
 // together in three passes over the state instead of four (the second row's S^T k summed in the
 // first row's update pass); the same bits. Returns the previous value.
 bool gated_delta_rule_set_stream_pairs(bool on);
+// Opt-in (default off until measured on a GPU): calls that take the streaming kernel and carry
+// 2+ rows per sequence (verify steps) run its register form instead (gated_delta_rule_regs_cuda.cu:
+// S in registers between one load and one write-back, 4 rows loaded together, each update pass
+// also summing the next row's S^T k); the same bits. Returns the previous value; the counter
+// says how many calls took it.
+bool gated_delta_rule_set_stream_registers(bool on);
+int64_t gated_delta_rule_stream_register_calls();
 #endif
 
 inline void gated_delta_rule(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {

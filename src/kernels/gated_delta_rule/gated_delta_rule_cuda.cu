@@ -226,8 +226,8 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
     p.norm_eps = norm.eps;
   }
   const cudaStream_t s = cuda::stream_of(ctx);
-  const bool launched =
-      recurrent ? gdr_stream_launch(p, dk, s) : gdr_chunked_launch(p, dk, a.chunk_size, s);
+  const bool launched = recurrent ? gdr_stream_launch(p, dk, a.seqs.max_rows, s)
+                                  : gdr_chunked_launch(p, dk, a.chunk_size, s);
   if (!launched) {
     if (dk == 16) launch_recurrent<16>(p, s);
     if (dk == 32) launch_recurrent<32>(p, s);

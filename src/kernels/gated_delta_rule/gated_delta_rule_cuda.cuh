@@ -115,8 +115,14 @@ bool gdr_chunked_launch(const GdrParams& p, int64_t d_k, int chunk_size, cudaStr
 
 // Launches the streaming recurrence (gated_delta_rule_stream_cuda.cu) and returns true for a
 // kRecurrent call of gated_delta_rule_set_stream_min_seqs() or more sequences that it covers
-// (d_v a multiple of 4, at most 256 value heads); otherwise false, launching nothing.
-bool gdr_stream_launch(const GdrParams& p, int64_t d_k, cudaStream_t s);
+// (d_v a multiple of 64 up to 128, d_k 64 or 128 <= d_v, at most 2048 value heads); otherwise
+// false, launching nothing. max_rows bounds a sequence's rows (SeqLayout): from 2, with
+// gated_delta_rule_set_stream_registers on, the call takes the register form instead.
+bool gdr_stream_launch(const GdrParams& p, int64_t d_k, int64_t max_rows, cudaStream_t s);
+// The register form (gated_delta_rule_regs_cuda.cu): launches and returns true if it is on and
+// covers the call, else false.
+bool gdr_regs_launch(const GdrParams& p, int64_t d_k, int64_t max_rows, cudaStream_t s);
+bool gdr_regs_on();
 
 // gated_rms_norm_cuda over the rows of a call's sequences only, [row_start[0], row_start[n_seqs])
 // (read on the device; at most max_rows_total of them): the same kernel, so the same bits.

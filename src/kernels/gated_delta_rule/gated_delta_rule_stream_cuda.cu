@@ -24,7 +24,7 @@
 #include "kernels/bulk_copy.cuh"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
 #include "kernels/gated_delta_rule/gated_delta_rule_cuda.cuh"
-#include "kernels/gated_delta_rule/gated_delta_rule_rows_cuda.cuh"
+#include "kernels/gated_delta_rule/gated_delta_rule_stream_cuda.cuh"
 
 namespace tandem::kernels {
 
@@ -39,129 +39,10 @@ constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a blo
 std::atomic<int64_t> g_stream_min_seqs{8};
 std::atomic<bool> g_stream_pairs{false};  // gated_delta_rule_set_stream_pairs
 
-// Shared memory of a block, in floats from the start: S, then the row buffers.
-struct HeadSmem {
-  float *S, *q, *k, *v, *z, *o, *ring, *decay, *beta, *psum, *head_decay, *head_dt;
-  uint64_t* full;
-};
-
 // Ring slots of the parts' partial sums: kv and o of a row, and with pairs (below) the second
 // row's kv, posted in the same pass as the first row's o.
 constexpr int kRingSlots = 2;
 constexpr int kPairRingSlots = 3;
-
-__host__ __device__ inline int64_t head_smem_floats(int64_t dk, int64_t dv, int64_t hv_n,
-                                                    int ring_slots) {
-  const int64_t n = dk * dv + kHeadRows * (2 * dk + 2 * dv) + ring_slots * kParts * dv +
-                    kHeadRows * (2 + kMaxNormBlocks) + 2 * hv_n;
-  return (n + 1) / 2 * 2 + 2;  // an 8-byte aligned mbarrier at the end
-}
-
-template <int kDk>
-__device__ __forceinline__ HeadSmem head_smem(float* base, int64_t dv, int64_t hv_n,
-                                              int ring_slots) {
-  HeadSmem m;
-  m.S = base;
-  m.q = m.S + kDk * dv;  // [kHeadRows][kDk], normalised in place
-  m.k = m.q + kHeadRows * kDk;
-  m.v = m.k + kHeadRows * kDk;  // [kHeadRows][dv]
-  m.z = m.v + kHeadRows * dv;
-  m.o = m.v;  // kNorm: the rounded outputs, over v (row tb's v is read before its o is written)
-  m.ring = m.z + kHeadRows * dv;  // [ring_slots][kParts][dv]: the parts' partial sums
-  m.decay = m.ring + ring_slots * kParts * dv;
-  m.beta = m.decay + kHeadRows;
-  m.psum = m.beta + kHeadRows;  // [kHeadRows][kMaxNormBlocks]
-  m.head_decay = m.psum + kHeadRows * kMaxNormBlocks;
-  m.head_dt = m.head_decay + hv_n;
-  m.full = reinterpret_cast<uint64_t*>(base + head_smem_floats(kDk, dv, hv_n, ring_slots) - 2);
-  return m;
-}
-
-// Item u's sequence values as loaded (gdr_seq_load; past the last item: no sequence), decoded
-// only when used so that the loads stay in flight.
-__device__ __forceinline__ GdrSeqLoad load_item(const GdrParams& p, int64_t u, int64_t items) {
-  return u < items ? gdr_seq_load(p, u / p.hv_n) : GdrSeqLoad{0, 0, -1, 0, 0};
-}
-
-// An item is live if its slot is in the pool and it has rows or rows to fold (a graph bucket's
-// padding touches nothing).
-__device__ __forceinline__ GdrSeq decode_item(const GdrParams& p, const GdrSeqLoad& l, bool& live) {
-  const GdrSeq q = gdr_seq_of(p, l);
-  live = q.ok && (q.n > 0 || q.n_acc > 0);
-  return q;
-}
-
-// Rows [t0, t0 + nb) of head h into shared memory (k, and q unless kFold, normalised; v, z with
-// kNorm; the gates). kFold: from replay half `base` (the accepted rows of the last step).
-// Otherwise the call's rows base + t, their raw k (own_k), v, a and b copied into the replay
-// half at `sink` for t < replay_rows. Every load is issued before the first store.
-template <int kDk, bool kFold, bool kNorm>
-__device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSmem& m, int64_t base,
-                                               int64_t sink, bool own_k, int64_t t0, int nb,
-                                               int64_t h, int64_t hk, float a_decay,
-                                               float dt_bias) {
-  const int tid = threadIdx.x;
-  const int64_t w = p.replay_width, dv = p.dv;
-  const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
-  // q/k: one element per thread (2 d_v >= kHeadRows d_k); v/z: one element (2 d_v threads).
-  const int tq = tid / kDk, iq = tid % kDk;
-  const int tv = static_cast<int>(tid / dv), jv = static_cast<int>(tid % dv);
-  __nv_bfloat16 qr = zero, kr = zero, vr = zero, zr = zero, ar = zero, br = zero;
-  if (tq < nb) {
-    const int64_t t = t0 + tq;
-    if constexpr (kFold) {
-      kr = gdr_ld_cg(p.replay + base + t * w + replay_k<kDk>(hk) + iq);
-    } else {
-      qr = p.q[(base + t) * p.q_s0 + hk * p.q_s1 + iq];
-      kr = p.k[(base + t) * p.k_s0 + hk * p.k_s1 + iq];
-    }
-  }
-  if (tv < nb) {
-    const int64_t t = t0 + tv;
-    if constexpr (kFold) {
-      vr = gdr_ld_cg(p.replay + base + t * w + replay_v<kDk>(p, h) + jv);
-    } else {
-      vr = p.v[(base + t) * p.v_s0 + h * p.v_s1 + jv];
-      if constexpr (kNorm) zr = p.z[(base + t) * p.z_s0 + h * p.z_s1 + jv];
-    }
-  }
-  if (tid < nb) {
-    const int64_t t = t0 + tid;
-    if constexpr (kFold) {
-      const int64_t at = base + t * w + replay_a<kDk>(p, h);
-      ar = gdr_ld_cg(p.replay + at);
-      br = gdr_ld_cg(p.replay + at + p.hv_n);
-    } else {
-      ar = p.a[(base + t) * p.a_s0 + h * p.a_s1];
-      br = p.b[(base + t) * p.b_s0 + h * p.b_s1];
-    }
-  }
-  if (tq < nb) {
-    const int64_t t = t0 + tq;
-    if constexpr (!kFold) m.q[tq * kDk + iq] = __bfloat162float(qr);
-    m.k[tq * kDk + iq] = __bfloat162float(kr);
-    if (!kFold && own_k && t < p.replay_rows) p.replay[sink + t * w + replay_k<kDk>(hk) + iq] = kr;
-  }
-  if (tv < nb) {
-    const int64_t t = t0 + tv;
-    m.v[tv * dv + jv] = __bfloat162float(vr);
-    if constexpr (kNorm) m.z[tv * dv + jv] = __bfloat162float(zr);
-    if (!kFold && t < p.replay_rows) p.replay[sink + t * w + replay_v<kDk>(p, h) + jv] = vr;
-  }
-  if (tid < nb) {
-    const int64_t t = t0 + tid;
-    if (!kFold && t < p.replay_rows) {
-      __nv_bfloat16* row = p.replay + sink + t * w + replay_a<kDk>(p, h);
-      row[0] = ar;
-      row[p.hv_n] = br;
-    }
-    row_gate(ar, br, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
-  }
-  __syncthreads();
-  const int lane = tid & 31, warp = tid >> 5;
-  if (warp < nb) normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
-  __syncthreads();
-}
 
 // Row tb's partial sums kv = sum_r (S[r] e^g) k[r] of this thread's columns c and c + 1 (c even)
 // over its part's rows (part * d_k/4 ..) in order, S as it stands. S moves as column pairs, k as
@@ -186,19 +67,6 @@ __device__ __forceinline__ float2 kv_partial(const HeadSmem& m, int dv, int part
     }
   }
   return make_float2(kv0, kv1);
-}
-
-// A part's partial sums of the column pair into ring slot `slot`; after a barrier, gather() adds
-// the 4 parts as (p0 + p1) + (p2 + p3), what the per-sequence kernel's butterfly gives.
-__device__ __forceinline__ void post(const HeadSmem& m, int dv, int part, int c, int slot,
-                                     float2 v) {
-  reinterpret_cast<float2*>(m.ring + slot * kParts * dv + c)[part * (dv / 2)] = v;
-}
-__device__ __forceinline__ float2 gather(const HeadSmem& m, int dv, int c, int slot) {
-  const float2* ring = reinterpret_cast<const float2*>(m.ring + slot * kParts * dv + c);
-  const int stride = dv / 2;
-  const float2 a = ring[0], b = ring[stride], e = ring[2 * stride], f = ring[3 * stride];
-  return make_float2((a.x + b.x) + (e.x + f.x), (a.y + b.y) + (e.y + f.y));
 }
 
 // Row tb's update of the column pair over the part's rows: S <- e^g S + k u^T (stored if kStore);
@@ -248,12 +116,6 @@ __device__ __forceinline__ float2 update_pass(const HeadSmem& m, int dv, int par
   }
   if constexpr (kNext) kv_next = make_float2(n0, n1);
   return make_float2(o0, o1);
-}
-
-// u = beta (v - kv) of row tb for the column pair.
-__device__ __forceinline__ float2 row_u(const HeadSmem& m, int dv, int c, int tb, float2 kv) {
-  const float2 vv = *reinterpret_cast<const float2*>(m.v + tb * dv + c);
-  return make_float2(m.beta[tb] * (vv.x - kv.x), m.beta[tb] * (vv.y - kv.y));
 }
 
 // One token (row tb of the loaded rows) for this thread's columns c and c + 1: S <- e^g S;
@@ -312,8 +174,9 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
   extern __shared__ __align__(128) float smem[];
   const int64_t dv = p.dv, items = p.hv_n * p.n_seqs;
   const int dvi = static_cast<int>(dv);
-  const HeadSmem m = head_smem<kDk>(smem, dv, p.hv_n, kPairs ? kPairRingSlots : kRingSlots);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const HeadSmem m =
+      head_smem<kDk>(smem, dv, p.hv_n, kPairs ? kPairRingSlots : kRingSlots, kHeadRows);
+  const int tid = threadIdx.x;
   const int half = dvi / 2, part = tid / half, c = 2 * (tid % half);  // columns c and c + 1
   const uint32_t state_bytes = static_cast<uint32_t>(kDk * dv * 4);
   const int64_t head_elems = kDk * dv, half_elems = p.replay_rows * p.replay_width;
@@ -351,8 +214,8 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
     for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
       const int nb = min(kHeadRows, sq.n_acc - t0);
       if (nb > 0) {
-        load_head_rows<kDk, true, false>(p, m, fold_base, -1, false, t0, nb, h, hk, a_decay,
-                                         dt_bias);
+        load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk,
+                                                    a_decay, dt_bias);
       }
       if (t0 == 0) {
         cuda::mbar_wait(m.full, phase);
@@ -386,18 +249,10 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
     const bool own_k = h % (p.hv_n / p.hk_n) == 0;
     for (int64_t t0 = 0; t0 < sq.n; t0 += kHeadRows) {
       const int nb = static_cast<int>(min(static_cast<int64_t>(kHeadRows), sq.n - t0));
-      load_head_rows<kDk, false, kNorm>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay, dt_bias);
+      load_head_rows<kDk, false, kNorm, kHeadRows>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay,
+                                                   dt_bias);
       const auto emit = [&](int tb, float2 o) {  // row tb's output (and its copy for the norm)
-        const __nv_bfloat16 o0 = __float2bfloat16_rn(o.x), o1 = __float2bfloat16_rn(o.y);
-        if (part == 0) {
-          __nv_bfloat16* out = p.out + (sq.r0 + t0 + tb) * p.out_s0 + h * p.out_s1 + c;
-          out[0] = o0;
-          out[1] = o1;
-          if constexpr (kNorm) {
-            m.o[tb * dv + c] = __bfloat162float(o0);
-            m.o[tb * dv + c + 1] = __bfloat162float(o1);
-          }
-        }
+        emit_row<kNorm>(p, m, sq.r0 + t0 + tb, h, dvi, part, c, tb, o);
       };
       if (t0 == 0 && sq.n > 1) {  // the item's first state store comes next
         if (tid == 0 && store_pending) cuda::bulk_wait_read();
@@ -416,28 +271,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
         }
       }
       if constexpr (kNorm) {  // gated RMSNorm: each 32 columns by a warp, then in column order
-        __syncthreads();
-        const int blocks = static_cast<int>(dv / 32);
-        for (int x = warp; x < nb * blocks; x += static_cast<int>(blockDim.x / 32)) {
-          const int tb = x / blocks, cb = x % blocks;
-          const float ov = m.o[tb * dv + cb * 32 + lane];
-          const float sq2 = cuda::warp_sum(ov * ov);
-          if (lane == 0) m.psum[tb * kMaxNormBlocks + cb] = sq2;
-        }
-        __syncthreads();
-        if (part == 0) {
-          for (int tb = 0; tb < nb; ++tb) {
-            float ss = 0.f;
-            for (int cb = 0; cb < blocks; ++cb) ss += m.psum[tb * kMaxNormBlocks + cb];
-            const float inv = 1.f / sqrtf(ss / static_cast<float>(dv) + p.norm_eps);
-            __nv_bfloat16* out =
-                p.norm_out + (sq.r0 + t0 + tb) * p.norm_out_s0 + h * p.norm_out_s1 + c;
-            out[0] = __float2bfloat16_rn(((m.o[tb * dv + c] * inv) * norm_w0) *
-                                         cuda::silu(m.z[tb * dv + c]));
-            out[1] = __float2bfloat16_rn(((m.o[tb * dv + c + 1] * inv) * norm_w1) *
-                                         cuda::silu(m.z[tb * dv + c + 1]));
-          }
-        }
+        norm_rows(p, m, sq.r0 + t0, h, dvi, part, c, nb, norm_w0, norm_w1);
       }
       // Every thread's reads and writes of S (generic proxy) before the next item's bulk copy
       // rewrites it (async proxy): the fence, then the barrier thread 0 passes before copying.
@@ -478,7 +312,7 @@ void launch_head(const GdrParams& p, cudaStream_t s) {
   const int threads = static_cast<int>(2 * p.dv);
   const int slots = kPairs ? kPairRingSlots : kRingSlots;
   const size_t smem =
-      static_cast<size_t>(head_smem_floats(kDk, p.dv, p.hv_n, slots)) * sizeof(float);
+      static_cast<size_t>(head_smem_floats(kDk, p.dv, p.hv_n, slots, kHeadRows)) * sizeof(float);
   const int64_t blocks =
       std::min(resident_blocks<kDk, kNorm, kPairs>(threads, smem), p.hv_n * p.n_seqs);
   cuda::launch_pdl(gdr_head_kernel<kDk, kNorm, kPairs>, dim3(static_cast<unsigned>(blocks)),
@@ -513,14 +347,18 @@ std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
       "gated delta rule: decode/verify of 1-{} sequences on the per-sequence grid, {}+ on the "
       "streaming kernel (a value head per block, state in shared memory{}); prefill chunks in "
       "the chunked (WY) form",
-      from - 1, from, g_stream_pairs.load() ? ", row pairs in 3 passes" : "");
+      from - 1, from,
+      gdr_regs_on()           ? "; calls of 2+ rows a sequence with the state in registers"
+      : g_stream_pairs.load() ? ", row pairs in 3 passes"
+                              : "");
 }
 
-bool gdr_stream_launch(const GdrParams& p, int64_t d_k, cudaStream_t s) {
+bool gdr_stream_launch(const GdrParams& p, int64_t d_k, int64_t max_rows, cudaStream_t s) {
   if (!p.recurrent || p.n_seqs < g_stream_min_seqs.load() || !head_kernel_fits(d_k, p.dv) ||
       p.hv_n > kMaxHeads) {
     return false;
   }
+  if (gdr_regs_launch(p, d_k, max_rows, s)) return true;
   if (d_k == 64) launch_head<64>(p, s);
   if (d_k == 128) launch_head<128>(p, s);
   return true;

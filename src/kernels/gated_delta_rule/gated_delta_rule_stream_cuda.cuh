@@ -1,0 +1,221 @@
+// Pieces shared by the two kernels whose blocks walk (value head, sequence) items with a whole
+// head's state S [d_k, d_v] at a time: the streaming kernel (gated_delta_rule_stream_cuda.cu, S in
+// shared memory for every pass) and its register form for calls with several rows per sequence
+// (gated_delta_rule_regs_cuda.cu, S in registers between one load and one write-back). The
+// block's shared memory, the items, a batch of rows loaded together, the parts' partial sums and
+// the fused output norm. Both run the per-sequence grid's per-token arithmetic
+// (gated_delta_rule_rows_cuda.cuh), so all three compute the same bits.
+#pragma once
+
+#include "kernels/gated_delta_rule/gated_delta_rule_cuda.cuh"
+#include "kernels/gated_delta_rule/gated_delta_rule_rows_cuda.cuh"
+
+namespace tandem::kernels {
+
+namespace {
+
+// Shared memory of a block, in floats from the start: S, then the row buffers.
+struct HeadSmem {
+  float *S, *q, *k, *v, *z, *o, *ring, *decay, *beta, *psum, *head_decay, *head_dt;
+  uint64_t* full;
+};
+
+// S, `rows` rows' q, k, v, z and gates, `ring_slots` slots of the parts' partial sums, the
+// per-head gate parameters, an mbarrier.
+__host__ __device__ inline int64_t head_smem_floats(int64_t dk, int64_t dv, int64_t hv_n,
+                                                    int ring_slots, int rows) {
+  const int64_t n = dk * dv + rows * (2 * dk + 2 * dv) + ring_slots * kParts * dv +
+                    rows * (2 + kMaxNormBlocks) + 2 * hv_n;
+  return (n + 1) / 2 * 2 + 2;  // an 8-byte aligned mbarrier at the end
+}
+
+template <int kDk>
+__device__ __forceinline__ HeadSmem head_smem(float* base, int64_t dv, int64_t hv_n, int ring_slots,
+                                              int rows) {
+  HeadSmem m;
+  m.S = base;
+  m.q = m.S + kDk * dv;  // [rows][kDk], normalised in place
+  m.k = m.q + rows * kDk;
+  m.v = m.k + rows * kDk;  // [rows][dv]
+  m.z = m.v + rows * dv;
+  m.o = m.v;  // kNorm: the rounded outputs, over v (row tb's v is read before its o is written)
+  m.ring = m.z + rows * dv;  // [ring_slots][kParts][dv]: the parts' partial sums
+  m.decay = m.ring + ring_slots * kParts * dv;
+  m.beta = m.decay + rows;
+  m.psum = m.beta + rows;  // [rows][kMaxNormBlocks]
+  m.head_decay = m.psum + rows * kMaxNormBlocks;
+  m.head_dt = m.head_decay + hv_n;
+  m.full =
+      reinterpret_cast<uint64_t*>(base + head_smem_floats(kDk, dv, hv_n, ring_slots, rows) - 2);
+  return m;
+}
+
+// Item u's sequence values as loaded (gdr_seq_load; past the last item: no sequence), decoded
+// only when used so that the loads stay in flight.
+__device__ __forceinline__ GdrSeqLoad load_item(const GdrParams& p, int64_t u, int64_t items) {
+  return u < items ? gdr_seq_load(p, u / p.hv_n) : GdrSeqLoad{0, 0, -1, 0, 0};
+}
+
+// An item is live if its slot is in the pool and it has rows or rows to fold (a graph bucket's
+// padding touches nothing).
+__device__ __forceinline__ GdrSeq decode_item(const GdrParams& p, const GdrSeqLoad& l, bool& live) {
+  const GdrSeq q = gdr_seq_of(p, l);
+  live = q.ok && (q.n > 0 || q.n_acc > 0);
+  return q;
+}
+
+// Rows [t0, t0 + nb) (nb <= kRows) of head h into shared memory (k, and q unless kFold,
+// normalised; v, z with kNorm; the gates). kFold: from replay half `base` (the accepted rows of
+// the last step). Otherwise the call's rows base + t, their raw k (own_k), v, a and b copied into
+// the replay half at `sink` for t < replay_rows. Every load is issued before the first store.
+// The block has 2 d_v threads and d_k <= d_v, so kRows / 2 elements of q, k, v and z a thread.
+template <int kDk, bool kFold, bool kNorm, int kRows>
+__device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSmem& m, int64_t base,
+                                               int64_t sink, bool own_k, int64_t t0, int nb,
+                                               int64_t h, int64_t hk, float a_decay,
+                                               float dt_bias) {
+  static_assert(kRows % 2 == 0 && kRows <= 8, "rows a block loads together");
+  constexpr int kIt = kRows / 2;
+  const int tid = threadIdx.x, threads = static_cast<int>(blockDim.x);
+  const int64_t w = p.replay_width, dv = p.dv;
+  const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
+  __nv_bfloat16 qr[kIt], kr[kIt], vr[kIt], zr[kIt], ar = zero, br = zero;
+#pragma unroll
+  for (int it = 0; it < kIt; ++it) {
+    const int e = tid + it * threads;
+    const int tq = e / kDk, iq = e % kDk;  // q/k: row tq, element iq
+    const int tv = static_cast<int>(e / dv), jv = static_cast<int>(e % dv);  // v/z
+    qr[it] = kr[it] = vr[it] = zr[it] = zero;
+    if (tq < nb) {
+      const int64_t t = t0 + tq;
+      if constexpr (kFold) {
+        kr[it] = gdr_ld_cg(p.replay + base + t * w + replay_k<kDk>(hk) + iq);
+      } else {
+        qr[it] = p.q[(base + t) * p.q_s0 + hk * p.q_s1 + iq];
+        kr[it] = p.k[(base + t) * p.k_s0 + hk * p.k_s1 + iq];
+      }
+    }
+    if (tv < nb) {
+      const int64_t t = t0 + tv;
+      if constexpr (kFold) {
+        vr[it] = gdr_ld_cg(p.replay + base + t * w + replay_v<kDk>(p, h) + jv);
+      } else {
+        vr[it] = p.v[(base + t) * p.v_s0 + h * p.v_s1 + jv];
+        if constexpr (kNorm) zr[it] = p.z[(base + t) * p.z_s0 + h * p.z_s1 + jv];
+      }
+    }
+  }
+  if (tid < nb) {
+    const int64_t t = t0 + tid;
+    if constexpr (kFold) {
+      const int64_t at = base + t * w + replay_a<kDk>(p, h);
+      ar = gdr_ld_cg(p.replay + at);
+      br = gdr_ld_cg(p.replay + at + p.hv_n);
+    } else {
+      ar = p.a[(base + t) * p.a_s0 + h * p.a_s1];
+      br = p.b[(base + t) * p.b_s0 + h * p.b_s1];
+    }
+  }
+#pragma unroll
+  for (int it = 0; it < kIt; ++it) {
+    const int e = tid + it * threads;
+    const int tq = e / kDk, iq = e % kDk;
+    const int tv = static_cast<int>(e / dv), jv = static_cast<int>(e % dv);
+    if (tq < nb) {
+      const int64_t t = t0 + tq;
+      if constexpr (!kFold) m.q[tq * kDk + iq] = __bfloat162float(qr[it]);
+      m.k[tq * kDk + iq] = __bfloat162float(kr[it]);
+      if (!kFold && own_k && t < p.replay_rows) {
+        p.replay[sink + t * w + replay_k<kDk>(hk) + iq] = kr[it];
+      }
+    }
+    if (tv < nb) {
+      const int64_t t = t0 + tv;
+      m.v[tv * dv + jv] = __bfloat162float(vr[it]);
+      if constexpr (kNorm) m.z[tv * dv + jv] = __bfloat162float(zr[it]);
+      if (!kFold && t < p.replay_rows) p.replay[sink + t * w + replay_v<kDk>(p, h) + jv] = vr[it];
+    }
+  }
+  if (tid < nb) {
+    const int64_t t = t0 + tid;
+    if (!kFold && t < p.replay_rows) {
+      __nv_bfloat16* row = p.replay + sink + t * w + replay_a<kDk>(p, h);
+      row[0] = ar;
+      row[p.hv_n] = br;
+    }
+    row_gate(ar, br, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
+  }
+  __syncthreads();
+  const int lane = tid & 31, warp = tid >> 5;
+  if (warp < nb) normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
+  __syncthreads();
+}
+
+// A part's partial sums of the column pair into ring slot `slot`; after a barrier, gather() adds
+// the 4 parts as (p0 + p1) + (p2 + p3), what the per-sequence kernel's butterfly gives.
+__device__ __forceinline__ void post(const HeadSmem& m, int dv, int part, int c, int slot,
+                                     float2 v) {
+  reinterpret_cast<float2*>(m.ring + slot * kParts * dv + c)[part * (dv / 2)] = v;
+}
+__device__ __forceinline__ float2 gather(const HeadSmem& m, int dv, int c, int slot) {
+  const float2* ring = reinterpret_cast<const float2*>(m.ring + slot * kParts * dv + c);
+  const int stride = dv / 2;
+  const float2 a = ring[0], b = ring[stride], e = ring[2 * stride], f = ring[3 * stride];
+  return make_float2((a.x + b.x) + (e.x + f.x), (a.y + b.y) + (e.y + f.y));
+}
+
+// u = beta (v - kv) of row tb for the column pair.
+__device__ __forceinline__ float2 row_u(const HeadSmem& m, int dv, int c, int tb, float2 kv) {
+  const float2 vv = *reinterpret_cast<const float2*>(m.v + tb * dv + c);
+  return make_float2(m.beta[tb] * (vv.x - kv.x), m.beta[tb] * (vv.y - kv.y));
+}
+
+// Row tb's output o (both columns, every part has them) into `out`, and with kNorm its rounded
+// copy into m.o for the norm (part 0 of each column pair writes).
+template <bool kNorm>
+__device__ __forceinline__ void emit_row(const GdrParams& p, const HeadSmem& m, int64_t row,
+                                         int64_t h, int dv, int part, int c, int tb, float2 o) {
+  const __nv_bfloat16 o0 = __float2bfloat16_rn(o.x), o1 = __float2bfloat16_rn(o.y);
+  if (part == 0) {
+    __nv_bfloat16* out = p.out + row * p.out_s0 + h * p.out_s1 + c;
+    out[0] = o0;
+    out[1] = o1;
+    if constexpr (kNorm) {
+      m.o[tb * dv + c] = __bfloat162float(o0);
+      m.o[tb * dv + c + 1] = __bfloat162float(o1);
+    }
+  }
+}
+
+// The gated RMSNorm of rows [0, nb) of m.o (absolute rows row0 ..): each 32 columns summed by a
+// warp butterfly, then those sums in column order (gated_rms_norm_kernel's order).
+__device__ __forceinline__ void norm_rows(const GdrParams& p, const HeadSmem& m, int64_t row0,
+                                          int64_t h, int dv, int part, int c, int nb, float norm_w0,
+                                          float norm_w1) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  __syncthreads();
+  const int blocks = dv / 32;
+  for (int x = warp; x < nb * blocks; x += static_cast<int>(blockDim.x / 32)) {
+    const int tb = x / blocks, cb = x % blocks;
+    const float ov = m.o[tb * dv + cb * 32 + lane];
+    const float sq2 = cuda::warp_sum(ov * ov);
+    if (lane == 0) m.psum[tb * kMaxNormBlocks + cb] = sq2;
+  }
+  __syncthreads();
+  if (part == 0) {
+    for (int tb = 0; tb < nb; ++tb) {
+      float ss = 0.f;
+      for (int cb = 0; cb < blocks; ++cb) ss += m.psum[tb * kMaxNormBlocks + cb];
+      const float inv = 1.f / sqrtf(ss / static_cast<float>(dv) + p.norm_eps);
+      __nv_bfloat16* out = p.norm_out + (row0 + tb) * p.norm_out_s0 + h * p.norm_out_s1 + c;
+      out[0] =
+          __float2bfloat16_rn(((m.o[tb * dv + c] * inv) * norm_w0) * cuda::silu(m.z[tb * dv + c]));
+      out[1] = __float2bfloat16_rn(((m.o[tb * dv + c + 1] * inv) * norm_w1) *
+                                   cuda::silu(m.z[tb * dv + c + 1]));
+    }
+  }
+}
+
+}  // namespace
+
+}  // namespace tandem::kernels
