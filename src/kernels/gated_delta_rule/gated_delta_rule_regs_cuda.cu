@@ -34,69 +34,6 @@ constexpr int64_t kRegMaxHeads = 2048;
 std::atomic<bool> g_regs{false};
 std::atomic<int64_t> g_regs_calls{0};
 
-// Row kv's partial sums over the thread's rows of S (registers): kv_partial's arithmetic.
-template <int kR>
-__device__ __forceinline__ float2 kv_regs(const float2 (&s)[kR], const float* k_part, float decay) {
-  const float4* kn = reinterpret_cast<const float4*>(k_part);
-  float kv0 = 0.f, kv1 = 0.f;
-#pragma unroll
-  for (int r4 = 0; r4 < kR / 4; ++r4) {
-    const float4 k4 = kn[r4];
-    const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 sv = s[4 * r4 + j];
-      kv0 = fmaf(sv.x * decay, kr[j], kv0);
-      kv1 = fmaf(sv.y * decay, kr[j], kv1);
-    }
-  }
-  return make_float2(kv0, kv1);
-}
-
-// A row's update of the slice, S <- e^g S + k u^T, with kOut the partial sums of o = S^T q over
-// the updated S and with kNext those of the next row's kv over it: update_pass's arithmetic.
-template <int kR, bool kOut, bool kNext>
-__device__ __forceinline__ float2 update_regs(float2 (&s)[kR], const float* k_part,
-                                              const float* q_part, const float* k2_part,
-                                              float decay, float decay2, float u0, float u1,
-                                              float2& kv_next) {
-  const float4* kn = reinterpret_cast<const float4*>(k_part);
-  const float4* qn = reinterpret_cast<const float4*>(q_part);
-  const float4* kn2 = reinterpret_cast<const float4*>(k2_part);
-  float o0 = 0.f, o1 = 0.f, n0 = 0.f, n1 = 0.f;
-#pragma unroll
-  for (int r4 = 0; r4 < kR / 4; ++r4) {
-    const float4 k4 = kn[r4];
-    const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
-    float qr[4] = {0.f, 0.f, 0.f, 0.f}, k2[4] = {0.f, 0.f, 0.f, 0.f};
-    if constexpr (kOut) {
-      const float4 q4 = qn[r4];
-      qr[0] = q4.x, qr[1] = q4.y, qr[2] = q4.z, qr[3] = q4.w;
-    }
-    if constexpr (kNext) {
-      const float4 n4 = kn2[r4];
-      k2[0] = n4.x, k2[1] = n4.y, k2[2] = n4.z, k2[3] = n4.w;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 sv = s[4 * r4 + j];
-      const float s0 = fmaf(kr[j], u0, sv.x * decay);
-      const float s1 = fmaf(kr[j], u1, sv.y * decay);
-      s[4 * r4 + j] = make_float2(s0, s1);
-      if constexpr (kOut) {
-        o0 = fmaf(s0, qr[j], o0);
-        o1 = fmaf(s1, qr[j], o1);
-      }
-      if constexpr (kNext) {
-        n0 = fmaf(s0 * decay2, k2[j], n0);
-        n1 = fmaf(s1 * decay2, k2[j], n1);
-      }
-    }
-  }
-  if constexpr (kNext) kv_next = make_float2(n0, n1);
-  return make_float2(o0, o1);
-}
-
 // Loaded rows 0..nb-1 applied to the slice in order, each row's update pass also summing the next
 // row's kv: nb + 1 passes. Ring slots: row t's kv in slot t & 1, its o (kOut) in slot 2 + (t & 1);
 // a slot is written again two barriers after it was read. With kOut, emit(t, o) gets row t's o.
@@ -105,7 +42,8 @@ __device__ __forceinline__ void chain_rows(const HeadSmem& m, float2 (&s)[kDk / 
                                            int part, int c, int nb, Emit&& emit) {
   constexpr int kR = kDk / kParts;
   const int off = part * kR;
-  post(m, dv, part, c, 0, kv_regs<kR>(s, m.k + off, m.decay[0]));
+  const auto at = [&](int i) -> float2& { return s[i]; };
+  post(m, dv, part, c, 0, kv_pass<kR, kR / 4>(at, m.k + off, m.decay[0]));
   __syncthreads();
   float2 u = row_u(m, dv, c, 0, gather(m, dv, c, 0));
   for (int t = 0; t < nb; ++t) {
@@ -114,11 +52,12 @@ __device__ __forceinline__ void chain_rows(const HeadSmem& m, float2 (&s)[kDk / 
     float2 kv_next = make_float2(0.f, 0.f), o;
     const bool next = t + 1 < nb;
     if (next) {
-      o = update_regs<kR, kOut, true>(s, kt, qt, kt + kDk, m.decay[t], m.decay[t + 1], u.x, u.y,
-                                      kv_next);
+      o = update_pass_at<kR, kR / 4, true, kOut, true>(at, kt, qt, kt + kDk, m.decay[t],
+                                                       m.decay[t + 1], u.x, u.y, kv_next);
       post(m, dv, part, c, (t + 1) & 1, kv_next);
     } else {
-      o = update_regs<kR, kOut, false>(s, kt, qt, kt, m.decay[t], 0.f, u.x, u.y, kv_next);
+      o = update_pass_at<kR, kR / 4, true, kOut, false>(at, kt, qt, kt, m.decay[t], 0.f, u.x, u.y,
+                                                        kv_next);
     }
     if constexpr (kOut) post(m, dv, part, c, 2 + (t & 1), o);
     if (kOut || next) __syncthreads();
@@ -142,15 +81,7 @@ __global__ void __launch_bounds__(kRegThreads, kRegBlocks) gdr_regs_kernel(GdrPa
   const int64_t head_elems = kDk * dv, half_elems = p.replay_rows * p.replay_width;
   const int64_t n_blocks = gridDim.x;
   const float norm_w0 = kNorm ? p.norm_w[c] : 0.f, norm_w1 = kNorm ? p.norm_w[c + 1] : 0.f;
-  for (int64_t h = tid; h < p.hv_n; h += blockDim.x) {
-    m.head_decay[h] = expf(p.a_log[h]);
-    m.head_dt[h] = p.dt_bias[h];
-  }
-  if (tid == 0) {
-    cuda::mbar_init(m.full, 1);
-    cuda::fence_mbar_init();
-  }
-  __syncthreads();
+  head_block_start(p, m);
   const auto state_of = [&](const GdrSeq& q, int64_t u) {
     return p.state + (q.slot * p.hv_n + u % p.hv_n) * head_elems;
   };

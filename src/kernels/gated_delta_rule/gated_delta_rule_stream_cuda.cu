@@ -44,78 +44,27 @@ std::atomic<bool> g_stream_pairs{false};  // gated_delta_rule_set_stream_pairs
 constexpr int kRingSlots = 2;
 constexpr int kPairRingSlots = 3;
 
-// Row tb's partial sums kv = sum_r (S[r] e^g) k[r] of this thread's columns c and c + 1 (c even)
-// over its part's rows (part * d_k/4 ..) in order, S as it stands. S moves as column pairs, k as
-// 4 rows at a time (broadcast).
+// Row tb's kv partial sums and update pass (kv_pass, update_pass_at) on the thread's slice of S
+// in shared memory: rows part * d_k/4 .. of columns c, c + 1, a float2 a row.
 template <int kDk>
 __device__ __forceinline__ float2 kv_partial(const HeadSmem& m, int dv, int part, int c, int tb) {
   constexpr int kR = kDk / kParts;
-  const float4* kn = reinterpret_cast<const float4*>(m.k + tb * kDk + part * kR);
   const float2* col = reinterpret_cast<const float2*>(m.S + part * kR * dv + c);
   const int stride = dv / 2;  // float2 per row
-  const float decay = m.decay[tb];
-  float kv0 = 0.f, kv1 = 0.f;
-#pragma unroll 2
-  for (int r4 = 0; r4 < kR / 4; ++r4) {
-    const float4 k4 = kn[r4];
-    const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 sv = col[(4 * r4 + j) * stride];
-      kv0 = fmaf(sv.x * decay, kr[j], kv0);
-      kv1 = fmaf(sv.y * decay, kr[j], kv1);
-    }
-  }
-  return make_float2(kv0, kv1);
+  return kv_pass<kR, 2>([&](int i) -> const float2& { return col[i * stride]; },
+                        m.k + tb * kDk + part * kR, m.decay[tb]);
 }
 
-// Row tb's update of the column pair over the part's rows: S <- e^g S + k u^T (stored if kStore);
-// with kOut returns the partial sums of o = S^T q over the updated S; with kNext also the partial
-// sums of row tb + 1's kv over it (kv_partial's arithmetic on the values it would read back).
 template <int kDk, bool kStore, bool kOut, bool kNext>
 __device__ __forceinline__ float2 update_pass(const HeadSmem& m, int dv, int part, int c, int tb,
                                               float u0, float u1, float2& kv_next) {
   constexpr int kR = kDk / kParts;
-  const float4* kn = reinterpret_cast<const float4*>(m.k + tb * kDk + part * kR);
-  const float4* qn = reinterpret_cast<const float4*>(m.q + tb * kDk + part * kR);
-  const float4* kn2 = reinterpret_cast<const float4*>(m.k + (tb + 1) * kDk + part * kR);
   float2* col = reinterpret_cast<float2*>(m.S + part * kR * dv + c);
   const int stride = dv / 2;
-  const float decay = m.decay[tb];
-  const float decay2 = kNext ? m.decay[tb + 1] : 0.f;
-  float o0 = 0.f, o1 = 0.f, n0 = 0.f, n1 = 0.f;
-#pragma unroll 2
-  for (int r4 = 0; r4 < kR / 4; ++r4) {
-    const float4 k4 = kn[r4];
-    const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
-    float qr[4] = {0.f, 0.f, 0.f, 0.f}, k2[4] = {0.f, 0.f, 0.f, 0.f};
-    if constexpr (kOut) {
-      const float4 q4 = qn[r4];
-      qr[0] = q4.x, qr[1] = q4.y, qr[2] = q4.z, qr[3] = q4.w;
-    }
-    if constexpr (kNext) {
-      const float4 n4 = kn2[r4];
-      k2[0] = n4.x, k2[1] = n4.y, k2[2] = n4.z, k2[3] = n4.w;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float2* at = col + (4 * r4 + j) * stride;
-      const float2 sv = *at;
-      const float s0 = fmaf(kr[j], u0, sv.x * decay);
-      const float s1 = fmaf(kr[j], u1, sv.y * decay);
-      if constexpr (kStore) *at = make_float2(s0, s1);
-      if constexpr (kOut) {
-        o0 = fmaf(s0, qr[j], o0);
-        o1 = fmaf(s1, qr[j], o1);
-      }
-      if constexpr (kNext) {
-        n0 = fmaf(s0 * decay2, k2[j], n0);
-        n1 = fmaf(s1 * decay2, k2[j], n1);
-      }
-    }
-  }
-  if constexpr (kNext) kv_next = make_float2(n0, n1);
-  return make_float2(o0, o1);
+  const int off = tb * kDk + part * kR;
+  return update_pass_at<kR, 2, kStore, kOut, kNext>(
+      [&](int i) -> float2& { return col[i * stride]; }, m.k + off, m.q + off, m.k + off + kDk,
+      m.decay[tb], kNext ? m.decay[tb + 1] : 0.f, u0, u1, kv_next);
 }
 
 // One token (row tb of the loaded rows) for this thread's columns c and c + 1: S <- e^g S;
@@ -182,15 +131,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
   const int64_t head_elems = kDk * dv, half_elems = p.replay_rows * p.replay_width;
   const int64_t n_blocks = gridDim.x;
   const float norm_w0 = kNorm ? p.norm_w[c] : 0.f, norm_w1 = kNorm ? p.norm_w[c + 1] : 0.f;
-  for (int64_t h = tid; h < p.hv_n; h += blockDim.x) {
-    m.head_decay[h] = expf(p.a_log[h]);
-    m.head_dt[h] = p.dt_bias[h];
-  }
-  if (tid == 0) {
-    cuda::mbar_init(m.full, 1);
-    cuda::fence_mbar_init();
-  }
-  __syncthreads();
+  head_block_start(p, m);
   uint32_t phase = 0;
   bool waited = false, store_pending = false;  // thread 0 tracks the bulk store
   GdrSeqLoad next = load_item(p, blockIdx.x, items);

@@ -7,6 +7,7 @@
 // (gated_delta_rule_rows_cuda.cuh), so all three compute the same bits.
 #pragma once
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/gated_delta_rule/gated_delta_rule_cuda.cuh"
 #include "kernels/gated_delta_rule/gated_delta_rule_rows_cuda.cuh"
 
@@ -48,6 +49,19 @@ __device__ __forceinline__ HeadSmem head_smem(float* base, int64_t dv, int64_t h
   m.full =
       reinterpret_cast<uint64_t*>(base + head_smem_floats(kDk, dv, hv_n, ring_slots, rows) - 2);
   return m;
+}
+
+// A block's start: every value head's gate parameters into shared memory, the state's mbarrier.
+__device__ __forceinline__ void head_block_start(const GdrParams& p, const HeadSmem& m) {
+  for (int64_t h = threadIdx.x; h < p.hv_n; h += blockDim.x) {
+    m.head_decay[h] = expf(p.a_log[h]);
+    m.head_dt[h] = p.dt_bias[h];
+  }
+  if (threadIdx.x == 0) {
+    cuda::mbar_init(m.full, 1);
+    cuda::fence_mbar_init();
+  }
+  __syncthreads();
 }
 
 // Item u's sequence values as loaded (gdr_seq_load; past the last item: no sequence), decoded
@@ -149,6 +163,74 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
   const int lane = tid & 31, warp = tid >> 5;
   if (warp < nb) normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
   __syncthreads();
+}
+
+// The per-token passes over a thread's slice of S, rows part * kR + i (i < kR) of columns c and
+// c + 1, wherever the slice lives: at(i) is row i's float2 (in shared memory or in registers).
+// kUnroll unrolls the loop over 4-row groups (a slice in registers needs all kR / 4).
+// kv_pass: the partial sums kv = sum_i (S[i] e^g) k[i] in row order, S as it stands. k_part is
+// the row's k from the part's first row, read 4 rows at a time (a broadcast).
+template <int kR, int kUnroll, class At>
+__device__ __forceinline__ float2 kv_pass(At&& at, const float* k_part, float decay) {
+  const float4* kn = reinterpret_cast<const float4*>(k_part);
+  float kv0 = 0.f, kv1 = 0.f;
+#pragma unroll(kUnroll)
+  for (int r4 = 0; r4 < kR / 4; ++r4) {
+    const float4 k4 = kn[r4];
+    const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 sv = at(4 * r4 + j);
+      kv0 = fmaf(sv.x * decay, kr[j], kv0);
+      kv1 = fmaf(sv.y * decay, kr[j], kv1);
+    }
+  }
+  return make_float2(kv0, kv1);
+}
+
+// A row's update of the slice, S <- e^g S + k u^T (stored if kStore); with kOut returns the
+// partial sums of o = S^T q over the updated S; with kNext also puts those of the next row's kv
+// over it into kv_next (kv_pass's arithmetic on the values it would read back; k2_part and decay2
+// are that row's).
+template <int kR, int kUnroll, bool kStore, bool kOut, bool kNext, class At>
+__device__ __forceinline__ float2 update_pass_at(At&& at, const float* k_part, const float* q_part,
+                                                 const float* k2_part, float decay, float decay2,
+                                                 float u0, float u1, float2& kv_next) {
+  const float4* kn = reinterpret_cast<const float4*>(k_part);
+  const float4* qn = reinterpret_cast<const float4*>(q_part);
+  const float4* kn2 = reinterpret_cast<const float4*>(k2_part);
+  float o0 = 0.f, o1 = 0.f, n0 = 0.f, n1 = 0.f;
+#pragma unroll(kUnroll)
+  for (int r4 = 0; r4 < kR / 4; ++r4) {
+    const float4 k4 = kn[r4];
+    const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
+    float qr[4] = {0.f, 0.f, 0.f, 0.f}, k2[4] = {0.f, 0.f, 0.f, 0.f};
+    if constexpr (kOut) {
+      const float4 q4 = qn[r4];
+      qr[0] = q4.x, qr[1] = q4.y, qr[2] = q4.z, qr[3] = q4.w;
+    }
+    if constexpr (kNext) {
+      const float4 n4 = kn2[r4];
+      k2[0] = n4.x, k2[1] = n4.y, k2[2] = n4.z, k2[3] = n4.w;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2& sv = at(4 * r4 + j);
+      const float s0 = fmaf(kr[j], u0, sv.x * decay);
+      const float s1 = fmaf(kr[j], u1, sv.y * decay);
+      if constexpr (kStore) sv = make_float2(s0, s1);
+      if constexpr (kOut) {
+        o0 = fmaf(s0, qr[j], o0);
+        o1 = fmaf(s1, qr[j], o1);
+      }
+      if constexpr (kNext) {
+        n0 = fmaf(s0 * decay2, k2[j], n0);
+        n1 = fmaf(s1 * decay2, k2[j], n1);
+      }
+    }
+  }
+  if constexpr (kNext) kv_next = make_float2(n0, n1);
+  return make_float2(o0, o1);
 }
 
 // A part's partial sums of the column pair into ring slot `slot`; after a barrier, gather() adds
