@@ -16,10 +16,11 @@
 # paths side by side). PART=6: the 27B bf16 plain step with each kernel class left out in turn
 # (tandem bench --diag-skip), to read what each costs inside the step. PART=7: one call's worth of
 # the above (bitwise tests, kernel_bench gdr, engine tests on the same-bits opt-ins, the bench
-# without and with gdr-regs and conv-vector).
+# without and with gdr-regs and conv-vector). PART=8 (shortest): the GDN forms' bitwise tests and
+# kernel_bench gdr.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
-build_cuda cuda_tests tandem kernel_bench
+if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
 # 128+ streams of the 27B do not fit an 80 GB card: there 8, 32, 64.
 mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 default_batches=8,32,128,256
@@ -62,6 +63,12 @@ elif [[ $PART == 7 ]]; then  # one call: every bitwise test, the GDN kernels, th
   TANDEM_OPT_IN=$SAME_BITS engine_tests 100
   bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
   bench bf16_gdr_conv_opt_ins $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-regs,conv-vector
+elif [[ $PART == 8 ]]; then  # shortest: the GDN forms' bitwise tests, then their kernel bench
+  tests gdr_forms_bits 100 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*'
+  KERNEL_BENCH_ONLY=gdr COMMIT=opt-in timeout 50 $B/bench/kernel_bench "$OUT/kernel_bench_gdr.json" \
+    > "$OUT/kernel_bench_gdr.log" 2>&1
+  summary "kernel_bench gdr rc=$? ($(stamp))"
+  grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
