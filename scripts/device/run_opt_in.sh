@@ -27,6 +27,13 @@ default_batches=8,32,128,256
 [[ ${mem_mib:-0} -lt 100000 ]] && default_batches=8,32,64
 BATCHES=${BATCHES:-$default_batches}
 summary "GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), batches $BATCHES"
+# kernel_bench's gdr group (production, pairs, per-sequence grid, registers), limit $1 s.
+kernel_bench_gdr() {
+  KERNEL_BENCH_ONLY=gdr COMMIT=opt-in timeout "$1" $B/bench/kernel_bench "$OUT/kernel_bench_gdr.json" \
+    > "$OUT/kernel_bench_gdr.log" 2>&1
+  summary "kernel_bench gdr rc=$? ($(stamp))"
+  grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
+}
 ALL=gdr-pairs,gdr-regs,conv-vector,fp8-wgmma-pipeline,fp8-prefill-tc
 SAME_BITS=gdr-pairs,gdr-regs,conv-vector,fp8-wgmma-pipeline  # production's bits
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
@@ -56,19 +63,13 @@ elif [[ $PART == 5 ]]; then  # short: the FP8 prefill on tensor cores alone (tes
   done
 elif [[ $PART == 7 ]]; then  # one call: every bitwise test, the GDN kernels, the engine, the step
   tests opt_in_bits 150 "$FILTER"
-  KERNEL_BENCH_ONLY=gdr COMMIT=opt-in timeout 60 $B/bench/kernel_bench "$OUT/kernel_bench_gdr.json" \
-    > "$OUT/kernel_bench_gdr.log" 2>&1
-  summary "kernel_bench gdr rc=$? ($(stamp))"
-  grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
+  kernel_bench_gdr 60
   TANDEM_OPT_IN=$SAME_BITS engine_tests 100
   bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
   bench bf16_gdr_conv_opt_ins $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-regs,conv-vector
 elif [[ $PART == 8 ]]; then  # shortest: the GDN forms' bitwise tests, then their kernel bench
   tests gdr_forms_bits 100 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*'
-  KERNEL_BENCH_ONLY=gdr COMMIT=opt-in timeout 50 $B/bench/kernel_bench "$OUT/kernel_bench_gdr.json" \
-    > "$OUT/kernel_bench_gdr.log" 2>&1
-  summary "kernel_bench gdr rc=$? ($(stamp))"
-  grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
+  kernel_bench_gdr 50
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

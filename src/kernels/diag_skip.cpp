@@ -1,9 +1,9 @@
 #include "kernels/diag_skip.h"
 
-#include <sstream>
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/opt_in.h"
 
 namespace tandem::kernels {
 
@@ -20,11 +20,9 @@ static_assert(kClasses.size() == g_diag_skipped.size());
 }  // namespace
 
 std::vector<std::string> set_diag_skips(const std::string& csv) {
-  std::vector<std::string> names;
+  const std::vector<std::string> names = comma_names(csv);
   std::array<bool, kClasses.size()> want{};
-  std::string name;
-  for (std::istringstream in(csv); std::getline(in, name, ',');) {
-    if (name.empty()) continue;
+  for (const std::string& name : names) {
     bool known = false;
     for (const auto& [n, c] : kClasses) {
       if (name == n) {
@@ -33,7 +31,6 @@ std::vector<std::string> set_diag_skips(const std::string& csv) {
       }
     }
     TANDEM_CHECK(known, "unknown kernel class '{}' to skip (known: gdr, conv, attention)", name);
-    names.push_back(name);
   }
   for (size_t i = 0; i < want.size(); ++i) g_diag_skipped[i].store(want[i]);
   return names;

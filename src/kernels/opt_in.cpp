@@ -58,12 +58,17 @@ std::vector<std::pair<std::string, std::string>> kernel_opt_ins() {
   return out;
 }
 
-std::vector<std::string> set_kernel_opt_ins(const std::string& csv) {
+std::vector<std::string> comma_names(const std::string& csv) {
   std::vector<std::string> names;
   std::string name;
   for (std::istringstream in(csv); std::getline(in, name, ',');) {
     if (!name.empty()) names.push_back(name);
   }
+  return names;
+}
+
+std::vector<std::string> set_kernel_opt_ins(const std::string& csv) {
+  const std::vector<std::string> names = comma_names(csv);
   const std::vector<OptIn> r = registry();
   std::vector<std::string> known;
   for (const OptIn& o : r) known.emplace_back(o.name);

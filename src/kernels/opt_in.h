@@ -9,6 +9,9 @@
 
 namespace tandem::kernels {
 
+// The names of a comma-separated list, empty ones dropped (the opt-ins', the diagnostic skips').
+std::vector<std::string> comma_names(const std::string& csv);
+
 // The names this build knows, each with one line on what it turns on (empty without CUDA).
 std::vector<std::pair<std::string, std::string>> kernel_opt_ins();
 // Turns on the paths named in a comma-separated list (the rest off; empty: all off) and returns
