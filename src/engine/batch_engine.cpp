@@ -211,7 +211,7 @@ RequestId BatchEngine::add(Request req) {
   if (req.json_object) {
     TANDEM_CHECK(opt_.token_bytes != nullptr,
                  "JSON mode needs the tokenizer's token texts (BatchEngineOptions::token_bytes)");
-    s->json.emplace(opt_.token_bytes, req.stop_ids, req.json_after_think);
+    s->json.emplace(opt_.token_bytes, req.stop_ids, req.json_after_think, req.json_schema);
   }
   s->id = next_id_++;
   s->order = next_order_++;

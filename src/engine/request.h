@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 namespace tandem {
 
+class JsonSchema;
 using RequestId = int64_t;
 
 struct Request {
@@ -24,6 +26,9 @@ struct Request {
   // JSON mode (response_format json_object): the output is one JSON object, then a stop id
   // (spec/json_constraint.h); needs BatchEngineOptions::token_bytes.
   bool json_object = false;
+  // With json_object, structured output (response_format json_schema): the output is one JSON
+  // value this schema accepts (spec/json_schema.h) instead of any object.
+  std::shared_ptr<const JsonSchema> json_schema;
   // With json_object: the answer starts inside a think block (the rendered prompt opened one and
   // a reasoning parser splits it off); the object follows "</think>".
   bool json_after_think = false;

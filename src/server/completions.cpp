@@ -91,6 +91,7 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
   }
   r.logprobs = g.logprobs;
   r.json_object = g.json_object;
+  r.json_schema = g.json_schema;
   // With the reasoning split off, the think block is free text and the object follows it.
   r.json_after_think =
       g.json_object && opens_think && ctx.opt.reasoning_format != ReasoningFormat::kNone;

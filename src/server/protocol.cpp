@@ -318,6 +318,30 @@ void parse_logprobs(const Json& body, Endpoint endpoint, GenerationRequest& r) {
   r.logprobs = static_cast<int>(n);
 }
 
+// response_format {"type": "json_schema", "json_schema": {"name", "schema", "strict",
+// "description"}}: the schema compiled (json_schema.h); a schema it cannot enforce is a 400 that
+// says where and why. No schema: any JSON value.
+std::shared_ptr<const JsonSchema> parse_json_schema(const Json& rf) {
+  const Json* js = find(rf, "json_schema");
+  if (js == nullptr) {
+    throw bad_request("response_format.json_schema",
+                      "'response_format.json_schema' is required with type \"json_schema\"");
+  }
+  if (!js->is_object()) wrong_type("response_format.json_schema", "an object", *js);
+  const Json* name = find(*js, "name");
+  if (name == nullptr || !name->is_string()) {
+    throw bad_request("response_format.json_schema.name",
+                      "'response_format.json_schema.name' must be a string");
+  }
+  const Json* schema = find(*js, "schema");
+  try {
+    return JsonSchema::compile(schema != nullptr ? *schema : Json(true));
+  } catch (const JsonSchemaError& e) {
+    throw bad_request("response_format.json_schema.schema",
+                      std::string("'response_format.json_schema.schema' ") + e.what());
+  }
+}
+
 uint64_t random_seed() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return rng();
@@ -455,12 +479,13 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
     const Json* type = find(*rf, "type");
     const std::string t = type && type->is_string() ? type->get<std::string>() : "";
-    if (t != "text" && t != "json_object") {
+    if (t != "text" && t != "json_object" && t != "json_schema") {
       throw bad_request("response_format",
-                        "'response_format' must be {\"type\": \"text\"} or {\"type\": "
-                        "\"json_object\"} (json_schema is not implemented)");
+                        "'response_format.type' must be \"text\", \"json_object\" or "
+                        "\"json_schema\"");
     }
-    r.json_object = t == "json_object";
+    r.json_object = t != "text";
+    if (t == "json_schema") r.json_schema = parse_json_schema(*rf);
   }
   r.stream = get_bool(body, "stream", false);
   if (const Json* so = find(body, "stream_options")) {

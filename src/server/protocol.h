@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "spec/json_schema.h"
 #include "spec/sampler.h"
 
 namespace tandem::server {
@@ -50,7 +52,8 @@ struct GenerationRequest {
   // text is never read as tool calls).
   Json tools;
   bool tool_choice_none = false;
-  bool json_object = false;  // response_format {"type": "json_object"}
+  bool json_object = false;  // response_format {"type": "json_object"} or "json_schema"
+  std::shared_ptr<const JsonSchema> json_schema;  // response_format "json_schema": the schema
 };
 
 struct TokenizeRequest {

@@ -1,4 +1,4 @@
-// JSON mode: the byte automaton and the row mask (json_constraint.h).
+// JSON mode and structured output: the byte automaton and the row mask (json_constraint.h).
 #include "spec/json_constraint.h"
 
 #include <algorithm>
@@ -32,21 +32,46 @@ bool JsonAutomaton::in_object() const {
 void JsonAutomaton::close_value() { mode_ = depth_ == 0 ? Mode::kDone : Mode::kAfter; }
 
 bool JsonAutomaton::number_end(unsigned char c) {
+  if (!schema_.end()) return false;
   close_value();
   return step(c);  // the byte after the number, in the container's (or the root's) state
 }
 
+bool JsonAutomaton::can_end() const {
+  if (complete()) return true;
+  const bool number_ends = mode_ == Mode::kZero || mode_ == Mode::kInt || mode_ == Mode::kFrac ||
+                           mode_ == Mode::kExpDigits;
+  if (depth_ != 0 || !number_ends) return false;
+  SchemaCursor s = schema_;
+  return s.end();
+}
+
+bool JsonAutomaton::string_byte(unsigned char c, bool starts_char) {
+  return key_ ? schema_.key_byte(c) : schema_.scalar(c, starts_char);
+}
+
 bool JsonAutomaton::step(unsigned char c) {
-  // Blank space: none before the root value, and runs of at most kMaxBlankRun outside strings
-  // (room for indentation; a model cannot idle in blank space forever).
+  // Blank space: none before the root value (but lead_blank_ bytes), and outside strings runs of
+  // at most kMaxBlankRun (room for indentation; a model cannot idle in blank space forever); with
+  // a schema, llama.cpp's rule: one space, or a newline and at most kMaxIndent spaces or tabs.
+  // (A byte after a number is counted once, when number_end steps it in the container's state.)
   const bool in_string =
       mode_ == Mode::kString || mode_ == Mode::kEscape || mode_ == Mode::kUnicode;
-  if (!in_string) {
+  const bool in_number = mode_ >= Mode::kMinus && mode_ <= Mode::kExpDigits;
+  if (!in_string && !in_number) {
     if (blank(c)) {
-      if ((mode_ == Mode::kValue && depth_ == 0 && blank_run_ >= lead_blank_) ||
-          blank_run_ >= kMaxBlankRun) {
-        return false;
+      bool ok;
+      if (mode_ == Mode::kValue && depth_ == 0) {
+        ok = blank_run_ < lead_blank_;
+      } else if (!schema_.active()) {
+        ok = blank_run_ < kMaxBlankRun;
+      } else if (blank_run_ == 0) {
+        ok = c == ' ' || c == '\n';
+      } else {
+        ok = blank_first_ == '\n' && (c == ' ' || c == '\t') && blank_run_ <= kMaxIndent;
       }
+      if (!ok) return false;
+      if (blank_run_ == 0) blank_first_ = c;
       ++blank_run_;
     } else {
       blank_run_ = 0;
@@ -55,6 +80,11 @@ bool JsonAutomaton::step(unsigned char c) {
   // A value begins here (modes kValue and kFirstItem).
   const auto begin_value = [&]() -> bool {
     if (depth_ == 0 && object_root_ && c != '{') return false;
+    const bool starts = c == '{' || c == '[' || c == '"' || c == '-' || digit(c) || c == 't' ||
+                        c == 'f' || c == 'n';
+    if (!starts || ((c == '{' || c == '[') && depth_ >= kMaxDepth) || !schema_.begin(c)) {
+      return false;
+    }
     switch (c) {
       case '{':
       case '[': {
@@ -92,7 +122,7 @@ bool JsonAutomaton::step(unsigned char c) {
     }
   };
   const auto close_container = [&](bool object) -> bool {
-    if (depth_ == 0 || in_object() != object) return false;
+    if (depth_ == 0 || in_object() != object || !schema_.end()) return false;
     --depth_;
     close_value();
     return true;
@@ -106,7 +136,7 @@ bool JsonAutomaton::step(unsigned char c) {
       [[fallthrough]];
     case Mode::kKey:
       if (blank(c)) return true;
-      if (c != '"') return false;
+      if (c != '"' || !schema_.key_begin()) return false;
       mode_ = Mode::kString;
       key_ = true;
       return true;
@@ -118,6 +148,7 @@ bool JsonAutomaton::step(unsigned char c) {
     case Mode::kAfter:
       if (blank(c)) return true;
       if (c == ',') {
+        if (!schema_.comma()) return false;
         mode_ = in_object() ? Mode::kKey : Mode::kValue;
         return true;
       }
@@ -133,7 +164,7 @@ bool JsonAutomaton::step(unsigned char c) {
         --utf8_left_;
         utf8_lo_ = 0x80;
         utf8_hi_ = 0xBF;
-        return true;
+        return string_byte(c, false);
       }
       if (c >= 0x80) {  // a lead byte: how many follow, and the range of the first (RFC 3629)
         utf8_lo_ = 0x80;
@@ -151,81 +182,86 @@ bool JsonAutomaton::step(unsigned char c) {
         } else {
           return false;
         }
-        return true;
+        return string_byte(c, true);
       }
       if (c == '"') {
         if (key_) {
           mode_ = Mode::kColon;
-        } else {
-          close_value();
+          return schema_.key_end();
         }
+        if (!schema_.scalar(c, false) || !schema_.end()) return false;
+        close_value();
         return true;
       }
       if (c == '\\') {
         mode_ = Mode::kEscape;
-        return true;
+        return string_byte(c, true);
       }
-      return c >= 0x20;
+      return c >= 0x20 && string_byte(c, true);
     case Mode::kEscape:
       if (c == 'u') {
         mode_ = Mode::kUnicode;
         hex_ = 0;
-        return true;
+        return string_byte(c, false);
       }
       if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
           c == 't') {
         mode_ = Mode::kString;
-        return true;
+        return string_byte(c, false);
       }
       return false;
     case Mode::kUnicode:
       if (!hex(c)) return false;
       if (++hex_ == 4) mode_ = Mode::kString;
-      return true;
+      return string_byte(c, false);
     case Mode::kMinus:
       if (c == '0') {
         mode_ = Mode::kZero;
-        return true;
+        return schema_.scalar(c, false);
       }
       if (digit(c)) {
         mode_ = Mode::kInt;
-        return true;
+        return schema_.scalar(c, false);
       }
       return false;
     case Mode::kZero:
     case Mode::kInt:
     case Mode::kFrac:
-      if (digit(c) && mode_ != Mode::kZero) return true;
+      if (digit(c) && mode_ != Mode::kZero) return schema_.scalar(c, false);
       if (c == '.' && mode_ != Mode::kFrac) {
         mode_ = Mode::kDot;
-        return true;
+        return schema_.scalar(c, false);
       }
       if (c == 'e' || c == 'E') {
         mode_ = Mode::kExp;
-        return true;
+        return schema_.scalar(c, false);
       }
       if (digit(c)) return false;  // no digit after a leading 0
       return number_end(c);
     case Mode::kDot:
       if (!digit(c)) return false;
       mode_ = Mode::kFrac;
-      return true;
+      return schema_.scalar(c, false);
     case Mode::kExp:
       if (c == '+' || c == '-') {
         mode_ = Mode::kExpSign;
-        return true;
+        return schema_.scalar(c, false);
       }
       [[fallthrough]];
     case Mode::kExpSign:
       if (!digit(c)) return false;
       mode_ = Mode::kExpDigits;
-      return true;
+      return schema_.scalar(c, false);
     case Mode::kExpDigits:
-      return digit(c) || number_end(c);
+      if (digit(c)) return schema_.scalar(c, false);
+      return number_end(c);
     case Mode::kLiteral: {
       const char* lit = kLiterals[lit_];
-      if (static_cast<char>(c) != lit[pos_]) return false;
-      if (lit[++pos_] == '\0') close_value();
+      if (static_cast<char>(c) != lit[pos_] || !schema_.scalar(c, false)) return false;
+      if (lit[++pos_] == '\0') {
+        if (!schema_.end()) return false;
+        close_value();
+      }
       return true;
     }
     case Mode::kDone:
@@ -241,21 +277,28 @@ bool JsonAutomaton::plain_text(std::string_view text) {
   for (char c : text) {
     if (c == '"' || c == '\\' || !a.feed(static_cast<unsigned char>(c))) return false;
   }
-  return a.in_plain_string();
+  return a.plain_string_room() >= 0;
 }
 
 namespace {
 
-// The plain_text flags of a vocabulary, computed once per vocabulary (the last one asked for).
-std::shared_ptr<const std::vector<uint8_t>> plain_flags(
+// The plain_text character counts of a vocabulary (0: not plain), computed once per vocabulary
+// (the last one asked for).
+std::shared_ptr<const std::vector<uint16_t>> plain_flags(
     const std::shared_ptr<const std::vector<std::string>>& bytes) {
   static std::mutex mutex;
   static std::weak_ptr<const std::vector<std::string>> key;
-  static std::shared_ptr<const std::vector<uint8_t>> flags;
+  static std::shared_ptr<const std::vector<uint16_t>> flags;
   const std::lock_guard<std::mutex> lock(mutex);
   if (key.lock() != bytes || flags == nullptr) {
-    auto f = std::make_shared<std::vector<uint8_t>>(bytes->size());
-    for (size_t t = 0; t < bytes->size(); ++t) (*f)[t] = JsonAutomaton::plain_text((*bytes)[t]);
+    auto f = std::make_shared<std::vector<uint16_t>>(bytes->size());
+    for (size_t t = 0; t < bytes->size(); ++t) {
+      const std::string& text = (*bytes)[t];
+      if (!JsonAutomaton::plain_text(text) || text.size() > 65535) continue;
+      (*f)[t] = static_cast<uint16_t>(std::count_if(text.begin(), text.end(), [](char c) {
+        return (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // a character's first byte
+      }));
+    }
     flags = std::move(f);
     key = bytes;
   }
@@ -265,10 +308,15 @@ std::shared_ptr<const std::vector<uint8_t>> plain_flags(
 }  // namespace
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const std::vector<std::string>> token_bytes,
-                               std::vector<int32_t> stop_ids, bool after_think)
-    : bytes_(std::move(token_bytes)), plain_(plain_flags(bytes_)), stop_ids_(std::move(stop_ids)) {
+                               std::vector<int32_t> stop_ids, bool after_think,
+                               std::shared_ptr<const JsonSchema> schema)
+    : bytes_(std::move(token_bytes)),
+      plain_(plain_flags(bytes_)),
+      stop_ids_(std::move(stop_ids)),
+      schema_(std::move(schema)) {
   state_.thinking = after_think;
-  if (after_think) state_.json = JsonAutomaton(true, kLeadBlank);
+  const int lead = after_think ? kLeadBlank : 0;
+  state_.json = schema_ ? JsonAutomaton(schema_.get(), lead) : JsonAutomaton(true, lead);
 }
 
 bool JsonConstraint::take(Cursor& c, int32_t token) const {
@@ -298,7 +346,8 @@ void JsonConstraint::apply(float* row, int64_t vocab, std::span<const int32_t> p
     if (stop(t) || !take(a, t)) return;  // this row is never used: its draft was refused
   }
   const bool done = !a.thinking && a.json.complete();
-  const bool in_string = !a.thinking && a.json.in_plain_string();
+  const bool can_stop = !a.thinking && a.json.can_end();  // also a root number that ends here
+  const int64_t room = a.thinking ? -1 : a.json.plain_string_room();
   // The bytes the state takes first: a token starting with another is refused without a walk.
   // And after a leading space (most tokens of a byte-level BPE vocabulary start with one).
   bool first[256], after_space[256];
@@ -314,8 +363,9 @@ void JsonConstraint::apply(float* row, int64_t vocab, std::span<const int32_t> p
     const std::string* text =
         static_cast<size_t>(v) < bytes_->size() ? &(*bytes_)[static_cast<size_t>(v)] : nullptr;
     bool ok;
-    if (in_string && (*plain_)[static_cast<size_t>(v)] && !stop(t)) {
-      ok = true;  // plain text continues the string: no walk
+    const uint16_t chars = (*plain_)[static_cast<size_t>(v)];
+    if (room >= 0 && chars > 0 && !stop(t)) {
+      ok = chars <= room;  // plain text continues the string (within its length): no walk
     } else if (text != nullptr && !text->empty() &&
                (!first[static_cast<uint8_t>((*text)[0])] ||
                 ((*text)[0] == ' ' && text->size() > 1 &&
@@ -323,7 +373,7 @@ void JsonConstraint::apply(float* row, int64_t vocab, std::span<const int32_t> p
                !stop(t)) {
       ok = false;
     } else if (stop(t)) {
-      ok = done || a.thinking;  // a stop ends a whole object (or a think block never closed)
+      ok = can_stop || a.thinking;  // a stop ends a whole object (or a think block never closed)
     } else if (done && !stop_ids_.empty()) {
       ok = false;  // the object is complete: a stop token ends the output
     } else {

@@ -132,9 +132,19 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
        "repetition_penalty"},
       {"repetition_penalty 2.1", P, "{" + p + R"(, "repetition_penalty": 2.1})", 400,
        "repetition_penalty"},
-      {"response_format json_schema", C,
+      {"response_format json_schema without name", C,
        "{" + m + R"(, "response_format": {"type": "json_schema", "json_schema": {}}})", 400,
-       "response_format"},
+       "response_format.json_schema.name"},
+      {"response_format json_schema missing", C,
+       "{" + m + R"(, "response_format": {"type": "json_schema"}})", 400,
+       "response_format.json_schema"},
+      {"response_format json_schema pattern", C,
+       "{" + m +
+           R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x",
+           "schema": {"type": "string", "pattern": "a"}}}})",
+       400, "response_format.json_schema.schema"},
+      {"response_format unknown type", C, "{" + m + R"(, "response_format": {"type": "json_obj"}})",
+       400, "response_format"},
       {"response_format string", C, "{" + m + R"(, "response_format": "text"})", 400,
        "response_format"},
       {"stream string", P, "{" + p + R"(, "stream": "true"})", 400, "stream"},
@@ -236,6 +246,14 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
   EXPECT_FLOAT_EQ(r.sampling.min_p, 0.25f);
   EXPECT_FALSE(r.json_object);
   EXPECT_TRUE(chat(R"(, "response_format": {"type": "json_object"})").json_object);
+  EXPECT_EQ(chat(R"(, "response_format": {"type": "json_object"})").json_schema, nullptr);
+  const GenerationRequest schema = chat(
+      R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+      "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})");
+  EXPECT_TRUE(schema.json_object);
+  ASSERT_NE(schema.json_schema, nullptr);
+  EXPECT_EQ(schema.json_schema->node(schema.json_schema->root()).names,
+            std::vector<std::string>{"a"});
   EXPECT_EQ(r.sampling.min_tokens, 7);
   EXPECT_EQ(completion(R"(, "min_tokens": 0)").sampling.min_tokens, 0);
   EXPECT_FALSE(completion(R"(, "min_tokens": 0)").sampling.adjusts_logits());

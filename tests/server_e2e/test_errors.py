@@ -130,6 +130,11 @@ WRONG = [
     (COMP, comp(repetition_penalty=2.5), "repetition_penalty"),
     (CHAT, chat(response_format={"type": "json_obj"}), "response_format"),
     (CHAT, chat(response_format={"type": "json_schema", "json_schema": {}}), "response_format"),
+    (CHAT, chat(response_format={"type": "json_schema"}), "response_format"),
+    (CHAT, chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "integer", "minimum": 0}}}), "response_format"),
+    (CHAT, chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"$ref": "#/$defs/nowhere"}}}), "response_format"),
     (CHAT, chat(response_format="text"), "response_format"),
     (COMP, comp(stream="true"), "stream"),
     (COMP, comp(stream=True, stream_options=5), "stream_options"),

@@ -5,9 +5,11 @@ generate` over many prompts is test_equivalence.py's; here one or two prompts pe
 
 import json
 import time
+from typing import Literal, Optional
 
 import openai
 import pytest
+from pydantic import BaseModel
 
 from prompts import CHAT, TEXT
 from support import MODEL, chat_template_ids, generate_batch, request
@@ -368,11 +370,46 @@ def test_completion_logprobs_above_five_names_logprobs(client):
     assert e.value.param == "logprobs"
 
 
-def test_json_schema_response_format_is_refused_naming_it(client):
+class Verdict(BaseModel):
+    level: Literal["low", "medium", "high"]
+    ok: bool
+    count: Optional[int]
+
+
+def test_json_schema_answers_parse_into_the_model_and_are_the_same_under_mtp(client, mtp_client):
+    # response_format json_schema from a pydantic model (the client's parse() helper sends its
+    # strict schema): the answer parses into the model; with MTP and streamed the same text.
+    ask = [{"role": "user", "content": "Rate the ls command as JSON."}]
+    for kw in (dict(temperature=0), dict(temperature=0.9, seed=4)):
+        r = client.chat.completions.parse(model=MODEL, messages=ask, response_format=Verdict,
+                                          max_tokens=300, **kw)
+        assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+        assert isinstance(r.choices[0].message.parsed, Verdict)
+        text = r.choices[0].message.content
+        spec = mtp_client.chat.completions.parse(model=MODEL, messages=ask,
+                                                 response_format=Verdict, max_tokens=300, **kw)
+        assert spec.choices[0].message.content == text
+        schema = {"type": "json_schema", "json_schema": {
+            "name": "Verdict", "strict": True, "schema": Verdict.model_json_schema()}}
+        chunks = list(client.chat.completions.create(model=MODEL, messages=ask, max_tokens=300,
+                                                     response_format=schema, stream=True, **kw))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    # Completions take it too; a root enum ends as soon as it is whole.
+    r = complete(client, TEXT[0], max_tokens=40, extra_body={"response_format": {
+        "type": "json_schema", "json_schema": {"name": "c", "schema": {"enum": ["yes", "no"]}}}})
+    assert r.choices[0].finish_reason == "stop"
+    assert json.loads(r.choices[0].text) in ("yes", "no")
+
+
+def test_json_schema_the_server_cannot_enforce_is_refused_naming_it(client):
     with pytest.raises(openai.BadRequestError) as e:
-        chat(client, CHAT[1], response_format={"type": "json_schema",
-                                               "json_schema": {"name": "x", "schema": {}}})
-    assert e.value.param == "response_format"
+        chat(client, CHAT[1], response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "string", "pattern": "^a+$"}}})
+    assert e.value.param == "response_format.json_schema.schema"
+    assert "'pattern' is not supported" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, CHAT[1], response_format={"type": "json_schema", "json_schema": {}})
+    assert e.value.param == "response_format.json_schema.name"
     assert chat(client, CHAT[1], response_format={"type": "text"}, max_tokens=2).choices
 
 

@@ -1,0 +1,365 @@
+// Structured output: the schema compiler (json_schema.h); the cursor is json_schema_cursor.cpp.
+#include "spec/json_schema.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace tandem {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+// Keywords that constrain a value in ways this module does not enforce: an error, never ignored.
+const std::set<std::string>& unsupported_keywords() {
+  static const std::set<std::string> k = {"pattern",
+                                          "patternProperties",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "multipleOf",
+                                          "uniqueItems",
+                                          "contains",
+                                          "minContains",
+                                          "maxContains",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "not",
+                                          "if",
+                                          "then",
+                                          "else",
+                                          "dependentRequired",
+                                          "dependentSchemas",
+                                          "dependencies",
+                                          "propertyNames",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "unevaluatedProperties",
+                                          "unevaluatedItems",
+                                          "$dynamicRef",
+                                          "$recursiveRef",
+                                          "contentSchema"};
+  return k;
+}
+
+// Keywords that constrain (the rest are annotations or containers of definitions).
+const std::set<std::string>& constraint_keywords() {
+  static const std::set<std::string> k = {
+      "type",      "properties", "required", "additionalProperties",
+      "items",     "minItems",   "maxItems", "minLength",
+      "maxLength", "enum",       "const",    "anyOf",
+      "oneOf",     "allOf",      "$ref"};
+  return k;
+}
+
+std::string escape_pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+uint8_t type_bit(const std::string& name) {
+  if (name == "object") return JsonSchema::kObject;
+  if (name == "array") return JsonSchema::kArray;
+  if (name == "string") return JsonSchema::kString;
+  if (name == "integer") return JsonSchema::kInteger;
+  if (name == "number") return JsonSchema::kNumber | JsonSchema::kInteger;
+  if (name == "boolean") return JsonSchema::kBoolean;
+  if (name == "null") return JsonSchema::kNull;
+  return 0;
+}
+
+// The type a compact JSON text starts (enum and const members are scalars).
+uint8_t literal_type(const std::string& text) {
+  switch (text[0]) {
+    case '"':
+      return JsonSchema::kString;
+    case 't':
+    case 'f':
+      return JsonSchema::kBoolean;
+    case 'n':
+      return JsonSchema::kNull;
+    default:
+      return text.find_first_of(".eE") == std::string::npos
+                 ? static_cast<uint8_t>(JsonSchema::kInteger | JsonSchema::kNumber)
+                 : static_cast<uint8_t>(JsonSchema::kNumber);
+  }
+}
+
+// A property name the model writes as it is (no escape needed).
+bool plain_name(const std::string& name) {
+  return std::none_of(name.begin(), name.end(), [](char c) {
+    return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  });
+}
+
+}  // namespace
+
+class JsonSchemaCompiler {
+ public:
+  explicit JsonSchemaCompiler(const Json& root) : root_(root) {}
+
+  std::shared_ptr<const JsonSchema> run() {
+    JsonSchema::Node any;
+    any.additional = JsonSchema::kAny;
+    any.items = JsonSchema::kAny;
+    out_.nodes_.push_back(any);
+    out_.root_ = compile(root_, "", 0);
+    return std::make_shared<const JsonSchema>(std::move(out_));
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& path, const std::string& why) {
+    throw JsonSchemaError("at '" + (path.empty() ? std::string("#") : "#" + path) + "': " + why);
+  }
+
+  static int64_t count(const Json& s, const char* key, const std::string& path, int64_t dflt) {
+    if (!s.contains(key)) return dflt;
+    const Json& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      fail(path, std::string("'") + key + "' must be a non-negative integer");
+    }
+    return v.get<int64_t>();
+  }
+
+  // A node index for schema s (memoised by address: $ref targets resolve once, and recursion
+  // refers back to the node in progress).
+  int32_t compile(const Json& s, const std::string& path, int depth) {
+    if (depth > 512) fail(path, "schema nested too deeply");
+    if (s.is_boolean()) return s.get<bool>() ? JsonSchema::kAny : unsatisfiable(path);
+    if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
+    if (const auto it = memo_.find(&s); it != memo_.end()) {
+      if (it->second < 0) fail(path, "a $ref cycle that never reaches a schema");
+      return it->second;
+    }
+    for (const auto& [key, value] : s.items()) {
+      if (unsupported_keywords().count(key) != 0) {
+        fail(path, "'" + key + "' is not supported in response_format json_schema");
+      }
+    }
+    const auto only_annotations_beside = [&](const char* keyword) {
+      for (const auto& [key, value] : s.items()) {
+        if (key != keyword && constraint_keywords().count(key) != 0) {
+          fail(path, "'" + key + "' beside '" + keyword + "' is not supported");
+        }
+      }
+    };
+    if (s.contains("$ref")) {
+      only_annotations_beside("$ref");
+      memo_[&s] = -1;
+      const int32_t target = compile(resolve(s["$ref"], path), path + "/$ref", depth + 1);
+      memo_[&s] = target;
+      return target;
+    }
+    if (s.contains("allOf")) {
+      only_annotations_beside("allOf");
+      const Json& all = s["allOf"];
+      if (!all.is_array() || all.size() != 1) {
+        fail(path, "'allOf' is supported with exactly one member");
+      }
+      memo_[&s] = -1;
+      const int32_t member = compile(all[0], path + "/allOf/0", depth + 1);
+      memo_[&s] = member;
+      return member;
+    }
+    if (out_.nodes_.size() >= JsonSchema::kMaxNodes) fail(path, "schema too large");
+    const auto index = static_cast<int32_t>(out_.nodes_.size());
+    out_.nodes_.emplace_back();
+    memo_[&s] = index;
+    JsonSchema::Node n;
+    for (const char* union_key : {"anyOf", "oneOf"}) {
+      if (!s.contains(union_key)) continue;
+      only_annotations_beside(union_key);
+      const Json& members = s[union_key];
+      if (!members.is_array() || members.empty()) {
+        fail(path, std::string("'") + union_key + "' must be a non-empty array");
+      }
+      for (size_t i = 0; i < members.size(); ++i) {
+        const std::string at = path + "/" + union_key + "/" + std::to_string(i);
+        if (members[i].is_boolean() && !members[i].get<bool>()) continue;  // matches nothing
+        n.any_of.push_back(compile(members[i], at, depth + 1));
+      }
+      if (n.any_of.empty()) unsatisfiable(path);
+      out_.nodes_[static_cast<size_t>(index)] = std::move(n);
+      return index;
+    }
+    n.types = types_of(s, path);
+    literals(s, path, n);
+    object(s, path, depth, n);
+    array(s, path, depth, n);
+    n.min_length = count(s, "minLength", path, 0);
+    n.max_length = count(s, "maxLength", path, JsonSchema::kUnbounded);
+    if (n.min_length > n.max_length) fail(path, "'minLength' is above 'maxLength'");
+    if (n.types == 0) unsatisfiable(path);
+    out_.nodes_[static_cast<size_t>(index)] = std::move(n);
+    return index;
+  }
+
+  [[noreturn]] int32_t unsatisfiable(const std::string& path) {
+    fail(path, "no JSON value satisfies this schema");
+  }
+
+  // "#", "#/$defs/NAME", "#/definitions/NAME", or any JSON pointer into the document.
+  const Json& resolve(const Json& ref, const std::string& path) {
+    if (!ref.is_string()) fail(path, "'$ref' must be a string");
+    const std::string r = ref.get<std::string>();
+    if (r.empty() || r[0] != '#') {
+      fail(path, "'$ref' " + r + ": only references within the schema ('#...') are supported");
+    }
+    try {
+      const Json& target = root_.at(Json::json_pointer(r.substr(1)));
+      return target;
+    } catch (const nlohmann::json::exception&) {
+      fail(path, "'$ref' " + r + " does not resolve");
+    }
+  }
+
+  static uint8_t types_of(const Json& s, const std::string& path) {
+    if (!s.contains("type")) {  // the type the keywords imply, else any
+      if (s.contains("properties") || s.contains("required") ||
+          s.contains("additionalProperties")) {
+        return JsonSchema::kObject;
+      }
+      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+        return JsonSchema::kArray;
+      }
+      if (s.contains("minLength") || s.contains("maxLength")) return JsonSchema::kString;
+      return JsonSchema::kAnyType;
+    }
+    const Json& t = s["type"];
+    uint8_t types = 0;
+    const auto add = [&](const Json& name) {
+      const uint8_t bit = name.is_string() ? type_bit(name.get<std::string>()) : 0;
+      if (bit == 0) fail(path, "unknown type " + name.dump());
+      types |= bit;
+    };
+    if (t.is_array()) {
+      for (const Json& name : t) add(name);
+    } else {
+      add(t);
+    }
+    return types;
+  }
+
+  static void literals(const Json& s, const std::string& path, JsonSchema::Node& n) {
+    if (!s.contains("enum") && !s.contains("const")) return;
+    std::vector<Json> members;
+    if (s.contains("const")) members.push_back(s["const"]);
+    if (s.contains("enum")) {
+      if (!s["enum"].is_array()) fail(path, "'enum' must be an array");
+      for (const Json& v : s["enum"]) members.push_back(v);
+    }
+    uint8_t types = 0;
+    for (const Json& v : members) {
+      if (v.is_object() || v.is_array()) {
+        fail(path, "enum and const members that are objects or arrays are not supported");
+      }
+      std::string text = v.dump();
+      uint8_t t = literal_type(text);
+      if ((t & n.types) == 0) continue;  // not of the schema's type: never valid
+      if (!(n.types & JsonSchema::kNumber)) t &= ~JsonSchema::kNumber;
+      if (s.contains("const") && s.contains("enum") && text != s["const"].dump()) continue;
+      types |= t;
+      n.literals.push_back(std::move(text));
+    }
+    std::sort(n.literals.begin(), n.literals.end());
+    n.literals.erase(std::unique(n.literals.begin(), n.literals.end()), n.literals.end());
+    n.has_literals = true;
+    n.types &= types;
+  }
+
+  void object(const Json& s, const std::string& path, int depth, JsonSchema::Node& n) {
+    const bool has_props = s.contains("properties");
+    std::vector<std::pair<std::string, int32_t>> props;
+    if (has_props) {
+      const Json& p = s["properties"];
+      if (!p.is_object()) fail(path, "'properties' must be an object");
+      for (const auto& [name, sub] : p.items()) {
+        const std::string at = path + "/properties/" + escape_pointer_token(name);
+        if (!plain_name(name)) {
+          fail(at,
+               "property names with quotes, backslashes or control characters are not "
+               "supported");
+        }
+        if (sub.is_boolean() && !sub.get<bool>()) continue;  // the property may not appear
+        props.emplace_back(name, compile(sub, at, depth + 1));
+      }
+    }
+    n.additional = has_props ? -1 : JsonSchema::kAny;
+    if (s.contains("additionalProperties")) {
+      const Json& a = s["additionalProperties"];
+      n.additional = a.is_boolean() ? (a.get<bool>() ? JsonSchema::kAny : -1)
+                                    : compile(a, path + "/additionalProperties", depth + 1);
+    }
+    std::vector<std::string> required;
+    if (s.contains("required")) {
+      const Json& r = s["required"];
+      if (!r.is_array()) fail(path, "'required' must be an array of strings");
+      for (const Json& name : r) {
+        if (!name.is_string()) fail(path, "'required' must be an array of strings");
+        required.push_back(name.get<std::string>());
+      }
+    }
+    for (const std::string& name : required) {  // required but not declared: the additional schema
+      const bool declared =
+          std::any_of(props.begin(), props.end(), [&](const auto& p) { return p.first == name; });
+      if (declared) continue;
+      if (n.additional < 0 || !plain_name(name)) {
+        fail(path, "required property '" + name + "' is not allowed by the schema");
+      }
+      props.emplace_back(name, n.additional);
+    }
+    if (props.size() > JsonSchema::kMaxProperties) {
+      fail(path, "more than " + std::to_string(JsonSchema::kMaxProperties) +
+                     " properties in one object schema");
+    }
+    std::sort(props.begin(), props.end());
+    for (size_t i = 0; i < props.size(); ++i) {
+      n.names.push_back(props[i].first);
+      n.name_nodes.push_back(props[i].second);
+      if (std::find(required.begin(), required.end(), props[i].first) != required.end()) {
+        n.required |= uint64_t{1} << i;
+      }
+    }
+  }
+
+  void array(const Json& s, const std::string& path, int depth, JsonSchema::Node& n) {
+    n.items = JsonSchema::kAny;
+    n.min_items = count(s, "minItems", path, 0);
+    n.max_items = count(s, "maxItems", path, JsonSchema::kUnbounded);
+    if (s.contains("items")) {
+      const Json& it = s["items"];
+      if (it.is_array()) fail(path, "'items' as an array (tuples) is not supported");
+      if (it.is_boolean() && !it.get<bool>()) {
+        n.max_items = 0;
+      } else {
+        n.items = compile(it, path + "/items", depth + 1);
+      }
+    }
+    if (n.min_items > n.max_items) {
+      if (n.types & JsonSchema::kArray) n.types &= ~JsonSchema::kArray;
+      if (n.types == 0) fail(path, "'minItems' is above 'maxItems' (or 'items' is false)");
+    }
+  }
+
+  const Json& root_;
+  JsonSchema out_;
+  std::map<const Json*, int32_t> memo_;
+};
+
+std::shared_ptr<const JsonSchema> JsonSchema::compile(const Json& schema) {
+  return JsonSchemaCompiler(schema).run();
+}
+
+}  // namespace tandem

@@ -1,0 +1,134 @@
+// Structured output (OpenAI's response_format {"type": "json_schema"}): a JSON Schema compiled
+// into nodes, and the cursor that the JSON byte automaton (json_constraint.h) consults at every
+// structural event, so that the generated text is a JSON value the schema accepts.
+//
+// Supported (JSON Schema draft 2020-12 and the subset OpenAI's strict mode and pydantic emit):
+// type (a name or a list), properties, required, additionalProperties (a boolean or a schema),
+// items (a schema), minItems, maxItems, minLength, maxLength, enum and const (of strings,
+// numbers, booleans and null, matched as their compact JSON text), anyOf and oneOf (oneOf is taken
+// as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#", "#/$defs/..." and
+// "#/definitions/..." (recursion allowed), and the boolean schemas true and false. Annotations
+// (title, description, default, examples, format, ...) are ignored, as JSON Schema lets a
+// validator do. A constraint this module cannot enforce (pattern, minimum, multipleOf,
+// uniqueItems, prefixItems, not, if/then/else, ...) is an error naming it, never ignored.
+// As vLLM's default (xgrammar's strict mode), an object schema that lists properties allows no
+// other property unless additionalProperties says so; one without properties allows any.
+// A schema without "type" takes the type its keywords imply (properties: object, items: array,
+// minLength: string), else any.
+//
+// The cursor follows every configuration the text is consistent with (anyOf branches fork it; at
+// most kMaxConfigs are kept, the first ones: the output still conforms, a later alternative may
+// be lost). Every prefix it accepts can still be completed: a key, a literal or a string is
+// refused at the first byte that no allowed completion has, and a ',' only where another member
+// may follow.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+// A schema this module refuses: the JSON pointer of the offending part and why.
+class JsonSchemaError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+class JsonSchema {
+ public:
+  enum Type : uint8_t {
+    kObject = 1,
+    kArray = 2,
+    kString = 4,
+    kInteger = 8,
+    kNumber = 16,  // any number (integers too)
+    kBoolean = 32,
+    kNull = 64,
+    kAnyType = 127,
+  };
+  static constexpr int kMaxNodes = 4096;
+  static constexpr int kMaxProperties = 64;  // per object schema (a 64-bit set of seen ones)
+  static constexpr int64_t kUnbounded = INT64_MAX;
+
+  struct Node {
+    std::vector<int32_t> any_of;  // non-empty: the value matches one of these (nothing else here)
+    uint8_t types = kAnyType;
+    bool has_literals = false;          // enum / const: the value's compact text is one of these
+    std::vector<std::string> literals;  // sorted
+    std::vector<std::string> names;     // object: declared property names (as written), sorted
+    std::vector<int32_t> name_nodes;    // their schemas
+    uint64_t required = 0;              // bit i: names[i] is required
+    int32_t additional = -1;            // other properties' schema; -1: none allowed
+    int32_t items = 0;                  // array items' schema
+    int64_t min_items = 0, max_items = kUnbounded;
+    int64_t min_length = 0, max_length = kUnbounded;  // strings, in characters
+  };
+
+  // Throws JsonSchemaError for a schema outside the supported set or one no value satisfies.
+  static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema);
+  // Any JSON value (node 0 of every schema).
+  static constexpr int32_t kAny = 0;
+
+  const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  int32_t root() const { return root_; }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  friend class JsonSchemaCompiler;
+  std::vector<Node> nodes_;
+  int32_t root_ = 0;
+};
+
+// Where a text stands against a schema: for each configuration, a stack of frames, one per value
+// being read (containers and the scalar in progress). The JSON automaton calls the hooks below
+// after it has checked the byte's syntax; a hook that returns false refuses the byte (the cursor
+// is then spoilt: the automaton's callers copy before they try). Without a schema every hook
+// accepts.
+class SchemaCursor {
+ public:
+  static constexpr size_t kMaxConfigs = 16;
+  SchemaCursor() = default;
+  explicit SchemaCursor(const JsonSchema* schema);
+  bool active() const { return schema_ != nullptr; }
+
+  bool begin(unsigned char c);                     // a value starts with byte c
+  bool scalar(unsigned char c, bool starts_char);  // a later byte of a string, number or literal
+  bool end();                                      // the value in progress ended
+  bool key_begin();                                // a key's opening quote
+  bool key_byte(unsigned char c);                  // a byte inside a key (escapes as written)
+  bool key_end();                                  // a key's closing quote
+  bool comma();                                    // ',' in the container in progress
+  // Inside a string (a value or a key) that every configuration leaves free but for its length:
+  // the most characters of plain text one of them still takes (kUnbounded without a maximum);
+  // -1 where a literal or a declared key must be matched.
+  int64_t string_room() const;
+
+  bool operator==(const SchemaCursor&) const = default;
+
+ private:
+  struct Frame {
+    int32_t node = 0;
+    uint8_t kind = 0;  // a Type bit: kObject, kArray, kString, kNumber (with kInteger), ...
+    bool int_only = false;
+    bool key_free = false;            // the key in progress matches no declared name
+    int32_t lo = 0, hi = 0, pos = 0;  // literals (scalars) or names (keys) with this prefix
+    int64_t count = 0;                // characters (strings), items (arrays)
+    uint64_t seen = 0;                // declared properties present (objects)
+    int32_t value = -1;               // the schema of the value after the key (objects)
+    bool operator==(const Frame&) const = default;
+  };
+  using Config = std::vector<Frame>;
+  template <class F>
+  bool keep_if(F&& f);
+  void dedupe();
+  const JsonSchema::Node& node_of(const Frame& f) const { return schema_->node(f.node); }
+
+  const JsonSchema* schema_ = nullptr;
+  std::vector<Config> configs_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,241 @@
+// Structured output: the cursor that follows a text through a compiled schema (json_schema.h).
+#include <algorithm>
+
+#include "spec/json_schema.h"
+
+namespace tandem {
+
+namespace {
+
+// Narrows [lo, hi) of sorted texts sharing their first pos bytes to those whose byte pos is c.
+bool narrow(const std::vector<std::string>& texts, int32_t& lo, int32_t& hi, int32_t& pos,
+            unsigned char c) {
+  const auto has = [&](int32_t i) {
+    const std::string& t = texts[static_cast<size_t>(i)];
+    return t.size() > static_cast<size_t>(pos) &&
+           static_cast<unsigned char>(t[static_cast<size_t>(pos)]) == c;
+  };
+  while (lo < hi && !has(lo)) ++lo;
+  int32_t h = lo;
+  while (h < hi && has(h)) ++h;
+  hi = h;
+  ++pos;
+  return lo < hi;
+}
+
+// Whether a text of [lo, hi) has exactly pos bytes (it sorts first).
+bool whole(const std::vector<std::string>& texts, int32_t lo, int32_t hi, int32_t pos) {
+  return lo < hi && texts[static_cast<size_t>(lo)].size() == static_cast<size_t>(pos);
+}
+
+bool unseen_in(uint64_t seen, int32_t lo, int32_t hi) {
+  for (int32_t i = lo; i < hi; ++i) {
+    if (!((seen >> i) & 1u)) return true;
+  }
+  return false;
+}
+
+bool another_key_possible(const JsonSchema::Node& n, uint64_t seen) {
+  return n.additional >= 0 || unseen_in(seen, 0, static_cast<int32_t>(n.names.size()));
+}
+
+uint8_t kind_of(unsigned char c) {
+  switch (c) {
+    case '{':
+      return JsonSchema::kObject;
+    case '[':
+      return JsonSchema::kArray;
+    case '"':
+      return JsonSchema::kString;
+    case 't':
+    case 'f':
+      return JsonSchema::kBoolean;
+    case 'n':
+      return JsonSchema::kNull;
+    default:
+      return JsonSchema::kInteger;  // '-' or a digit
+  }
+}
+
+}  // namespace
+
+SchemaCursor::SchemaCursor(const JsonSchema* schema) : schema_(schema) {
+  if (schema_ != nullptr) configs_.emplace_back();
+}
+
+template <class F>
+bool SchemaCursor::keep_if(F&& f) {
+  std::erase_if(configs_, [&](Config& c) { return c.empty() || !f(c.back()); });
+  return !configs_.empty();
+}
+
+void SchemaCursor::dedupe() {
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    for (size_t j = configs_.size(); j-- > i + 1;) {
+      if (configs_[j] == configs_[i]) configs_.erase(configs_.begin() + static_cast<long>(j));
+    }
+  }
+  if (configs_.size() > kMaxConfigs) configs_.resize(kMaxConfigs);
+}
+
+bool SchemaCursor::begin(unsigned char c) {
+  if (schema_ == nullptr) return true;
+  const uint8_t kind = kind_of(c);
+  std::vector<Config> next;
+  for (Config& cfg : configs_) {
+    int32_t expected = schema_->root();
+    if (!cfg.empty()) {
+      Frame& parent = cfg.back();
+      if (parent.kind == JsonSchema::kArray) {
+        if (parent.count >= node_of(parent).max_items) continue;
+        ++parent.count;
+        expected = node_of(parent).items;
+      } else if (parent.kind == JsonSchema::kObject && parent.value >= 0) {
+        expected = parent.value;
+      } else {
+        continue;
+      }
+    }
+    // The alternatives the value may take (anyOf, nested), each a frame if its type fits c.
+    std::vector<int32_t> todo{expected}, leaves;
+    for (size_t i = 0; i < todo.size() && todo.size() < 256; ++i) {
+      const JsonSchema::Node& n = schema_->node(todo[i]);
+      if (n.any_of.empty()) {
+        if (std::find(leaves.begin(), leaves.end(), todo[i]) == leaves.end()) {
+          leaves.push_back(todo[i]);
+        }
+      } else {
+        for (int32_t m : n.any_of) {
+          if (std::find(todo.begin(), todo.end(), m) == todo.end()) todo.push_back(m);
+        }
+      }
+    }
+    for (int32_t leaf : leaves) {
+      const JsonSchema::Node& n = schema_->node(leaf);
+      const uint8_t fits = kind == JsonSchema::kInteger
+                               ? static_cast<uint8_t>(JsonSchema::kInteger | JsonSchema::kNumber)
+                               : kind;
+      if ((n.types & fits) == 0) continue;
+      Frame f;
+      f.node = leaf;
+      f.kind = kind;
+      f.int_only = kind == JsonSchema::kInteger && !(n.types & JsonSchema::kNumber);
+      if (n.has_literals) {
+        f.hi = static_cast<int32_t>(n.literals.size());
+        if (!narrow(n.literals, f.lo, f.hi, f.pos, c)) continue;
+      }
+      Config branch = cfg;
+      branch.push_back(f);
+      next.push_back(std::move(branch));
+    }
+  }
+  configs_ = std::move(next);
+  dedupe();
+  return !configs_.empty();
+}
+
+bool SchemaCursor::scalar(unsigned char c, bool starts_char) {
+  if (schema_ == nullptr) return true;
+  return keep_if([&](Frame& f) {
+    const JsonSchema::Node& n = node_of(f);
+    if (f.int_only && (c == '.' || c == 'e' || c == 'E')) return false;
+    if (n.has_literals && !narrow(n.literals, f.lo, f.hi, f.pos, c)) return false;
+    if (starts_char && f.kind == JsonSchema::kString) {
+      if (f.count >= n.max_length) return false;
+      ++f.count;
+    }
+    return true;
+  });
+}
+
+bool SchemaCursor::end() {
+  if (schema_ == nullptr) return true;
+  const bool any = keep_if([&](Frame& f) {
+    const JsonSchema::Node& n = node_of(f);
+    switch (f.kind) {
+      case JsonSchema::kObject:
+        return (n.required & ~f.seen) == 0;
+      case JsonSchema::kArray:
+        return f.count >= n.min_items;
+      case JsonSchema::kString:
+        if (f.count < n.min_length) return false;
+        break;
+      default:
+        break;
+    }
+    return !n.has_literals || whole(n.literals, f.lo, f.hi, f.pos);
+  });
+  for (Config& c : configs_) c.pop_back();
+  dedupe();
+  return any;
+}
+
+bool SchemaCursor::key_begin() {
+  if (schema_ == nullptr) return true;
+  return keep_if([&](Frame& f) {
+    const JsonSchema::Node& n = node_of(f);
+    f.lo = 0;
+    f.hi = static_cast<int32_t>(n.names.size());
+    f.pos = 0;
+    f.value = -1;
+    return another_key_possible(n, f.seen);
+  });
+}
+
+bool SchemaCursor::key_byte(unsigned char c) {
+  if (schema_ == nullptr) return true;
+  return keep_if([&](Frame& f) {
+    const JsonSchema::Node& n = node_of(f);
+    if (c == '\\' && !n.names.empty()) return false;  // declared names are matched as written
+    narrow(n.names, f.lo, f.hi, f.pos, c);
+    return n.additional >= 0 || unseen_in(f.seen, f.lo, f.hi);
+  });
+}
+
+bool SchemaCursor::key_end() {
+  if (schema_ == nullptr) return true;
+  const bool any = keep_if([&](Frame& f) {
+    const JsonSchema::Node& n = node_of(f);
+    if (whole(n.names, f.lo, f.hi, f.pos)) {
+      const uint64_t bit = uint64_t{1} << f.lo;
+      if (f.seen & bit) return false;  // a duplicate
+      f.seen |= bit;
+      f.value = n.name_nodes[static_cast<size_t>(f.lo)];
+      return true;
+    }
+    f.value = n.additional;
+    return n.additional >= 0;
+  });
+  dedupe();
+  return any;
+}
+
+bool SchemaCursor::comma() {
+  if (schema_ == nullptr) return true;
+  return keep_if([&](Frame& f) {
+    const JsonSchema::Node& n = node_of(f);
+    if (f.kind == JsonSchema::kObject) return another_key_possible(n, f.seen);
+    return f.count < n.max_items;
+  });
+}
+
+int64_t SchemaCursor::string_room() const {
+  if (schema_ == nullptr) return JsonSchema::kUnbounded;
+  int64_t room = -1;
+  for (const Config& c : configs_) {
+    if (c.empty()) return -1;
+    const Frame& f = c.back();
+    const JsonSchema::Node& n = node_of(f);
+    int64_t r = -1;
+    if (f.kind == JsonSchema::kObject) {  // inside a key
+      r = n.additional >= 0 ? JsonSchema::kUnbounded : -1;
+    } else if (f.kind == JsonSchema::kString && !n.has_literals) {
+      r = n.max_length == JsonSchema::kUnbounded ? JsonSchema::kUnbounded : n.max_length - f.count;
+    }
+    if (r < 0) return -1;
+    room = std::max(room, r);
+  }
+  return room;
+}
+
+}  // namespace tandem

@@ -1,0 +1,644 @@
+// Structured output (spec/json_schema.h): what the compiler refuses and where; the byte automaton
+// with a schema against an independent validator of parsed values on random texts (valid values
+// the schema generates, and corruptions of them); random walks that never reach a state without
+// a next byte (no dead ends) and whose finished texts the validator accepts; the row mask over a
+// small vocabulary; and on the shipped model, schema-constrained outputs that validate and are
+// identical with MTP k = 1 and 3.
+#include "spec/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "batch_support.h"
+#include "spec/json_constraint.h"
+#include "spec/mtp_drafter.h"
+#include "test_support.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem {
+namespace {
+
+using namespace testing;
+using Json = nlohmann::ordered_json;
+
+// ---- an independent validator of parsed values, for the supported subset ----
+
+const Json& deref(const Json& root, const Json& s) {
+  if (s.is_object() && s.contains("$ref")) {
+    return deref(root, root.at(Json::json_pointer(s["$ref"].get<std::string>().substr(1))));
+  }
+  if (s.is_object() && s.contains("allOf")) return deref(root, s["allOf"][0]);
+  return s;
+}
+
+bool type_ok(const std::string& t, const Json& v) {
+  if (t == "object") return v.is_object();
+  if (t == "array") return v.is_array();
+  if (t == "string") return v.is_string();
+  if (t == "integer") {  // as written: no fraction, no exponent (beyond 64 bits nlohmann has a
+    // double: integral there)
+    return v.is_number_integer() || (v.is_number_float() && std::fabs(v.get<double>()) >= 0x1p63 &&
+                                     std::floor(v.get<double>()) == v.get<double>());
+  }
+  if (t == "number") return v.is_number();
+  if (t == "boolean") return v.is_boolean();
+  return t == "null" && v.is_null();
+}
+
+int64_t characters(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+bool valid(const Json& root, const Json& schema, const Json& v) {
+  const Json& s = deref(root, schema);
+  if (s.is_boolean()) return s.get<bool>();
+  for (const char* u : {"anyOf", "oneOf"}) {
+    if (s.contains(u)) {
+      for (const Json& m : s[u]) {
+        if (valid(root, m, v)) return true;
+      }
+      return false;
+    }
+  }
+  if (s.contains("type")) {
+    const Json& t = s["type"];
+    bool any = false;
+    if (t.is_array()) {
+      for (const Json& n : t) any = any || type_ok(n.get<std::string>(), v);
+    } else {
+      any = type_ok(t.get<std::string>(), v);
+    }
+    if (!any) return false;
+  } else if (s.contains("properties") && !v.is_object()) {
+    return false;
+  } else if (s.contains("items") && !v.is_array()) {
+    return false;
+  }
+  if (s.contains("enum") || s.contains("const")) {  // compared as compact text
+    bool hit = s.contains("const") && s["const"].dump() == v.dump();
+    if (s.contains("enum")) {
+      for (const Json& e : s["enum"]) hit = hit || e.dump() == v.dump();
+    }
+    if (!hit) return false;
+  }
+  if (v.is_string()) {
+    const int64_t n = characters(v.get<std::string>());
+    if (s.contains("minLength") && n < s["minLength"].get<int64_t>()) return false;
+    if (s.contains("maxLength") && n > s["maxLength"].get<int64_t>()) return false;
+  }
+  if (v.is_array()) {
+    const auto n = static_cast<int64_t>(v.size());
+    if (s.contains("minItems") && n < s["minItems"].get<int64_t>()) return false;
+    if (s.contains("maxItems") && n > s["maxItems"].get<int64_t>()) return false;
+    const Json items = s.contains("items") ? s["items"] : Json(true);
+    for (const Json& e : v) {
+      if (!valid(root, items, e)) return false;
+    }
+  }
+  if (v.is_object()) {
+    const Json props = s.contains("properties") ? s["properties"] : Json::object();
+    const Json extra = s.contains("additionalProperties") ? s["additionalProperties"]
+                                                          : Json(!s.contains("properties"));
+    if (s.contains("required")) {
+      for (const Json& r : s["required"]) {
+        if (!v.contains(r.get<std::string>())) return false;
+      }
+    }
+    for (const auto& [k, e] : v.items()) {
+      if (!valid(root, props.contains(k) ? props[k] : extra, e)) return false;
+    }
+  }
+  return true;
+}
+
+// ---- texts through the automaton ----
+
+int64_t refused_at(JsonAutomaton& a, const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!a.feed(static_cast<unsigned char>(text[i]))) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// Blank space outside strings as the schema mode allows it: each run one space, or a newline and
+// at most kMaxIndent spaces or tabs.
+bool blank_runs_ok(const std::string& text) {
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') continue;
+    size_t j = i + 1;
+    while (j < text.size() &&
+           (text[j] == ' ' || text[j] == '\n' || text[j] == '\t' || text[j] == '\r'))
+      ++j;
+    const std::string run = text.substr(i, j - i);
+    const bool ok = run == " " || (run[0] == '\n' && run.size() <= JsonAutomaton::kMaxIndent + 1 &&
+                                   run.find_first_of("\n\r", 1) == std::string::npos);
+    if (!ok) return false;
+    i = j - 1;
+  }
+  return true;
+}
+
+bool accepts(const JsonSchema& schema, const std::string& text) {
+  JsonAutomaton a(&schema, 0);
+  return refused_at(a, text) == -1 && a.can_end();
+}
+
+std::string compile_error(const Json& s) {
+  try {
+    JsonSchema::compile(s);
+  } catch (const JsonSchemaError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "object", "properties": {"a": {"type":
+            "integer", "minimum": 0}}})")),
+            "at '#/properties/a': 'minimum' is not supported in response_format json_schema");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "^a"})")),
+            "at '#': 'pattern' is not supported in response_format json_schema");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "strin"})")), "at '#': unknown type \"strin\"");
+  EXPECT_EQ(compile_error(Json::parse(R"({"$ref": "#/$defs/Missing"})")),
+            "at '#': '$ref' #/$defs/Missing does not resolve");
+  EXPECT_EQ(compile_error(Json::parse(R"({"$ref": "http://x/y.json"})")),
+            "at '#': '$ref' http://x/y.json: only references within the schema ('#...') are "
+            "supported");
+  EXPECT_EQ(compile_error(Json::parse(R"({"enum": [[1]]})")),
+            "at '#': enum and const members that are objects or arrays are not supported");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "integer", "enum": ["a", 1.5]})")),
+            "at '#': no JSON value satisfies this schema");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "object", "properties": {"a": {}},
+            "required": ["b"]})")),
+            "at '#': required property 'b' is not allowed by the schema");
+  EXPECT_EQ(compile_error(Json::parse(R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})")),
+            "at '#': 'allOf' is supported with exactly one member");
+  EXPECT_EQ(compile_error(Json::parse(R"({"$defs": {"a": {"$ref": "#/$defs/a"}},
+            "$ref": "#/$defs/a"})")),
+            "at '#/$ref/$ref': a $ref cycle that never reaches a schema");
+  EXPECT_EQ(compile_error(Json::parse(R"({"properties": {"a\"b": {}}})")),
+            "at '#/properties/a\"b': property names with quotes, backslashes or control "
+            "characters are not supported");
+  EXPECT_EQ(compile_error(Json::parse(R"({"minLength": 4, "maxLength": 2})")),
+            "at '#': 'minLength' is above 'maxLength'");
+  EXPECT_EQ(compile_error(false), "at '#': no JSON value satisfies this schema");
+  // Annotations and unknown keywords are ignored; recursion through $ref is fine.
+  EXPECT_EQ(compile_error(Json::parse(R"({"title": "T", "description": "d", "format": "date",
+            "x-vendor": 1, "type": "string", "default": "a", "examples": ["b"]})")),
+            "");
+  EXPECT_EQ(compile_error(Json::parse(R"({"$defs": {"node": {"type": "object", "properties":
+            {"next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}}},
+            "$ref": "#/$defs/node"})")),
+            "");
+}
+
+// Hand-picked texts: accepted whole, or refused at the first byte no valid text has.
+TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesAtTheFirstWrongByte) {
+  const Json person = Json::parse(R"({
+    "type": "object",
+    "properties": {
+      "name": {"type": "string", "minLength": 1, "maxLength": 4},
+      "age": {"type": "integer"},
+      "tags": {"type": "array", "items": {"enum": ["a", "ab", "b"]}, "maxItems": 2},
+      "kind": {"const": "cat"},
+      "nick": {"type": ["string", "null"]}
+    },
+    "required": ["name", "kind"]})");
+  const auto schema = JsonSchema::compile(person);
+  for (const std::string ok :
+       {R"({"name": "Jo", "kind": "cat"})", R"({"kind":"cat","name":"\u00e9","age":-12})",
+        R"({"name": "Anna", "kind": "cat", "tags": ["ab", "a"], "nick": null})",
+        R"({"name": "Zo\u00e9", "kind": "cat", "tags": [], "nick": "z"})"}) {
+    EXPECT_TRUE(accepts(*schema, ok)) << ok;
+    EXPECT_TRUE(valid(person, person, Json::parse(ok))) << ok;
+  }
+  const std::pair<std::string, int64_t> bad[] = {
+      {R"([])", 0},                                            // not an object
+      {R"({"nam)", -1},                                        // a prefix: no refusal yet
+      {R"({"nme": 1})", 3},                                    // no property starts "nm"
+      {R"({"name": "", "kind": "cat"})", 10},                  // minLength 1: the quote
+      {R"({"name": "Annie"})", 14},                            // maxLength 4: the fifth character
+      {R"({"name": "A", "age": 1.5})", 22},                    // an integer has no fraction
+      {R"({"name": "A", "age": 1e3})", 22},                    // nor an exponent
+      {R"({"name": "A", "kind": "dog"})", 23},                 // const "cat"
+      {R"({"name": "A", "kind": "cat", "tags": ["c"]})", 39},  // enum a, ab, b
+      {R"({"name": "A", "kind": "cat", "tags": ["a", "b", "a"]})", 46},  // maxItems 2: the comma
+      {R"({"name": "A"})", 12},               // "kind" required: the brace
+      {R"({"name": "A", "name": "B"})", 16},  // a duplicate: "na" is only "name"
+      {R"({"name": "A", "nick": 1})", 22},    // string or null
+      {R"({"name": "A", "zz": 1})", 15},      // no other property
+      {R"({"na\u006de": "A"})", 4}};          // declared names as written
+  for (const auto& [text, at] : bad) {
+    JsonAutomaton a(schema.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+    if (at == -1) {
+      EXPECT_FALSE(a.can_end()) << text;
+    }
+  }
+  // Every property used: no ',' may follow; all required present: '}' may.
+  const auto tight = JsonSchema::compile(Json::parse(
+      R"({"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]})"));
+  JsonAutomaton t(tight.get(), 0);
+  ASSERT_EQ(refused_at(t, R"({"a": true)"), -1);
+  JsonAutomaton comma = t;
+  EXPECT_FALSE(comma.feed(','));
+  EXPECT_TRUE(t.feed('}'));
+  EXPECT_TRUE(t.complete());
+  // Roots of every type, numbers ending at the text's end (a stop token may follow them).
+  for (const auto& [s, text] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"type": "integer"})", "42"},
+           {R"({"type": "number"})", "-0.5e3"},
+           {R"({"enum": [1, 12, "x"]})", "12"},
+           {R"({"type": "array", "items": {"type": "integer"}, "minItems": 2})", "[1, 2]"},
+           {R"({"type": "boolean"})", "false"},
+           {R"({})", R"({"any": [1, {"b": null}]})"},
+           {R"({"type": "object"})", R"({"free": "form"})"}}) {
+    const Json sj = Json::parse(s);
+    EXPECT_TRUE(accepts(*JsonSchema::compile(sj), text)) << s << " " << text;
+  }
+  const auto one_or_twelve = JsonSchema::compile(Json::parse(R"({"enum": [1, 12]})"));
+  EXPECT_FALSE(accepts(*one_or_twelve, "13"));
+  JsonAutomaton e(one_or_twelve.get(), 0);
+  EXPECT_EQ(refused_at(e, "1"), -1);
+  EXPECT_TRUE(e.can_end());  // "1" may end here, or go on to "12"
+}
+
+// A random value the schema accepts (depth-limited: optional members are skipped deep down).
+class ValueMaker {
+ public:
+  ValueMaker(const Json& root, std::mt19937& rng) : root_(root), rng_(rng) {}
+
+  Json make(const Json& schema, int depth) {
+    const Json& s = deref(root_, schema);
+    if (s.is_boolean() || s.empty() || (s.size() == 1 && s.contains("title"))) return any(depth);
+    for (const char* u : {"anyOf", "oneOf"}) {
+      if (s.contains(u)) return make(s[u][rng_() % s[u].size()], depth);
+    }
+    if (s.contains("const")) return s["const"];
+    if (s.contains("enum")) return s["enum"][rng_() % s["enum"].size()];
+    std::string type = "object";
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      type = t.is_array() ? t[rng_() % t.size()].get<std::string>() : t.get<std::string>();
+    } else if (s.contains("items")) {
+      type = "array";
+    }
+    if (type == "null") return nullptr;
+    if (type == "boolean") return rng_() % 2 == 0;
+    if (type == "integer") return static_cast<int64_t>(rng_() % 2001) - 1000;
+    if (type == "number") return std::ldexp(static_cast<double>(rng_() % 20001) - 10000, -5);
+    if (type == "string") {
+      const int64_t lo = s.value("minLength", int64_t{0});
+      const int64_t hi = std::min<int64_t>(s.value("maxLength", lo + 6), lo + 6);
+      static const std::vector<std::string> pieces = {"a", "Z", " ", "\xc3\xa9", "\"", "\n", "/"};
+      std::string out;
+      for (int64_t i = 0, n = lo + static_cast<int64_t>(rng_() % (hi - lo + 1)); i < n; ++i)
+        out += pieces[rng_() % pieces.size()];
+      return out;
+    }
+    if (type == "array") {
+      const int64_t lo = s.value("minItems", int64_t{0});
+      const int64_t hi = std::min<int64_t>(s.value("maxItems", lo + 3), lo + 3);
+      Json a = Json::array();
+      const Json items = s.contains("items") ? s["items"] : Json(true);
+      for (int64_t i = 0, n = depth > 3 ? lo : lo + static_cast<int64_t>(rng_() % (hi - lo + 1));
+           i < n; ++i)
+        a.push_back(make(items, depth + 1));
+      return a;
+    }
+    Json o = Json::object();
+    const Json props = s.contains("properties") ? s["properties"] : Json::object();
+    for (const auto& [k, sub] : props.items()) {
+      bool required = false;
+      if (s.contains("required")) {
+        for (const Json& r : s["required"]) required = required || r == k;
+      }
+      if (required || (depth <= 3 && rng_() % 2 == 0)) o[k] = make(sub, depth + 1);
+    }
+    const bool extra = s.contains("additionalProperties") ? s["additionalProperties"] != false
+                                                          : !s.contains("properties");
+    if (extra && depth <= 3 && rng_() % 2 == 0) {
+      const Json sub = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
+      o["x" + std::to_string(rng_() % 100)] = make(sub.is_boolean() ? Json(true) : sub, depth + 1);
+    }
+    return o;
+  }
+
+ private:
+  Json any(int depth) {
+    switch (rng_() % (depth > 3 ? 4 : 6)) {
+      case 0:
+        return nullptr;
+      case 1:
+        return static_cast<int64_t>(rng_() % 50);
+      case 2:
+        return "s";
+      case 3:
+        return true;
+      case 4:
+        return Json::array({any(depth + 1)});
+      default:
+        return Json::object({{"k", any(depth + 1)}});
+    }
+  }
+  const Json& root_;
+  std::mt19937& rng_;
+};
+
+const char* kSchemas[] = {
+    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
+        "age": {"type": "integer"}, "score": {"type": "number"},
+        "ok": {"type": "boolean"}, "none": {"type": "null"}}, "required": ["name", "ok"]})",
+    R"({"type": "array", "items": {"anyOf": [{"type": "integer"}, {"enum": ["x", "xy", 2.5,
+        true, null]}]}, "minItems": 1, "maxItems": 4})",
+    R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+        "required": ["v"]}}, "$ref": "#/$defs/node"})",
+    R"({"anyOf": [{"type": "object", "properties": {"kind": {"const": "a"},
+        "x": {"type": "integer"}}, "required": ["kind", "x"]}, {"type": "object",
+        "properties": {"kind": {"const": "b"}, "x": {"type": "string"}},
+        "required": ["kind", "x"]}]})",
+    R"({"type": "object", "properties": {"fixed": {"type": "string", "minLength": 2}},
+        "additionalProperties": {"type": "integer"}})",
+    R"({"type": "object", "properties": {"free": {}, "dict": {"type": "object"},
+        "list": {"type": "array"}}, "required": ["free"]})",
+};
+
+// Valid values (as written, compact or indented) and corruptions of them: the automaton takes a
+// whole text exactly when the validator accepts what nlohmann parses from it.
+TEST(JsonSchema, AgreesWithAValidatorOnRandomTexts) {
+  std::mt19937 rng(23);
+  const std::string noise = "{}[]:,\"\\ 0123456789.-eE\x01xtrufalsn";
+  int agreed = 0, trials = 0, valid_texts = 0;
+  for (const char* source : kSchemas) {
+    const Json sj = Json::parse(source);
+    const auto schema = JsonSchema::compile(sj);
+    ValueMaker maker(sj, rng);
+    for (int trial = 0; trial < 600; ++trial, ++trials) {
+      const Json v = maker.make(sj, 0);
+      std::string text = v.dump(trial % 3 == 0 ? 2 : -1);
+      if (trial % 2 == 1) {
+        const size_t at = rng() % (text.size() + 1);
+        const char c = noise[rng() % noise.size()];
+        switch (rng() % 3) {
+          case 0:
+            text.insert(at, 1, c);
+            break;
+          case 1:
+            if (at < text.size()) text.erase(at, 1);
+            break;
+          default:
+            if (at < text.size()) text[at] = c;
+        }
+      }
+      const bool mine = accepts(*schema, text);
+      const Json parsed = Json::parse(text, nullptr, false);
+      // (keys written twice: nlohmann keeps one, the automaton refuses the second)
+      const bool twice = text.find("\"v\"", text.find("\"v\"") + 1) != std::string::npos &&
+                         text.find("\"kids\"") == std::string::npos;
+      const bool theirs = !parsed.is_discarded() && !text.empty() && text[0] != ' ' &&
+                          text[0] != '\n' && valid(sj, sj, parsed) && !twice && blank_runs_ok(text);
+      EXPECT_EQ(mine, theirs) << source << "\n" << text;
+      agreed += mine == theirs;
+      valid_texts += theirs;
+    }
+  }
+  EXPECT_EQ(agreed, trials);
+  EXPECT_GT(valid_texts, trials / 2);  // both kinds of text are well represented
+  std::printf("[json schema] %d texts, %d valid, all agreed: %s\n", trials, valid_texts,
+              agreed == trials ? "yes" : "no");
+}
+
+// Random walks over bytes, biased toward closing what is open: at every state some byte is
+// taken (or the value can end), and a finished walk is a text the validator accepts.
+TEST(JsonSchema, RandomWalksNeverReachADeadEnd) {
+  std::mt19937 rng(29);
+  const std::string closers = "\"}]0 ";
+  int finished = 0, walks = 0;
+  for (const char* source : kSchemas) {
+    const Json sj = Json::parse(source);
+    const auto schema = JsonSchema::compile(sj);
+    for (int w = 0; w < 60; ++w, ++walks) {
+      JsonAutomaton a(schema.get(), 0);
+      std::string text;
+      for (int step = 0; step < 400 && !a.complete(); ++step) {
+        std::vector<unsigned char> next;
+        for (int c = 0; c < 256; ++c) {
+          JsonAutomaton b = a;
+          if (b.feed(static_cast<unsigned char>(c))) next.push_back(static_cast<unsigned char>(c));
+        }
+        ASSERT_TRUE(!next.empty() || a.can_end()) << source << "\ndead end after: " << text;
+        if (a.can_end() && (next.empty() || rng() % 8 == 0)) break;
+        // (no exponents by choice: a random one overflows a double, which nlohmann refuses)
+        std::vector<unsigned char> pick;
+        for (unsigned char k : next) {
+          if (k != 'e' && k != 'E') pick.push_back(k);
+        }
+        if (pick.empty()) pick = next;
+        unsigned char c = pick[rng() % pick.size()];
+        if (step > 40 && rng() % 2 == 0) {  // prefer a closer when one is allowed
+          for (unsigned char k : closers) {
+            if (std::find(next.begin(), next.end(), k) != next.end()) {
+              c = k;
+              break;
+            }
+          }
+        }
+        ASSERT_TRUE(a.feed(c));
+        text += static_cast<char>(c);
+      }
+      if (!a.can_end()) continue;
+      ++finished;
+      const Json parsed = Json::parse(text, nullptr, false);
+      ASSERT_FALSE(parsed.is_discarded()) << text;
+      EXPECT_TRUE(valid(sj, sj, parsed)) << source << "\n" << text;
+      EXPECT_TRUE(blank_runs_ok(text)) << text;
+    }
+  }
+  EXPECT_GT(finished, walks / 2);
+  std::printf("[json schema] %d random walks, %d finished as valid values, none stuck\n", walks,
+              finished);
+}
+
+std::vector<int> allowed_ids(const JsonConstraint& c, int vocab, std::span<const int32_t> pending) {
+  std::vector<float> row(static_cast<size_t>(vocab), 0.f);
+  c.apply(row.data(), vocab, pending);
+  std::vector<int> ids;
+  for (int i = 0; i < vocab; ++i) {
+    if (!std::isinf(row[static_cast<size_t>(i)])) ids.push_back(i);
+  }
+  return ids;
+}
+
+TEST(JsonSchema, MaskFollowsTheSchema) {
+  // Token 9 is the stop token.
+  auto bytes = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{
+      "{", "}", "\"n\"", ":", "1", " ", "\"x\"", "[", "2", "", "{\"n\":", "\"a"});
+  const auto schema = JsonSchema::compile(Json::parse(
+      R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})"));
+  JsonConstraint c(bytes, {9}, false, schema);
+  const auto allowed = [&](std::span<const int32_t> pending) {
+    return allowed_ids(c, 12, pending);
+  };
+  EXPECT_EQ(allowed({}), (std::vector<int>{0, 10}));
+  const std::vector<int32_t> open{0};
+  EXPECT_EQ(allowed(open), (std::vector<int>{2, 5}));  // the key "n" or blank; no "}" yet
+  const std::vector<int32_t> key{10};
+  EXPECT_EQ(allowed(key), (std::vector<int>{4, 5, 8}));  // an integer or blank
+  const std::vector<int32_t> value{10, 4};
+  EXPECT_EQ(allowed(value), (std::vector<int>{1, 4, 5, 8}));  // "}", more digits, blank
+  const std::vector<int32_t> whole{10, 4, 1};
+  EXPECT_EQ(allowed(whole), (std::vector<int>{9}));
+  // A root integer may stop where it stands.
+  const auto number = JsonSchema::compile(Json::parse(R"({"type": "integer"})"));
+  JsonConstraint n(bytes, {9}, false, number);
+  const std::vector<int32_t> digits{4, 8};
+  EXPECT_EQ(allowed_ids(n, 12, digits), (std::vector<int>{4, 5, 8, 9}));  // blank ends it too
+  n.add(4);
+  EXPECT_TRUE(n.complete());
+}
+
+// The mask's shortcuts with a schema (plain text within a string's remaining length, the first
+// byte, the byte after a leading space) refuse exactly what walking every token's bytes refuses,
+// on the shipped vocabulary, from states of every kind.
+TEST(JsonSchema, ShortcutsMaskExactlyWhatAWalkWould) {
+  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(fixture_dir(kTrainedModel));
+  auto bytes = std::make_shared<std::vector<std::string>>();
+  for (int32_t t = 0; t < tokenizer.vocab_size(); ++t)
+    bytes->push_back(std::string(tokenizer.token_bytes(t, /*skip_special=*/true)));
+  const int32_t stop = 8189;
+  const auto schema = JsonSchema::compile(Json::parse(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 6}, "level": {"enum": ["low", "high"]},
+      "tags": {"type": "array", "items": {"type": "string"}}, "n": {"type": ["integer", "null"]},
+      "extra": {"type": "object"}}, "required": ["name"]})"));
+  JsonConstraint c(bytes, {stop}, false, schema);
+  int compared = 0, prefixes = 0;
+  for (const std::string prefix :
+       {"", "{", "{\"na", "{\"name\": \"Jo", "{\"name\": \"Jo\u00e9", "{\"name\": \"",
+        "{\"name\": \"Jo\", \"level\": \"hi", "{\"tags\": [\"a b", "{\"n\": 1", "{\"extra\": {\"fr",
+        "{\"name\": \"a\"}", "{\"name\":\n  "}) {
+    ++prefixes;
+    const std::vector<int32_t> pending = tokenizer.encode(prefix);
+    JsonAutomaton walked(schema.get(), 0);
+    ASSERT_EQ(refused_at(walked, prefix), -1) << prefix;
+    std::vector<float> row(bytes->size(), 0.f);
+    c.apply(row.data(), static_cast<int64_t>(row.size()), pending);
+    for (size_t t = 0; t < bytes->size(); ++t) {
+      bool ok;
+      if (static_cast<int32_t>(t) == stop) {
+        ok = walked.can_end();
+      } else if (walked.complete() || (*bytes)[t].empty()) {
+        ok = false;
+      } else {
+        JsonAutomaton b = walked;
+        ok = refused_at(b, (*bytes)[t]) == -1;
+      }
+      EXPECT_EQ(std::isinf(row[t]), !ok)
+          << "prefix '" << prefix << "' token " << t << " '" << (*bytes)[t] << "'";
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, prefixes * static_cast<int>(bytes->size()));
+}
+
+// The shipped model with a schema: each output, when a stop token ended it, is a value the
+// validator accepts (and always a prefix the automaton takes); the same tokens with MTP k = 1 and
+// 3, batched with JSON-mode and plain requests, as alone without speculation.
+TEST(JsonSchema, ShippedModelOutputsFollowTheSchemaAlsoUnderSpeculation) {
+  auto model = load_fixture(kTrainedModel, 256);
+  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(fixture_dir(kTrainedModel));
+  auto bytes = std::make_shared<std::vector<std::string>>();
+  for (int32_t t = 0; t < model->config().vocab_size; ++t)
+    bytes->push_back(std::string(tokenizer.token_bytes(t, /*skip_special=*/true)));
+  const std::vector<int32_t> stops = model->config().eos_token_ids;
+  const Json cmd = Json::parse(R"({"type": "object", "properties": {
+      "command": {"type": "string", "maxLength": 12}, "flags": {"type": "array", "items":
+      {"type": "string", "maxLength": 8}, "maxItems": 3}, "root": {"type": "boolean"}},
+      "required": ["command", "flags", "root"]})");
+  const Json level = Json::parse(R"({"enum": ["low", "medium", "high"]})");
+  std::vector<std::pair<Json, std::shared_ptr<const JsonSchema>>> schemas = {
+      {cmd, JsonSchema::compile(cmd)}, {level, JsonSchema::compile(level)}};
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    r.prompt = tokenizer.encode(i % 2 ? "Return a JSON object describing the ls command."
+                                      : "The options of tar, as JSON:");
+    r.max_tokens = 48 + 8 * i;
+    r.stop_ids = stops;
+    r.json_object = i < 5;  // one plain request shares the batch; request 4 is JSON mode
+    if (i < 4) r.json_schema = schemas[i == 1 ? 1 : 0].second;
+    if (i == 3) r.sampling = {.temperature = 0.8f, .seed = 5};
+    reqs.push_back(r);
+  }
+  const auto run = [&](int k, int64_t max_seqs, const std::vector<Request>& rs) {
+    BatchEngineOptions o = batch_options(k, ControlMode::kFixed, max_seqs);
+    o.token_bytes = bytes;
+    BatchEngine engine(*model, k > 0 ? std::make_unique<MtpDrafter>(*model) : nullptr, o);
+    std::map<RequestId, size_t> index;
+    for (size_t i = 0; i < rs.size(); ++i) index[engine.add(rs[i])] = i;
+    std::vector<std::vector<int32_t>> out(rs.size());
+    while (!engine.idle()) {
+      for (RequestOutput& o2 : engine.step()) {
+        auto& t = out[index.at(o2.id)];
+        t.insert(t.end(), o2.new_tokens.begin(), o2.new_tokens.end());
+      }
+    }
+    return out;
+  };
+  std::vector<std::vector<int32_t>> solo;
+  for (const Request& r : reqs) solo.push_back(run(0, 1, {r})[0]);
+  int values = 0;
+  for (int i = 0; i < 4; ++i) {
+    const Json& sj = i == 1 ? level : cmd;
+    JsonAutomaton a(reqs[static_cast<size_t>(i)].json_schema.get(), 0);
+    std::string text;
+    bool stopped = false;
+    for (int32_t t : solo[static_cast<size_t>(i)]) {
+      if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
+        stopped = true;
+        break;
+      }
+      text += (*bytes)[static_cast<size_t>(t)];
+    }
+    EXPECT_EQ(refused_at(a, text), -1) << text;
+    if (i == 1) {
+      EXPECT_TRUE(stopped) << text;  // an enum's value closes within a few tokens
+    }
+    if (stopped) {
+      EXPECT_TRUE(a.can_end()) << text;
+      EXPECT_TRUE(valid(sj, sj, Json::parse(text))) << text;
+      ++values;
+    }
+    std::printf("[json schema] request %d (%s): %zu tokens, %s: %s\n", i,
+                reqs[static_cast<size_t>(i)].sampling.greedy() ? "greedy" : "sampled",
+                solo[static_cast<size_t>(i)].size(),
+                stopped ? "a whole value" : "cut at max_tokens", text.c_str());
+  }
+  for (int k : {0, 1, 3}) {
+    const std::vector<std::vector<int32_t>> got = run(k, 6, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], solo[i]) << "k=" << k << " " << i;
+  }
+  std::printf("[json schema] %d of 4 outputs closed their value before max_tokens\n", values);
+}
+
+}  // namespace
+}  // namespace tandem
