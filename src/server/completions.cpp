@@ -17,6 +17,7 @@
 #include "server/reasoning.h"
 #include "server/text_stream.h"
 #include "server/tool_calls.h"
+#include "server/tool_choice.h"
 
 namespace tandem::server {
 
@@ -109,8 +110,11 @@ class Generation {
         stop_ids_(std::move(stop_ids)),
         stream_(ctx.codec, g.stop, g.sampling.min_tokens),
         ch_(std::move(ch)) {
-    if (g.endpoint == Endpoint::kChat && ctx.opt.tool_call_format != ToolCallFormat::kNone &&
-        g.tools.is_array() && !g.tool_choice_none) {
+    if (g.tool_force != ToolForce::kNone) {
+      force_ = g.tool_force;
+      forced_tool_ = g.forced_tool;
+    } else if (g.endpoint == Endpoint::kChat && ctx.opt.tool_call_format != ToolCallFormat::kNone &&
+               g.tools.is_array() && !g.tool_choice_none) {
       tools_.emplace(ctx.opt.tool_call_format, g.tools);
     }
     if (g.endpoint == Endpoint::kChat && ctx.opt.reasoning_format != ReasoningFormat::kNone) {
@@ -159,6 +163,20 @@ class Generation {
     } else {
       out.content = std::move(text);
     }
+    if (force_ != ToolForce::kNone) {  // all held: the answer is the calls' JSON
+      forced_text_ += out.content;
+      out.content.clear();
+      if (d.finished) {
+        ParsedToolCalls end = forced_tool_calls(forced_text_, force_, forced_tool_);
+        out.content = end.content.value_or("");
+        calls_ = std::move(end.calls);
+        ended_by_ = finish_;
+        if (!calls_.empty() && finish_ != "abort") {
+          finish_ = force_ == ToolForce::kRequired ? "tool_calls" : "stop";
+        }
+      }
+      return out;
+    }
     if (!tools_) return out;
     out.content = tools_->push(out.content);
     if (d.finished) {  // the calls, or the held-back text as content
@@ -200,7 +218,9 @@ class Generation {
   TextStream stream_;
   std::shared_ptr<Channel> ch_;
   std::vector<TokenLogprobs> lps_;
-  std::optional<ToolCallStream> tools_;       // --tool-call-parser, a request with tools
+  std::optional<ToolCallStream> tools_;  // --tool-call-parser, a request with tools
+  ToolForce force_ = ToolForce::kNone;   // tool_choice required / named (tool_choice.h)
+  std::string forced_tool_, forced_text_;
   std::optional<ReasoningStream> reasoning_;  // --reasoning-parser, chat
   std::vector<ToolCall> calls_;
   bool finished_ = false, stop_token_ = false;

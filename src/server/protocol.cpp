@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/tool_choice.h"
 
 namespace tandem::server {
 
@@ -375,6 +376,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
                      "invalid_request_error", "model", "model_not_found");
     }
   }
+  ForcedTools forced;
   if (endpoint == Endpoint::kChat) {
     r.messages = parse_messages(body);
     if (const Json* tools = find(body, "tools")) {
@@ -388,6 +390,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
       }
       r.template_extra["tool_choice"] = *choice;
       r.tool_choice_none = *choice == "none";
+      forced = parse_tool_choice(*choice, r.tools, get_bool(body, "parallel_tool_calls", true));
     }
     if (const Json* kw = find(body, "chat_template_kwargs")) {
       if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
@@ -486,6 +489,17 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     }
     r.json_object = t != "text";
     if (t == "json_schema") r.json_schema = parse_json_schema(*rf);
+  }
+  if (forced.mode != ToolForce::kNone) {  // the answer is the calls, by their schema
+    if (r.json_object) {
+      throw bad_request("tool_choice",
+                        "'tool_choice' \"required\" or a named function cannot be combined with "
+                        "a JSON 'response_format'");
+    }
+    r.tool_force = forced.mode;
+    r.forced_tool = forced.name;
+    r.json_object = true;
+    r.json_schema = forced.schema;
   }
   r.stream = get_bool(body, "stream", false);
   if (const Json* so = find(body, "stream_options")) {

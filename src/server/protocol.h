@@ -29,6 +29,8 @@ inline constexpr int64_t kMaxObjectKeys = 4096;
 
 enum class Endpoint { kChat, kCompletion };
 
+enum class ToolForce { kNone, kRequired, kNamed };
+
 // One generation request of either endpoint, before tokenization of a text prompt.
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletion;
@@ -52,6 +54,10 @@ struct GenerationRequest {
   // text is never read as tool calls).
   Json tools;
   bool tool_choice_none = false;
+  // tool_choice "required" or a named function: the answer is forced by a JSON schema (json_schema
+  // below) and read back as calls (server/tool_choice.h); forced_tool names the function.
+  ToolForce tool_force = ToolForce::kNone;
+  std::string forced_tool;
   bool json_object = false;  // response_format {"type": "json_object"} or "json_schema"
   std::shared_ptr<const JsonSchema> json_schema;  // response_format "json_schema": the schema
 };

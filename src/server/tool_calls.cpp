@@ -21,11 +21,6 @@ constexpr std::string_view kStart = "<tool_call>", kEnd = "</tool_call>";
 constexpr std::string_view kFunction = "<function=", kFunctionEnd = "</function>";
 constexpr std::string_view kParameter = "<parameter=", kParameterEnd = "</parameter>";
 
-std::string call_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("call_{:016x}{:08x}", rng(), static_cast<uint32_t>(rng()));
-}
-
 std::string lower(std::string_view s) {
   std::string r(s);
   for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -158,6 +153,11 @@ bool hermes_call(std::string_view body, std::vector<ToolCall>& out) {
 }
 
 }  // namespace
+
+std::string call_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("call_{:016x}{:08x}", rng(), static_cast<uint32_t>(rng()));
+}
 
 ToolCallFormat parse_tool_call_format(std::string_view name) {
   if (name == "qwen3_coder") return ToolCallFormat::kQwen3Coder;

@@ -37,6 +37,9 @@ struct ParsedToolCalls {
   std::vector<ToolCall> calls;         // empty: no calls (content is then the whole text)
 };
 
+// A new call id: call_<24 hex digits>.
+std::string call_id();
+
 // Splits a whole generated text. `tools`: the request's tools array (for parameter types).
 ParsedToolCalls parse_tool_calls(std::string_view text, ToolCallFormat format, const Json& tools);
 

@@ -145,7 +145,7 @@ class JsonSchemaCompiler {
     }
     for (const auto& [key, value] : s.items()) {
       if (unsupported_keywords().count(key) != 0) {
-        fail(path, "'" + key + "' is not supported in response_format json_schema");
+        fail(path, "'" + key + "' is not supported (structured output cannot enforce it)");
       }
     }
     const auto only_annotations_beside = [&](const char* keyword) {

@@ -401,6 +401,54 @@ def test_json_schema_answers_parse_into_the_model_and_are_the_same_under_mtp(cli
     assert json.loads(r.choices[0].text) in ("yes", "no")
 
 
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+               "type": "object", "properties": {"unit": {"enum": ["c", "f"]},
+                                                "metric": {"type": "boolean"}},
+               "required": ["unit", "metric"]}}},
+           {"type": "function", "function": {"name": "now"}}]
+
+
+def test_forced_tool_choice_answers_are_calls_and_the_same_under_mtp(client, mtp_client):
+    # tool_choice "required" or a named function, without --tool-call-parser (as vLLM, by
+    # structured output): the answer is tool calls that fit the tools' schemas, content null; the
+    # same calls with MTP and streamed.
+    ask = [{"role": "user", "content": CHAT[0]}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+
+    # (one call: a small model may go on adding calls to an open array until max_tokens)
+    def calls_of(c, choice, **kw):
+        return c.chat.completions.create(model=MODEL, messages=ask, tools=WEATHER,
+                                         tool_choice=choice, temperature=0, max_tokens=200,
+                                         parallel_tool_calls=False, **kw)
+
+    for choice, finish in ((named, "stop"), ("required", "tool_calls")):
+        r = calls_of(client, choice).choices[0]
+        assert r.finish_reason == finish, r
+        assert r.message.content is None, r
+        got = [(t.function.name, json.loads(t.function.arguments)) for t in r.message.tool_calls]
+        assert got and all(name in ("get_weather", "now") for name, _ in got), got
+        for name, args in got:
+            if name == "get_weather":
+                assert args["unit"] in ("c", "f") and isinstance(args["metric"], bool), args
+            else:
+                assert args == {}, args
+        assert len(got) == 1
+        if choice is named:
+            assert [name for name, _ in got] == ["get_weather"]
+        spec = calls_of(mtp_client, choice).choices[0]
+        assert [(t.function.name, t.function.arguments) for t in spec.message.tool_calls] == \
+            [(t.function.name, t.function.arguments) for t in r.message.tool_calls]
+        chunks = [c for c in calls_of(client, choice, stream=True) if c.choices]
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == ""
+        streamed = [(t.function.name, t.function.arguments) for c in chunks
+                    for t in (c.choices[0].delta.tool_calls or [])]
+        assert streamed == [(t.function.name, t.function.arguments) for t in r.message.tool_calls]
+        assert chunks[-1].choices[0].finish_reason == finish
+    with pytest.raises(openai.BadRequestError) as e:
+        calls_of(client, {"type": "function", "function": {"name": "later"}})
+    assert e.value.param == "tool_choice"
+
+
 def test_json_schema_the_server_cannot_enforce_is_refused_naming_it(client):
     with pytest.raises(openai.BadRequestError) as e:
         chat(client, CHAT[1], response_format={"type": "json_schema", "json_schema": {

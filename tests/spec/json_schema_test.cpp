@@ -172,11 +172,12 @@ std::string compile_error(const Json& s) {
 }
 
 TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
-  EXPECT_EQ(compile_error(Json::parse(R"({"type": "object", "properties": {"a": {"type":
+  EXPECT_EQ(
+      compile_error(Json::parse(R"({"type": "object", "properties": {"a": {"type":
             "integer", "minimum": 0}}})")),
-            "at '#/properties/a': 'minimum' is not supported in response_format json_schema");
+      "at '#/properties/a': 'minimum' is not supported (structured output cannot enforce it)");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "^a"})")),
-            "at '#': 'pattern' is not supported in response_format json_schema");
+            "at '#': 'pattern' is not supported (structured output cannot enforce it)");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "strin"})")), "at '#': unknown type \"strin\"");
   EXPECT_EQ(compile_error(Json::parse(R"({"$ref": "#/$defs/Missing"})")),
             "at '#': '$ref' #/$defs/Missing does not resolve");
