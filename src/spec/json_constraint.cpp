@@ -358,6 +358,9 @@ void JsonConstraint::apply(float* row, int64_t vocab, std::span<const int32_t> p
     first[c] = a.thinking || b.advance(static_cast<unsigned char>(c));
     after_space[c] = a.thinking || (space_ok && d.advance(static_cast<unsigned char>(c)));
   }
+  std::vector<float> stop_logits;  // as they were, for a row that would allow nothing
+  for (int32_t t : stop_ids_) stop_logits.push_back(t >= 0 && t < vocab ? row[t] : 0.f);
+  int64_t allowed = 0;
   for (int64_t v = 0; v < vocab; ++v) {
     const auto t = static_cast<int32_t>(v);
     const std::string* text =
@@ -380,7 +383,18 @@ void JsonConstraint::apply(float* row, int64_t vocab, std::span<const int32_t> p
       Cursor b = a;
       ok = take(b, t);
     }
-    if (!ok) row[v] = -std::numeric_limits<float>::infinity();
+    if (!ok) {
+      row[v] = -std::numeric_limits<float>::infinity();
+    } else {
+      ++allowed;
+    }
+  }
+  // A schema no text can complete from here (recursion without end, nesting beyond kMaxDepth):
+  // the stop tokens end the answer rather than a row of nothing but -inf.
+  if (allowed == 0) {
+    for (size_t i = 0; i < stop_ids_.size(); ++i) {
+      if (stop_ids_[i] >= 0 && stop_ids_[i] < vocab) row[stop_ids_[i]] = stop_logits[i];
+    }
   }
 }
 

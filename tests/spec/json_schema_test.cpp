@@ -518,6 +518,16 @@ TEST(JsonSchema, MaskFollowsTheSchema) {
   EXPECT_TRUE(n.complete());
 }
 
+// A schema no text completes (a union that only refers to itself): the row keeps the stop
+// tokens rather than nothing at all.
+TEST(JsonSchema, ARowWithNothingAllowedKeepsTheStopTokens) {
+  auto bytes = std::make_shared<const std::vector<std::string>>(
+      std::vector<std::string>{"{", "}", "1", "", "[", "\"a\""});
+  const auto endless = JsonSchema::compile(Json::parse(R"({"anyOf": [{"$ref": "#"}]})"));
+  JsonConstraint c(bytes, {3}, false, endless);
+  EXPECT_EQ(allowed_ids(c, 6, {}), (std::vector<int>{3}));
+}
+
 // The mask's shortcuts with a schema (plain text within a string's remaining length, the first
 // byte, the byte after a leading space) refuse exactly what walking every token's bytes refuses,
 // on the shipped vocabulary, from states of every kind.
