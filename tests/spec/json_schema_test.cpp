@@ -480,6 +480,116 @@ TEST(JsonSchema, RandomWalksNeverReachADeadEnd) {
               finished);
 }
 
+// A random schema of the supported keywords (no recursion), depth-limited.
+Json random_schema(std::mt19937& rng, int depth) {
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  static const char* kScalars[] = {"string", "integer", "number", "boolean", "null"};
+  switch (pick(depth >= 2 ? 4 : 7)) {
+    case 0:
+      return {{"type", kScalars[pick(5)]}};
+    case 1: {
+      Json e = Json::array();
+      for (int i = 0, n = 1 + pick(4); i < n; ++i) {
+        const int k = pick(4);
+        e.push_back(k == 0   ? Json(std::string(1 + pick(3), static_cast<char>('a' + pick(3))))
+                    : k == 1 ? Json(pick(30) - 10)
+                    : k == 2 ? Json(pick(2) == 0)
+                             : Json(nullptr));
+      }
+      return {{"enum", e}};
+    }
+    case 2: {
+      Json t = {{"type", "string"}};
+      const int lo = pick(3);
+      if (pick(2)) t["minLength"] = lo;
+      if (pick(2)) t["maxLength"] = lo + pick(4);
+      return t;
+    }
+    case 3:
+      return {{"type", Json::array({kScalars[pick(5)], kScalars[pick(5)]})}};
+    case 4: {
+      Json props = Json::object(), required = Json::array();
+      for (int i = 0, n = pick(4); i < n; ++i) {
+        const std::string name = std::string(1, static_cast<char>('p' + i)) + (pick(2) ? "x" : "");
+        props[name] = random_schema(rng, depth + 1);
+        if (pick(2)) required.push_back(name);
+      }
+      Json o = {{"type", "object"}, {"properties", props}, {"required", required}};
+      if (pick(3) == 0) o["additionalProperties"] = pick(2) ? Json(true) : random_schema(rng, 2);
+      return o;
+    }
+    case 5: {
+      Json a = {{"type", "array"}, {"items", random_schema(rng, depth + 1)}};
+      const int lo = pick(3);
+      if (pick(2)) a["minItems"] = lo;
+      if (pick(2)) a["maxItems"] = lo + pick(3);
+      return a;
+    }
+    default: {
+      Json any = Json::array();
+      for (int i = 0, n = 2 + pick(2); i < n; ++i) any.push_back(random_schema(rng, depth + 1));
+      return {{"anyOf", any}};
+    }
+  }
+}
+
+// Random schemas: every state a random walk reaches takes a next byte (or may end), and every
+// finished walk is a text the validator accepts.
+TEST(JsonSchema, RandomSchemasHaveNoDeadEnds) {
+  std::mt19937 rng(31);
+  const std::string closers = "\"}]0 ";
+  int schemas = 0, finished = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const Json sj = random_schema(rng, 0);
+    std::shared_ptr<const JsonSchema> schema;
+    try {
+      schema = JsonSchema::compile(sj);
+    } catch (const JsonSchemaError&) {
+      continue;  // (an unsatisfiable draw)
+    }
+    ++schemas;
+    JsonAutomaton a(schema.get(), 0);
+    std::string text;
+    for (int step = 0; step < 300 && !a.complete(); ++step) {
+      std::vector<unsigned char> next;
+      for (int c = 0; c < 256; ++c) {
+        JsonAutomaton b = a;
+        if (c != 'e' && c != 'E' && b.feed(static_cast<unsigned char>(c))) {
+          next.push_back(static_cast<unsigned char>(c));
+        }
+      }
+      if (next.empty()) {  // 'e' may be the only way on (true, false, an enum's string)
+        for (unsigned char c : {'e', 'E'}) {
+          JsonAutomaton b = a;
+          if (b.feed(c)) next.push_back(c);
+        }
+      }
+      ASSERT_TRUE(!next.empty() || a.can_end()) << sj.dump() << "\ndead end after: " << text;
+      if (a.can_end() && (next.empty() || rng() % 6 == 0)) break;
+      unsigned char c = next[rng() % next.size()];
+      if (step > 30 && rng() % 2 == 0) {
+        for (unsigned char k : closers) {
+          if (std::find(next.begin(), next.end(), k) != next.end()) {
+            c = k;
+            break;
+          }
+        }
+      }
+      ASSERT_TRUE(a.feed(c));
+      text += static_cast<char>(c);
+    }
+    if (!a.can_end()) continue;
+    ++finished;
+    const Json parsed = Json::parse(text, nullptr, false);
+    ASSERT_FALSE(parsed.is_discarded()) << sj.dump() << "\n" << text;
+    EXPECT_TRUE(valid(sj, sj, parsed)) << sj.dump() << "\n" << text;
+  }
+  EXPECT_GT(schemas, 200);
+  EXPECT_GT(finished, schemas / 2);
+  std::printf("[json schema] %d random schemas, %d walks finished as valid values, none stuck\n",
+              schemas, finished);
+}
+
 std::vector<int> allowed_ids(const JsonConstraint& c, int vocab, std::span<const int32_t> pending) {
   std::vector<float> row(static_cast<size_t>(vocab), 0.f);
   c.apply(row.data(), vocab, pending);
