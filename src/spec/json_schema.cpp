@@ -80,21 +80,14 @@ uint8_t type_bit(const std::string& name) {
   return 0;
 }
 
-// The type a compact JSON text starts (enum and const members are scalars).
+// The types a compact JSON text has (enum and const members are scalars): a number without
+// fraction or exponent is an integer too.
 uint8_t literal_type(const std::string& text) {
-  switch (text[0]) {
-    case '"':
-      return JsonSchema::kString;
-    case 't':
-    case 'f':
-      return JsonSchema::kBoolean;
-    case 'n':
-      return JsonSchema::kNull;
-    default:
-      return text.find_first_of(".eE") == std::string::npos
-                 ? static_cast<uint8_t>(JsonSchema::kInteger | JsonSchema::kNumber)
-                 : static_cast<uint8_t>(JsonSchema::kNumber);
-  }
+  const uint8_t t = JsonSchema::type_of_start(static_cast<unsigned char>(text[0]));
+  if (t != JsonSchema::kInteger) return t;
+  return text.find_first_of(".eE") == std::string::npos
+             ? static_cast<uint8_t>(JsonSchema::kInteger | JsonSchema::kNumber)
+             : static_cast<uint8_t>(JsonSchema::kNumber);
 }
 
 // A property name the model writes as it is (no escape needed).
@@ -357,6 +350,24 @@ class JsonSchemaCompiler {
   JsonSchema out_;
   std::map<const Json*, int32_t> memo_;
 };
+
+uint8_t JsonSchema::type_of_start(unsigned char c) {
+  switch (c) {
+    case '{':
+      return kObject;
+    case '[':
+      return kArray;
+    case '"':
+      return kString;
+    case 't':
+    case 'f':
+      return kBoolean;
+    case 'n':
+      return kNull;
+    default:
+      return kInteger;  // '-' or a digit
+  }
+}
 
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const Json& schema) {
   return JsonSchemaCompiler(schema).run();

@@ -73,6 +73,9 @@ class JsonSchema {
   // Any JSON value (node 0 of every schema).
   static constexpr int32_t kAny = 0;
 
+  // The type of a JSON value that starts with byte c (kInteger for a number: '-' or a digit).
+  static uint8_t type_of_start(unsigned char c);
+
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
   size_t size() const { return nodes_.size(); }

@@ -39,24 +39,6 @@ bool another_key_possible(const JsonSchema::Node& n, uint64_t seen) {
   return n.additional >= 0 || unseen_in(seen, 0, static_cast<int32_t>(n.names.size()));
 }
 
-uint8_t kind_of(unsigned char c) {
-  switch (c) {
-    case '{':
-      return JsonSchema::kObject;
-    case '[':
-      return JsonSchema::kArray;
-    case '"':
-      return JsonSchema::kString;
-    case 't':
-    case 'f':
-      return JsonSchema::kBoolean;
-    case 'n':
-      return JsonSchema::kNull;
-    default:
-      return JsonSchema::kInteger;  // '-' or a digit
-  }
-}
-
 }  // namespace
 
 SchemaCursor::SchemaCursor(const JsonSchema* schema) : schema_(schema) {
@@ -80,7 +62,7 @@ void SchemaCursor::dedupe() {
 
 bool SchemaCursor::begin(unsigned char c) {
   if (schema_ == nullptr) return true;
-  const uint8_t kind = kind_of(c);
+  const uint8_t kind = JsonSchema::type_of_start(c);
   std::vector<Config> next;
   for (Config& cfg : configs_) {
     int32_t expected = schema_->root();

@@ -8,27 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "batch_support.h"
-#include "spec/mtp_drafter.h"
-#include "test_support.h"
-#include "tokenizer/tokenizer.h"
+#include "spec/json_test_support.h"
 
 namespace tandem {
 namespace {
 
 using namespace testing;
-
-// Feeds text; the index of the first refused byte, or -1.
-int64_t refused_at(JsonAutomaton& a, const std::string& text) {
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (!a.feed(static_cast<unsigned char>(text[i]))) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
 
 TEST(JsonAutomaton, AcceptsObjectsAndRefusesAtTheFirstWrongByte) {
   for (const std::string ok :
@@ -204,41 +192,12 @@ TEST(JsonConstraint, AfterThinkTheObjectFollowsTheCloseTag) {
   EXPECT_EQ(allowed({}), (std::vector<int>{7}));
 }
 
-// The mask's shortcuts (plain text inside strings, the first byte, the byte after a leading
-// space) refuse exactly what walking every token's bytes refuses, on the shipped vocabulary, from
-// states of every kind (the prefixes as pending tokens).
+// The mask's shortcuts refuse exactly what walking every token's bytes refuses, on the shipped
+// vocabulary, from states of every kind (json_test_support.h).
 TEST(JsonConstraint, ShortcutsMaskExactlyWhatAWalkWould) {
-  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(fixture_dir(kTrainedModel));
-  auto bytes = std::make_shared<std::vector<std::string>>();
-  for (int32_t t = 0; t < tokenizer.vocab_size(); ++t)
-    bytes->push_back(std::string(tokenizer.token_bytes(t, /*skip_special=*/true)));
-  const int32_t stop = 8189;
-  JsonConstraint c(bytes, {stop});
-  int compared = 0;
-  for (const std::string prefix : {"", "{", "{\"na", "{\"name\": \"Jo", "{\"a\": [1, 2, 3",
-                                   "{\"a\": {\"b\": tr", "{\"a\": -0.5e", "{\"a\": \"\\u00",
-                                   "{\"a\": 1 ", "{\"a\": {}, \"b\": [] }", "{\"a\":\n  "}) {
-    const std::vector<int32_t> pending = tokenizer.encode(prefix);
-    JsonAutomaton walked;
-    ASSERT_EQ(refused_at(walked, prefix), -1) << prefix;
-    std::vector<float> row(bytes->size(), 0.f);
-    c.apply(row.data(), static_cast<int64_t>(row.size()), pending);
-    for (size_t t = 0; t < bytes->size(); ++t) {
-      bool ok;
-      if (static_cast<int32_t>(t) == stop) {
-        ok = walked.complete();
-      } else if (walked.complete() || (*bytes)[t].empty()) {
-        ok = false;
-      } else {
-        JsonAutomaton b = walked;
-        ok = refused_at(b, (*bytes)[t]) == -1;
-      }
-      EXPECT_EQ(std::isinf(row[t]), !ok)
-          << "prefix '" << prefix << "' token " << t << " '" << (*bytes)[t] << "'";
-      ++compared;
-    }
-  }
-  EXPECT_EQ(compared, 11 * static_cast<int>(bytes->size()));
+  expect_mask_is_the_walk(nullptr, {"", "{", "{\"na", "{\"name\": \"Jo", "{\"a\": [1, 2, 3",
+                                    "{\"a\": {\"b\": tr", "{\"a\": -0.5e", "{\"a\": \"\\u00",
+                                    "{\"a\": 1 ", "{\"a\": {}, \"b\": [] }", "{\"a\":\n  "});
 }
 
 // The shipped model in JSON mode: every output is a JSON prefix (the whole text, byte by byte)
@@ -247,50 +206,16 @@ TEST(JsonConstraint, ShortcutsMaskExactlyWhatAWalkWould) {
 TEST(JsonConstraint, ShippedModelOutputsAreJsonAlsoUnderSpeculation) {
   auto model = load_fixture(kTrainedModel, 256);
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(fixture_dir(kTrainedModel));
-  auto bytes = std::make_shared<std::vector<std::string>>();
-  for (int32_t t = 0; t < model->config().vocab_size; ++t)
-    bytes->push_back(std::string(tokenizer.token_bytes(t, /*skip_special=*/true)));
+  const auto bytes = token_texts(tokenizer, model->config().vocab_size);
   const std::vector<int32_t> stops = model->config().eos_token_ids;
-  std::vector<Request> reqs;
-  for (int i = 0; i < 6; ++i) {
-    Request r;
-    r.prompt = tokenizer.encode(i % 2 ? "Return a JSON object describing the ls command."
-                                      : "The options of tar, as JSON:");
-    r.max_tokens = 40 + 8 * i;
-    r.stop_ids = stops;
-    r.json_object = i < 4;  // two plain requests share the batch
-    if (i == 3) r.sampling = {.temperature = 0.8f, .seed = 5};
-    reqs.push_back(r);
-  }
-  const auto run = [&](int k, int64_t max_seqs, const std::vector<Request>& rs) {
-    BatchEngineOptions o = batch_options(k, ControlMode::kFixed, max_seqs);
-    o.token_bytes = bytes;
-    BatchEngine engine(*model, k > 0 ? std::make_unique<MtpDrafter>(*model) : nullptr, o);
-    std::map<RequestId, size_t> index;
-    for (size_t i = 0; i < rs.size(); ++i) index[engine.add(rs[i])] = i;
-    std::vector<std::vector<int32_t>> out(rs.size());
-    while (!engine.idle()) {
-      for (RequestOutput& o2 : engine.step()) {
-        auto& t = out[index.at(o2.id)];
-        t.insert(t.end(), o2.new_tokens.begin(), o2.new_tokens.end());
-      }
-    }
-    return out;
-  };
-  std::vector<std::vector<int32_t>> solo;
-  for (const Request& r : reqs) solo.push_back(run(0, 1, {r})[0]);
+  std::vector<Request> reqs = json_prompt_requests(tokenizer, stops, 40);
+  for (int i = 0; i < 4; ++i) reqs[static_cast<size_t>(i)].json_object = true;  // 2 plain ones
+  const std::vector<std::vector<int32_t>> solo = expect_batched_is_solo(*model, bytes, reqs);
   int objects = 0;
   for (int i = 0; i < 4; ++i) {
     JsonAutomaton a;
-    std::string text;
     bool stopped = false;
-    for (int32_t t : solo[i]) {
-      if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
-        stopped = true;
-        break;
-      }
-      text += (*bytes)[t];
-    }
+    const std::string text = text_until_stop(solo[i], *bytes, stops, stopped);
     EXPECT_EQ(refused_at(a, text), -1) << text;
     if (stopped) {
       EXPECT_TRUE(a.complete()) << text;
@@ -300,10 +225,6 @@ TEST(JsonConstraint, ShippedModelOutputsAreJsonAlsoUnderSpeculation) {
     std::printf("[json mode] request %d (%s): %zu tokens, %s: %s\n", i,
                 reqs[i].sampling.greedy() ? "greedy" : "sampled", solo[i].size(),
                 stopped ? "a whole object" : "cut at max_tokens", text.c_str());
-  }
-  for (int k : {0, 1, 3}) {
-    const std::vector<std::vector<int32_t>> got = run(k, 6, reqs);
-    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], solo[i]) << "k=" << k << " " << i;
   }
   std::printf("[json mode] %d of 4 outputs closed their object before max_tokens\n", objects);
 }

@@ -9,15 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "batch_support.h"
-#include "spec/json_constraint.h"
-#include "spec/mtp_drafter.h"
-#include "test_support.h"
-#include "tokenizer/tokenizer.h"
+#include "spec/json_test_support.h"
 
 namespace tandem {
 namespace {
@@ -118,13 +113,6 @@ bool valid(const Json& root, const Json& schema, const Json& v) {
 }
 
 // ---- texts through the automaton ----
-
-int64_t refused_at(JsonAutomaton& a, const std::string& text) {
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (!a.feed(static_cast<unsigned char>(text[i]))) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
 
 // Blank space outside strings as the schema mode allows it: each run one space, or a newline and
 // at most kMaxIndent spaces or tabs.
@@ -429,45 +417,54 @@ TEST(JsonSchema, AgreesWithAValidatorOnRandomTexts) {
               agreed == trials ? "yes" : "no");
 }
 
-// Random walks over bytes, biased toward closing what is open: at every state some byte is
-// taken (or the value can end), and a finished walk is a text the validator accepts.
+// A random walk over bytes from the schema's start, biased toward closing what is open (and
+// away from exponents: a random one overflows a double, which nlohmann refuses). It fails the
+// test at a state that takes no byte and cannot end (a dead end); the text, once it may end (or
+// at the step limit), and whether it may end there.
+bool random_walk(const JsonSchema& schema, std::mt19937& rng, const std::string& what,
+                 std::string& text) {
+  static const std::string closers = "\"}]0 ";
+  JsonAutomaton a(&schema, 0);
+  text.clear();
+  for (int step = 0; step < 400 && !a.complete(); ++step) {
+    std::vector<unsigned char> next;
+    for (int c = 0; c < 256; ++c) {
+      JsonAutomaton b = a;
+      if (b.feed(static_cast<unsigned char>(c))) next.push_back(static_cast<unsigned char>(c));
+    }
+    EXPECT_TRUE(!next.empty() || a.can_end()) << what << "\ndead end after: " << text;
+    if (next.empty() || (a.can_end() && rng() % 8 == 0)) break;
+    std::vector<unsigned char> pick;
+    for (unsigned char k : next) {
+      if (k != 'e' && k != 'E') pick.push_back(k);
+    }
+    if (pick.empty()) pick = next;
+    unsigned char c = pick[rng() % pick.size()];
+    if (step > 40 && rng() % 2 == 0) {  // a closer when one is allowed
+      for (unsigned char k : closers) {
+        if (std::find(next.begin(), next.end(), k) != next.end()) {
+          c = k;
+          break;
+        }
+      }
+    }
+    EXPECT_TRUE(a.feed(c));
+    text += static_cast<char>(c);
+  }
+  return a.can_end();
+}
+
+// Random walks: at every state some byte is taken (or the value can end), and a finished walk
+// is a text the validator accepts.
 TEST(JsonSchema, RandomWalksNeverReachADeadEnd) {
   std::mt19937 rng(29);
-  const std::string closers = "\"}]0 ";
   int finished = 0, walks = 0;
   for (const char* source : kSchemas) {
     const Json sj = Json::parse(source);
     const auto schema = JsonSchema::compile(sj);
     for (int w = 0; w < 60; ++w, ++walks) {
-      JsonAutomaton a(schema.get(), 0);
       std::string text;
-      for (int step = 0; step < 400 && !a.complete(); ++step) {
-        std::vector<unsigned char> next;
-        for (int c = 0; c < 256; ++c) {
-          JsonAutomaton b = a;
-          if (b.feed(static_cast<unsigned char>(c))) next.push_back(static_cast<unsigned char>(c));
-        }
-        ASSERT_TRUE(!next.empty() || a.can_end()) << source << "\ndead end after: " << text;
-        if (a.can_end() && (next.empty() || rng() % 8 == 0)) break;
-        // (no exponents by choice: a random one overflows a double, which nlohmann refuses)
-        std::vector<unsigned char> pick;
-        for (unsigned char k : next) {
-          if (k != 'e' && k != 'E') pick.push_back(k);
-        }
-        if (pick.empty()) pick = next;
-        unsigned char c = pick[rng() % pick.size()];
-        if (step > 40 && rng() % 2 == 0) {  // prefer a closer when one is allowed
-          for (unsigned char k : closers) {
-            if (std::find(next.begin(), next.end(), k) != next.end()) {
-              c = k;
-              break;
-            }
-          }
-        }
-        ASSERT_TRUE(a.feed(c));
-        text += static_cast<char>(c);
-      }
-      if (!a.can_end()) continue;
+      if (!random_walk(*schema, rng, source, text)) continue;
       ++finished;
       const Json parsed = Json::parse(text, nullptr, false);
       ASSERT_FALSE(parsed.is_discarded()) << text;
@@ -537,7 +534,6 @@ Json random_schema(std::mt19937& rng, int depth) {
 // finished walk is a text the validator accepts.
 TEST(JsonSchema, RandomSchemasHaveNoDeadEnds) {
   std::mt19937 rng(31);
-  const std::string closers = "\"}]0 ";
   int schemas = 0, finished = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const Json sj = random_schema(rng, 0);
@@ -548,37 +544,8 @@ TEST(JsonSchema, RandomSchemasHaveNoDeadEnds) {
       continue;  // (an unsatisfiable draw)
     }
     ++schemas;
-    JsonAutomaton a(schema.get(), 0);
     std::string text;
-    for (int step = 0; step < 300 && !a.complete(); ++step) {
-      std::vector<unsigned char> next;
-      for (int c = 0; c < 256; ++c) {
-        JsonAutomaton b = a;
-        if (c != 'e' && c != 'E' && b.feed(static_cast<unsigned char>(c))) {
-          next.push_back(static_cast<unsigned char>(c));
-        }
-      }
-      if (next.empty()) {  // 'e' may be the only way on (true, false, an enum's string)
-        for (unsigned char c : {'e', 'E'}) {
-          JsonAutomaton b = a;
-          if (b.feed(c)) next.push_back(c);
-        }
-      }
-      ASSERT_TRUE(!next.empty() || a.can_end()) << sj.dump() << "\ndead end after: " << text;
-      if (a.can_end() && (next.empty() || rng() % 6 == 0)) break;
-      unsigned char c = next[rng() % next.size()];
-      if (step > 30 && rng() % 2 == 0) {
-        for (unsigned char k : closers) {
-          if (std::find(next.begin(), next.end(), k) != next.end()) {
-            c = k;
-            break;
-          }
-        }
-      }
-      ASSERT_TRUE(a.feed(c));
-      text += static_cast<char>(c);
-    }
-    if (!a.can_end()) continue;
+    if (!random_walk(*schema, rng, sj.dump(), text)) continue;
     ++finished;
     const Json parsed = Json::parse(text, nullptr, false);
     ASSERT_FALSE(parsed.is_discarded()) << sj.dump() << "\n" << text;
@@ -642,43 +609,14 @@ TEST(JsonSchema, ARowWithNothingAllowedKeepsTheStopTokens) {
 // byte, the byte after a leading space) refuse exactly what walking every token's bytes refuses,
 // on the shipped vocabulary, from states of every kind.
 TEST(JsonSchema, ShortcutsMaskExactlyWhatAWalkWould) {
-  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(fixture_dir(kTrainedModel));
-  auto bytes = std::make_shared<std::vector<std::string>>();
-  for (int32_t t = 0; t < tokenizer.vocab_size(); ++t)
-    bytes->push_back(std::string(tokenizer.token_bytes(t, /*skip_special=*/true)));
-  const int32_t stop = 8189;
   const auto schema = JsonSchema::compile(Json::parse(R"({"type": "object", "properties": {
       "name": {"type": "string", "maxLength": 6}, "level": {"enum": ["low", "high"]},
       "tags": {"type": "array", "items": {"type": "string"}}, "n": {"type": ["integer", "null"]},
       "extra": {"type": "object"}}, "required": ["name"]})"));
-  JsonConstraint c(bytes, {stop}, false, schema);
-  int compared = 0, prefixes = 0;
-  for (const std::string prefix :
-       {"", "{", "{\"na", "{\"name\": \"Jo", "{\"name\": \"Jo\u00e9", "{\"name\": \"",
-        "{\"name\": \"Jo\", \"level\": \"hi", "{\"tags\": [\"a b", "{\"n\": 1", "{\"extra\": {\"fr",
-        "{\"name\": \"a\"}", "{\"name\":\n  "}) {
-    ++prefixes;
-    const std::vector<int32_t> pending = tokenizer.encode(prefix);
-    JsonAutomaton walked(schema.get(), 0);
-    ASSERT_EQ(refused_at(walked, prefix), -1) << prefix;
-    std::vector<float> row(bytes->size(), 0.f);
-    c.apply(row.data(), static_cast<int64_t>(row.size()), pending);
-    for (size_t t = 0; t < bytes->size(); ++t) {
-      bool ok;
-      if (static_cast<int32_t>(t) == stop) {
-        ok = walked.can_end();
-      } else if (walked.complete() || (*bytes)[t].empty()) {
-        ok = false;
-      } else {
-        JsonAutomaton b = walked;
-        ok = refused_at(b, (*bytes)[t]) == -1;
-      }
-      EXPECT_EQ(std::isinf(row[t]), !ok)
-          << "prefix '" << prefix << "' token " << t << " '" << (*bytes)[t] << "'";
-      ++compared;
-    }
-  }
-  EXPECT_EQ(compared, prefixes * static_cast<int>(bytes->size()));
+  expect_mask_is_the_walk(
+      schema, {"", "{", "{\"na", "{\"name\": \"Jo", "{\"name\": \"Jo\u00e9", "{\"name\": \"",
+               "{\"name\": \"Jo\", \"level\": \"hi", "{\"tags\": [\"a b", "{\"n\": 1",
+               "{\"extra\": {\"fr", "{\"name\": \"a\"}", "{\"name\":\n  "});
 }
 
 // The shipped model with a schema: each output, when a stop token ended it, is a value the
@@ -687,9 +625,7 @@ TEST(JsonSchema, ShortcutsMaskExactlyWhatAWalkWould) {
 TEST(JsonSchema, ShippedModelOutputsFollowTheSchemaAlsoUnderSpeculation) {
   auto model = load_fixture(kTrainedModel, 256);
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(fixture_dir(kTrainedModel));
-  auto bytes = std::make_shared<std::vector<std::string>>();
-  for (int32_t t = 0; t < model->config().vocab_size; ++t)
-    bytes->push_back(std::string(tokenizer.token_bytes(t, /*skip_special=*/true)));
+  const auto bytes = token_texts(tokenizer, model->config().vocab_size);
   const std::vector<int32_t> stops = model->config().eos_token_ids;
   const Json cmd = Json::parse(R"({"type": "object", "properties": {
       "command": {"type": "string", "maxLength": 12}, "flags": {"type": "array", "items":
@@ -698,48 +634,18 @@ TEST(JsonSchema, ShippedModelOutputsFollowTheSchemaAlsoUnderSpeculation) {
   const Json level = Json::parse(R"({"enum": ["low", "medium", "high"]})");
   std::vector<std::pair<Json, std::shared_ptr<const JsonSchema>>> schemas = {
       {cmd, JsonSchema::compile(cmd)}, {level, JsonSchema::compile(level)}};
-  std::vector<Request> reqs;
-  for (int i = 0; i < 6; ++i) {
-    Request r;
-    r.prompt = tokenizer.encode(i % 2 ? "Return a JSON object describing the ls command."
-                                      : "The options of tar, as JSON:");
-    r.max_tokens = 48 + 8 * i;
-    r.stop_ids = stops;
-    r.json_object = i < 5;  // one plain request shares the batch; request 4 is JSON mode
-    if (i < 4) r.json_schema = schemas[i == 1 ? 1 : 0].second;
-    if (i == 3) r.sampling = {.temperature = 0.8f, .seed = 5};
-    reqs.push_back(r);
+  std::vector<Request> reqs = json_prompt_requests(tokenizer, stops, 48);
+  for (size_t i = 0; i < 5; ++i) {  // one plain request shares the batch; request 4 is JSON mode
+    reqs[i].json_object = true;
+    if (i < 4) reqs[i].json_schema = schemas[i == 1 ? 1 : 0].second;
   }
-  const auto run = [&](int k, int64_t max_seqs, const std::vector<Request>& rs) {
-    BatchEngineOptions o = batch_options(k, ControlMode::kFixed, max_seqs);
-    o.token_bytes = bytes;
-    BatchEngine engine(*model, k > 0 ? std::make_unique<MtpDrafter>(*model) : nullptr, o);
-    std::map<RequestId, size_t> index;
-    for (size_t i = 0; i < rs.size(); ++i) index[engine.add(rs[i])] = i;
-    std::vector<std::vector<int32_t>> out(rs.size());
-    while (!engine.idle()) {
-      for (RequestOutput& o2 : engine.step()) {
-        auto& t = out[index.at(o2.id)];
-        t.insert(t.end(), o2.new_tokens.begin(), o2.new_tokens.end());
-      }
-    }
-    return out;
-  };
-  std::vector<std::vector<int32_t>> solo;
-  for (const Request& r : reqs) solo.push_back(run(0, 1, {r})[0]);
+  const std::vector<std::vector<int32_t>> solo = expect_batched_is_solo(*model, bytes, reqs);
   int values = 0;
   for (int i = 0; i < 4; ++i) {
     const Json& sj = i == 1 ? level : cmd;
     JsonAutomaton a(reqs[static_cast<size_t>(i)].json_schema.get(), 0);
-    std::string text;
     bool stopped = false;
-    for (int32_t t : solo[static_cast<size_t>(i)]) {
-      if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
-        stopped = true;
-        break;
-      }
-      text += (*bytes)[static_cast<size_t>(t)];
-    }
+    const std::string text = text_until_stop(solo[static_cast<size_t>(i)], *bytes, stops, stopped);
     EXPECT_EQ(refused_at(a, text), -1) << text;
     if (i == 1) {
       EXPECT_TRUE(stopped) << text;  // an enum's value closes within a few tokens
@@ -753,10 +659,6 @@ TEST(JsonSchema, ShippedModelOutputsFollowTheSchemaAlsoUnderSpeculation) {
                 reqs[static_cast<size_t>(i)].sampling.greedy() ? "greedy" : "sampled",
                 solo[static_cast<size_t>(i)].size(),
                 stopped ? "a whole value" : "cut at max_tokens", text.c_str());
-  }
-  for (int k : {0, 1, 3}) {
-    const std::vector<std::vector<int32_t>> got = run(k, 6, reqs);
-    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], solo[i]) << "k=" << k << " " << i;
   }
   std::printf("[json schema] %d of 4 outputs closed their value before max_tokens\n", values);
 }
