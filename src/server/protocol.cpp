@@ -343,6 +343,53 @@ std::shared_ptr<const JsonSchema> parse_json_schema(const Json& rf) {
   }
 }
 
+// vLLM's extra fields for the same constraints: structured_outputs {"json": schema (an object or
+// a JSON string), "json_object": true} and the older guided_json; the kinds this server does not
+// enforce (regex, choice, grammar, structural_tag and their guided_* forms) are a 400 naming them,
+// not an answer without their effect. Combined with a JSON response_format: a 400.
+void parse_vllm_structured_outputs(const Json& body, GenerationRequest& r) {
+  const auto take_schema = [&](const Json& v, const std::string& param) {
+    if (r.json_object) {
+      throw bad_request(param, "'" + param + "' cannot be combined with a JSON 'response_format'");
+    }
+    Json schema = v;
+    if (v.is_string()) {
+      schema = Json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (schema.is_discarded()) throw bad_request(param, "'" + param + "' is not valid JSON");
+    }
+    try {
+      r.json_schema = JsonSchema::compile(schema);
+    } catch (const JsonSchemaError& e) {
+      throw bad_request(param, "'" + param + "' " + e.what());
+    }
+    r.json_object = true;
+  };
+  for (const char* unsupported : {"guided_regex", "guided_choice", "guided_grammar"}) {
+    if (find(body, unsupported)) {
+      throw bad_request(unsupported, std::string("'") + unsupported +
+                                         "' is not supported (JSON schemas are: guided_json)");
+    }
+  }
+  if (const Json* g = find(body, "guided_json")) take_schema(*g, "guided_json");
+  if (const Json* so = find(body, "structured_outputs")) {
+    if (!so->is_object()) wrong_type("structured_outputs", "an object", *so);
+    for (const auto& [key, value] : so->items()) {
+      if (value.is_null() || (value.is_boolean() && !value.get<bool>())) continue;
+      const std::string param = "structured_outputs." + key;
+      if (key == "json") {
+        take_schema(value, param);
+      } else if (key == "json_object") {
+        if (r.json_object) throw bad_request(param, "'" + param + "' given twice");
+        r.json_object = true;
+      } else if (key == "regex" || key == "choice" || key == "grammar" || key == "structural_tag") {
+        throw bad_request(param, "'" + param +
+                                     "' is not supported (JSON schemas are: "
+                                     "structured_outputs.json)");
+      }
+    }
+  }
+}
+
 uint64_t random_seed() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return rng();
@@ -490,6 +537,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     r.json_object = t != "text";
     if (t == "json_schema") r.json_schema = parse_json_schema(*rf);
   }
+  parse_vllm_structured_outputs(body, r);
   if (forced.mode != ToolForce::kNone) {  // the answer is the calls, by their schema
     if (r.json_object) {
       throw bad_request("tool_choice",

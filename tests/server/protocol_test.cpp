@@ -143,6 +143,18 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
            R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x",
            "schema": {"type": "string", "pattern": "a"}}}})",
        400, "response_format.json_schema.schema"},
+      {"guided_choice", C, "{" + m + R"(, "guided_choice": ["a", "b"]})", 400, "guided_choice"},
+      {"guided_json not json", C, "{" + m + R"(, "guided_json": "{nope"})", 400, "guided_json"},
+      {"guided_json beside response_format", C,
+       "{" + m + R"(, "guided_json": {}, "response_format": {"type": "json_object"}})", 400,
+       "guided_json"},
+      {"structured_outputs regex", C, "{" + m + R"(, "structured_outputs": {"regex": "a+"}})", 400,
+       "structured_outputs.regex"},
+      {"structured_outputs list", C, "{" + m + R"(, "structured_outputs": []})", 400,
+       "structured_outputs"},
+      {"structured_outputs json pattern", P,
+       "{" + p + R"(, "structured_outputs": {"json": {"type": "string", "pattern": "a"}}})", 400,
+       "structured_outputs.json"},
       {"response_format unknown type", C, "{" + m + R"(, "response_format": {"type": "json_obj"}})",
        400, "response_format"},
       {"response_format string", C, "{" + m + R"(, "response_format": "text"})", 400,
@@ -252,6 +264,18 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
       "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})");
   EXPECT_TRUE(schema.json_object);
   ASSERT_NE(schema.json_schema, nullptr);
+  // vLLM's forms of the same: guided_json (an object or a JSON string), structured_outputs.
+  for (const std::string extra :
+       {R"(, "guided_json": "{\"type\": \"integer\"}")", R"(, "guided_json": {"type": "integer"})",
+        R"(, "structured_outputs": {"json": {"type": "integer"}, "regex": null})"}) {
+    const GenerationRequest g = chat(extra);
+    EXPECT_TRUE(g.json_object) << extra;
+    ASSERT_NE(g.json_schema, nullptr) << extra;
+    EXPECT_EQ(g.json_schema->node(g.json_schema->root()).types, JsonSchema::kInteger) << extra;
+  }
+  const GenerationRequest jo = chat(R"(, "structured_outputs": {"json_object": true})");
+  EXPECT_TRUE(jo.json_object);
+  EXPECT_EQ(jo.json_schema, nullptr);
   EXPECT_EQ(schema.json_schema->node(schema.json_schema->root()).names,
             std::vector<std::string>{"a"});
   EXPECT_EQ(r.sampling.min_tokens, 7);

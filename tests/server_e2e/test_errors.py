@@ -136,6 +136,9 @@ WRONG = [
     (CHAT, chat(response_format={"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"$ref": "#/$defs/nowhere"}}}), "response_format"),
     (CHAT, chat(response_format="text"), "response_format"),
+    (CHAT, chat(guided_choice=["yes", "no"]), "guided_choice"),
+    (COMP, comp(structured_outputs={"regex": "[0-9]+"}), "structured_outputs"),
+    (COMP, comp(guided_json={"type": "integer", "minimum": 0}), "guided_json"),
     (COMP, comp(stream="true"), "stream"),
     (COMP, comp(stream=True, stream_options=5), "stream_options"),
 ]

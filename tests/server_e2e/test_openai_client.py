@@ -399,6 +399,11 @@ def test_json_schema_answers_parse_into_the_model_and_are_the_same_under_mtp(cli
         "type": "json_schema", "json_schema": {"name": "c", "schema": {"enum": ["yes", "no"]}}}})
     assert r.choices[0].finish_reason == "stop"
     assert json.loads(r.choices[0].text) in ("yes", "no")
+    # vLLM's extra fields for the same.
+    for extra in ({"guided_json": {"enum": ["yes", "no"]}},
+                  {"structured_outputs": {"json": '{"enum": ["yes", "no"]}'}}):
+        assert complete(client, TEXT[0], max_tokens=40, extra_body=extra).choices[0].text == \
+            r.choices[0].text
 
 
 WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
