@@ -2,6 +2,7 @@
 #include "spec/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <utility>
@@ -16,10 +17,6 @@ namespace {
 const std::set<std::string>& unsupported_keywords() {
   static const std::set<std::string> k = {"pattern",
                                           "patternProperties",
-                                          "minimum",
-                                          "maximum",
-                                          "exclusiveMinimum",
-                                          "exclusiveMaximum",
                                           "multipleOf",
                                           "uniqueItems",
                                           "contains",
@@ -188,6 +185,7 @@ class JsonSchemaCompiler {
       return index;
     }
     n.types = types_of(s, path);
+    bounds(s, path, n);
     literals(s, path, n);
     object(s, path, depth, n);
     array(s, path, depth, n);
@@ -245,6 +243,37 @@ class JsonSchemaCompiler {
     return types;
   }
 
+  // minimum / maximum and the exclusive forms, on integers only: inclusive int64 bounds.
+  static void bounds(const Json& s, const std::string& path, JsonSchema::Node& n) {
+    constexpr double kTop = 9.2e18;  // within int64
+    bool any = false;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(key)) continue;
+      if (!s[key].is_number()) fail(path, std::string("'") + key + "' must be a number");
+      if (n.types & JsonSchema::kNumber) {
+        fail(path, std::string("'") + key +
+                       "' on a number that may have a fraction is not supported (on \"integer\" "
+                       "it is)");
+      }
+      any = true;
+    }
+    if (!any) return;
+    double lo = -kTop, hi = kTop;  // as doubles: integral values, exact up to 2^53
+    const auto at = [&](const char* key) { return s[key].get<double>(); };
+    if (s.contains("minimum")) lo = std::max(lo, std::ceil(at("minimum")));
+    if (s.contains("exclusiveMinimum")) lo = std::max(lo, std::floor(at("exclusiveMinimum")) + 1);
+    if (s.contains("maximum")) hi = std::min(hi, std::floor(at("maximum")));
+    if (s.contains("exclusiveMaximum")) hi = std::min(hi, std::ceil(at("exclusiveMaximum")) - 1);
+    n.has_min = s.contains("minimum") || s.contains("exclusiveMinimum");
+    n.has_max = s.contains("maximum") || s.contains("exclusiveMaximum");
+    if (lo > hi) {
+      n.types &= ~JsonSchema::kInteger;
+      return;
+    }
+    n.min_int = static_cast<int64_t>(std::max(lo, -kTop));
+    n.max_int = static_cast<int64_t>(std::min(hi, kTop));
+  }
+
   static void literals(const Json& s, const std::string& path, JsonSchema::Node& n) {
     if (!s.contains("enum") && !s.contains("const")) return;
     std::vector<Json> members;
@@ -263,6 +292,11 @@ class JsonSchemaCompiler {
       if ((t & n.types) == 0) continue;  // not of the schema's type: never valid
       if (!(n.types & JsonSchema::kNumber)) t &= ~JsonSchema::kNumber;
       if (s.contains("const") && s.contains("enum") && text != s["const"].dump()) continue;
+      if (v.is_number_integer()) {
+        const __int128 x = v.is_number_unsigned() ? static_cast<__int128>(v.get<uint64_t>())
+                                                  : static_cast<__int128>(v.get<int64_t>());
+        if ((n.has_min && x < n.min_int) || (n.has_max && x > n.max_int)) continue;  // outside
+      }
       types |= t;
       n.literals.push_back(std::move(text));
     }

@@ -4,12 +4,15 @@
 //
 // Supported (JSON Schema draft 2020-12 and the subset OpenAI's strict mode and pydantic emit):
 // type (a name or a list), properties, required, additionalProperties (a boolean or a schema),
-// items (a schema), minItems, maxItems, minLength, maxLength, enum and const (of strings,
-// numbers, booleans and null, matched as their compact JSON text), anyOf and oneOf (oneOf is taken
-// as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#", "#/$defs/..." and
+// items (a schema), minItems, maxItems, minLength, maxLength, minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum on integers (checked digit by digit), enum and const (of
+// strings, numbers, booleans and null, matched as their compact JSON text), anyOf and oneOf (oneOf
+// is taken as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#",
+// "#/$defs/..." and
 // "#/definitions/..." (recursion allowed), and the boolean schemas true and false. Annotations
 // (title, description, default, examples, format, ...) are ignored, as JSON Schema lets a
-// validator do. A constraint this module cannot enforce (pattern, minimum, multipleOf,
+// validator do. A constraint this module cannot enforce (pattern, bounds on numbers that may
+// have a fraction, multipleOf,
 // uniqueItems, prefixItems, not, if/then/else, ...) is an error naming it, never ignored.
 // As vLLM's default (xgrammar's strict mode), an object schema that lists properties allows no
 // other property unless additionalProperties says so; one without properties allows any.
@@ -66,6 +69,9 @@ class JsonSchema {
     int32_t items = 0;                  // array items' schema
     int64_t min_items = 0, max_items = kUnbounded;
     int64_t min_length = 0, max_length = kUnbounded;  // strings, in characters
+    // Integers: minimum / maximum (exclusive ones made inclusive), when given.
+    bool has_min = false, has_max = false;
+    int64_t min_int = 0, max_int = 0;
   };
 
   // Throws JsonSchemaError for a schema outside the supported set or one no value satisfies.
@@ -117,11 +123,13 @@ class SchemaCursor {
     int32_t node = 0;
     uint8_t kind = 0;  // a Type bit: kObject, kArray, kString, kNumber (with kInteger), ...
     bool int_only = false;
-    bool key_free = false;            // the key in progress matches no declared name
-    int32_t lo = 0, hi = 0, pos = 0;  // literals (scalars) or names (keys) with this prefix
-    int64_t count = 0;                // characters (strings), items (arrays)
-    uint64_t seen = 0;                // declared properties present (objects)
-    int32_t value = -1;               // the schema of the value after the key (objects)
+    bool key_free = false;                  // the key in progress matches no declared name
+    int32_t lo = 0, hi = 0, pos = 0;        // literals (scalars) or names (keys) with this prefix
+    int64_t count = 0;                      // characters (strings), items (arrays)
+    bool negative = false, digits = false;  // bounded integers: the sign, any digit yet
+    uint64_t magnitude = 0;                 // and the digits' value (kSaturated beyond)
+    uint64_t seen = 0;                      // declared properties present (objects)
+    int32_t value = -1;                     // the schema of the value after the key (objects)
     bool operator==(const Frame&) const = default;
   };
   using Config = std::vector<Frame>;

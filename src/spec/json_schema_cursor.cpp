@@ -35,6 +35,37 @@ bool unseen_in(uint64_t seen, int32_t lo, int32_t hi) {
   return false;
 }
 
+constexpr uint64_t kSaturated = UINT64_MAX;
+constexpr __int128 kInfinite = static_cast<__int128>(1) << 100;
+
+// A bounded integer's text so far (sign, digits of value m, kSaturated beyond 19 digits): whether
+// some completion of it (it, or more digits after it) lies in the node's bounds.
+bool integer_feasible(const JsonSchema::Node& n, bool negative, bool digits, uint64_t m) {
+  const __int128 lo = n.has_min ? n.min_int : -kInfinite, hi = n.has_max ? n.max_int : kInfinite;
+  if (!digits) return (lo <= 0 && 0 <= hi) || lo <= -1;  // "-": -0, or any negative integer
+  if (m == 0) return lo <= 0 && 0 <= hi;                 // "0" or "-0": nothing may follow
+  const __int128 plo = negative ? -hi : lo, phi = negative ? -lo : hi;  // on magnitudes
+  if (m == kSaturated) return phi == kInfinite;                         // beyond int64 either way
+  for (__int128 p = 1;; p *= 10) {  // the completions with j more digits: [m p, (m + 1) p - 1]
+    if (static_cast<__int128>(m) * p > phi) return false;
+    if ((static_cast<__int128>(m) + 1) * p - 1 >= plo) return true;
+  }
+}
+
+bool integer_in_bounds(const JsonSchema::Node& n, const bool negative, uint64_t m) {
+  if (m == kSaturated) return negative ? !n.has_min : !n.has_max;
+  const __int128 v = negative ? -static_cast<__int128>(m) : static_cast<__int128>(m);
+  return (!n.has_min || v >= n.min_int) && (!n.has_max || v <= n.max_int);
+}
+
+bool bounded(const JsonSchema::Node& n) { return n.has_min || n.has_max; }
+
+// The next digit of a bounded integer.
+void add_digit(uint64_t& m, unsigned char c) {
+  const uint64_t d = c - '0';
+  m = m == kSaturated || m > (kSaturated - 1 - d) / 10 ? kSaturated : m * 10 + d;
+}
+
 bool another_key_possible(const JsonSchema::Node& n, uint64_t seen) {
   return n.additional >= 0 || unseen_in(seen, 0, static_cast<int32_t>(n.names.size()));
 }
@@ -106,6 +137,12 @@ bool SchemaCursor::begin(unsigned char c) {
         f.hi = static_cast<int32_t>(n.literals.size());
         if (!narrow(n.literals, f.lo, f.hi, f.pos, c)) continue;
       }
+      if (kind == JsonSchema::kInteger && bounded(n)) {
+        f.negative = c == '-';
+        f.digits = c != '-';
+        if (f.digits) add_digit(f.magnitude, c);
+        if (!integer_feasible(n, f.negative, f.digits, f.magnitude)) continue;
+      }
       Config branch = cfg;
       branch.push_back(f);
       next.push_back(std::move(branch));
@@ -122,6 +159,11 @@ bool SchemaCursor::scalar(unsigned char c, bool starts_char) {
     const JsonSchema::Node& n = node_of(f);
     if (f.int_only && (c == '.' || c == 'e' || c == 'E')) return false;
     if (n.has_literals && !narrow(n.literals, f.lo, f.hi, f.pos, c)) return false;
+    if (f.kind == JsonSchema::kInteger && bounded(n) && c >= '0' && c <= '9') {
+      add_digit(f.magnitude, c);
+      f.digits = true;
+      if (!integer_feasible(n, f.negative, f.digits, f.magnitude)) return false;
+    }
     if (starts_char && f.kind == JsonSchema::kString) {
       if (f.count >= n.max_length) return false;
       ++f.count;
@@ -141,6 +183,9 @@ bool SchemaCursor::end() {
         return f.count >= n.min_items;
       case JsonSchema::kString:
         if (f.count < n.min_length) return false;
+        break;
+      case JsonSchema::kInteger:
+        if (bounded(n) && !integer_in_bounds(n, f.negative, f.magnitude)) return false;
         break;
       default:
         break;

@@ -98,10 +98,11 @@ TEST(ToolChoice, NoneAndAutoForceNothingAndMistakesNameTheField) {
             "tool_choice: 'tool_choice' as an object must be {\"type\": \"function\", "
             "\"function\": {\"name\": ...}}");
   const Json bad_tools = Json::parse(R"([{"type": "function", "function": {"name": "f",
-      "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}])");
-  EXPECT_EQ(refusal("required", bad_tools),
-            "tools: 'tools[0]' (f): its parameters at '#/properties/n': 'minimum' is not supported "
-            "(structured output cannot enforce it)");
+      "parameters": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}}])");
+  EXPECT_EQ(
+      refusal("required", bad_tools),
+      "tools: 'tools[0]' (f): its parameters at '#/properties/n': 'multipleOf' is not supported "
+      "(structured output cannot enforce it)");
   EXPECT_EQ(refusal("required", Json::parse(R"([{"type": "function"}])")),
             "tools: 'tools[0]' must be {\"type\": \"function\", \"function\": {\"name\": ..., "
             "\"parameters\": ...}}");

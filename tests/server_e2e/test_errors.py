@@ -132,13 +132,13 @@ WRONG = [
     (CHAT, chat(response_format={"type": "json_schema", "json_schema": {}}), "response_format"),
     (CHAT, chat(response_format={"type": "json_schema"}), "response_format"),
     (CHAT, chat(response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "integer", "minimum": 0}}}), "response_format"),
+        "name": "x", "schema": {"type": "integer", "multipleOf": 2}}}), "response_format"),
     (CHAT, chat(response_format={"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"$ref": "#/$defs/nowhere"}}}), "response_format"),
     (CHAT, chat(response_format="text"), "response_format"),
     (CHAT, chat(guided_choice=["yes", "no"]), "guided_choice"),
     (COMP, comp(structured_outputs={"regex": "[0-9]+"}), "structured_outputs"),
-    (COMP, comp(guided_json={"type": "integer", "minimum": 0}), "guided_json"),
+    (COMP, comp(guided_json={"type": "integer", "multipleOf": 2}), "guided_json"),
     (COMP, comp(stream="true"), "stream"),
     (COMP, comp(stream=True, stream_options=5), "stream_options"),
 ]

@@ -82,6 +82,13 @@ bool valid(const Json& root, const Json& schema, const Json& v) {
     }
     if (!hit) return false;
   }
+  if (v.is_number()) {  // (bounds only on integers here)
+    const double x = v.get<double>();
+    if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;
+    if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
+    if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
+    if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
+  }
   if (v.is_string()) {
     const int64_t n = characters(v.get<std::string>());
     if (s.contains("minLength") && n < s["minLength"].get<int64_t>()) return false;
@@ -160,10 +167,16 @@ std::string compile_error(const Json& s) {
 }
 
 TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
-  EXPECT_EQ(
-      compile_error(Json::parse(R"({"type": "object", "properties": {"a": {"type":
-            "integer", "minimum": 0}}})")),
-      "at '#/properties/a': 'minimum' is not supported (structured output cannot enforce it)");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "object", "properties": {"a": {"type":
+            "number", "minimum": 0}}})")),
+            "at '#/properties/a': 'minimum' on a number that may have a fraction is not supported "
+            "(on \"integer\" it is)");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "integer", "multipleOf": 3})")),
+            "at '#': 'multipleOf' is not supported (structured output cannot enforce it)");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "integer", "minimum": 5, "maximum": 4})")),
+            "at '#': no JSON value satisfies this schema");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "integer", "enum": [1, 9], "maximum": 0})")),
+            "at '#': no JSON value satisfies this schema");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "^a"})")),
             "at '#': 'pattern' is not supported (structured output cannot enforce it)");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "strin"})")), "at '#': unknown type \"strin\"");
@@ -264,6 +277,33 @@ TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesAtTheFirstWrongByte) {
     const Json sj = Json::parse(s);
     EXPECT_TRUE(accepts(*JsonSchema::compile(sj), text)) << s << " " << text;
   }
+  // Bounded integers, digit by digit: a prefix is taken while some completion is in bounds.
+  const auto dozen = JsonSchema::compile(
+      Json::parse(R"({"type": "integer", "minimum": 3, "exclusiveMaximum": 13})"));
+  for (const std::string ok : {"3", "9", "10", "12"}) EXPECT_TRUE(accepts(*dozen, ok)) << ok;
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {"0", 0}, {"-", 0}, {"2", 0}, {"13", 1}, {"120", 2}, {"1", -1}}) {
+    JsonAutomaton a(dozen.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
+  JsonAutomaton one(dozen.get(), 0);
+  ASSERT_EQ(refused_at(one, "1"), -1);
+  EXPECT_FALSE(one.can_end());  // 1 < 3: a digit must follow
+  const auto negative =
+      JsonSchema::compile(Json::parse(R"({"type": "integer", "minimum": -250, "maximum": -7.5})"));
+  for (const std::string ok : {"-8", "-250", "-99", "-20"})
+    EXPECT_TRUE(accepts(*negative, ok)) << ok;
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {"0", 0}, {"-0", 1}, {"-3", -1}, {"-7", -1}, {"-251", 3}, {"-2500", 4}}) {
+    JsonAutomaton a(negative.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+    if (at == -1) {
+      EXPECT_FALSE(a.can_end()) << text;  // -3, -7: above -7.5; -30.., -70.. may follow
+    }
+  }
+  const auto huge = JsonSchema::compile(Json::parse(R"({"type": "integer", "minimum": 0})"));
+  EXPECT_TRUE(accepts(*huge, "123456789012345678901234567890"));
+  EXPECT_FALSE(accepts(*huge, "-1"));
   const auto one_or_twelve = JsonSchema::compile(Json::parse(R"({"enum": [1, 12]})"));
   EXPECT_FALSE(accepts(*one_or_twelve, "13"));
   JsonAutomaton e(one_or_twelve.get(), 0);
@@ -368,6 +408,8 @@ const char* kSchemas[] = {
         "required": ["kind", "x"]}]})",
     R"({"type": "object", "properties": {"fixed": {"type": "string", "minLength": 2}},
         "additionalProperties": {"type": "integer"}})",
+    R"({"type": "array", "items": {"type": "integer", "minimum": -40, "maximum": 1500},
+        "maxItems": 5})",
     R"({"type": "object", "properties": {"free": {}, "dict": {"type": "object"},
         "list": {"type": "array"}}, "required": ["free"]})",
 };
@@ -502,8 +544,14 @@ Json random_schema(std::mt19937& rng, int depth) {
       if (pick(2)) t["maxLength"] = lo + pick(4);
       return t;
     }
-    case 3:
-      return {{"type", Json::array({kScalars[pick(5)], kScalars[pick(5)]})}};
+    case 3: {
+      if (pick(2)) return {{"type", Json::array({kScalars[pick(5)], kScalars[pick(5)]})}};
+      Json t = {{"type", "integer"}};  // bounded: [lo, lo + 0..120], maybe one side only
+      const int lo = pick(400) - 200, side = pick(3);
+      if (side != 1) t[pick(2) ? "minimum" : "exclusiveMinimum"] = lo;
+      if (side != 0) t[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(120);
+      return t;
+    }
     case 4: {
       Json props = Json::object(), required = Json::array();
       for (int i = 0, n = pick(4); i < n; ++i) {
