@@ -212,20 +212,20 @@ void bench_gdr(cudaStream_t s) {
     for (int64_t n : {1, 2, 4, 9})
       bench_gdr_batch(s, 1, n, fused_norm, base, n == 1 ? &base : nullptr);
   }
-  // Production (the streaming kernel from 8 sequences), the streaming kernel with row pairs
-  // (opt-in), the per-sequence grid, then the register form (opt-in; it takes calls of 2+ rows a
-  // sequence, so its "x 1" row is the streaming kernel's and the ratio is to that).
+  // Production (the streaming kernel from 8 sequences, row pairs in 3 passes), its four-pass form
+  // (pairs off), the per-sequence grid, then the register form (opt-in; it takes calls of 2+ rows
+  // a sequence, so its "x 1" row is the four-pass streaming kernel's and the ratio is to that).
   for (const int64_t n_seqs : {8, 32, 256}) {
     for (const int path : {0, 1, 2, 3}) {
       const int64_t prev = gated_delta_rule_set_stream_min_seqs(path != 2 ? 8 : n_seqs + 1);
-      const bool prev_pairs = gated_delta_rule_set_stream_pairs(path == 1);
+      const bool prev_pairs = gated_delta_rule_set_stream_pairs(path == 0 || path == 2);
       const bool prev_regs = gated_delta_rule_set_stream_registers(path == 3);
       double base = 0;
       for (const int64_t rows : {1, 2, 4}) {
         if (rows == 2 && path != 0 && path != 3) continue;
         bench_gdr_batch(s, n_seqs, rows, true, base, rows == 1 ? &base : nullptr,
                         path == 0   ? " stream"
-                        : path == 1 ? " stream pairs"
+                        : path == 1 ? " stream four-pass"
                         : path == 2 ? " per-sequence grid"
                                     : " stream registers");
       }
@@ -261,7 +261,7 @@ void bench_conv(cudaStream_t s) {
       const double bytes = n_seqs * 2.0 * channels * hist_len * 2 + n * 2.0 * channels * 2;
       double base = 0;
       for (const bool vec : {false, true}) {
-        const bool prev = conv1d_set_vector(vec);
+        const int64_t prev = conv1d_set_vector_min_seqs(vec ? 1 : kConvVectorNever);
         const double ms = median_ms(s, 50, [&](int i) {
           conv1d_cuda({.x = x,
                        .weight = w,
@@ -273,7 +273,7 @@ void bench_conv(cudaStream_t s) {
                        .mode = ConvHistoryMode::kSpec},
                       ctx);
         });
-        conv1d_set_vector(prev);
+        conv1d_set_vector_min_seqs(prev);
         report(fmt::format("conv1d batch {}x{} rows (10240 ch, history 7){}", n_seqs, rows,
                            vec ? " vector" : " scalar"),
                ms, bytes, base);

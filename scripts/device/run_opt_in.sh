@@ -16,7 +16,7 @@
 # paths side by side). PART=6: the 27B bf16 plain step with each kernel class left out in turn
 # (tandem bench --diag-skip), to read what each costs inside the step. PART=7: one call's worth of
 # the above (bitwise tests, kernel_bench gdr, engine tests on the same-bits opt-ins, the bench
-# without and with gdr-regs and conv-vector). PART=8 (shortest): the GDN forms' bitwise tests and
+# without and with gdr-regs). PART=8 (shortest): the GDN forms' bitwise tests and
 # kernel_bench gdr.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
@@ -34,8 +34,8 @@ kernel_bench_gdr() {
   summary "kernel_bench gdr rc=$? ($(stamp))"
   grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
 }
-ALL=gdr-pairs,gdr-regs,conv-vector,fp8-wgmma-pipeline,fp8-prefill-tc
-SAME_BITS=gdr-pairs,gdr-regs,conv-vector,fp8-wgmma-pipeline  # production's bits
+ALL=gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
+SAME_BITS=gdr-regs,fp8-wgmma-pipeline  # production's bits
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
   tests opt_in_bits 150 "$FILTER"
@@ -51,8 +51,7 @@ elif [[ $PART == 2 ]]; then
   # fp8-prefill-tc, whose FP8 activations the CPU comparisons of the FP8 engine tests do not model.
   TANDEM_OPT_IN=$SAME_BITS engine_tests 100
   bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
-  bench bf16_conv_vector $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in conv-vector
-  bench bf16_gdr_pairs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-pairs
+  bench bf16_gdr_regs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-regs
 elif [[ $PART == 5 ]]; then  # short: the FP8 prefill on tensor cores alone (tests, 8K prefill)
   tests opt_in_fp8_prefill 60 'Fp8Linear.TensorCorePrefill*'
   for side in production tc; do
@@ -66,7 +65,7 @@ elif [[ $PART == 7 ]]; then  # one call: every bitwise test, the GDN kernels, th
   kernel_bench_gdr 60
   TANDEM_OPT_IN=$SAME_BITS engine_tests 100
   bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
-  bench bf16_gdr_conv_opt_ins $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-regs,conv-vector
+  bench bf16_gdr_regs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-regs
 elif [[ $PART == 8 ]]; then  # shortest: the GDN forms' bitwise tests, then their kernel bench
   tests gdr_forms_bits 100 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*'
   kernel_bench_gdr 50

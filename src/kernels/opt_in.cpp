@@ -26,18 +26,10 @@ struct OptIn {
 std::vector<OptIn> registry() {
   std::vector<OptIn> r;
 #ifdef TANDEM_CUDA
-  r.push_back({"gdr-pairs",
-               "GDN streaming kernel: each two rows loaded together in 3 passes over the state "
-               "instead of 4",
-               [](bool on) { gated_delta_rule_set_stream_pairs(on); }});
   r.push_back({"gdr-regs",
                "GDN streaming kernel, calls of 2+ rows a sequence (verify): the state in "
                "registers between one load and one write-back, 4 rows loaded together",
                [](bool on) { gated_delta_rule_set_stream_registers(on); }});
-  r.push_back({"conv-vector",
-               "conv1d decode/verify (kernel 4, history 4..12): 8 channels a thread, 16-byte "
-               "accesses",
-               [](bool on) { conv1d_set_vector(on); }});
   r.push_back({"fp8-wgmma-pipeline",
                "FP8 wgmma decode linear: the next unit's stage wait, code widening and scales "
                "while the current unit's products run",

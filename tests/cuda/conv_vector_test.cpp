@@ -1,4 +1,4 @@
-// The conv1d kernel of 8 channels a thread (opt-in, conv1d_set_vector) against the scalar kernel
+// The conv1d kernel of 8 channels a thread (conv1d_set_vector_min_seqs) against the scalar kernel
 // (production): the same outputs and the same history pool, bit for bit, over history lengths
 // 4..12 (k = 0..8 drafts), random window offsets, rows past what the history keeps, a padding
 // sequence (no rows, offset 0), a slot outside the pool, non-contiguous slots, 1..256 sequences;
@@ -18,10 +18,10 @@ namespace {
 
 using namespace tandem::kernels;
 
-struct ConvVector {
-  bool prev;
-  explicit ConvVector(bool on) : prev(conv1d_set_vector(on)) {}
-  ~ConvVector() { conv1d_set_vector(prev); }
+struct ConvVector {  // on: every call the vector kernel fits; off: none
+  int64_t prev;
+  explicit ConvVector(bool on) : prev(conv1d_set_vector_min_seqs(on ? 1 : kConvVectorNever)) {}
+  ~ConvVector() { conv1d_set_vector_min_seqs(prev); }
 };
 
 // x_pad: extra elements per x row (the row stride is channels + x_pad).

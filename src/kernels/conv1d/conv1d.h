@@ -35,10 +35,13 @@ struct Conv1dArgs {
 void conv1d_ref(const Conv1dArgs& a, const ExecContext& ctx);
 #ifdef TANDEM_CUDA
 void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx);
-// Opt-in (default off until measured on a GPU): kSpec calls with kernel size 4 and a history of
-// 4..12 entries take a kernel of 8 channels a thread (16-byte accesses; the same bits). Returns
-// the previous value.
-bool conv1d_set_vector(bool on);
+// kSpec calls of at least n sequences with kernel size 4 and a history of 4..12 entries take a
+// kernel of 8 channels a thread (16-byte accesses; the same bits). Default 32: on the H100 the
+// 27B step at 32 / 64 streams gains 0.12 / 0.25 ms (0.25 / 0.24 beside the GDN row pairs), at 8
+// streams it loses 0.26 ms to the scalar kernel (docs/cuda.md, gap 10). kConvVectorNever: off.
+// Returns the previous value.
+inline constexpr int64_t kConvVectorNever = INT64_MAX;
+int64_t conv1d_set_vector_min_seqs(int64_t n);
 int64_t conv1d_vector_calls();  // calls that took that kernel since start-up (tests)
 #endif
 

@@ -11,7 +11,7 @@
 //     only one that reads H[c] or writes it (the last Kc - 1 inputs come from its window and x);
 //     the other chunks read x only. No second launch, no race.
 // Every output is the same fixed-order fma sum whichever path computes it (row invariance).
-// Not here: kernel sizes above 8. Opt-in (conv1d_set_vector): kSpec 8 channels a thread, below.
+// Not here: kernel sizes above 8. kSpec calls of 32+ sequences: 8 channels a thread, below.
 #include <atomic>
 #include <utility>
 
@@ -168,7 +168,7 @@ __global__ void conv1d_rows_kernel(ConvParams p) {
   if (owner) rewrite_history(p, q, seq);
 }
 
-// ---- kSpec with 8 channels a thread (opt-in: conv1d_set_vector) ----
+// ---- kSpec with 8 channels a thread (calls of conv1d_set_vector_min_seqs+ sequences) ----
 // For kernel size 4 and a history of kHist (4..12) entries, whose 8 channels x kHist bf16 sit
 // contiguous in the pool ([slot, channel, hist_len]): the thread loads that block with kHist
 // 16-byte loads before the PDL wait (all issued before the first use), x and out as one 16-byte
@@ -182,7 +182,7 @@ constexpr int kVecChannels = 8;
 constexpr int kVecMinHist = kVecKernel;  // the window and at least one row
 constexpr int kVecMaxHist = 12;          // the window and 9 rows (k = 8 drafts)
 
-std::atomic<bool> g_conv_vector{false};
+std::atomic<int64_t> g_conv_vector_min_seqs{32};
 std::atomic<int64_t> g_conv_vector_calls{0};
 
 __device__ __forceinline__ uint4 ld_cg_v4(const void* p) {
@@ -289,13 +289,15 @@ __global__ void __launch_bounds__(kThreads) conv1d_vec_kernel(ConvParams p) {
   }
 }
 
-// Whether the call can take the vector kernel: kSpec, kernel 4, a history of 4..12 entries,
+// Whether the call can take the vector kernel: enough sequences, kSpec, kernel 4, a history of
+// 4..12 entries,
 // channels a multiple of 8, x and out rows 16-byte aligned.
-bool conv_vector_fits(const ConvParams& p) {
+bool conv_vector_fits(const ConvParams& p, int64_t n_seqs) {
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return g_conv_vector.load() && p.spec && p.kernel == kVecKernel && p.hist_len >= kVecMinHist &&
-         p.hist_len <= kVecMaxHist && p.channels % kVecChannels == 0 && p.x_stride % 8 == 0 &&
-         p.out_stride % 8 == 0 && aligned(p.x) && aligned(p.out) && aligned(p.hist);
+  return n_seqs >= g_conv_vector_min_seqs.load() && p.spec && p.kernel == kVecKernel &&
+         p.hist_len >= kVecMinHist && p.hist_len <= kVecMaxHist && p.channels % kVecChannels == 0 &&
+         p.x_stride % 8 == 0 && p.out_stride % 8 == 0 && aligned(p.x) && aligned(p.out) &&
+         aligned(p.hist);
 }
 
 template <int kHist>
@@ -366,7 +368,7 @@ void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
   const cudaStream_t s = cuda::stream_of(ctx);
   const unsigned channel_blocks = cuda::ceil_div(p.channels, kThreads);
   const unsigned n_seqs = static_cast<unsigned>(a.seqs.n_seqs);
-  if (conv_vector_fits(p) &&
+  if (conv_vector_fits(p, a.seqs.n_seqs) &&
       launch_vec(p, n_seqs, s, std::make_integer_sequence<int, kVecMaxHist - kVecMinHist + 1>{})) {
     return;
   }
@@ -380,7 +382,7 @@ void conv1d_cuda(const Conv1dArgs& a, const ExecContext& ctx) {
   cuda::check_launch("conv1d_rows_kernel");
 }
 
-bool conv1d_set_vector(bool on) { return g_conv_vector.exchange(on); }
+int64_t conv1d_set_vector_min_seqs(int64_t n) { return g_conv_vector_min_seqs.exchange(n); }
 int64_t conv1d_vector_calls() { return g_conv_vector_calls.load(); }
 
 }  // namespace tandem::kernels

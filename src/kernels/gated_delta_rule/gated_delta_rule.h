@@ -82,9 +82,11 @@ bool gated_delta_rule_cuda_supports(int64_t d_k);  // shapes the CUDA kernel is 
 // Recurrent calls of at least n sequences take the streaming kernel (default 8; tests and
 // bench/kernel_bench compare and time both paths). Returns the previous value.
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n);
-// Opt-in (default off until measured on a GPU): the streaming kernel runs each two rows loaded
-// together in three passes over the state instead of four (the second row's S^T k summed in the
-// first row's update pass); the same bits. Returns the previous value.
+// The streaming kernel runs each two rows loaded together in three passes over the state instead
+// of four (the second row's S^T k summed in the first row's update pass); the same bits. Default
+// on: on the H100 the 27B step at 8 / 32 / 64 streams 20.56 / 26.39 / 34.41 -> 20.42 / 25.65 /
+// 32.73 ms (docs/cuda.md, gap 3). Off: the four-pass form (tests compare them). Returns the
+// previous value.
 bool gated_delta_rule_set_stream_pairs(bool on);
 // Opt-in (default off until measured on a GPU): calls that take the streaming kernel and carry
 // 2+ rows per sequence (verify steps) run its register form instead (gated_delta_rule_regs_cuda.cu:

@@ -37,7 +37,7 @@ constexpr int kMaxHeadThreads = 256;  // 2 x d_v: a thread holds 2 columns of on
 constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a block stages
 
 std::atomic<int64_t> g_stream_min_seqs{8};
-std::atomic<bool> g_stream_pairs{false};  // gated_delta_rule_set_stream_pairs
+std::atomic<bool> g_stream_pairs{true};  // gated_delta_rule_set_stream_pairs
 
 // Ring slots of the parts' partial sums: kv and o of a row, and with pairs (below) the second
 // row's kv, posted in the same pass as the first row's o.
