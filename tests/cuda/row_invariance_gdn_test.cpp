@@ -188,27 +188,35 @@ struct StreamMinSeqs {
   ~StreamMinSeqs() { gated_delta_rule_set_stream_min_seqs(prev); }
 };
 
-// The streaming kernel's forms (opt-ins, each the same bits): as in production, with row pairs
-// (three passes over S per two rows), or calls of 2+ rows a sequence in the register form.
-enum class StreamForm { kPlain, kPairs, kRegisters };
+// The streaming kernel's forms (each the same bits): four passes per row pair (plain), row pairs
+// in three passes (production), with an odd fold's last row and a one-row call's row as a pair
+// too (opt-in fold fuse), or calls of 2+ rows a sequence in the register form (opt-in).
+enum class StreamForm { kPlain, kPairs, kFoldFuse, kRegisters };
 std::string form_name(StreamForm f) {
-  return f == StreamForm::kPlain ? "plain" : f == StreamForm::kPairs ? "pairs" : "registers";
+  return f == StreamForm::kPlain      ? "plain"
+         : f == StreamForm::kPairs    ? "pairs"
+         : f == StreamForm::kFoldFuse ? "fold-fuse"
+                                      : "registers";
 }
 // Sets a form for one scope; taken() says whether a register-form call ran since.
 struct StreamFormScope {
-  bool prev_pairs, prev_regs;
+  bool prev_pairs, prev_fuse, prev_regs;
   int64_t regs_calls;
   explicit StreamFormScope(StreamForm f)
-      : prev_pairs(gated_delta_rule_set_stream_pairs(f == StreamForm::kPairs)),
+      : prev_pairs(gated_delta_rule_set_stream_pairs(f == StreamForm::kPairs ||
+                                                     f == StreamForm::kFoldFuse)),
+        prev_fuse(gated_delta_rule_set_stream_fold_fuse(f == StreamForm::kFoldFuse)),
         prev_regs(gated_delta_rule_set_stream_registers(f == StreamForm::kRegisters)),
         regs_calls(gated_delta_rule_stream_register_calls()) {}
   ~StreamFormScope() {
     gated_delta_rule_set_stream_pairs(prev_pairs);
+    gated_delta_rule_set_stream_fold_fuse(prev_fuse);
     gated_delta_rule_set_stream_registers(prev_regs);
   }
   bool registers_taken() const { return gated_delta_rule_stream_register_calls() > regs_calls; }
 };
-constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kRegisters};
+constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kFoldFuse,
+                                 StreamForm::kRegisters};
 
 // ---- batch invariance ----
 
@@ -288,6 +296,8 @@ void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStrea
   const auto pick = [&] { return rng.index(static_cast<int32_t>(n_seqs)); };
   seqs[pick()].rows = 9;
   seqs[pick()].n_acc = 9;
+  const int32_t single = pick();  // plain decode: one row after an odd fold (the fold fuse's)
+  seqs[single].rows = 1, seqs[single].n_acc = 3;
   const int32_t idle = pick(), outside = pick();
   seqs[idle].rows = 0, seqs[idle].n_acc = 0;
   seqs[outside].slot = static_cast<int32_t>(n_slots);

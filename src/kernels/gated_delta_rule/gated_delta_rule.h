@@ -88,6 +88,11 @@ int64_t gated_delta_rule_set_stream_min_seqs(int64_t n);
 // 32.73 ms (docs/cuda.md, gap 3). Off: the four-pass form (tests compare them). Returns the
 // previous value.
 bool gated_delta_rule_set_stream_pairs(bool on);
+// Opt-in (default off until measured on a GPU), with the row pairs: an item of one row after an
+// odd fold (plain decode) runs its last fold row and its row as a pair, three passes over the
+// state instead of four (the row's S^T k summed in the fold row's update pass); the same bits.
+// Returns the previous value.
+bool gated_delta_rule_set_stream_fold_fuse(bool on);
 // Opt-in (default off until measured on a GPU): calls that take the streaming kernel and carry
 // 2+ rows per sequence (verify steps) run its register form instead (gated_delta_rule_regs_cuda.cu:
 // S in registers between one load and one write-back, 4 rows loaded together, each update pass

@@ -38,6 +38,7 @@ constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a blo
 
 std::atomic<int64_t> g_stream_min_seqs{8};
 std::atomic<bool> g_stream_pairs{true};  // gated_delta_rule_set_stream_pairs
+std::atomic<bool> g_fold_fuse{false};    // gated_delta_rule_set_stream_fold_fuse
 
 // Ring slots of the parts' partial sums: kv and o of a row, and with pairs (below) the second
 // row's kv, posted in the same pass as the first row's o.
@@ -116,9 +117,30 @@ __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, i
   }
 }
 
+// An item's last fold row (buffer row 0) and its one output row (buffer row 1) in three passes
+// instead of two head_token calls' four (gated_delta_rule_set_stream_fold_fuse): the output row's
+// kv sums ride in the fold row's update pass, which stores S; the output row's pass only reads it
+// (an item of one row stores no row state). The same arithmetic in the same order, so the same
+// bits. Ring slots as head_pair's: kv 0, then 2, o 1. Returns the output row's o.
+template <int kDk>
+__device__ __forceinline__ float2 head_fold_output(const HeadSmem& m, int dv, int part, int c) {
+  post(m, dv, part, c, 0, kv_partial<kDk>(m, dv, part, c, 0));
+  __syncthreads();
+  const float2 u = row_u(m, dv, c, 0, gather(m, dv, c, 0));
+  float2 kv_out, unused;
+  update_pass<kDk, true, false, true>(m, dv, part, c, 0, u.x, u.y, kv_out);
+  post(m, dv, part, c, 2, kv_out);
+  __syncthreads();
+  const float2 u2 = row_u(m, dv, c, 1, gather(m, dv, c, 2));
+  const float2 o = update_pass<kDk, false, true, false>(m, dv, part, c, 1, u2.x, u2.y, unused);
+  post(m, dv, part, c, 1, o);
+  __syncthreads();
+  return gather(m, dv, c, 1);
+}
+
 // kPairs: each two rows loaded together run as head_pair (three passes over S) instead of two
 // head_token calls (four); the same bits.
-template <int kDk, bool kNorm, bool kPairs>
+template <int kDk, bool kNorm, bool kPairs, bool kFuse>
 __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(GdrParams p) {
   extern __shared__ __align__(128) float smem[];
   const int64_t dv = p.dv, items = p.hv_n * p.n_seqs;
@@ -152,6 +174,9 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
       cuda::bulk_copy(m.S, state, state_bytes, m.full);
     }
     const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
+    // One row after an odd fold (plain decode): the last fold row and the row as a pair.
+    const bool fuse = kFuse && sq.n == 1 && (sq.n_acc & 1);
+    float2 fused_o = make_float2(0.f, 0.f);
     for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
       const int nb = min(kHeadRows, sq.n_acc - t0);
       if (nb > 0) {
@@ -162,7 +187,16 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
         cuda::mbar_wait(m.full, phase);
         phase ^= 1;
       }
-      if (kPairs && nb == 2) {
+      if (fuse && nb == 1) {  // the row's inputs come from the kernels before: the PDL wait first
+        if (!waited) {
+          cuda::pdl_begin();
+          waited = true;
+        }
+        load_head_rows<kDk, false, kNorm, kHeadRows>(
+            p, m, sq.r0, (sq.slot * 2 + sq.parity) * half_elems, h % (p.hv_n / p.hk_n) == 0, 0, 1,
+            h, hk, a_decay, dt_bias, /*dst=*/1);
+        fused_o = head_fold_output<kDk>(m, dvi, part, c);
+      } else if (kPairs && nb == 2) {
         float2 unused0, unused1;
         head_pair<kDk, false>(m, dvi, part, c, true, unused0, unused1);
       } else {
@@ -182,6 +216,13 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
     if (!waited) {
       cuda::pdl_begin();
       waited = true;
+    }
+    if (fuse) {  // the row ran with the fold: its output (buffer row 1) and norm
+      emit_row<kNorm>(p, m, sq.r0, h, dvi, part, c, 1, fused_o);
+      if constexpr (kNorm) norm_rows(p, m, sq.r0, h, dvi, part, c, 1, norm_w0, norm_w1, 1);
+      cuda::fence_proxy_async();
+      __syncthreads();  // the row buffers are rewritten by the next item
+      continue;
     }
     // The call's rows: outputs (and norm); their raw k (one value head per key head), v, a, b
     // into replay half `parity`. Only a row with a later row stores its state, after the bulk
@@ -230,12 +271,12 @@ bool head_kernel_fits(int64_t dk, int64_t dv) {
 }
 
 // Blocks resident at once, per kernel and shared-memory size (computed once for each).
-template <int kDk, bool kNorm, bool kPairs>
+template <int kDk, bool kNorm, bool kPairs, bool kFuse>
 int64_t resident_blocks(int threads, size_t smem) {
   static std::atomic<int64_t> key{-1}, blocks{0};
   const int64_t k = static_cast<int64_t>(smem) * 1024 + threads;
   if (key.load() == k) return blocks.load();
-  const auto kernel = gdr_head_kernel<kDk, kNorm, kPairs>;
+  const auto kernel = gdr_head_kernel<kDk, kNorm, kPairs, kFuse>;
   cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    static_cast<int>(smem)),
               "cudaFuncSetAttribute");
@@ -248,33 +289,36 @@ int64_t resident_blocks(int threads, size_t smem) {
   return n;
 }
 
-template <int kDk, bool kNorm, bool kPairs>
+template <int kDk, bool kNorm, bool kPairs, bool kFuse>
 void launch_head(const GdrParams& p, cudaStream_t s) {
   const int threads = static_cast<int>(2 * p.dv);
   const int slots = kPairs ? kPairRingSlots : kRingSlots;
   const size_t smem =
       static_cast<size_t>(head_smem_floats(kDk, p.dv, p.hv_n, slots, kHeadRows)) * sizeof(float);
   const int64_t blocks =
-      std::min(resident_blocks<kDk, kNorm, kPairs>(threads, smem), p.hv_n * p.n_seqs);
-  cuda::launch_pdl(gdr_head_kernel<kDk, kNorm, kPairs>, dim3(static_cast<unsigned>(blocks)),
+      std::min(resident_blocks<kDk, kNorm, kPairs, kFuse>(threads, smem), p.hv_n * p.n_seqs);
+  cuda::launch_pdl(gdr_head_kernel<kDk, kNorm, kPairs, kFuse>, dim3(static_cast<unsigned>(blocks)),
                    threads, smem, s, p);
   cuda::check_launch("gdr_head_kernel");
 }
 
+template <int kDk, bool kNorm>
+void launch_head_form(const GdrParams& p, cudaStream_t s) {
+  if (!g_stream_pairs.load()) return launch_head<kDk, kNorm, false, false>(p, s);
+  if (g_fold_fuse.load()) return launch_head<kDk, kNorm, true, true>(p, s);
+  launch_head<kDk, kNorm, true, false>(p, s);
+}
+
 template <int kDk>
 void launch_head(const GdrParams& p, cudaStream_t s) {
-  const bool pairs = g_stream_pairs.load();
-  if (p.norm_out != nullptr) {
-    pairs ? launch_head<kDk, true, true>(p, s) : launch_head<kDk, true, false>(p, s);
-  } else {
-    pairs ? launch_head<kDk, false, true>(p, s) : launch_head<kDk, false, false>(p, s);
-  }
+  p.norm_out != nullptr ? launch_head_form<kDk, true>(p, s) : launch_head_form<kDk, false>(p, s);
 }
 
 }  // namespace
 
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n) { return g_stream_min_seqs.exchange(n); }
 bool gated_delta_rule_set_stream_pairs(bool on) { return g_stream_pairs.exchange(on); }
+bool gated_delta_rule_set_stream_fold_fuse(bool on) { return g_fold_fuse.exchange(on); }
 
 std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
   const int64_t from = g_stream_min_seqs.load();
