@@ -34,8 +34,8 @@ kernel_bench_gdr() {
   summary "kernel_bench gdr rc=$? ($(stamp))"
   grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
 }
-ALL=gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
-SAME_BITS=gdr-regs,fp8-wgmma-pipeline  # production's bits
+ALL=gdr-fold-fuse,gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
+SAME_BITS=gdr-fold-fuse,gdr-regs,fp8-wgmma-pipeline  # production's bits
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
   tests opt_in_bits 150 "$FILTER"
