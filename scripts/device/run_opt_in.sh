@@ -17,7 +17,9 @@
 # (tandem bench --diag-skip), to read what each costs inside the step. PART=7: one call's worth of
 # the above (bitwise tests, kernel_bench gdr, engine tests on the same-bits opt-ins, the bench
 # without and with gdr-regs). PART=8 (shortest): the GDN forms' bitwise tests and
-# kernel_bench gdr.
+# kernel_bench gdr. PART=9 (next first): the seventeenth session's defaults (GDN row pairs, the
+# conv vector kernel from 32 sequences) in one build (bitwise tests, the step, engine tests), and
+# the same with gdr-fold-fuse.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -69,6 +71,13 @@ elif [[ $PART == 7 ]]; then  # one call: every bitwise test, the GDN kernels, th
 elif [[ $PART == 8 ]]; then  # shortest: the GDN forms' bitwise tests, then their kernel bench
   tests gdr_forms_bits 100 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*'
   kernel_bench_gdr 50
+elif [[ $PART == 9 ]]; then  # the seventeenth session's defaults in one build, and the fold fuse
+  tests forms_bits 90 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.ConvVector*:CudaRowInvariance.GatedDeltaRuleFold'
+  bench bf16_default $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}"
+  bench bf16_fold_fuse $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}" --opt-in gdr-fold-fuse
+  kernel_bench_gdr 40
+  engine_tests 80
+  TANDEM_OPT_IN=gdr-fold-fuse engine_tests 80
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
@@ -95,3 +104,6 @@ else
   summary "kernel_bench linear_fp8_batch rc=$? ($(stamp))"
   grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8_batch.log" | tee -a "$OUT/summary.txt"
 fi
+# A call returns only a few files: everything but the summary goes back in one archive.
+(cd "$OUT" && tar czf all.tgz --exclude=all.tgz --exclude=summary.txt -- *.json *.log 2>/dev/null &&
+  rm -f -- *.json *.log)
