@@ -22,8 +22,6 @@ const std::set<std::string>& unsupported_keywords() {
                                           "contains",
                                           "minContains",
                                           "maxContains",
-                                          "prefixItems",
-                                          "additionalItems",
                                           "not",
                                           "if",
                                           "then",
@@ -45,10 +43,11 @@ const std::set<std::string>& unsupported_keywords() {
 // Keywords that constrain (the rest are annotations or containers of definitions).
 const std::set<std::string>& constraint_keywords() {
   static const std::set<std::string> k = {
-      "type",      "properties", "required", "additionalProperties",
-      "items",     "minItems",   "maxItems", "minLength",
-      "maxLength", "enum",       "const",    "anyOf",
-      "oneOf",     "allOf",      "$ref"};
+      "type",        "properties",      "required",  "additionalProperties",
+      "prefixItems", "additionalItems", "items",     "minItems",
+      "maxItems",    "minLength",       "maxLength", "enum",
+      "const",       "anyOf",           "oneOf",     "allOf",
+      "$ref"};
   return k;
 }
 
@@ -222,7 +221,8 @@ class JsonSchemaCompiler {
           s.contains("additionalProperties")) {
         return JsonSchema::kObject;
       }
-      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+      if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
+          s.contains("maxItems")) {
         return JsonSchema::kArray;
       }
       if (s.contains("minLength") || s.contains("maxLength")) return JsonSchema::kString;
@@ -365,13 +365,30 @@ class JsonSchemaCompiler {
     n.items = JsonSchema::kAny;
     n.min_items = count(s, "minItems", path, 0);
     n.max_items = count(s, "maxItems", path, JsonSchema::kUnbounded);
-    if (s.contains("items")) {
-      const Json& it = s["items"];
-      if (it.is_array()) fail(path, "'items' as an array (tuples) is not supported");
+    // Tuples: prefixItems (2020-12, the rest under items) or items as an array (draft 7, the
+    // rest under additionalItems).
+    const bool tuple_2020 = s.contains("prefixItems");
+    const bool tuple_7 = !tuple_2020 && s.contains("items") && s["items"].is_array();
+    const char* prefix_key = tuple_2020 ? "prefixItems" : "items";
+    const char* rest_key = tuple_7 ? "additionalItems" : "items";
+    if (tuple_2020 || tuple_7) {
+      const Json& pre = s[prefix_key];
+      if (!pre.is_array()) fail(path, std::string("'") + prefix_key + "' must be an array");
+      for (size_t i = 0; i < pre.size(); ++i) {
+        if (pre[i].is_boolean() && !pre[i].get<bool>()) {  // no item may stand here
+          n.max_items = std::min<int64_t>(n.max_items, static_cast<int64_t>(i));
+          break;
+        }
+        n.prefix_items.push_back(
+            compile(pre[i], path + "/" + prefix_key + "/" + std::to_string(i), depth + 1));
+      }
+    }
+    if (s.contains(rest_key)) {
+      const Json& it = s[rest_key];
       if (it.is_boolean() && !it.get<bool>()) {
-        n.max_items = 0;
+        n.max_items = std::min<int64_t>(n.max_items, static_cast<int64_t>(n.prefix_items.size()));
       } else {
-        n.items = compile(it, path + "/items", depth + 1);
+        n.items = compile(it, path + "/" + rest_key, depth + 1);
       }
     }
     if (n.min_items > n.max_items) {

@@ -4,16 +4,15 @@
 //
 // Supported (JSON Schema draft 2020-12 and the subset OpenAI's strict mode and pydantic emit):
 // type (a name or a list), properties, required, additionalProperties (a boolean or a schema),
-// items (a schema), minItems, maxItems, minLength, maxLength, minimum / maximum /
-// exclusiveMinimum / exclusiveMaximum on integers (checked digit by digit), enum and const (of
-// strings, numbers, booleans and null, matched as their compact JSON text), anyOf and oneOf (oneOf
-// is taken as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#",
-// "#/$defs/..." and
-// "#/definitions/..." (recursion allowed), and the boolean schemas true and false. Annotations
-// (title, description, default, examples, format, ...) are ignored, as JSON Schema lets a
-// validator do. A constraint this module cannot enforce (pattern, bounds on numbers that may
-// have a fraction, multipleOf,
-// uniqueItems, prefixItems, not, if/then/else, ...) is an error naming it, never ignored.
+// items, prefixItems (tuples; draft 7's items array with additionalItems too), minItems,
+// maxItems, minLength, maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum on
+// integers (checked digit by digit), enum and const (of strings, numbers, booleans and null,
+// matched as their compact JSON text), anyOf and oneOf (oneOf is taken as anyOf: exclusivity is
+// not enforced), allOf with one member, $ref to "#", "#/$defs/..." and "#/definitions/..."
+// (recursion allowed), and the boolean schemas true and false. Annotations (title,
+// description, default, examples, format, ...) are ignored, as JSON Schema lets a validator do.
+// A constraint this module cannot enforce (pattern, bounds on numbers that may have a fraction,
+// multipleOf, uniqueItems, not, if/then/else, ...) is an error naming it, never ignored.
 // As vLLM's default (xgrammar's strict mode), an object schema that lists properties allows no
 // other property unless additionalProperties says so; one without properties allows any.
 // A schema without "type" takes the type its keywords imply (properties: object, items: array,
@@ -66,7 +65,8 @@ class JsonSchema {
     std::vector<int32_t> name_nodes;    // their schemas
     uint64_t required = 0;              // bit i: names[i] is required
     int32_t additional = -1;            // other properties' schema; -1: none allowed
-    int32_t items = 0;                  // array items' schema
+    std::vector<int32_t> prefix_items;  // arrays: the schemas of the first items, in order
+    int32_t items = 0;                  // array items' schema (after the prefix items)
     int64_t min_items = 0, max_items = kUnbounded;
     int64_t min_length = 0, max_length = kUnbounded;  // strings, in characters
     // Integers: minimum / maximum (exclusive ones made inclusive), when given.

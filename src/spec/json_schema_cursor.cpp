@@ -100,9 +100,10 @@ bool SchemaCursor::begin(unsigned char c) {
     if (!cfg.empty()) {
       Frame& parent = cfg.back();
       if (parent.kind == JsonSchema::kArray) {
-        if (parent.count >= node_of(parent).max_items) continue;
-        ++parent.count;
-        expected = node_of(parent).items;
+        const JsonSchema::Node& a = node_of(parent);
+        if (parent.count >= a.max_items) continue;
+        const auto at = static_cast<size_t>(parent.count++);
+        expected = at < a.prefix_items.size() ? a.prefix_items[at] : a.items;
       } else if (parent.kind == JsonSchema::kObject && parent.value >= 0) {
         expected = parent.value;
       } else {

@@ -50,6 +50,19 @@ int64_t characters(const std::string& s) {
   return n;
 }
 
+// An array schema's schema for item i: prefixItems (or draft 7's items array), then the rest.
+Json item_schema(const Json& s, size_t i) {
+  if (s.contains("prefixItems")) {
+    if (i < s["prefixItems"].size()) return s["prefixItems"][i];
+    return s.contains("items") ? s["items"] : Json(true);
+  }
+  if (s.contains("items") && s["items"].is_array()) {
+    if (i < s["items"].size()) return s["items"][i];
+    return s.contains("additionalItems") ? s["additionalItems"] : Json(true);
+  }
+  return s.contains("items") ? s["items"] : Json(true);
+}
+
 bool valid(const Json& root, const Json& schema, const Json& v) {
   const Json& s = deref(root, schema);
   if (s.is_boolean()) return s.get<bool>();
@@ -72,7 +85,7 @@ bool valid(const Json& root, const Json& schema, const Json& v) {
     if (!any) return false;
   } else if (s.contains("properties") && !v.is_object()) {
     return false;
-  } else if (s.contains("items") && !v.is_array()) {
+  } else if ((s.contains("items") || s.contains("prefixItems")) && !v.is_array()) {
     return false;
   }
   if (s.contains("enum") || s.contains("const")) {  // compared as compact text
@@ -98,9 +111,8 @@ bool valid(const Json& root, const Json& schema, const Json& v) {
     const auto n = static_cast<int64_t>(v.size());
     if (s.contains("minItems") && n < s["minItems"].get<int64_t>()) return false;
     if (s.contains("maxItems") && n > s["maxItems"].get<int64_t>()) return false;
-    const Json items = s.contains("items") ? s["items"] : Json(true);
-    for (const Json& e : v) {
-      if (!valid(root, items, e)) return false;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!valid(root, item_schema(s, i), v[i])) return false;
     }
   }
   if (v.is_object()) {
@@ -304,6 +316,17 @@ TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesAtTheFirstWrongByte) {
   const auto huge = JsonSchema::compile(Json::parse(R"({"type": "integer", "minimum": 0})"));
   EXPECT_TRUE(accepts(*huge, "123456789012345678901234567890"));
   EXPECT_FALSE(accepts(*huge, "-1"));
+  // Tuples: each position its schema, then the rest (none here).
+  const auto pair = JsonSchema::compile(
+      Json::parse(R"({"prefixItems": [{"type": "integer"}, {"type": "string"}], "items": false})"));
+  for (const std::string ok : {"[]", "[1]", "[1, \"a\"]"}) EXPECT_TRUE(accepts(*pair, ok)) << ok;
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {"[\"a\"]", 1}, {"[1, 2]", 4}, {"[1, \"a\", 3]", 7}}) {
+    JsonAutomaton a(pair.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
+  EXPECT_EQ(compile_error(Json::parse(R"({"prefixItems": [{}], "items": false, "minItems": 2})")),
+            "at '#': 'minItems' is above 'maxItems' (or 'items' is false)");
   const auto one_or_twelve = JsonSchema::compile(Json::parse(R"({"enum": [1, 12]})"));
   EXPECT_FALSE(accepts(*one_or_twelve, "13"));
   JsonAutomaton e(one_or_twelve.get(), 0);
@@ -328,7 +351,7 @@ class ValueMaker {
     if (s.contains("type")) {
       const Json& t = s["type"];
       type = t.is_array() ? t[rng_() % t.size()].get<std::string>() : t.get<std::string>();
-    } else if (s.contains("items")) {
+    } else if (s.contains("items") || s.contains("prefixItems")) {
       type = "array";
     }
     if (type == "null") return nullptr;
@@ -348,10 +371,12 @@ class ValueMaker {
       const int64_t lo = s.value("minItems", int64_t{0});
       const int64_t hi = std::min<int64_t>(s.value("maxItems", lo + 3), lo + 3);
       Json a = Json::array();
-      const Json items = s.contains("items") ? s["items"] : Json(true);
       for (int64_t i = 0, n = depth > 3 ? lo : lo + static_cast<int64_t>(rng_() % (hi - lo + 1));
-           i < n; ++i)
-        a.push_back(make(items, depth + 1));
+           i < n; ++i) {
+        const Json item = item_schema(s, static_cast<size_t>(i));
+        if (item == false) break;  // (no more items)
+        a.push_back(make(item, depth + 1));
+      }
       return a;
     }
     Json o = Json::object();
@@ -410,6 +435,10 @@ const char* kSchemas[] = {
         "additionalProperties": {"type": "integer"}})",
     R"({"type": "array", "items": {"type": "integer", "minimum": -40, "maximum": 1500},
         "maxItems": 5})",
+    R"({"type": "array", "prefixItems": [{"type": "string", "maxLength": 3}, {"enum": [1, 2]},
+        {"type": "boolean"}], "items": false, "minItems": 2})",
+    R"({"type": "array", "items": [{"type": "null"}, {"type": "integer"}],
+        "additionalItems": {"type": "string"}})",
     R"({"type": "object", "properties": {"free": {}, "dict": {"type": "object"},
         "list": {"type": "array"}}, "required": ["free"]})",
 };
@@ -564,6 +593,14 @@ Json random_schema(std::mt19937& rng, int depth) {
       return o;
     }
     case 5: {
+      if (pick(3) == 0) {  // a tuple
+        Json pre = Json::array();
+        for (int i = 0, n = 1 + pick(3); i < n; ++i) pre.push_back(random_schema(rng, depth + 1));
+        Json t = {{"type", "array"}, {"prefixItems", pre}};
+        if (pick(2)) t["items"] = pick(2) ? Json(false) : random_schema(rng, depth + 1);
+        if (pick(2)) t["minItems"] = pick(static_cast<int>(pre.size()) + 1);
+        return t;
+      }
       Json a = {{"type", "array"}, {"items", random_schema(rng, depth + 1)}};
       const int lo = pick(3);
       if (pick(2)) a["minItems"] = lo;
