@@ -109,20 +109,7 @@ TEST(JsonAutomaton, AgreesWithAJsonParserOnRandomTexts) {
     nlohmann::json o = nlohmann::json::object();
     o["k"] = value(1);
     std::string text = o.dump(trial % 3 == 0 ? 2 : -1);
-    if (trial % 2 == 1) {  // one corruption
-      const size_t at = rng() % (text.size() + 1);
-      const char c = noise[rng() % noise.size()];
-      switch (rng() % 3) {
-        case 0:
-          text.insert(at, 1, c);
-          break;
-        case 1:
-          if (at < text.size()) text.erase(at, 1);
-          break;
-        default:
-          if (at < text.size()) text[at] = c;
-      }
-    }
+    if (trial % 2 == 1) corrupt(text, rng, noise);  // one corruption
     JsonAutomaton a;
     const bool mine = refused_at(a, text) == -1 && a.complete();
     const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,22 @@ inline int64_t refused_at(JsonAutomaton& a, const std::string& text) {
     if (!a.feed(static_cast<unsigned char>(text[i]))) return static_cast<int64_t>(i);
   }
   return -1;
+}
+
+// One random corruption of a text: a byte of `noise` inserted, a byte deleted or replaced.
+inline void corrupt(std::string& text, std::mt19937& rng, const std::string& noise) {
+  const size_t at = rng() % (text.size() + 1);
+  const char c = noise[rng() % noise.size()];
+  switch (rng() % 3) {
+    case 0:
+      text.insert(at, 1, c);
+      break;
+    case 1:
+      if (at < text.size()) text.erase(at, 1);
+      break;
+    default:
+      if (at < text.size()) text[at] = c;
+  }
 }
 
 // Every token's text (special tokens empty), as the engine's JSON masks read them.
