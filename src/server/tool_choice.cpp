@@ -28,14 +28,19 @@ Json moved_to(const Json& s, const std::string& at) {
   return out;
 }
 
-// The tools' names and parameters (each checked: a function with a name; parameters the
-// compiler takes).
-std::vector<std::pair<std::string, Json>> functions(const Json& tools) {
+struct Function {
+  std::string name;
+  Json parameters;
+  std::shared_ptr<const JsonSchema> schema;  // the parameters compiled
+};
+
+// The tools' functions (each checked: a function with a name; parameters the compiler takes).
+std::vector<Function> functions(const Json& tools) {
   if (!tools.is_array() || tools.empty()) {
     throw bad_request("tool_choice",
                       "'tool_choice' \"required\" or a named function needs a non-empty 'tools'");
   }
-  std::vector<std::pair<std::string, Json>> out;
+  std::vector<Function> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     const Json& t = tools[i];
     const Json* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
@@ -50,12 +55,12 @@ std::vector<std::pair<std::string, Json>> functions(const Json& tools) {
                       ? (*fn)["parameters"]
                       : Json{{"type", "object"}, {"properties", Json::object()}};
     try {
-      JsonSchema::compile(params);
+      auto schema = JsonSchema::compile(params);
+      out.push_back({name, std::move(params), std::move(schema)});
     } catch (const JsonSchemaError& e) {
       throw bad_request("tools",
                         fmt::format("'tools[{}]' ({}): its parameters {}", i, name, e.what()));
     }
-    out.emplace_back(name, std::move(params));
   }
   return out;
 }
@@ -73,12 +78,13 @@ ForcedTools parse_tool_choice(const Json& choice, const Json& tools, bool parall
                                                    c));
     }
     Json alternatives = Json::array();
-    for (auto& [name, params] : functions(tools)) {
+    for (const Function& fn : functions(tools)) {
       const std::string at =
           fmt::format("/items/anyOf/{}/properties/parameters", alternatives.size());
       alternatives.push_back(
           {{"type", "object"},
-           {"properties", {{"name", {{"const", name}}}, {"parameters", moved_to(params, at)}}},
+           {"properties",
+            {{"name", {{"const", fn.name}}}, {"parameters", moved_to(fn.parameters, at)}}},
            {"required", {"name", "parameters"}}});
     }
     Json schema = {
@@ -98,10 +104,10 @@ ForcedTools parse_tool_choice(const Json& choice, const Json& tools, bool parall
                       "{\"name\": ...}}");
   }
   f.name = (*fn)["name"].get<std::string>();
-  for (auto& [name, params] : functions(tools)) {
-    if (name != f.name) continue;
+  for (Function& fn : functions(tools)) {
+    if (fn.name != f.name) continue;
     f.mode = ToolForce::kNamed;
-    f.schema = JsonSchema::compile(params);
+    f.schema = std::move(fn.schema);
     return f;
   }
   throw bad_request(

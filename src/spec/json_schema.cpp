@@ -51,20 +51,6 @@ const std::set<std::string>& constraint_keywords() {
   return k;
 }
 
-std::string escape_pointer_token(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 uint8_t type_bit(const std::string& name) {
   if (name == "object") return JsonSchema::kObject;
   if (name == "array") return JsonSchema::kArray;
@@ -208,8 +194,7 @@ class JsonSchemaCompiler {
       fail(path, "'$ref' " + r + ": only references within the schema ('#...') are supported");
     }
     try {
-      const Json& target = root_.at(Json::json_pointer(r.substr(1)));
-      return target;
+      return root_.at(Json::json_pointer(r.substr(1)));
     } catch (const nlohmann::json::exception&) {
       fail(path, "'$ref' " + r + " does not resolve");
     }
@@ -309,17 +294,21 @@ class JsonSchemaCompiler {
   void object(const Json& s, const std::string& path, int depth, JsonSchema::Node& n) {
     const bool has_props = s.contains("properties");
     std::vector<std::pair<std::string, int32_t>> props;
+    std::vector<std::string> excluded;  // properties whose schema is false
     if (has_props) {
       const Json& p = s["properties"];
       if (!p.is_object()) fail(path, "'properties' must be an object");
       for (const auto& [name, sub] : p.items()) {
-        const std::string at = path + "/properties/" + escape_pointer_token(name);
+        const std::string at = (Json::json_pointer(path + "/properties") / name).to_string();
         if (!plain_name(name)) {
           fail(at,
                "property names with quotes, backslashes or control characters are not "
                "supported");
         }
-        if (sub.is_boolean() && !sub.get<bool>()) continue;  // the property may not appear
+        if (sub.is_boolean() && !sub.get<bool>()) {  // the property may not appear
+          excluded.push_back(name);
+          continue;
+        }
         props.emplace_back(name, compile(sub, at, depth + 1));
       }
     }
@@ -342,7 +331,8 @@ class JsonSchemaCompiler {
       const bool declared =
           std::any_of(props.begin(), props.end(), [&](const auto& p) { return p.first == name; });
       if (declared) continue;
-      if (n.additional < 0 || !plain_name(name)) {
+      const bool is_excluded = std::find(excluded.begin(), excluded.end(), name) != excluded.end();
+      if (n.additional < 0 || is_excluded || !plain_name(name)) {
         fail(path, "required property '" + name + "' is not allowed by the schema");
       }
       props.emplace_back(name, n.additional);
@@ -392,7 +382,7 @@ class JsonSchemaCompiler {
       }
     }
     if (n.min_items > n.max_items) {
-      if (n.types & JsonSchema::kArray) n.types &= ~JsonSchema::kArray;
+      n.types &= ~JsonSchema::kArray;
       if (n.types == 0) fail(path, "'minItems' is above 'maxItems' (or 'items' is false)");
     }
   }

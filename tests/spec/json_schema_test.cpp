@@ -60,6 +60,11 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
   EXPECT_EQ(compile_error(Json::parse(R"({"properties": {"a\"b": {}}})")),
             "at '#/properties/a\"b': property names with quotes, backslashes or control "
             "characters are not supported");
+  EXPECT_EQ(compile_error(Json::parse(R"({"properties": {"a": false}, "required": ["a"],
+            "additionalProperties": true})")),
+            "at '#': required property 'a' is not allowed by the schema");
+  EXPECT_EQ(compile_error(Json::parse(R"({"properties": {"a/b~": {"type": "strin"}}})")),
+            "at '#/properties/a~1b~0': unknown type \"strin\"");
   EXPECT_EQ(compile_error(Json::parse(R"({"minLength": 4, "maxLength": 2})")),
             "at '#': 'minLength' is above 'maxLength'");
   EXPECT_EQ(compile_error(false), "at '#': no JSON value satisfies this schema");

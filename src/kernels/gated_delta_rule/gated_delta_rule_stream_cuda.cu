@@ -92,50 +92,31 @@ __device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part
 // sums ride in row 0's update pass (row 0 always stores: row 1 follows it). Row 1 stores if
 // store_second. The same arithmetic in the same order as two head_token calls, so the same bits.
 // Ring slots: row 0's kv 0, its o 1, row 1's kv 2, its o 0 (each slot is written again only after
-// a barrier that follows its last read). With kOut, o of both rows come back in o_first, o_second.
-template <int kDk, bool kOut>
+// a barrier that follows its last read). kOut0 / kOut1: row 0's / row 1's o come back in o_first /
+// o_second (an output pair has both; a fold pair neither; an odd fold's last row and a one-row
+// call's row, gated_delta_rule_set_stream_fold_fuse, only row 1's).
+template <int kDk, bool kOut0, bool kOut1>
 __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, int c,
                                           bool store_second, float2& o_first, float2& o_second) {
   post(m, dv, part, c, 0, kv_partial<kDk>(m, dv, part, c, 0));
   __syncthreads();
   const float2 u = row_u(m, dv, c, 0, gather(m, dv, c, 0));
   float2 kv_second;
-  const float2 o = update_pass<kDk, true, kOut, true>(m, dv, part, c, 0, u.x, u.y, kv_second);
-  if constexpr (kOut) post(m, dv, part, c, 1, o);
+  const float2 o = update_pass<kDk, true, kOut0, true>(m, dv, part, c, 0, u.x, u.y, kv_second);
+  if constexpr (kOut0) post(m, dv, part, c, 1, o);
   post(m, dv, part, c, 2, kv_second);
   __syncthreads();
-  if constexpr (kOut) o_first = gather(m, dv, c, 1);
+  if constexpr (kOut0) o_first = gather(m, dv, c, 1);
   const float2 u2 = row_u(m, dv, c, 1, gather(m, dv, c, 2));
   float2 unused;
   const float2 o2 =
-      store_second ? update_pass<kDk, true, kOut, false>(m, dv, part, c, 1, u2.x, u2.y, unused)
-                   : update_pass<kDk, false, kOut, false>(m, dv, part, c, 1, u2.x, u2.y, unused);
-  if constexpr (kOut) {
+      store_second ? update_pass<kDk, true, kOut1, false>(m, dv, part, c, 1, u2.x, u2.y, unused)
+                   : update_pass<kDk, false, kOut1, false>(m, dv, part, c, 1, u2.x, u2.y, unused);
+  if constexpr (kOut1) {
     post(m, dv, part, c, 0, o2);
     __syncthreads();
     o_second = gather(m, dv, c, 0);
   }
-}
-
-// An item's last fold row (buffer row 0) and its one output row (buffer row 1) in three passes
-// instead of two head_token calls' four (gated_delta_rule_set_stream_fold_fuse): the output row's
-// kv sums ride in the fold row's update pass, which stores S; the output row's pass only reads it
-// (an item of one row stores no row state). The same arithmetic in the same order, so the same
-// bits. Ring slots as head_pair's: kv 0, then 2, o 1. Returns the output row's o.
-template <int kDk>
-__device__ __forceinline__ float2 head_fold_output(const HeadSmem& m, int dv, int part, int c) {
-  post(m, dv, part, c, 0, kv_partial<kDk>(m, dv, part, c, 0));
-  __syncthreads();
-  const float2 u = row_u(m, dv, c, 0, gather(m, dv, c, 0));
-  float2 kv_out, unused;
-  update_pass<kDk, true, false, true>(m, dv, part, c, 0, u.x, u.y, kv_out);
-  post(m, dv, part, c, 2, kv_out);
-  __syncthreads();
-  const float2 u2 = row_u(m, dv, c, 1, gather(m, dv, c, 2));
-  const float2 o = update_pass<kDk, false, true, false>(m, dv, part, c, 1, u2.x, u2.y, unused);
-  post(m, dv, part, c, 1, o);
-  __syncthreads();
-  return gather(m, dv, c, 1);
 }
 
 // kPairs: each two rows loaded together run as head_pair (three passes over S) instead of two
@@ -195,10 +176,11 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
         load_head_rows<kDk, false, kNorm, kHeadRows>(
             p, m, sq.r0, (sq.slot * 2 + sq.parity) * half_elems, h % (p.hv_n / p.hk_n) == 0, 0, 1,
             h, hk, a_decay, dt_bias, /*dst=*/1);
-        fused_o = head_fold_output<kDk>(m, dvi, part, c);
+        float2 unused;
+        head_pair<kDk, false, true>(m, dvi, part, c, false, unused, fused_o);
       } else if (kPairs && nb == 2) {
         float2 unused0, unused1;
-        head_pair<kDk, false>(m, dvi, part, c, true, unused0, unused1);
+        head_pair<kDk, false, false>(m, dvi, part, c, true, unused0, unused1);
       } else {
         for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
       }
@@ -243,7 +225,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
       }
       if (kPairs && nb == 2) {
         float2 o_first, o_second;
-        head_pair<kDk, true>(m, dvi, part, c, t0 + 2 < sq.n, o_first, o_second);
+        head_pair<kDk, true, true>(m, dvi, part, c, t0 + 2 < sq.n, o_first, o_second);
         emit(0, o_first);
         emit(1, o_second);
       } else {
