@@ -17,9 +17,9 @@
 # (tandem bench --diag-skip), to read what each costs inside the step. PART=7: one call's worth of
 # the above (bitwise tests, kernel_bench gdr, engine tests on the same-bits opt-ins, the bench
 # without and with gdr-regs). PART=8 (shortest): the GDN forms' bitwise tests and
-# kernel_bench gdr. PART=9 (next first): the seventeenth session's defaults (GDN row pairs, the
-# conv vector kernel from 32 sequences) in one build (bitwise tests, the step, engine tests), and
-# the same with gdr-fold-fuse.
+# kernel_bench gdr. PART=9: the seventeenth session's defaults (GDN row pairs, the conv vector
+# kernel from 32 sequences) in one build (bitwise tests, the step, engine tests). PART=10 (next
+# first): the same with gdr-row-prefetch beside production.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -36,8 +36,8 @@ kernel_bench_gdr() {
   summary "kernel_bench gdr rc=$? ($(stamp))"
   grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
 }
-ALL=gdr-fold-fuse,gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
-SAME_BITS=gdr-fold-fuse,gdr-regs,fp8-wgmma-pipeline  # production's bits
+ALL=gdr-row-prefetch,gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
+SAME_BITS=gdr-row-prefetch,gdr-regs,fp8-wgmma-pipeline  # production's bits
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
   tests opt_in_bits 150 "$FILTER"
@@ -71,13 +71,13 @@ elif [[ $PART == 7 ]]; then  # one call: every bitwise test, the GDN kernels, th
 elif [[ $PART == 8 ]]; then  # shortest: the GDN forms' bitwise tests, then their kernel bench
   tests gdr_forms_bits 100 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*'
   kernel_bench_gdr 50
-elif [[ $PART == 9 ]]; then  # the seventeenth session's defaults in one build, and the fold fuse
+elif [[ $PART == 9 || $PART == 10 ]]; then  # production, and beside it an opt-in of its bits
+  OPT=gdr-row-prefetch  # PART=9 ran gdr-fold-fuse (removed since)
   tests forms_bits 90 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.ConvVector*:CudaRowInvariance.GatedDeltaRuleFold'
   bench bf16_default $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}"
-  bench bf16_fold_fuse $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}" --opt-in gdr-fold-fuse
+  bench bf16_${OPT//-/_} $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}" --opt-in $OPT
   kernel_bench_gdr 40
-  engine_tests 80
-  TANDEM_OPT_IN=gdr-fold-fuse engine_tests 80
+  TANDEM_OPT_IN=$OPT engine_tests 80
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

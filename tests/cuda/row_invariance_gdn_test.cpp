@@ -191,31 +191,31 @@ struct StreamMinSeqs {
 // The streaming kernel's forms (each the same bits): four passes per row pair (plain), row pairs
 // in three passes (production), with an odd fold's last row and a one-row call's row as a pair
 // too (opt-in fold fuse), or calls of 2+ rows a sequence in the register form (opt-in).
-enum class StreamForm { kPlain, kPairs, kFoldFuse, kRegisters };
+enum class StreamForm { kPlain, kPairs, kRowPrefetch, kRegisters };
 std::string form_name(StreamForm f) {
-  return f == StreamForm::kPlain      ? "plain"
-         : f == StreamForm::kPairs    ? "pairs"
-         : f == StreamForm::kFoldFuse ? "fold-fuse"
-                                      : "registers";
+  return f == StreamForm::kPlain         ? "plain"
+         : f == StreamForm::kPairs       ? "pairs"
+         : f == StreamForm::kRowPrefetch ? "row-prefetch"
+                                         : "registers";
 }
 // Sets a form for one scope; taken() says whether a register-form call ran since.
 struct StreamFormScope {
-  bool prev_pairs, prev_fuse, prev_regs;
+  bool prev_pairs, prev_prefetch, prev_regs;
   int64_t regs_calls;
   explicit StreamFormScope(StreamForm f)
       : prev_pairs(gated_delta_rule_set_stream_pairs(f == StreamForm::kPairs ||
-                                                     f == StreamForm::kFoldFuse)),
-        prev_fuse(gated_delta_rule_set_stream_fold_fuse(f == StreamForm::kFoldFuse)),
+                                                     f == StreamForm::kRowPrefetch)),
+        prev_prefetch(gated_delta_rule_set_stream_row_prefetch(f == StreamForm::kRowPrefetch)),
         prev_regs(gated_delta_rule_set_stream_registers(f == StreamForm::kRegisters)),
         regs_calls(gated_delta_rule_stream_register_calls()) {}
   ~StreamFormScope() {
     gated_delta_rule_set_stream_pairs(prev_pairs);
-    gated_delta_rule_set_stream_fold_fuse(prev_fuse);
+    gated_delta_rule_set_stream_row_prefetch(prev_prefetch);
     gated_delta_rule_set_stream_registers(prev_regs);
   }
   bool registers_taken() const { return gated_delta_rule_stream_register_calls() > regs_calls; }
 };
-constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kFoldFuse,
+constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kRowPrefetch,
                                  StreamForm::kRegisters};
 
 // ---- batch invariance ----

@@ -37,8 +37,8 @@ constexpr int kMaxHeadThreads = 256;  // 2 x d_v: a thread holds 2 columns of on
 constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a block stages
 
 std::atomic<int64_t> g_stream_min_seqs{8};
-std::atomic<bool> g_stream_pairs{true};  // gated_delta_rule_set_stream_pairs
-std::atomic<bool> g_fold_fuse{false};    // gated_delta_rule_set_stream_fold_fuse
+std::atomic<bool> g_stream_pairs{true};   // gated_delta_rule_set_stream_pairs
+std::atomic<bool> g_row_prefetch{false};  // gated_delta_rule_set_stream_row_prefetch
 
 // Ring slots of the parts' partial sums: kv and o of a row, and with pairs (below) the second
 // row's kv, posted in the same pass as the first row's o.
@@ -93,8 +93,7 @@ __device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part
 // store_second. The same arithmetic in the same order as two head_token calls, so the same bits.
 // Ring slots: row 0's kv 0, its o 1, row 1's kv 2, its o 0 (each slot is written again only after
 // a barrier that follows its last read). kOut0 / kOut1: row 0's / row 1's o come back in o_first /
-// o_second (an output pair has both; a fold pair neither; an odd fold's last row and a one-row
-// call's row, gated_delta_rule_set_stream_fold_fuse, only row 1's).
+// o_second (an output pair has both, a fold pair neither).
 template <int kDk, bool kOut0, bool kOut1>
 __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, int c,
                                           bool store_second, float2& o_first, float2& o_second) {
@@ -119,9 +118,57 @@ __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, i
   }
 }
 
+// Asks L2 for the bf16 elements [e, e + n) from one thread each 64 (a 128-byte line) and one for
+// the last, so that a span not aligned to lines is covered too.
+__device__ __forceinline__ void prefetch_span(const __nv_bfloat16* e, int64_t n, int i) {
+  const int64_t at = min(static_cast<int64_t>(i) * 64, n - 1);
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(e + at));
+}
+__host__ __device__ constexpr int prefetch_lines(int64_t n) { return static_cast<int>(n / 64) + 1; }
+
+// gated_delta_rule_set_stream_row_prefetch: the rows item u (loaded as l) will load, into L2,
+// by one thread a line: its fold rows from replay (up to kHeadRows) and its first current rows
+// (up to kHeadRows; the previous kernels' outputs, so only after the PDL wait). Only prefetches:
+// an address is touched by nothing else, and nothing here changes a value.
+template <int kDk>
+__device__ __forceinline__ void prefetch_item_rows(const GdrParams& p, const GdrSeqLoad& l,
+                                                   int64_t u, int64_t items, int64_t half_elems) {
+  if (u >= items) return;
+  bool live = false;
+  const GdrSeq sq = decode_item(p, l, live);
+  if (!live) return;
+  const int64_t h = u % p.hv_n, hk = h / (p.hv_n / p.hk_n);
+  const int lk = prefetch_lines(kDk), lv = prefetch_lines(p.dv);
+  const int fold_rows = min(sq.n_acc, kHeadRows);
+  const int rows = static_cast<int>(sq.n < kHeadRows ? sq.n : kHeadRows);
+  const int fold_per_row = lk + lv + 2, row_per_row = 2 * lk + 2 * lv + 2;
+  int i = static_cast<int>(threadIdx.x);
+  if (i < fold_rows * fold_per_row) {
+    const int t = i / fold_per_row, e = i % fold_per_row;
+    const __nv_bfloat16* row =
+        p.replay + (sq.slot * 2 + (1 - sq.parity)) * half_elems + t * p.replay_width;
+    if (e < lk) return prefetch_span(row + replay_k<kDk>(hk), kDk, e);
+    if (e < lk + lv) return prefetch_span(row + replay_v<kDk>(p, h), p.dv, e - lk);
+    return prefetch_span(row + replay_a<kDk>(p, h) + (e == lk + lv ? 0 : p.hv_n), 1, 0);
+  }
+  i -= fold_rows * fold_per_row;
+  if (i < 0 || i >= rows * row_per_row) return;
+  const int64_t t = sq.r0 + i / row_per_row;
+  int e = i % row_per_row;
+  if (e < lk) return prefetch_span(p.q + t * p.q_s0 + hk * p.q_s1, kDk, e);
+  if ((e -= lk) < lk) return prefetch_span(p.k + t * p.k_s0 + hk * p.k_s1, kDk, e);
+  if ((e -= lk) < lv) return prefetch_span(p.v + t * p.v_s0 + h * p.v_s1, p.dv, e);
+  if ((e -= lv) < lv) {
+    if (p.norm_out != nullptr) prefetch_span(p.z + t * p.z_s0 + h * p.z_s1, p.dv, e);
+    return;
+  }
+  prefetch_span(e == lv ? p.a + t * p.a_s0 + h * p.a_s1 : p.b + t * p.b_s0 + h * p.b_s1, 1, 0);
+}
+
 // kPairs: each two rows loaded together run as head_pair (three passes over S) instead of two
-// head_token calls (four); the same bits.
-template <int kDk, bool kNorm, bool kPairs, bool kFuse>
+// head_token calls (four); the same bits. kPrefetch: prefetch_item_rows for the block's next item
+// once the current one's rows are loaded.
+template <int kDk, bool kNorm, bool kPairs, bool kPrefetch>
 __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(GdrParams p) {
   extern __shared__ __align__(128) float smem[];
   const int64_t dv = p.dv, items = p.hv_n * p.n_seqs;
@@ -155,9 +202,6 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
       cuda::bulk_copy(m.S, state, state_bytes, m.full);
     }
     const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
-    // One row after an odd fold (plain decode): the last fold row and the row as a pair.
-    const bool fuse = kFuse && sq.n == 1 && (sq.n_acc & 1);
-    float2 fused_o = make_float2(0.f, 0.f);
     for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
       const int nb = min(kHeadRows, sq.n_acc - t0);
       if (nb > 0) {
@@ -168,17 +212,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
         cuda::mbar_wait(m.full, phase);
         phase ^= 1;
       }
-      if (fuse && nb == 1) {  // the row's inputs come from the kernels before: the PDL wait first
-        if (!waited) {
-          cuda::pdl_begin();
-          waited = true;
-        }
-        load_head_rows<kDk, false, kNorm, kHeadRows>(
-            p, m, sq.r0, (sq.slot * 2 + sq.parity) * half_elems, h % (p.hv_n / p.hk_n) == 0, 0, 1,
-            h, hk, a_decay, dt_bias, /*dst=*/1);
-        float2 unused;
-        head_pair<kDk, false, true>(m, dvi, part, c, false, unused, fused_o);
-      } else if (kPairs && nb == 2) {
+      if (kPairs && nb == 2) {
         float2 unused0, unused1;
         head_pair<kDk, false, false>(m, dvi, part, c, true, unused0, unused1);
       } else {
@@ -199,13 +233,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
       cuda::pdl_begin();
       waited = true;
     }
-    if (fuse) {  // the row ran with the fold: its output (buffer row 1) and norm
-      emit_row<kNorm>(p, m, sq.r0, h, dvi, part, c, 1, fused_o);
-      if constexpr (kNorm) norm_rows(p, m, sq.r0, h, dvi, part, c, 1, norm_w0, norm_w1, 1);
-      cuda::fence_proxy_async();
-      __syncthreads();  // the row buffers are rewritten by the next item
-      continue;
-    }
+    if constexpr (kPrefetch) prefetch_item_rows<kDk>(p, next, u + n_blocks, items, half_elems);
     // The call's rows: outputs (and norm); their raw k (one value head per key head), v, a, b
     // into replay half `parity`. Only a row with a later row stores its state, after the bulk
     // store has read S out.
@@ -253,12 +281,12 @@ bool head_kernel_fits(int64_t dk, int64_t dv) {
 }
 
 // Blocks resident at once, per kernel and shared-memory size (computed once for each).
-template <int kDk, bool kNorm, bool kPairs, bool kFuse>
+template <int kDk, bool kNorm, bool kPairs, bool kPrefetch>
 int64_t resident_blocks(int threads, size_t smem) {
   static std::atomic<int64_t> key{-1}, blocks{0};
   const int64_t k = static_cast<int64_t>(smem) * 1024 + threads;
   if (key.load() == k) return blocks.load();
-  const auto kernel = gdr_head_kernel<kDk, kNorm, kPairs, kFuse>;
+  const auto kernel = gdr_head_kernel<kDk, kNorm, kPairs, kPrefetch>;
   cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    static_cast<int>(smem)),
               "cudaFuncSetAttribute");
@@ -271,23 +299,23 @@ int64_t resident_blocks(int threads, size_t smem) {
   return n;
 }
 
-template <int kDk, bool kNorm, bool kPairs, bool kFuse>
+template <int kDk, bool kNorm, bool kPairs, bool kPrefetch>
 void launch_head(const GdrParams& p, cudaStream_t s) {
   const int threads = static_cast<int>(2 * p.dv);
   const int slots = kPairs ? kPairRingSlots : kRingSlots;
   const size_t smem =
       static_cast<size_t>(head_smem_floats(kDk, p.dv, p.hv_n, slots, kHeadRows)) * sizeof(float);
   const int64_t blocks =
-      std::min(resident_blocks<kDk, kNorm, kPairs, kFuse>(threads, smem), p.hv_n * p.n_seqs);
-  cuda::launch_pdl(gdr_head_kernel<kDk, kNorm, kPairs, kFuse>, dim3(static_cast<unsigned>(blocks)),
-                   threads, smem, s, p);
+      std::min(resident_blocks<kDk, kNorm, kPairs, kPrefetch>(threads, smem), p.hv_n * p.n_seqs);
+  cuda::launch_pdl(gdr_head_kernel<kDk, kNorm, kPairs, kPrefetch>,
+                   dim3(static_cast<unsigned>(blocks)), threads, smem, s, p);
   cuda::check_launch("gdr_head_kernel");
 }
 
 template <int kDk, bool kNorm>
 void launch_head_form(const GdrParams& p, cudaStream_t s) {
   if (!g_stream_pairs.load()) return launch_head<kDk, kNorm, false, false>(p, s);
-  if (g_fold_fuse.load()) return launch_head<kDk, kNorm, true, true>(p, s);
+  if (g_row_prefetch.load()) return launch_head<kDk, kNorm, true, true>(p, s);
   launch_head<kDk, kNorm, true, false>(p, s);
 }
 
@@ -300,7 +328,7 @@ void launch_head(const GdrParams& p, cudaStream_t s) {
 
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n) { return g_stream_min_seqs.exchange(n); }
 bool gated_delta_rule_set_stream_pairs(bool on) { return g_stream_pairs.exchange(on); }
-bool gated_delta_rule_set_stream_fold_fuse(bool on) { return g_fold_fuse.exchange(on); }
+bool gated_delta_rule_set_stream_row_prefetch(bool on) { return g_row_prefetch.exchange(on); }
 
 std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
   const int64_t from = g_stream_min_seqs.load();

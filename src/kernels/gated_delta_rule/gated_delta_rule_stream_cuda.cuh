@@ -82,13 +82,12 @@ __device__ __forceinline__ GdrSeq decode_item(const GdrParams& p, const GdrSeqLo
 // normalised; v, z with kNorm; the gates). kFold: from replay half `base` (the accepted rows of
 // the last step). Otherwise the call's rows base + t, their raw k (own_k), v, a and b copied into
 // the replay half at `sink` for t < replay_rows. Every load is issued before the first store.
-// dst: the buffer row the first of them goes to (rows dst .. dst + nb - 1 <= kRows).
 // The block has 2 d_v threads and d_k <= d_v, so kRows / 2 elements of q, k, v and z a thread.
 template <int kDk, bool kFold, bool kNorm, int kRows>
 __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSmem& m, int64_t base,
                                                int64_t sink, bool own_k, int64_t t0, int nb,
-                                               int64_t h, int64_t hk, float a_decay, float dt_bias,
-                                               int dst = 0) {
+                                               int64_t h, int64_t hk, float a_decay,
+                                               float dt_bias) {
   static_assert(kRows % 2 == 0 && kRows <= 8, "rows a block loads together");
   constexpr int kIt = kRows / 2;
   const int tid = threadIdx.x, threads = static_cast<int>(blockDim.x);
@@ -138,16 +137,16 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
     const int tv = static_cast<int>(e / dv), jv = static_cast<int>(e % dv);
     if (tq < nb) {
       const int64_t t = t0 + tq;
-      if constexpr (!kFold) m.q[(dst + tq) * kDk + iq] = __bfloat162float(qr[it]);
-      m.k[(dst + tq) * kDk + iq] = __bfloat162float(kr[it]);
+      if constexpr (!kFold) m.q[tq * kDk + iq] = __bfloat162float(qr[it]);
+      m.k[tq * kDk + iq] = __bfloat162float(kr[it]);
       if (!kFold && own_k && t < p.replay_rows) {
         p.replay[sink + t * w + replay_k<kDk>(hk) + iq] = kr[it];
       }
     }
     if (tv < nb) {
       const int64_t t = t0 + tv;
-      m.v[(dst + tv) * dv + jv] = __bfloat162float(vr[it]);
-      if constexpr (kNorm) m.z[(dst + tv) * dv + jv] = __bfloat162float(zr[it]);
+      m.v[tv * dv + jv] = __bfloat162float(vr[it]);
+      if constexpr (kNorm) m.z[tv * dv + jv] = __bfloat162float(zr[it]);
       if (!kFold && t < p.replay_rows) p.replay[sink + t * w + replay_v<kDk>(p, h) + jv] = vr[it];
     }
   }
@@ -158,12 +157,12 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
       row[0] = ar;
       row[p.hv_n] = br;
     }
-    row_gate(ar, br, a_decay, dt_bias, m.decay[dst + tid], m.beta[dst + tid]);
+    row_gate(ar, br, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
   }
   __syncthreads();
   const int lane = tid & 31, warp = tid >> 5;
   if (warp < nb) {
-    normalise_row<kDk, kFold>(m.q + (dst + warp) * kDk, m.k + (dst + warp) * kDk, lane);
+    normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
   }
   __syncthreads();
 }
@@ -272,27 +271,27 @@ __device__ __forceinline__ void emit_row(const GdrParams& p, const HeadSmem& m, 
   }
 }
 
-// The gated RMSNorm of buffer rows [tb0, tb0 + nb) of m.o (absolute rows row0 ..): each 32 columns
+// The gated RMSNorm of buffer rows [0, nb) of m.o (absolute rows row0 ..): each 32 columns
 // summed by a warp butterfly, then those sums in column order (gated_rms_norm_kernel's order).
 __device__ __forceinline__ void norm_rows(const GdrParams& p, const HeadSmem& m, int64_t row0,
                                           int64_t h, int dv, int part, int c, int nb, float norm_w0,
-                                          float norm_w1, int tb0 = 0) {
+                                          float norm_w1) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   __syncthreads();
   const int blocks = dv / 32;
   for (int x = warp; x < nb * blocks; x += static_cast<int>(blockDim.x / 32)) {
-    const int tb = tb0 + x / blocks, cb = x % blocks;
+    const int tb = x / blocks, cb = x % blocks;
     const float ov = m.o[tb * dv + cb * 32 + lane];
     const float sq2 = cuda::warp_sum(ov * ov);
     if (lane == 0) m.psum[tb * kMaxNormBlocks + cb] = sq2;
   }
   __syncthreads();
   if (part == 0) {
-    for (int tb = tb0; tb < tb0 + nb; ++tb) {
+    for (int tb = 0; tb < nb; ++tb) {
       float ss = 0.f;
       for (int cb = 0; cb < blocks; ++cb) ss += m.psum[tb * kMaxNormBlocks + cb];
       const float inv = 1.f / sqrtf(ss / static_cast<float>(dv) + p.norm_eps);
-      __nv_bfloat16* out = p.norm_out + (row0 + tb - tb0) * p.norm_out_s0 + h * p.norm_out_s1 + c;
+      __nv_bfloat16* out = p.norm_out + (row0 + tb) * p.norm_out_s0 + h * p.norm_out_s1 + c;
       out[0] =
           __float2bfloat16_rn(((m.o[tb * dv + c] * inv) * norm_w0) * cuda::silu(m.z[tb * dv + c]));
       out[1] = __float2bfloat16_rn(((m.o[tb * dv + c + 1] * inv) * norm_w1) *
