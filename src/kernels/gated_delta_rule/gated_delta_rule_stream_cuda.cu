@@ -120,9 +120,9 @@ __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, i
 
 // Asks L2 for the bf16 elements [e, e + n) from one thread each 64 (a 128-byte line) and one for
 // the last, so that a span not aligned to lines is covered too.
-__device__ __forceinline__ void prefetch_span(const __nv_bfloat16* e, int64_t n, int i) {
+__device__ __forceinline__ void prefetch_span(const __nv_bfloat16* span, int64_t n, int i) {
   const int64_t at = min(static_cast<int64_t>(i) * 64, n - 1);
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(e + at));
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(span + at));
 }
 __host__ __device__ constexpr int prefetch_lines(int64_t n) { return static_cast<int>(n / 64) + 1; }
 
@@ -154,20 +154,21 @@ __device__ __forceinline__ void prefetch_item_rows(const GdrParams& p, const Gdr
   i -= fold_rows * fold_per_row;
   if (i < 0 || i >= rows * row_per_row) return;
   const int64_t t = sq.r0 + i / row_per_row;
-  int e = i % row_per_row;
+  const int e = i % row_per_row;  // q, k (lk lines each), v, z (lv each), a, b
   if (e < lk) return prefetch_span(p.q + t * p.q_s0 + hk * p.q_s1, kDk, e);
-  if ((e -= lk) < lk) return prefetch_span(p.k + t * p.k_s0 + hk * p.k_s1, kDk, e);
-  if ((e -= lk) < lv) return prefetch_span(p.v + t * p.v_s0 + h * p.v_s1, p.dv, e);
-  if ((e -= lv) < lv) {
-    if (p.norm_out != nullptr) prefetch_span(p.z + t * p.z_s0 + h * p.z_s1, p.dv, e);
+  if (e < 2 * lk) return prefetch_span(p.k + t * p.k_s0 + hk * p.k_s1, kDk, e - lk);
+  if (e < 2 * lk + lv) return prefetch_span(p.v + t * p.v_s0 + h * p.v_s1, p.dv, e - 2 * lk);
+  if (e < 2 * lk + 2 * lv) {
+    if (p.norm_out != nullptr) prefetch_span(p.z + t * p.z_s0 + h * p.z_s1, p.dv, e - 2 * lk - lv);
     return;
   }
-  prefetch_span(e == lv ? p.a + t * p.a_s0 + h * p.a_s1 : p.b + t * p.b_s0 + h * p.b_s1, 1, 0);
+  const bool a = e == 2 * lk + 2 * lv;
+  prefetch_span(a ? p.a + t * p.a_s0 + h * p.a_s1 : p.b + t * p.b_s0 + h * p.b_s1, 1, 0);
 }
 
 // kPairs: each two rows loaded together run as head_pair (three passes over S) instead of two
 // head_token calls (four); the same bits. kPrefetch: prefetch_item_rows for the block's next item
-// once the current one's rows are loaded.
+// after the current one's fold, once the PDL wait is behind the block.
 template <int kDk, bool kNorm, bool kPairs, bool kPrefetch>
 __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(GdrParams p) {
   extern __shared__ __align__(128) float smem[];
