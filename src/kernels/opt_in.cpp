@@ -26,10 +26,10 @@ struct OptIn {
 std::vector<OptIn> registry() {
   std::vector<OptIn> r;
 #ifdef TANDEM_CUDA
-  r.push_back({"gdr-row-prefetch",
-               "GDN streaming kernel: a block's next item's rows (fold rows, the call's rows) "
-               "asked of L2 while it works on the current one",
-               [](bool on) { gated_delta_rule_set_stream_row_prefetch(on); }});
+  r.push_back({"gdr-state-ring",
+               "GDN streaming kernel: one block per SM with a ring of 3 states, each item's "
+               "state copied in two items ahead",
+               [](bool on) { gated_delta_rule_set_stream_state_ring(on); }});
   r.push_back({"gdr-regs",
                "GDN streaming kernel, calls of 2+ rows a sequence (verify): the state in "
                "registers between one load and one write-back, 4 rows loaded together",

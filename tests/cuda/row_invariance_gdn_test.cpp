@@ -191,31 +191,31 @@ struct StreamMinSeqs {
 // The streaming kernel's forms (each the same bits): four passes per row pair (plain), row pairs
 // in three passes (production), with an odd fold's last row and a one-row call's row as a pair
 // too (opt-in fold fuse), or calls of 2+ rows a sequence in the register form (opt-in).
-enum class StreamForm { kPlain, kPairs, kRowPrefetch, kRegisters };
+enum class StreamForm { kPlain, kPairs, kStateRing, kRegisters };
 std::string form_name(StreamForm f) {
-  return f == StreamForm::kPlain         ? "plain"
-         : f == StreamForm::kPairs       ? "pairs"
-         : f == StreamForm::kRowPrefetch ? "row-prefetch"
-                                         : "registers";
+  return f == StreamForm::kPlain       ? "plain"
+         : f == StreamForm::kPairs     ? "pairs"
+         : f == StreamForm::kStateRing ? "state-ring"
+                                       : "registers";
 }
 // Sets a form for one scope; taken() says whether a register-form call ran since.
 struct StreamFormScope {
-  bool prev_pairs, prev_prefetch, prev_regs;
+  bool prev_pairs, prev_ring, prev_regs;
   int64_t regs_calls;
   explicit StreamFormScope(StreamForm f)
       : prev_pairs(gated_delta_rule_set_stream_pairs(f == StreamForm::kPairs ||
-                                                     f == StreamForm::kRowPrefetch)),
-        prev_prefetch(gated_delta_rule_set_stream_row_prefetch(f == StreamForm::kRowPrefetch)),
+                                                     f == StreamForm::kStateRing)),
+        prev_ring(gated_delta_rule_set_stream_state_ring(f == StreamForm::kStateRing)),
         prev_regs(gated_delta_rule_set_stream_registers(f == StreamForm::kRegisters)),
         regs_calls(gated_delta_rule_stream_register_calls()) {}
   ~StreamFormScope() {
     gated_delta_rule_set_stream_pairs(prev_pairs);
-    gated_delta_rule_set_stream_row_prefetch(prev_prefetch);
+    gated_delta_rule_set_stream_state_ring(prev_ring);
     gated_delta_rule_set_stream_registers(prev_regs);
   }
   bool registers_taken() const { return gated_delta_rule_stream_register_calls() > regs_calls; }
 };
-constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kRowPrefetch,
+constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kStateRing,
                                  StreamForm::kRegisters};
 
 // ---- batch invariance ----
@@ -296,7 +296,7 @@ void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStrea
   const auto pick = [&] { return rng.index(static_cast<int32_t>(n_seqs)); };
   seqs[pick()].rows = 9;
   seqs[pick()].n_acc = 9;
-  const int32_t single = pick();  // plain decode: one row after an odd fold (the fold fuse's)
+  const int32_t single = pick();  // plain decode: one row after an odd fold
   seqs[single].rows = 1, seqs[single].n_acc = 3;
   const int32_t idle = pick(), outside = pick();
   seqs[idle].rows = 0, seqs[idle].n_acc = 0;

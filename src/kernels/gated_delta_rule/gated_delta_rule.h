@@ -88,14 +88,14 @@ int64_t gated_delta_rule_set_stream_min_seqs(int64_t n);
 // 32.73 ms (docs/cuda.md, gap 3). Off: the four-pass form (tests compare them). Returns the
 // previous value.
 bool gated_delta_rule_set_stream_pairs(bool on);
-// Opt-in (default off until measured on a GPU): a block of the streaming kernel that has a next
-// item asks L2 for that item's rows (the fold's rows from replay, the call's q, k, v, z, a, b)
-// while it works on the current one, so that their loads, on the item's chain before and after
-// the state's passes, find them in L2. No arithmetic changes: the same bits. Returns the previous
-// value. (The seventeenth session's fold fuse, plain decode's fold row and row in 3 passes, was
-// bitwise but slower on the H100, 8 / 32 / 64 streams 20.42 / 25.52 / 32.54 -> 20.85 / 26.31 /
-// 33.78 ms, and was removed.)
-bool gated_delta_rule_set_stream_row_prefetch(bool on);
+// Opt-in (default off until measured on a GPU), with the row pairs: the streaming kernel runs as
+// one block per SM holding a ring of 3 states, each item's state copied in two items ahead
+// instead of once the previous item is done with the one buffer (ncu: the single buffer's copy
+// is the first link of each item's serial chain, DRAM at 66% of peak at 32 x 1 rows). The same
+// item code, so the same bits. Returns the previous value. (Measured and removed: the
+// seventeenth session's fold fuse, bitwise but 2-4% slower in the H100 step; the eighteenth
+// session's L2 prefetch of the next item's rows, no change, docs/benchmarks.md.)
+bool gated_delta_rule_set_stream_state_ring(bool on);
 // Opt-in (default off until measured on a GPU): calls that take the streaming kernel and carry
 // 2+ rows per sequence (verify steps) run its register form instead (gated_delta_rule_regs_cuda.cu:
 // S in registers between one load and one write-back, 4 rows loaded together, each update pass

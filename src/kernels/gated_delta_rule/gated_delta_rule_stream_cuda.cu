@@ -37,8 +37,8 @@ constexpr int kMaxHeadThreads = 256;  // 2 x d_v: a thread holds 2 columns of on
 constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a block stages
 
 std::atomic<int64_t> g_stream_min_seqs{8};
-std::atomic<bool> g_stream_pairs{true};   // gated_delta_rule_set_stream_pairs
-std::atomic<bool> g_row_prefetch{false};  // gated_delta_rule_set_stream_row_prefetch
+std::atomic<bool> g_stream_pairs{true};  // gated_delta_rule_set_stream_pairs
+std::atomic<bool> g_state_ring{false};   // gated_delta_rule_set_stream_state_ring
 
 // Ring slots of the parts' partial sums: kv and o of a row, and with pairs (below) the second
 // row's kv, posted in the same pass as the first row's o.
@@ -118,70 +118,114 @@ __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, i
   }
 }
 
-// Asks L2 for the bf16 elements [e, e + n) from one thread each 64 (a 128-byte line) and one for
-// the last, so that a span not aligned to lines is covered too.
-__device__ __forceinline__ void prefetch_span(const __nv_bfloat16* span, int64_t n, int i) {
-  const int64_t at = min(static_cast<int64_t>(i) * 64, n - 1);
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(span + at));
-}
-__host__ __device__ constexpr int prefetch_lines(int64_t n) { return static_cast<int>(n / 64) + 1; }
+// A thread's place in a head item: columns c and c + 1 of part `part`, and their norm weights.
+struct HeadThread {
+  int dv, part, c;
+  float norm_w0, norm_w1;
+};
 
-// gated_delta_rule_set_stream_row_prefetch: the rows item u (loaded as l) will load, into L2,
-// by one thread a line: its fold rows from replay (up to kHeadRows) and its first current rows
-// (up to kHeadRows; the previous kernels' outputs, so only after the PDL wait). Only prefetches:
-// an address is touched by nothing else, and nothing here changes a value.
-template <int kDk>
-__device__ __forceinline__ void prefetch_item_rows(const GdrParams& p, const GdrSeqLoad& l,
-                                                   int64_t u, int64_t items, int64_t half_elems) {
-  if (u >= items) return;
-  bool live = false;
-  const GdrSeq sq = decode_item(p, l, live);
-  if (!live) return;
-  const int64_t h = u % p.hv_n, hk = h / (p.hv_n / p.hk_n);
-  const int lk = prefetch_lines(kDk), lv = prefetch_lines(p.dv);
-  const int fold_rows = min(sq.n_acc, kHeadRows);
-  const int rows = static_cast<int>(sq.n < kHeadRows ? sq.n : kHeadRows);
-  const int fold_per_row = lk + lv + 2, row_per_row = 2 * lk + 2 * lv + 2;
-  int i = static_cast<int>(threadIdx.x);
-  if (i < fold_rows * fold_per_row) {
-    const int t = i / fold_per_row, e = i % fold_per_row;
-    const __nv_bfloat16* row =
-        p.replay + (sq.slot * 2 + (1 - sq.parity)) * half_elems + t * p.replay_width;
-    if (e < lk) return prefetch_span(row + replay_k<kDk>(hk), kDk, e);
-    if (e < lk + lv) return prefetch_span(row + replay_v<kDk>(p, h), p.dv, e - lk);
-    return prefetch_span(row + replay_a<kDk>(p, h) + (e == lk + lv ? 0 : p.hv_n), 1, 0);
+template <bool kNorm>
+__device__ __forceinline__ HeadThread head_thread(const GdrParams& p) {
+  HeadThread t;
+  t.dv = static_cast<int>(p.dv);
+  const int half = t.dv / 2, tid = static_cast<int>(threadIdx.x);
+  t.part = tid / half;
+  t.c = 2 * (tid % half);
+  t.norm_w0 = kNorm ? p.norm_w[t.c] : 0.f;
+  t.norm_w1 = kNorm ? p.norm_w[t.c + 1] : 0.f;
+  return t;
+}
+
+// One item (value head h of sequence sq) once its state's bulk copy into m.S has been issued on
+// m.full: the fold's rows (the first ones loading while the state is in flight), the wait for the
+// state (phase), the folded state back to `state`, the PDL wait (first item), the call's rows
+// with their outputs and norm, and their raw k (one value head per key head), v, a, b into replay
+// half `parity`. Only a row with a later row stores its state, after the bulk store has read S
+// out. store_pending: thread 0's bulk store may still be reading m.S.
+template <int kDk, bool kNorm, bool kPairs>
+__device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
+                                          const HeadThread& th, const GdrSeq& sq, int64_t h,
+                                          float* state, uint32_t phase, bool& waited,
+                                          bool& store_pending) {
+  const int tid = threadIdx.x, dvi = th.dv, part = th.part, c = th.c;
+  const int64_t hk = h / (p.hv_n / p.hk_n), half_elems = p.replay_rows * p.replay_width;
+  const uint32_t state_bytes = static_cast<uint32_t>(kDk * p.dv * 4);
+  const float a_decay = m.head_decay[h], dt_bias = m.head_dt[h];
+  const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
+  for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
+    const int nb = min(kHeadRows, sq.n_acc - t0);
+    if (nb > 0) {
+      load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk,
+                                                  a_decay, dt_bias);
+    }
+    if (t0 == 0) cuda::mbar_wait(m.full, phase);
+    if (kPairs && nb == 2) {
+      float2 unused0, unused1;
+      head_pair<kDk, false, false>(m, dvi, part, c, true, unused0, unused1);
+    } else {
+      for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
+    }
+    __syncthreads();  // the row buffers are rewritten by the next rows
   }
-  i -= fold_rows * fold_per_row;
-  if (i < 0 || i >= rows * row_per_row) return;
-  const int64_t t = sq.r0 + i / row_per_row;
-  const int e = i % row_per_row;  // q, k (lk lines each), v, z (lv each), a, b
-  if (e < lk) return prefetch_span(p.q + t * p.q_s0 + hk * p.q_s1, kDk, e);
-  if (e < 2 * lk) return prefetch_span(p.k + t * p.k_s0 + hk * p.k_s1, kDk, e - lk);
-  if (e < 2 * lk + lv) return prefetch_span(p.v + t * p.v_s0 + h * p.v_s1, p.dv, e - 2 * lk);
-  if (e < 2 * lk + 2 * lv) {
-    if (p.norm_out != nullptr) prefetch_span(p.z + t * p.z_s0 + h * p.z_s1, p.dv, e - 2 * lk - lv);
-    return;
+  if (sq.n_acc > 0) {  // the folded state back to its slot
+    cuda::fence_proxy_async();
+    __syncthreads();
+    if (tid == 0) {
+      cuda::bulk_store(state, m.S, state_bytes);
+      cuda::bulk_commit();
+      store_pending = true;
+    }
   }
-  const bool a = e == 2 * lk + 2 * lv;
-  prefetch_span(a ? p.a + t * p.a_s0 + h * p.a_s1 : p.b + t * p.b_s0 + h * p.b_s1, 1, 0);
+  if (!waited) {
+    cuda::pdl_begin();
+    waited = true;
+  }
+  const int64_t sink = (sq.slot * 2 + sq.parity) * half_elems;
+  const bool own_k = h % (p.hv_n / p.hk_n) == 0;
+  for (int64_t t0 = 0; t0 < sq.n; t0 += kHeadRows) {
+    const int nb = static_cast<int>(min(static_cast<int64_t>(kHeadRows), sq.n - t0));
+    load_head_rows<kDk, false, kNorm, kHeadRows>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay,
+                                                 dt_bias);
+    const auto emit = [&](int tb, float2 o) {  // row tb's output (and its copy for the norm)
+      emit_row<kNorm>(p, m, sq.r0 + t0 + tb, h, dvi, part, c, tb, o);
+    };
+    if (t0 == 0 && sq.n > 1) {  // the item's first state store comes next
+      if (tid == 0 && store_pending) cuda::bulk_wait_read();
+      store_pending = false;
+      __syncthreads();
+    }
+    if (kPairs && nb == 2) {
+      float2 o_first, o_second;
+      head_pair<kDk, true, true>(m, dvi, part, c, t0 + 2 < sq.n, o_first, o_second);
+      emit(0, o_first);
+      emit(1, o_second);
+    } else {
+      for (int tb = 0; tb < nb; ++tb) {
+        emit(tb, t0 + tb + 1 < sq.n ? head_token<kDk, true, true>(m, dvi, part, c, tb, 0)
+                                    : head_token<kDk, false, true>(m, dvi, part, c, tb, 0));
+      }
+    }
+    if constexpr (kNorm) {  // gated RMSNorm: each 32 columns by a warp, then in column order
+      norm_rows(p, m, sq.r0 + t0, h, dvi, part, c, nb, th.norm_w0, th.norm_w1);
+    }
+    // Every thread's reads and writes of S (generic proxy) before a later bulk copy rewrites it
+    // (async proxy): the fence, then the barrier thread 0 passes before copying.
+    cuda::fence_proxy_async();
+    __syncthreads();  // the row buffers are rewritten by the next rows
+  }
 }
 
 // kPairs: each two rows loaded together run as head_pair (three passes over S) instead of two
-// head_token calls (four); the same bits. kPrefetch: prefetch_item_rows for the block's next item
-// after the current one's fold, once the PDL wait is behind the block.
-template <int kDk, bool kNorm, bool kPairs, bool kPrefetch>
+// head_token calls (four); the same bits. One state buffer: an item's state is copied in once the
+// previous item's store has read the buffer out.
+template <int kDk, bool kNorm, bool kPairs>
 __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(GdrParams p) {
   extern __shared__ __align__(128) float smem[];
-  const int64_t dv = p.dv, items = p.hv_n * p.n_seqs;
-  const int dvi = static_cast<int>(dv);
+  const int64_t items = p.hv_n * p.n_seqs, head_elems = kDk * p.dv, n_blocks = gridDim.x;
   const HeadSmem m =
-      head_smem<kDk>(smem, dv, p.hv_n, kPairs ? kPairRingSlots : kRingSlots, kHeadRows);
-  const int tid = threadIdx.x;
-  const int half = dvi / 2, part = tid / half, c = 2 * (tid % half);  // columns c and c + 1
-  const uint32_t state_bytes = static_cast<uint32_t>(kDk * dv * 4);
-  const int64_t head_elems = kDk * dv, half_elems = p.replay_rows * p.replay_width;
-  const int64_t n_blocks = gridDim.x;
-  const float norm_w0 = kNorm ? p.norm_w[c] : 0.f, norm_w1 = kNorm ? p.norm_w[c + 1] : 0.f;
+      head_smem<kDk>(smem, p.dv, p.hv_n, kPairs ? kPairRingSlots : kRingSlots, kHeadRows);
+  const HeadThread th = head_thread<kNorm>(p);
+  const uint32_t state_bytes = static_cast<uint32_t>(head_elems * 4);
   head_block_start(p, m);
   uint32_t phase = 0;
   bool waited = false, store_pending = false;  // thread 0 tracks the bulk store
@@ -191,89 +235,98 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
     const GdrSeq sq = decode_item(p, next, live);
     next = load_item(p, u + n_blocks, items);
     if (!live) continue;
-    const int64_t h = u % p.hv_n, hk = h / (p.hv_n / p.hk_n);
+    const int64_t h = u % p.hv_n;
     float* const state = p.state + (sq.slot * p.hv_n + h) * head_elems;
-    const float a_decay = m.head_decay[h], dt_bias = m.head_dt[h];
-    // The state (the previous item's store has read it out first), and meanwhile the fold's
-    // first rows. Before the PDL wait for the first item (cuda_common.cuh, pdl_begin).
-    if (tid == 0) {
+    // The state (the previous item's store has read it out first). Before the PDL wait for the
+    // first item (cuda_common.cuh, pdl_begin).
+    if (threadIdx.x == 0) {
       if (store_pending) cuda::bulk_wait_read();
       store_pending = false;
       cuda::mbar_arrive_expect_tx(m.full, state_bytes);
       cuda::bulk_copy(m.S, state, state_bytes, m.full);
     }
-    const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
-    for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
-      const int nb = min(kHeadRows, sq.n_acc - t0);
-      if (nb > 0) {
-        load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk,
-                                                    a_decay, dt_bias);
-      }
-      if (t0 == 0) {
-        cuda::mbar_wait(m.full, phase);
-        phase ^= 1;
-      }
-      if (kPairs && nb == 2) {
-        float2 unused0, unused1;
-        head_pair<kDk, false, false>(m, dvi, part, c, true, unused0, unused1);
-      } else {
-        for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
-      }
-      __syncthreads();  // the row buffers are rewritten by the next rows
-    }
-    if (sq.n_acc > 0) {  // the folded state back to its slot
-      cuda::fence_proxy_async();
-      __syncthreads();
-      if (tid == 0) {
-        cuda::bulk_store(state, m.S, state_bytes);
-        cuda::bulk_commit();
-        store_pending = true;
-      }
-    }
-    if (!waited) {
-      cuda::pdl_begin();
-      waited = true;
-    }
-    if constexpr (kPrefetch) prefetch_item_rows<kDk>(p, next, u + n_blocks, items, half_elems);
-    // The call's rows: outputs (and norm); their raw k (one value head per key head), v, a, b
-    // into replay half `parity`. Only a row with a later row stores its state, after the bulk
-    // store has read S out.
-    const int64_t sink = (sq.slot * 2 + sq.parity) * half_elems;
-    const bool own_k = h % (p.hv_n / p.hk_n) == 0;
-    for (int64_t t0 = 0; t0 < sq.n; t0 += kHeadRows) {
-      const int nb = static_cast<int>(min(static_cast<int64_t>(kHeadRows), sq.n - t0));
-      load_head_rows<kDk, false, kNorm, kHeadRows>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay,
-                                                   dt_bias);
-      const auto emit = [&](int tb, float2 o) {  // row tb's output (and its copy for the norm)
-        emit_row<kNorm>(p, m, sq.r0 + t0 + tb, h, dvi, part, c, tb, o);
-      };
-      if (t0 == 0 && sq.n > 1) {  // the item's first state store comes next
-        if (tid == 0 && store_pending) cuda::bulk_wait_read();
-        store_pending = false;
-        __syncthreads();
-      }
-      if (kPairs && nb == 2) {
-        float2 o_first, o_second;
-        head_pair<kDk, true, true>(m, dvi, part, c, t0 + 2 < sq.n, o_first, o_second);
-        emit(0, o_first);
-        emit(1, o_second);
-      } else {
-        for (int tb = 0; tb < nb; ++tb) {
-          emit(tb, t0 + tb + 1 < sq.n ? head_token<kDk, true, true>(m, dvi, part, c, tb, 0)
-                                      : head_token<kDk, false, true>(m, dvi, part, c, tb, 0));
-        }
-      }
-      if constexpr (kNorm) {  // gated RMSNorm: each 32 columns by a warp, then in column order
-        norm_rows(p, m, sq.r0 + t0, h, dvi, part, c, nb, norm_w0, norm_w1);
-      }
-      // Every thread's reads and writes of S (generic proxy) before the next item's bulk copy
-      // rewrites it (async proxy): the fence, then the barrier thread 0 passes before copying.
-      cuda::fence_proxy_async();
-      __syncthreads();  // the row buffers are rewritten by the next rows
-    }
+    head_item<kDk, kNorm, kPairs>(p, m, th, sq, h, state, phase, waited, store_pending);
+    phase ^= 1;
   }
   if (!waited) cuda::pdl_begin();
-  if (tid == 0 && store_pending) cuda::bulk_wait();
+  if (threadIdx.x == 0 && store_pending) cuda::bulk_wait();
+}
+
+// The state ring (gated_delta_rule_set_stream_state_ring): one block per SM with kStateRing
+// state buffers, so that an item's state is copied in two items ahead, while the items before it
+// run (the single-buffer kernel above copies it only once the previous item is done with the
+// buffer, and relies on 3 blocks per SM to overlap that). The same item code (head_item), so the
+// same bits. Item j of the block uses buffer j % kStateRing; the copy into it is issued when item
+// j - 2 starts, after the store of item j - 3 (the buffer's previous item) has read it out.
+constexpr int kStateRing = 3;
+
+__host__ __device__ inline int64_t ring_smem_floats(int64_t dk, int64_t dv, int64_t hv_n) {
+  return (kStateRing - 1) * dk * dv + head_smem_floats(dk, dv, hv_n, kPairRingSlots, kHeadRows) +
+         2 * (kStateRing - 1);  // the other buffers' mbarriers, 8 bytes each
+}
+
+template <int kDk, bool kNorm>
+__global__ void __launch_bounds__(kMaxHeadThreads, 1) gdr_ring_kernel(GdrParams p) {
+  extern __shared__ __align__(128) float smem[];
+  const int64_t items = p.hv_n * p.n_seqs, head_elems = kDk * p.dv, n_blocks = gridDim.x;
+  // Buffers 0 .. kStateRing - 2 first, then head_smem's layout (its S is the last buffer).
+  HeadSmem m =
+      head_smem<kDk>(smem + (kStateRing - 1) * head_elems, p.dv, p.hv_n, kPairRingSlots, kHeadRows);
+  uint64_t* const extra_bars =
+      reinterpret_cast<uint64_t*>(smem + (kStateRing - 1) * head_elems +
+                                  head_smem_floats(kDk, p.dv, p.hv_n, kPairRingSlots, kHeadRows));
+  float* const last_buffer = m.S;
+  uint64_t* const last_bar = m.full;
+  const auto buffer = [&](int b) {
+    return b == kStateRing - 1 ? last_buffer : smem + b * head_elems;
+  };
+  const auto bar = [&](int b) { return b == kStateRing - 1 ? last_bar : extra_bars + b; };
+  const HeadThread th = head_thread<kNorm>(p);
+  const uint32_t state_bytes = static_cast<uint32_t>(head_elems * 4);
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < kStateRing - 1; ++b) cuda::mbar_init(extra_bars + b, 1);
+  }
+  head_block_start(p, m);  // its fence and barrier cover the inits above
+  // Item u's state into buffer b (thread 0; a dead item copies nothing and is not waited for).
+  const auto copy_in = [&](const GdrSeqLoad& l, int64_t u, int b) {
+    bool live = false;
+    const GdrSeq sq = decode_item(p, l, live);
+    if (u >= items || !live) return;
+    cuda::mbar_arrive_expect_tx(bar(b), state_bytes);
+    cuda::bulk_copy(buffer(b), p.state + (sq.slot * p.hv_n + u % p.hv_n) * head_elems, state_bytes,
+                    bar(b));
+  };
+  const int64_t u0 = blockIdx.x;
+  GdrSeqLoad cur = load_item(p, u0, items), ahead1 = load_item(p, u0 + n_blocks, items);
+  GdrSeqLoad ahead2 = load_item(p, u0 + 2 * n_blocks, items);
+  if (threadIdx.x == 0) {
+    copy_in(cur, u0, 0);
+    copy_in(ahead1, u0 + n_blocks, 1);
+  }
+  uint32_t phases = 0;  // bit b: buffer b's next wait parity
+  bool waited = false, store_pending = false;
+  int b = 0;
+  for (int64_t u = u0; u < items; u += n_blocks, b = b == kStateRing - 1 ? 0 : b + 1) {
+    bool live = false;
+    const GdrSeq sq = decode_item(p, cur, live);
+    if (threadIdx.x == 0) {  // item j + 2 into the buffer of item j - 1, once its store read it
+      if (store_pending) cuda::bulk_wait_read();
+      store_pending = false;
+      copy_in(ahead2, u + 2 * n_blocks, (b + 2) % kStateRing);
+    }
+    cur = ahead1;
+    ahead1 = ahead2;
+    ahead2 = load_item(p, u + 3 * n_blocks, items);
+    if (!live) continue;
+    const int64_t h = u % p.hv_n;
+    m.S = buffer(b);
+    m.full = bar(b);
+    head_item<kDk, kNorm, true>(p, m, th, sq, h, p.state + (sq.slot * p.hv_n + h) * head_elems,
+                                (phases >> b) & 1u, waited, store_pending);
+    phases ^= 1u << b;
+  }
+  if (!waited) cuda::pdl_begin();
+  if (threadIdx.x == 0 && store_pending) cuda::bulk_wait();
 }
 
 bool head_kernel_fits(int64_t dk, int64_t dv) {
@@ -281,18 +334,17 @@ bool head_kernel_fits(int64_t dk, int64_t dv) {
          kHeadRows * dk <= 2 * dv;
 }
 
-// Blocks resident at once, per kernel and shared-memory size (computed once for each).
-template <int kDk, bool kNorm, bool kPairs, bool kPrefetch>
+// Blocks resident at once, per kernel and shared-memory size (computed once for each kernel).
+template <auto kKernel>
 int64_t resident_blocks(int threads, size_t smem) {
   static std::atomic<int64_t> key{-1}, blocks{0};
   const int64_t k = static_cast<int64_t>(smem) * 1024 + threads;
   if (key.load() == k) return blocks.load();
-  const auto kernel = gdr_head_kernel<kDk, kNorm, kPairs, kPrefetch>;
-  cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cuda::check(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    static_cast<int>(smem)),
               "cudaFuncSetAttribute");
   int per_sm = 0;
-  cuda::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+  cuda::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem),
               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   const int64_t n = std::max(1, per_sm) * static_cast<int64_t>(cuda::sm_count());
   blocks.store(n);
@@ -300,24 +352,28 @@ int64_t resident_blocks(int threads, size_t smem) {
   return n;
 }
 
-template <int kDk, bool kNorm, bool kPairs, bool kPrefetch>
-void launch_head(const GdrParams& p, cudaStream_t s) {
+template <auto kKernel>
+void launch_resident(const char* name, const GdrParams& p, size_t smem, cudaStream_t s) {
   const int threads = static_cast<int>(2 * p.dv);
-  const int slots = kPairs ? kPairRingSlots : kRingSlots;
-  const size_t smem =
-      static_cast<size_t>(head_smem_floats(kDk, p.dv, p.hv_n, slots, kHeadRows)) * sizeof(float);
-  const int64_t blocks =
-      std::min(resident_blocks<kDk, kNorm, kPairs, kPrefetch>(threads, smem), p.hv_n * p.n_seqs);
-  cuda::launch_pdl(gdr_head_kernel<kDk, kNorm, kPairs, kPrefetch>,
-                   dim3(static_cast<unsigned>(blocks)), threads, smem, s, p);
-  cuda::check_launch("gdr_head_kernel");
+  const int64_t blocks = std::min(resident_blocks<kKernel>(threads, smem), p.hv_n * p.n_seqs);
+  cuda::launch_pdl(kKernel, dim3(static_cast<unsigned>(blocks)), threads, smem, s, p);
+  cuda::check_launch(name);
 }
 
 template <int kDk, bool kNorm>
 void launch_head_form(const GdrParams& p, cudaStream_t s) {
-  if (!g_stream_pairs.load()) return launch_head<kDk, kNorm, false, false>(p, s);
-  if (g_row_prefetch.load()) return launch_head<kDk, kNorm, true, true>(p, s);
-  launch_head<kDk, kNorm, true, false>(p, s);
+  const auto smem = [&](int64_t floats) { return static_cast<size_t>(floats) * sizeof(float); };
+  if (!g_stream_pairs.load()) {
+    return launch_resident<gdr_head_kernel<kDk, kNorm, false>>(
+        "gdr_head_kernel", p, smem(head_smem_floats(kDk, p.dv, p.hv_n, kRingSlots, kHeadRows)), s);
+  }
+  if (g_state_ring.load()) {
+    return launch_resident<gdr_ring_kernel<kDk, kNorm>>(
+        "gdr_ring_kernel", p, smem(ring_smem_floats(kDk, p.dv, p.hv_n)), s);
+  }
+  launch_resident<gdr_head_kernel<kDk, kNorm, true>>(
+      "gdr_head_kernel", p, smem(head_smem_floats(kDk, p.dv, p.hv_n, kPairRingSlots, kHeadRows)),
+      s);
 }
 
 template <int kDk>
@@ -329,7 +385,7 @@ void launch_head(const GdrParams& p, cudaStream_t s) {
 
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n) { return g_stream_min_seqs.exchange(n); }
 bool gated_delta_rule_set_stream_pairs(bool on) { return g_stream_pairs.exchange(on); }
-bool gated_delta_rule_set_stream_row_prefetch(bool on) { return g_row_prefetch.exchange(on); }
+bool gated_delta_rule_set_stream_state_ring(bool on) { return g_state_ring.exchange(on); }
 
 std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
   const int64_t from = g_stream_min_seqs.load();
@@ -345,6 +401,7 @@ std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
       "the chunked (WY) form",
       from - 1, from,
       gdr_regs_on()           ? "; calls of 2+ rows a sequence with the state in registers"
+      : g_state_ring.load()   ? ", row pairs in 3 passes, a ring of 3 states per block"
       : g_stream_pairs.load() ? ", row pairs in 3 passes"
                               : "");
 }
