@@ -19,7 +19,7 @@
 # without and with gdr-regs). PART=8 (shortest): the GDN forms' bitwise tests and
 # kernel_bench gdr. PART=9: the seventeenth session's defaults (GDN row pairs, the conv vector
 # kernel from 32 sequences) in one build (bitwise tests, the step, engine tests). PART=10 (next
-# first): the same with gdr-state-ring beside production.
+# first): the same with gdr-ring-ahead beside production.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -36,8 +36,8 @@ kernel_bench_gdr() {
   summary "kernel_bench gdr rc=$? ($(stamp))"
   grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
 }
-ALL=gdr-state-ring,gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
-SAME_BITS=gdr-state-ring,gdr-regs,fp8-wgmma-pipeline  # production's bits
+ALL=gdr-ring-ahead,gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
+SAME_BITS=gdr-ring-ahead,gdr-regs,fp8-wgmma-pipeline  # production's bits
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
   tests opt_in_bits 150 "$FILTER"
@@ -72,7 +72,7 @@ elif [[ $PART == 8 ]]; then  # shortest: the GDN forms' bitwise tests, then thei
   tests gdr_forms_bits 100 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*'
   kernel_bench_gdr 50
 elif [[ $PART == 9 || $PART == 10 ]]; then  # production, and beside it an opt-in of its bits
-  OPT=gdr-state-ring  # PART=9 ran gdr-fold-fuse, PART=10 at f0136db gdr-row-prefetch (both removed)
+  OPT=gdr-ring-ahead  # PART=9 ran gdr-fold-fuse, PART=10 gdr-row-prefetch (f0136db), gdr-state-ring (628602a)
   tests forms_bits 90 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.ConvVector*:CudaRowInvariance.GatedDeltaRuleFold'
   bench bf16_default $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}"
   bench bf16_${OPT//-/_} $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}" --opt-in $OPT

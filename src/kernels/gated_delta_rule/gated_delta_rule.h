@@ -96,6 +96,11 @@ bool gated_delta_rule_set_stream_pairs(bool on);
 // seventeenth session's fold fuse, bitwise but 2-4% slower in the H100 step; the eighteenth
 // session's L2 prefetch of the next item's rows, no change, docs/benchmarks.md.)
 bool gated_delta_rule_set_stream_state_ring(bool on);
+// Opt-in: the state ring (on with this alone) with each item's first fold rows and first call
+// rows loaded into registers one item ahead (the ring kernel has registers to spare: ncu had the
+// two row loads and their barriers at ~33% of its samples with the state copy off the chain).
+// The same bits. Returns the previous value.
+bool gated_delta_rule_set_stream_ring_row_ahead(bool on);
 // Opt-in (default off until measured on a GPU): calls that take the streaming kernel and carry
 // 2+ rows per sequence (verify steps) run its register form instead (gated_delta_rule_regs_cuda.cu:
 // S in registers between one load and one write-back, 4 rows loaded together, each update pass

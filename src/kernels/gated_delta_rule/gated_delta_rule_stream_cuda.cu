@@ -39,6 +39,7 @@ constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a blo
 std::atomic<int64_t> g_stream_min_seqs{8};
 std::atomic<bool> g_stream_pairs{true};  // gated_delta_rule_set_stream_pairs
 std::atomic<bool> g_state_ring{false};   // gated_delta_rule_set_stream_state_ring
+std::atomic<bool> g_ring_ahead{false};   // gated_delta_rule_set_stream_ring_row_ahead
 
 // Ring slots of the parts' partial sums: kv and o of a row, and with pairs (below) the second
 // row's kv, posted in the same pass as the first row's o.
@@ -136,17 +137,49 @@ __device__ __forceinline__ HeadThread head_thread(const GdrParams& p) {
   return t;
 }
 
+// An item's first batch of fold rows and of the call's rows, loaded one item ahead (the state
+// ring's row lookahead): ok flags say which were loaded; head_item loads the others itself.
+struct ItemRows {
+  RowRegs<kHeadRows> fold, rows;
+  bool fold_ok = false, rows_ok = false;
+};
+
+// Issues item u's ItemRows loads (nothing for an item past the end or not live). After the PDL
+// wait: the call's rows are the previous kernels' outputs.
+template <int kDk, bool kNorm>
+__device__ __forceinline__ void load_item_rows(const GdrParams& p, const GdrSeqLoad& l, int64_t u,
+                                               int64_t items, ItemRows& r) {
+  bool live = false;
+  const GdrSeq sq = decode_item(p, l, live);
+  r.fold_ok = r.rows_ok = false;
+  if (u >= items || !live) return;
+  const int64_t h = u % p.hv_n, hk = h / (p.hv_n / p.hk_n);
+  const int64_t half_elems = p.replay_rows * p.replay_width;
+  if (sq.n_acc > 0) {
+    r.fold = load_row_regs<kDk, true, false, kHeadRows>(
+        p, (sq.slot * 2 + (1 - sq.parity)) * half_elems, 0, min(kHeadRows, sq.n_acc), h, hk);
+    r.fold_ok = true;
+  }
+  if (sq.n > 0) {
+    r.rows = load_row_regs<kDk, false, kNorm, kHeadRows>(
+        p, sq.r0, 0, static_cast<int>(sq.n < kHeadRows ? sq.n : kHeadRows), h, hk);
+    r.rows_ok = true;
+  }
+}
+
 // One item (value head h of sequence sq) once its state's bulk copy into m.S has been issued on
 // m.full: the fold's rows (the first ones loading while the state is in flight), the wait for the
 // state (phase), the folded state back to `state`, the PDL wait (first item), the call's rows
 // with their outputs and norm, and their raw k (one value head per key head), v, a, b into replay
 // half `parity`. Only a row with a later row stores its state, after the bulk store has read S
-// out. store_pending: thread 0's bulk store may still be reading m.S.
-template <int kDk, bool kNorm, bool kPairs>
-__device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
-                                          const HeadThread& th, const GdrSeq& sq, int64_t h,
-                                          float* state, uint32_t phase, bool& waited,
-                                          bool& store_pending) {
+// out. store_pending: thread 0's bulk store may still be reading m.S. kAhead (the state ring's
+// row lookahead): `mine` holds rows of this item loaded one item ahead, and once past the PDL
+// wait the next item's (next_load, next_u) are loaded into `next`.
+template <int kDk, bool kNorm, bool kPairs, bool kAhead = false>
+__device__ __forceinline__ void head_item(
+    const GdrParams& p, const HeadSmem& m, const HeadThread& th, const GdrSeq& sq, int64_t h,
+    float* state, uint32_t phase, bool& waited, bool& store_pending, const ItemRows* mine = nullptr,
+    ItemRows* next = nullptr, const GdrSeqLoad* next_load = nullptr, int64_t next_u = 0) {
   const int tid = threadIdx.x, dvi = th.dv, part = th.part, c = th.c;
   const int64_t hk = h / (p.hv_n / p.hk_n), half_elems = p.replay_rows * p.replay_width;
   const uint32_t state_bytes = static_cast<uint32_t>(kDk * p.dv * 4);
@@ -154,7 +187,10 @@ __device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
   const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
   for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
     const int nb = min(kHeadRows, sq.n_acc - t0);
-    if (nb > 0) {
+    if (kAhead && t0 == 0 && mine->fold_ok) {
+      store_row_regs<kDk, true, false, kHeadRows>(p, m, mine->fold, -1, false, 0, nb, h, hk,
+                                                  a_decay, dt_bias);
+    } else if (nb > 0) {
       load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk,
                                                   a_decay, dt_bias);
     }
@@ -180,12 +216,18 @@ __device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
     cuda::pdl_begin();
     waited = true;
   }
+  if constexpr (kAhead) load_item_rows<kDk, kNorm>(p, *next_load, next_u, p.hv_n * p.n_seqs, *next);
   const int64_t sink = (sq.slot * 2 + sq.parity) * half_elems;
   const bool own_k = h % (p.hv_n / p.hk_n) == 0;
   for (int64_t t0 = 0; t0 < sq.n; t0 += kHeadRows) {
     const int nb = static_cast<int>(min(static_cast<int64_t>(kHeadRows), sq.n - t0));
-    load_head_rows<kDk, false, kNorm, kHeadRows>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay,
-                                                 dt_bias);
+    if (kAhead && t0 == 0 && mine->rows_ok) {
+      store_row_regs<kDk, false, kNorm, kHeadRows>(p, m, mine->rows, sink, own_k, 0, nb, h, hk,
+                                                   a_decay, dt_bias);
+    } else {
+      load_head_rows<kDk, false, kNorm, kHeadRows>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay,
+                                                   dt_bias);
+    }
     const auto emit = [&](int tb, float2 o) {  // row tb's output (and its copy for the norm)
       emit_row<kNorm>(p, m, sq.r0 + t0 + tb, h, dvi, part, c, tb, o);
     };
@@ -265,7 +307,7 @@ __host__ __device__ inline int64_t ring_smem_floats(int64_t dk, int64_t dv, int6
          2 * (kStateRing - 1);  // the other buffers' mbarriers, 8 bytes each
 }
 
-template <int kDk, bool kNorm>
+template <int kDk, bool kNorm, bool kAhead>
 __global__ void __launch_bounds__(kMaxHeadThreads, 1) gdr_ring_kernel(GdrParams p) {
   extern __shared__ __align__(128) float smem[];
   const int64_t items = p.hv_n * p.n_seqs, head_elems = kDk * p.dv, n_blocks = gridDim.x;
@@ -305,6 +347,7 @@ __global__ void __launch_bounds__(kMaxHeadThreads, 1) gdr_ring_kernel(GdrParams 
   }
   uint32_t phases = 0;  // bit b: buffer b's next wait parity
   bool waited = false, store_pending = false;
+  ItemRows mine, next;  // this item's rows loaded ahead, the next item's (kAhead)
   int b = 0;
   for (int64_t u = u0; u < items; u += n_blocks, b = b == kStateRing - 1 ? 0 : b + 1) {
     bool live = false;
@@ -321,9 +364,11 @@ __global__ void __launch_bounds__(kMaxHeadThreads, 1) gdr_ring_kernel(GdrParams 
     const int64_t h = u % p.hv_n;
     m.S = buffer(b);
     m.full = bar(b);
-    head_item<kDk, kNorm, true>(p, m, th, sq, h, p.state + (sq.slot * p.hv_n + h) * head_elems,
-                                (phases >> b) & 1u, waited, store_pending);
+    head_item<kDk, kNorm, true, kAhead>(
+        p, m, th, sq, h, p.state + (sq.slot * p.hv_n + h) * head_elems, (phases >> b) & 1u, waited,
+        store_pending, &mine, &next, &cur, u + n_blocks);
     phases ^= 1u << b;
+    if constexpr (kAhead) mine = next;
   }
   if (!waited) cuda::pdl_begin();
   if (threadIdx.x == 0 && store_pending) cuda::bulk_wait();
@@ -367,9 +412,12 @@ void launch_head_form(const GdrParams& p, cudaStream_t s) {
     return launch_resident<gdr_head_kernel<kDk, kNorm, false>>(
         "gdr_head_kernel", p, smem(head_smem_floats(kDk, p.dv, p.hv_n, kRingSlots, kHeadRows)), s);
   }
-  if (g_state_ring.load()) {
-    return launch_resident<gdr_ring_kernel<kDk, kNorm>>(
-        "gdr_ring_kernel", p, smem(ring_smem_floats(kDk, p.dv, p.hv_n)), s);
+  if (g_state_ring.load() || g_ring_ahead.load()) {
+    const size_t ring = smem(ring_smem_floats(kDk, p.dv, p.hv_n));
+    if (g_ring_ahead.load()) {
+      return launch_resident<gdr_ring_kernel<kDk, kNorm, true>>("gdr_ring_kernel", p, ring, s);
+    }
+    return launch_resident<gdr_ring_kernel<kDk, kNorm, false>>("gdr_ring_kernel", p, ring, s);
   }
   launch_resident<gdr_head_kernel<kDk, kNorm, true>>(
       "gdr_head_kernel", p, smem(head_smem_floats(kDk, p.dv, p.hv_n, kPairRingSlots, kHeadRows)),
@@ -386,6 +434,7 @@ void launch_head(const GdrParams& p, cudaStream_t s) {
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n) { return g_stream_min_seqs.exchange(n); }
 bool gated_delta_rule_set_stream_pairs(bool on) { return g_stream_pairs.exchange(on); }
 bool gated_delta_rule_set_stream_state_ring(bool on) { return g_state_ring.exchange(on); }
+bool gated_delta_rule_set_stream_ring_row_ahead(bool on) { return g_ring_ahead.exchange(on); }
 
 std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
   const int64_t from = g_stream_min_seqs.load();
@@ -400,7 +449,9 @@ std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
       "streaming kernel (a value head per block, state in shared memory{}); prefill chunks in "
       "the chunked (WY) form",
       from - 1, from,
-      gdr_regs_on()           ? "; calls of 2+ rows a sequence with the state in registers"
+      gdr_regs_on() ? "; calls of 2+ rows a sequence with the state in registers"
+      : g_ring_ahead.load()
+          ? ", row pairs in 3 passes, a ring of 3 states per block, rows one item ahead"
       : g_state_ring.load()   ? ", row pairs in 3 passes, a ring of 3 states per block"
       : g_stream_pairs.load() ? ", row pairs in 3 passes"
                               : "");
