@@ -214,15 +214,12 @@ void bench_gdr(cudaStream_t s) {
   }
   // Production (the streaming kernel from 8 sequences, row pairs in 3 passes), its four-pass form
   // (pairs off), the per-sequence grid, then the register form (opt-in; it takes calls of 2+ rows
-  // a sequence, so its "x 1" row is the four-pass streaming kernel's and the ratio is to that), and
-  // production with the state ring (opt-in), and with the ring's row lookahead (opt-in).
+  // a sequence, so its "x 1" row is the four-pass streaming kernel's and the ratio is to that).
   for (const int64_t n_seqs : {8, 32, 256}) {
-    for (const int path : {0, 1, 2, 3, 4, 5}) {
+    for (const int path : {0, 1, 2, 3}) {
       const int64_t prev = gated_delta_rule_set_stream_min_seqs(path != 2 ? 8 : n_seqs + 1);
       const bool prev_pairs = gated_delta_rule_set_stream_pairs(path != 1 && path != 3);
       const bool prev_regs = gated_delta_rule_set_stream_registers(path == 3);
-      const bool prev_ring = gated_delta_rule_set_stream_state_ring(path == 4);
-      const bool prev_ahead = gated_delta_rule_set_stream_ring_row_ahead(path == 5);
       double base = 0;
       for (const int64_t rows : {1, 2, 4}) {
         if (rows == 2 && (path == 1 || path == 2)) continue;
@@ -230,15 +227,11 @@ void bench_gdr(cudaStream_t s) {
                         path == 0   ? " stream"
                         : path == 1 ? " stream four-pass"
                         : path == 2 ? " per-sequence grid"
-                        : path == 3 ? " stream registers"
-                        : path == 4 ? " stream state-ring"
-                                    : " stream ring-ahead");
+                                    : " stream registers");
       }
       gated_delta_rule_set_stream_min_seqs(prev);
       gated_delta_rule_set_stream_pairs(prev_pairs);
       gated_delta_rule_set_stream_registers(prev_regs);
-      gated_delta_rule_set_stream_state_ring(prev_ring);
-      gated_delta_rule_set_stream_ring_row_ahead(prev_ahead);
     }
   }
 }

@@ -17,9 +17,9 @@
 # (tandem bench --diag-skip), to read what each costs inside the step. PART=7: one call's worth of
 # the above (bitwise tests, kernel_bench gdr, engine tests on the same-bits opt-ins, the bench
 # without and with gdr-regs). PART=8 (shortest): the GDN forms' bitwise tests and
-# kernel_bench gdr. PART=9: the seventeenth session's defaults (GDN row pairs, the conv vector
-# kernel from 32 sequences) in one build (bitwise tests, the step, engine tests). PART=10 (next
-# first): the same with gdr-ring-ahead beside production.
+# kernel_bench gdr. PART=9 (OPT=name for PART=10): production in one build (the GDN forms' bitwise
+# tests, the step at 8, 16, 32 and the last batch, kernel_bench gdr, engine tests), and with OPT
+# the same step and engine tests with that same-bits opt-in beside it.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -36,8 +36,8 @@ kernel_bench_gdr() {
   summary "kernel_bench gdr rc=$? ($(stamp))"
   grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
 }
-ALL=gdr-ring-ahead,gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
-SAME_BITS=gdr-ring-ahead,gdr-regs,fp8-wgmma-pipeline  # production's bits
+ALL=gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
+SAME_BITS=gdr-regs,fp8-wgmma-pipeline  # production's bits
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
   tests opt_in_bits 150 "$FILTER"
@@ -72,10 +72,14 @@ elif [[ $PART == 8 ]]; then  # shortest: the GDN forms' bitwise tests, then thei
   tests gdr_forms_bits 100 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*'
   kernel_bench_gdr 50
 elif [[ $PART == 9 || $PART == 10 ]]; then  # production, and beside it an opt-in of its bits
-  OPT=gdr-ring-ahead  # PART=9 ran gdr-fold-fuse, PART=10 gdr-row-prefetch (f0136db), gdr-state-ring (628602a)
+  # Run so far: gdr-fold-fuse (e354806), gdr-row-prefetch (f0136db), gdr-state-ring (628602a),
+  # gdr-ring-ahead (cbfffa4); all removed since (docs/benchmarks.md, "Eighteenth session").
+  OPT=${OPT:-}
   tests forms_bits 90 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.ConvVector*:CudaRowInvariance.GatedDeltaRuleFold'
   bench bf16_default $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}"
-  bench bf16_${OPT//-/_} $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}" --opt-in $OPT
+  if [[ -n $OPT ]]; then
+    bench bf16_${OPT//-/_} $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}" --opt-in $OPT
+  fi
   kernel_bench_gdr 40
   TANDEM_OPT_IN=$OPT engine_tests 80
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn

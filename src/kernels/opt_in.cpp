@@ -26,13 +26,6 @@ struct OptIn {
 std::vector<OptIn> registry() {
   std::vector<OptIn> r;
 #ifdef TANDEM_CUDA
-  r.push_back({"gdr-state-ring",
-               "GDN streaming kernel: one block per SM with a ring of 3 states, each item's "
-               "state copied in two items ahead",
-               [](bool on) { gated_delta_rule_set_stream_state_ring(on); }});
-  r.push_back({"gdr-ring-ahead",
-               "gdr-state-ring with each item's first rows loaded into registers one item ahead",
-               [](bool on) { gated_delta_rule_set_stream_ring_row_ahead(on); }});
   r.push_back({"gdr-regs",
                "GDN streaming kernel, calls of 2+ rows a sequence (verify): the state in "
                "registers between one load and one write-back, 4 rows loaded together",

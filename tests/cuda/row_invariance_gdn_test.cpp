@@ -189,37 +189,26 @@ struct StreamMinSeqs {
 };
 
 // The streaming kernel's forms (each the same bits): four passes per row pair (plain), row pairs
-// in three passes (production), with an odd fold's last row and a one-row call's row as a pair
-// too (opt-in fold fuse), or calls of 2+ rows a sequence in the register form (opt-in).
-enum class StreamForm { kPlain, kPairs, kStateRing, kRingAhead, kRegisters };
+// in three passes (production), or calls of 2+ rows a sequence in the register form (opt-in).
+enum class StreamForm { kPlain, kPairs, kRegisters };
 std::string form_name(StreamForm f) {
-  return f == StreamForm::kPlain       ? "plain"
-         : f == StreamForm::kPairs     ? "pairs"
-         : f == StreamForm::kStateRing ? "state-ring"
-         : f == StreamForm::kRingAhead ? "ring-ahead"
-                                       : "registers";
+  return f == StreamForm::kPlain ? "plain" : f == StreamForm::kPairs ? "pairs" : "registers";
 }
 // Sets a form for one scope; taken() says whether a register-form call ran since.
 struct StreamFormScope {
-  bool prev_pairs, prev_ring, prev_ahead, prev_regs;
+  bool prev_pairs, prev_regs;
   int64_t regs_calls;
   explicit StreamFormScope(StreamForm f)
-      : prev_pairs(gated_delta_rule_set_stream_pairs(
-            f == StreamForm::kPairs || f == StreamForm::kStateRing || f == StreamForm::kRingAhead)),
-        prev_ring(gated_delta_rule_set_stream_state_ring(f == StreamForm::kStateRing)),
-        prev_ahead(gated_delta_rule_set_stream_ring_row_ahead(f == StreamForm::kRingAhead)),
+      : prev_pairs(gated_delta_rule_set_stream_pairs(f == StreamForm::kPairs)),
         prev_regs(gated_delta_rule_set_stream_registers(f == StreamForm::kRegisters)),
         regs_calls(gated_delta_rule_stream_register_calls()) {}
   ~StreamFormScope() {
     gated_delta_rule_set_stream_pairs(prev_pairs);
-    gated_delta_rule_set_stream_state_ring(prev_ring);
-    gated_delta_rule_set_stream_ring_row_ahead(prev_ahead);
     gated_delta_rule_set_stream_registers(prev_regs);
   }
   bool registers_taken() const { return gated_delta_rule_stream_register_calls() > regs_calls; }
 };
-constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kStateRing,
-                                 StreamForm::kRingAhead, StreamForm::kRegisters};
+constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kRegisters};
 
 // ---- batch invariance ----
 

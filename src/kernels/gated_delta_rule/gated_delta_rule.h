@@ -88,19 +88,10 @@ int64_t gated_delta_rule_set_stream_min_seqs(int64_t n);
 // 32.73 ms (docs/cuda.md, gap 3). Off: the four-pass form (tests compare them). Returns the
 // previous value.
 bool gated_delta_rule_set_stream_pairs(bool on);
-// Opt-in (default off until measured on a GPU), with the row pairs: the streaming kernel runs as
-// one block per SM holding a ring of 3 states, each item's state copied in two items ahead
-// instead of once the previous item is done with the one buffer (ncu: the single buffer's copy
-// is the first link of each item's serial chain, DRAM at 66% of peak at 32 x 1 rows). The same
-// item code, so the same bits. Returns the previous value. (Measured and removed: the
-// seventeenth session's fold fuse, bitwise but 2-4% slower in the H100 step; the eighteenth
-// session's L2 prefetch of the next item's rows, no change, docs/benchmarks.md.)
-bool gated_delta_rule_set_stream_state_ring(bool on);
-// Opt-in: the state ring (on with this alone) with each item's first fold rows and first call
-// rows loaded into registers one item ahead (the ring kernel has registers to spare: ncu had the
-// two row loads and their barriers at ~33% of its samples with the state copy off the chain).
-// The same bits. Returns the previous value.
-bool gated_delta_rule_set_stream_ring_row_ahead(bool on);
+// (Measured on the H100 and removed, docs/benchmarks.md "Eighteenth session": plain decode's fold
+// row and row in 3 passes, bitwise but 2-4% slower in the step; an L2 prefetch of a block's next
+// item's rows, no change; one block per SM with a ring of 3 states copied in two items ahead,
+// with and without the rows loaded one item ahead, bitwise but 1.3x slower at 32 x 1 rows.)
 // Opt-in (default off until measured on a GPU): calls that take the streaming kernel and carry
 // 2+ rows per sequence (verify steps) run its register form instead (gated_delta_rule_regs_cuda.cu:
 // S in registers between one load and one write-back, 4 rows loaded together, each update pass

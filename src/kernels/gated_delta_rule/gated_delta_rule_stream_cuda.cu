@@ -38,8 +38,6 @@ constexpr int64_t kMaxHeads = 2048;   // value heads whose gate parameters a blo
 
 std::atomic<int64_t> g_stream_min_seqs{8};
 std::atomic<bool> g_stream_pairs{true};  // gated_delta_rule_set_stream_pairs
-std::atomic<bool> g_state_ring{false};   // gated_delta_rule_set_stream_state_ring
-std::atomic<bool> g_ring_ahead{false};   // gated_delta_rule_set_stream_ring_row_ahead
 
 // Ring slots of the parts' partial sums: kv and o of a row, and with pairs (below) the second
 // row's kv, posted in the same pass as the first row's o.
@@ -137,49 +135,17 @@ __device__ __forceinline__ HeadThread head_thread(const GdrParams& p) {
   return t;
 }
 
-// An item's first batch of fold rows and of the call's rows, loaded one item ahead (the state
-// ring's row lookahead): ok flags say which were loaded; head_item loads the others itself.
-struct ItemRows {
-  RowRegs<kHeadRows> fold, rows;
-  bool fold_ok = false, rows_ok = false;
-};
-
-// Issues item u's ItemRows loads (nothing for an item past the end or not live). After the PDL
-// wait: the call's rows are the previous kernels' outputs.
-template <int kDk, bool kNorm>
-__device__ __forceinline__ void load_item_rows(const GdrParams& p, const GdrSeqLoad& l, int64_t u,
-                                               int64_t items, ItemRows& r) {
-  bool live = false;
-  const GdrSeq sq = decode_item(p, l, live);
-  r.fold_ok = r.rows_ok = false;
-  if (u >= items || !live) return;
-  const int64_t h = u % p.hv_n, hk = h / (p.hv_n / p.hk_n);
-  const int64_t half_elems = p.replay_rows * p.replay_width;
-  if (sq.n_acc > 0) {
-    r.fold = load_row_regs<kDk, true, false, kHeadRows>(
-        p, (sq.slot * 2 + (1 - sq.parity)) * half_elems, 0, min(kHeadRows, sq.n_acc), h, hk);
-    r.fold_ok = true;
-  }
-  if (sq.n > 0) {
-    r.rows = load_row_regs<kDk, false, kNorm, kHeadRows>(
-        p, sq.r0, 0, static_cast<int>(sq.n < kHeadRows ? sq.n : kHeadRows), h, hk);
-    r.rows_ok = true;
-  }
-}
-
 // One item (value head h of sequence sq) once its state's bulk copy into m.S has been issued on
 // m.full: the fold's rows (the first ones loading while the state is in flight), the wait for the
 // state (phase), the folded state back to `state`, the PDL wait (first item), the call's rows
 // with their outputs and norm, and their raw k (one value head per key head), v, a, b into replay
 // half `parity`. Only a row with a later row stores its state, after the bulk store has read S
-// out. store_pending: thread 0's bulk store may still be reading m.S. kAhead (the state ring's
-// row lookahead): `mine` holds rows of this item loaded one item ahead, and once past the PDL
-// wait the next item's (next_load, next_u) are loaded into `next`.
-template <int kDk, bool kNorm, bool kPairs, bool kAhead = false>
-__device__ __forceinline__ void head_item(
-    const GdrParams& p, const HeadSmem& m, const HeadThread& th, const GdrSeq& sq, int64_t h,
-    float* state, uint32_t phase, bool& waited, bool& store_pending, const ItemRows* mine = nullptr,
-    ItemRows* next = nullptr, const GdrSeqLoad* next_load = nullptr, int64_t next_u = 0) {
+// out. store_pending: thread 0's bulk store may still be reading m.S.
+template <int kDk, bool kNorm, bool kPairs>
+__device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
+                                          const HeadThread& th, const GdrSeq& sq, int64_t h,
+                                          float* state, uint32_t phase, bool& waited,
+                                          bool& store_pending) {
   const int tid = threadIdx.x, dvi = th.dv, part = th.part, c = th.c;
   const int64_t hk = h / (p.hv_n / p.hk_n), half_elems = p.replay_rows * p.replay_width;
   const uint32_t state_bytes = static_cast<uint32_t>(kDk * p.dv * 4);
@@ -187,10 +153,7 @@ __device__ __forceinline__ void head_item(
   const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
   for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
     const int nb = min(kHeadRows, sq.n_acc - t0);
-    if (kAhead && t0 == 0 && mine->fold_ok) {
-      store_row_regs<kDk, true, false, kHeadRows>(p, m, mine->fold, -1, false, 0, nb, h, hk,
-                                                  a_decay, dt_bias);
-    } else if (nb > 0) {
+    if (nb > 0) {
       load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk,
                                                   a_decay, dt_bias);
     }
@@ -216,18 +179,12 @@ __device__ __forceinline__ void head_item(
     cuda::pdl_begin();
     waited = true;
   }
-  if constexpr (kAhead) load_item_rows<kDk, kNorm>(p, *next_load, next_u, p.hv_n * p.n_seqs, *next);
   const int64_t sink = (sq.slot * 2 + sq.parity) * half_elems;
   const bool own_k = h % (p.hv_n / p.hk_n) == 0;
   for (int64_t t0 = 0; t0 < sq.n; t0 += kHeadRows) {
     const int nb = static_cast<int>(min(static_cast<int64_t>(kHeadRows), sq.n - t0));
-    if (kAhead && t0 == 0 && mine->rows_ok) {
-      store_row_regs<kDk, false, kNorm, kHeadRows>(p, m, mine->rows, sink, own_k, 0, nb, h, hk,
-                                                   a_decay, dt_bias);
-    } else {
-      load_head_rows<kDk, false, kNorm, kHeadRows>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay,
-                                                   dt_bias);
-    }
+    load_head_rows<kDk, false, kNorm, kHeadRows>(p, m, sq.r0, sink, own_k, t0, nb, h, hk, a_decay,
+                                                 dt_bias);
     const auto emit = [&](int tb, float2 o) {  // row tb's output (and its copy for the norm)
       emit_row<kNorm>(p, m, sq.r0 + t0 + tb, h, dvi, part, c, tb, o);
     };
@@ -294,86 +251,6 @@ __global__ void __launch_bounds__(kMaxHeadThreads, kHeadBlocks) gdr_head_kernel(
   if (threadIdx.x == 0 && store_pending) cuda::bulk_wait();
 }
 
-// The state ring (gated_delta_rule_set_stream_state_ring): one block per SM with kStateRing
-// state buffers, so that an item's state is copied in two items ahead, while the items before it
-// run (the single-buffer kernel above copies it only once the previous item is done with the
-// buffer, and relies on 3 blocks per SM to overlap that). The same item code (head_item), so the
-// same bits. Item j of the block uses buffer j % kStateRing; the copy into it is issued when item
-// j - 2 starts, after the store of item j - 3 (the buffer's previous item) has read it out.
-constexpr int kStateRing = 3;
-
-__host__ __device__ inline int64_t ring_smem_floats(int64_t dk, int64_t dv, int64_t hv_n) {
-  return (kStateRing - 1) * dk * dv + head_smem_floats(dk, dv, hv_n, kPairRingSlots, kHeadRows) +
-         2 * (kStateRing - 1);  // the other buffers' mbarriers, 8 bytes each
-}
-
-template <int kDk, bool kNorm, bool kAhead>
-__global__ void __launch_bounds__(kMaxHeadThreads, 1) gdr_ring_kernel(GdrParams p) {
-  extern __shared__ __align__(128) float smem[];
-  const int64_t items = p.hv_n * p.n_seqs, head_elems = kDk * p.dv, n_blocks = gridDim.x;
-  // Buffers 0 .. kStateRing - 2 first, then head_smem's layout (its S is the last buffer).
-  HeadSmem m =
-      head_smem<kDk>(smem + (kStateRing - 1) * head_elems, p.dv, p.hv_n, kPairRingSlots, kHeadRows);
-  uint64_t* const extra_bars =
-      reinterpret_cast<uint64_t*>(smem + (kStateRing - 1) * head_elems +
-                                  head_smem_floats(kDk, p.dv, p.hv_n, kPairRingSlots, kHeadRows));
-  float* const last_buffer = m.S;
-  uint64_t* const last_bar = m.full;
-  const auto buffer = [&](int b) {
-    return b == kStateRing - 1 ? last_buffer : smem + b * head_elems;
-  };
-  const auto bar = [&](int b) { return b == kStateRing - 1 ? last_bar : extra_bars + b; };
-  const HeadThread th = head_thread<kNorm>(p);
-  const uint32_t state_bytes = static_cast<uint32_t>(head_elems * 4);
-  if (threadIdx.x == 0) {
-    for (int b = 0; b < kStateRing - 1; ++b) cuda::mbar_init(extra_bars + b, 1);
-  }
-  head_block_start(p, m);  // its fence and barrier cover the inits above
-  // Item u's state into buffer b (thread 0; a dead item copies nothing and is not waited for).
-  const auto copy_in = [&](const GdrSeqLoad& l, int64_t u, int b) {
-    bool live = false;
-    const GdrSeq sq = decode_item(p, l, live);
-    if (u >= items || !live) return;
-    cuda::mbar_arrive_expect_tx(bar(b), state_bytes);
-    cuda::bulk_copy(buffer(b), p.state + (sq.slot * p.hv_n + u % p.hv_n) * head_elems, state_bytes,
-                    bar(b));
-  };
-  const int64_t u0 = blockIdx.x;
-  GdrSeqLoad cur = load_item(p, u0, items), ahead1 = load_item(p, u0 + n_blocks, items);
-  GdrSeqLoad ahead2 = load_item(p, u0 + 2 * n_blocks, items);
-  if (threadIdx.x == 0) {
-    copy_in(cur, u0, 0);
-    copy_in(ahead1, u0 + n_blocks, 1);
-  }
-  uint32_t phases = 0;  // bit b: buffer b's next wait parity
-  bool waited = false, store_pending = false;
-  ItemRows mine, next;  // this item's rows loaded ahead, the next item's (kAhead)
-  int b = 0;
-  for (int64_t u = u0; u < items; u += n_blocks, b = b == kStateRing - 1 ? 0 : b + 1) {
-    bool live = false;
-    const GdrSeq sq = decode_item(p, cur, live);
-    if (threadIdx.x == 0) {  // item j + 2 into the buffer of item j - 1, once its store read it
-      if (store_pending) cuda::bulk_wait_read();
-      store_pending = false;
-      copy_in(ahead2, u + 2 * n_blocks, (b + 2) % kStateRing);
-    }
-    cur = ahead1;
-    ahead1 = ahead2;
-    ahead2 = load_item(p, u + 3 * n_blocks, items);
-    if (!live) continue;
-    const int64_t h = u % p.hv_n;
-    m.S = buffer(b);
-    m.full = bar(b);
-    head_item<kDk, kNorm, true, kAhead>(
-        p, m, th, sq, h, p.state + (sq.slot * p.hv_n + h) * head_elems, (phases >> b) & 1u, waited,
-        store_pending, &mine, &next, &cur, u + n_blocks);
-    phases ^= 1u << b;
-    if constexpr (kAhead) mine = next;
-  }
-  if (!waited) cuda::pdl_begin();
-  if (threadIdx.x == 0 && store_pending) cuda::bulk_wait();
-}
-
 bool head_kernel_fits(int64_t dk, int64_t dv) {
   return (dk == 64 || dk == 128) && dv % 64 == 0 && dv <= kMaxHeadThreads / 2 &&
          kHeadRows * dk <= 2 * dv;
@@ -412,13 +289,6 @@ void launch_head_form(const GdrParams& p, cudaStream_t s) {
     return launch_resident<gdr_head_kernel<kDk, kNorm, false>>(
         "gdr_head_kernel", p, smem(head_smem_floats(kDk, p.dv, p.hv_n, kRingSlots, kHeadRows)), s);
   }
-  if (g_state_ring.load() || g_ring_ahead.load()) {
-    const size_t ring = smem(ring_smem_floats(kDk, p.dv, p.hv_n));
-    if (g_ring_ahead.load()) {
-      return launch_resident<gdr_ring_kernel<kDk, kNorm, true>>("gdr_ring_kernel", p, ring, s);
-    }
-    return launch_resident<gdr_ring_kernel<kDk, kNorm, false>>("gdr_ring_kernel", p, ring, s);
-  }
   launch_resident<gdr_head_kernel<kDk, kNorm, true>>(
       "gdr_head_kernel", p, smem(head_smem_floats(kDk, p.dv, p.hv_n, kPairRingSlots, kHeadRows)),
       s);
@@ -433,8 +303,6 @@ void launch_head(const GdrParams& p, cudaStream_t s) {
 
 int64_t gated_delta_rule_set_stream_min_seqs(int64_t n) { return g_stream_min_seqs.exchange(n); }
 bool gated_delta_rule_set_stream_pairs(bool on) { return g_stream_pairs.exchange(on); }
-bool gated_delta_rule_set_stream_state_ring(bool on) { return g_state_ring.exchange(on); }
-bool gated_delta_rule_set_stream_ring_row_ahead(bool on) { return g_ring_ahead.exchange(on); }
 
 std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
   const int64_t from = g_stream_min_seqs.load();
@@ -449,10 +317,7 @@ std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
       "streaming kernel (a value head per block, state in shared memory{}); prefill chunks in "
       "the chunked (WY) form",
       from - 1, from,
-      gdr_regs_on() ? "; calls of 2+ rows a sequence with the state in registers"
-      : g_ring_ahead.load()
-          ? ", row pairs in 3 passes, a ring of 3 states per block, rows one item ahead"
-      : g_state_ring.load()   ? ", row pairs in 3 passes, a ring of 3 states per block"
+      gdr_regs_on()           ? "; calls of 2+ rows a sequence with the state in registers"
       : g_stream_pairs.load() ? ", row pairs in 3 passes"
                               : "");
 }

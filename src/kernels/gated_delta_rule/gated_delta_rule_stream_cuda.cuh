@@ -78,50 +78,44 @@ __device__ __forceinline__ GdrSeq decode_item(const GdrParams& p, const GdrSeqLo
   return q;
 }
 
-// A thread's share of rows [t0, t0 + nb) (nb <= kRows) of head h as loaded, before they go to
-// shared memory (load_row_regs, then store_row_regs; load_head_rows does both).
-template <int kRows>
-struct RowRegs {
-  static constexpr int kIt = kRows / 2;
-  __nv_bfloat16 q[kIt], k[kIt], v[kIt], z[kIt], a, b;
-};
-
-// Issues the loads of rows [t0, t0 + nb) of head h into registers. kFold: from replay half
-// `base` (the accepted rows of the last step; ld.cg, so before the PDL wait too). Otherwise the
-// call's rows base + t (after the PDL wait). The block has 2 d_v threads and d_k <= d_v, so
-// kRows / 2 elements of q, k, v and z a thread.
+// Rows [t0, t0 + nb) (nb <= kRows) of head h into shared memory (k, and q unless kFold,
+// normalised; v, z with kNorm; the gates). kFold: from replay half `base` (the accepted rows of
+// the last step). Otherwise the call's rows base + t, their raw k (own_k), v, a and b copied into
+// the replay half at `sink` for t < replay_rows. Every load is issued before the first store.
+// The block has 2 d_v threads and d_k <= d_v, so kRows / 2 elements of q, k, v and z a thread.
 template <int kDk, bool kFold, bool kNorm, int kRows>
-__device__ __forceinline__ RowRegs<kRows> load_row_regs(const GdrParams& p, int64_t base,
-                                                        int64_t t0, int nb, int64_t h, int64_t hk) {
+__device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSmem& m, int64_t base,
+                                               int64_t sink, bool own_k, int64_t t0, int nb,
+                                               int64_t h, int64_t hk, float a_decay,
+                                               float dt_bias) {
   static_assert(kRows % 2 == 0 && kRows <= 8, "rows a block loads together");
   constexpr int kIt = kRows / 2;
   const int tid = threadIdx.x, threads = static_cast<int>(blockDim.x);
   const int64_t w = p.replay_width, dv = p.dv;
   const __nv_bfloat16 zero = __float2bfloat16_rn(0.f);
-  RowRegs<kRows> r;
-  r.a = r.b = zero;
+  __nv_bfloat16 qr[kIt], kr[kIt], vr[kIt], zr[kIt], ar = zero, br = zero;
 #pragma unroll
   for (int it = 0; it < kIt; ++it) {
     const int e = tid + it * threads;
     const int tq = e / kDk, iq = e % kDk;  // q/k: row tq, element iq
     const int tv = static_cast<int>(e / dv), jv = static_cast<int>(e % dv);  // v/z
-    r.q[it] = r.k[it] = r.v[it] = r.z[it] = zero;
+    qr[it] = kr[it] = vr[it] = zr[it] = zero;
     if (tq < nb) {
       const int64_t t = t0 + tq;
       if constexpr (kFold) {
-        r.k[it] = gdr_ld_cg(p.replay + base + t * w + replay_k<kDk>(hk) + iq);
+        kr[it] = gdr_ld_cg(p.replay + base + t * w + replay_k<kDk>(hk) + iq);
       } else {
-        r.q[it] = p.q[(base + t) * p.q_s0 + hk * p.q_s1 + iq];
-        r.k[it] = p.k[(base + t) * p.k_s0 + hk * p.k_s1 + iq];
+        qr[it] = p.q[(base + t) * p.q_s0 + hk * p.q_s1 + iq];
+        kr[it] = p.k[(base + t) * p.k_s0 + hk * p.k_s1 + iq];
       }
     }
     if (tv < nb) {
       const int64_t t = t0 + tv;
       if constexpr (kFold) {
-        r.v[it] = gdr_ld_cg(p.replay + base + t * w + replay_v<kDk>(p, h) + jv);
+        vr[it] = gdr_ld_cg(p.replay + base + t * w + replay_v<kDk>(p, h) + jv);
       } else {
-        r.v[it] = p.v[(base + t) * p.v_s0 + h * p.v_s1 + jv];
-        if constexpr (kNorm) r.z[it] = p.z[(base + t) * p.z_s0 + h * p.z_s1 + jv];
+        vr[it] = p.v[(base + t) * p.v_s0 + h * p.v_s1 + jv];
+        if constexpr (kNorm) zr[it] = p.z[(base + t) * p.z_s0 + h * p.z_s1 + jv];
       }
     }
   }
@@ -129,27 +123,13 @@ __device__ __forceinline__ RowRegs<kRows> load_row_regs(const GdrParams& p, int6
     const int64_t t = t0 + tid;
     if constexpr (kFold) {
       const int64_t at = base + t * w + replay_a<kDk>(p, h);
-      r.a = gdr_ld_cg(p.replay + at);
-      r.b = gdr_ld_cg(p.replay + at + p.hv_n);
+      ar = gdr_ld_cg(p.replay + at);
+      br = gdr_ld_cg(p.replay + at + p.hv_n);
     } else {
-      r.a = p.a[(base + t) * p.a_s0 + h * p.a_s1];
-      r.b = p.b[(base + t) * p.b_s0 + h * p.b_s1];
+      ar = p.a[(base + t) * p.a_s0 + h * p.a_s1];
+      br = p.b[(base + t) * p.b_s0 + h * p.b_s1];
     }
   }
-  return r;
-}
-
-// The loaded rows into shared memory (k, and q unless kFold, normalised; v, z with kNorm; the
-// gates); unless kFold their raw k (own_k), v, a and b copied into the replay half at `sink` for
-// t < replay_rows.
-template <int kDk, bool kFold, bool kNorm, int kRows>
-__device__ __forceinline__ void store_row_regs(const GdrParams& p, const HeadSmem& m,
-                                               const RowRegs<kRows>& r, int64_t sink, bool own_k,
-                                               int64_t t0, int nb, int64_t h, int64_t hk,
-                                               float a_decay, float dt_bias) {
-  constexpr int kIt = kRows / 2;
-  const int tid = threadIdx.x, threads = static_cast<int>(blockDim.x);
-  const int64_t w = p.replay_width, dv = p.dv;
 #pragma unroll
   for (int it = 0; it < kIt; ++it) {
     const int e = tid + it * threads;
@@ -157,43 +137,34 @@ __device__ __forceinline__ void store_row_regs(const GdrParams& p, const HeadSme
     const int tv = static_cast<int>(e / dv), jv = static_cast<int>(e % dv);
     if (tq < nb) {
       const int64_t t = t0 + tq;
-      if constexpr (!kFold) m.q[tq * kDk + iq] = __bfloat162float(r.q[it]);
-      m.k[tq * kDk + iq] = __bfloat162float(r.k[it]);
+      if constexpr (!kFold) m.q[tq * kDk + iq] = __bfloat162float(qr[it]);
+      m.k[tq * kDk + iq] = __bfloat162float(kr[it]);
       if (!kFold && own_k && t < p.replay_rows) {
-        p.replay[sink + t * w + replay_k<kDk>(hk) + iq] = r.k[it];
+        p.replay[sink + t * w + replay_k<kDk>(hk) + iq] = kr[it];
       }
     }
     if (tv < nb) {
       const int64_t t = t0 + tv;
-      m.v[tv * dv + jv] = __bfloat162float(r.v[it]);
-      if constexpr (kNorm) m.z[tv * dv + jv] = __bfloat162float(r.z[it]);
-      if (!kFold && t < p.replay_rows) p.replay[sink + t * w + replay_v<kDk>(p, h) + jv] = r.v[it];
+      m.v[tv * dv + jv] = __bfloat162float(vr[it]);
+      if constexpr (kNorm) m.z[tv * dv + jv] = __bfloat162float(zr[it]);
+      if (!kFold && t < p.replay_rows) p.replay[sink + t * w + replay_v<kDk>(p, h) + jv] = vr[it];
     }
   }
   if (tid < nb) {
     const int64_t t = t0 + tid;
     if (!kFold && t < p.replay_rows) {
       __nv_bfloat16* row = p.replay + sink + t * w + replay_a<kDk>(p, h);
-      row[0] = r.a;
-      row[p.hv_n] = r.b;
+      row[0] = ar;
+      row[p.hv_n] = br;
     }
-    row_gate(r.a, r.b, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
+    row_gate(ar, br, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
   }
   __syncthreads();
   const int lane = tid & 31, warp = tid >> 5;
-  if (warp < nb) normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
+  if (warp < nb) {
+    normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
+  }
   __syncthreads();
-}
-
-// Rows [t0, t0 + nb) of head h into shared memory: load_row_regs, then store_row_regs (every
-// load issued before the first store). kFold: base is the replay half; otherwise the call's rows.
-template <int kDk, bool kFold, bool kNorm, int kRows>
-__device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSmem& m, int64_t base,
-                                               int64_t sink, bool own_k, int64_t t0, int nb,
-                                               int64_t h, int64_t hk, float a_decay,
-                                               float dt_bias) {
-  const RowRegs<kRows> r = load_row_regs<kDk, kFold, kNorm, kRows>(p, base, t0, nb, h, hk);
-  store_row_regs<kDk, kFold, kNorm, kRows>(p, m, r, sink, own_k, t0, nb, h, hk, a_decay, dt_bias);
 }
 
 // The per-token passes over a thread's slice of S, rows part * kR + i (i < kR) of columns c and
