@@ -16,6 +16,9 @@ namespace tandem {
 
 namespace {
 
+// Prefill chunks end at multiples of this (the GDN chunk size; Scheduler).
+constexpr int64_t kPrefillGranule = 64;
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -56,7 +59,9 @@ BatchEngine::BatchEngine(Qwen35Model& model, std::unique_ptr<Drafter> drafter,
                  .max_model_len = opt_.max_model_len,
                  .with_mtp = model.has_mtp()};
   const int64_t table_width = cc.table_width();  // the pool's attention workspace agrees
-  const int64_t max_logit_rows = opt_.max_num_seqs * (step_rows + 1);
+  // Logits rows: every decoding sequence's 1 + k, each prefill chunk's last, and one granule of
+  // prompt rows whose every logits row is read (Request::prompt_logprobs).
+  const int64_t max_logit_rows = opt_.max_num_seqs * (step_rows + 1) + kPrefillGranule;
   if (cc.num_blocks == 0) {
     if (device == Device::kCpu) {
       cc.num_blocks = opt_.max_num_seqs * table_width;
@@ -79,7 +84,8 @@ BatchEngine::BatchEngine(Qwen35Model& model, std::unique_ptr<Drafter> drafter,
       SchedulerConfig{.max_num_seqs = opt_.max_num_seqs,
                       .max_num_batched_tokens = opt_.max_num_batched_tokens,
                       .max_model_len = opt_.max_model_len,
-                      .granule = 64},
+                      .granule = kPrefillGranule,
+                      .prompt_logit_rows = kPrefillGranule},
       *pool_);
   buffers_ = std::make_unique<StepBuffers>(model.max_step_rows(), opt_.max_num_seqs, table_width,
                                            cc.block_size, pool_->scratch_block(),
@@ -204,6 +210,9 @@ RequestId BatchEngine::add(Request req) {
   TANDEM_CHECK(req.logprobs >= -1 && req.logprobs <= kMaxTopLogprobs,
                "logprobs must be -1 (off) or 0..{} top tokens, got {}", kMaxTopLogprobs,
                req.logprobs);
+  TANDEM_CHECK(req.prompt_logprobs >= -1 && req.prompt_logprobs <= kMaxTopLogprobs,
+               "prompt_logprobs must be -1 (off) or 0..{} top tokens, got {}", kMaxTopLogprobs,
+               req.prompt_logprobs);
   auto s = std::make_unique<Sequence>();
   if (req.sampling.adjusts_logits()) {
     s->penalties = PenaltyState(req.sampling, req.prompt, req.stop_ids);
@@ -404,7 +413,9 @@ std::vector<RequestOutput> BatchEngine::step() {
          .rows = c.rows,
          .start = c.start,
          .decode = false,
-         .logits = c.last() ? LogitRows::kLast : LogitRows::kNone});
+         .logits = c.seq->req.prompt_logprobs >= 0 ? LogitRows::kAll
+                   : c.last()                      ? LogitRows::kLast
+                                                   : LogitRows::kNone});
     planned_ids.push_back(c.seq->id);
   }
   const StepPlan plan =
@@ -495,8 +506,21 @@ std::vector<RequestOutput> BatchEngine::step() {
     const auto& prompt = s.req.prompt;
     std::vector<int32_t>& next = next_tokens[p];
     next.assign(prompt.begin() + ch.start + 1, prompt.begin() + ch.start + ch.rows);
+    const bool all_rows = s.req.prompt_logprobs >= 0;
+    if (all_rows) {  // row j's logits score prompt token start + j + 1 (teacher forcing)
+      const int64_t scored = std::min(ch.rows, s.prompt_len() - 1 - ch.start);
+      if (scored > 0) {
+        const int64_t lr0 = plan.logit_start[p], vocab = model_.config().vocab_size;
+        const Tensor rows = host_rows(lr0, lr0 + scored);
+        for (int64_t j = 0; j < scored; ++j) {
+          s.prompt_logprobs.push_back(token_logprobs(rows.data<const float>() + j * rows.stride(0),
+                                                     vocab, prompt[ch.start + j + 1],
+                                                     s.req.prompt_logprobs));
+        }
+      }
+    }
     if (ch.last()) {
-      const int64_t lr = plan.logit_start[p];
+      const int64_t lr = plan.logit_start[p] + (all_rows ? ch.rows - 1 : 0);
       std::vector<TokenLogprobs> lps;
       const int32_t first = !s.needs_host_logits()
                                 ? ids[lr]
@@ -508,6 +532,7 @@ std::vector<RequestOutput> BatchEngine::step() {
       s.first_token_at = now_seconds();
       if (after_commit) after_commit(s.id, -1, s.cache.n_past);
       RequestOutput o{.id = s.id};
+      o.prompt_logprobs = std::move(s.prompt_logprobs);
       o.finished = emit(s, std::span<const int32_t>(&first, 1), o, std::move(lps));
       step_out.push_back(std::move(o));
     } else {

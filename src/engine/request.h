@@ -23,6 +23,11 @@ struct Request {
   // penalties, temperature and top-k/p, as vLLM reports them): -1 off, else also this many of
   // the most likely tokens per position (0..20).
   int logprobs = -1;
+  // Log-probabilities of the prompt's tokens (what a completions request with echo and logprobs
+  // reports, and lm-eval's loglikelihood reads): -1 off, else as `logprobs` for every prompt
+  // token after the first, each from the row before it (teacher forcing). The prompt's chunks
+  // then run at most one granule a step (their every row's logits are read).
+  int prompt_logprobs = -1;
   // JSON mode (response_format json_object): the output is one JSON object, then a stop id
   // (spec/json_constraint.h); needs BatchEngineOptions::token_bytes.
   bool json_object = false;
@@ -51,6 +56,8 @@ struct RequestOutput {
   RequestId id = -1;
   std::vector<int32_t> new_tokens;
   std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for them
+  // With the first token, when the request asked for them: prompt tokens 1 .. n - 1's.
+  std::vector<TokenLogprobs> prompt_logprobs;
   bool finished = false;
   std::string finish_reason;  // "stop" | "length" | "cancelled"
   GenerationStats stats;      // when finished: the request's statistics

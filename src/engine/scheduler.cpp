@@ -11,6 +11,9 @@ Scheduler::Scheduler(SchedulerConfig cfg, StatePool& pool) : cfg_(cfg), pool_(po
   TANDEM_CHECK(cfg.granule >= 1 && cfg.max_num_batched_tokens >= cfg.granule,
                "--max-num-batched-tokens {} must be at least the prefill granule {}",
                cfg.max_num_batched_tokens, cfg.granule);
+  TANDEM_CHECK(cfg.prompt_logit_rows >= cfg.granule,
+               "scheduler: {} prompt logit rows a step cannot hold a prefill granule of {}",
+               cfg.prompt_logit_rows, cfg.granule);
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -32,11 +35,11 @@ int64_t Scheduler::decoding() const {
                        [](const Sequence* s) { return s->phase == Phase::kDecode; });
 }
 
-bool Scheduler::admissible(const Sequence* s, int64_t budget) const {
+bool Scheduler::admissible(const Sequence* s, int64_t budget, int64_t logit_budget) const {
   if (static_cast<int64_t>(resident_.size()) >= cfg_.max_num_seqs || !swapped_.empty() ||
       budget <= 0)
     return false;
-  const int64_t rows = chunk_rows(0, s->prompt_len(), budget);
+  const int64_t rows = chunk_rows(0, s->prompt_len(), chunk_budget(s, budget, logit_budget));
   return rows > 0 && pool_.free_slots() > 0 && pool_.free_blocks() >= pool_.blocks_for(rows);
 }
 
@@ -44,10 +47,15 @@ bool Scheduler::prefill_pending() const {
   const bool returns =
       !swapped_.empty() && static_cast<int64_t>(resident_.size()) < cfg_.max_num_seqs;
   const bool admits =
-      !waiting_.empty() && admissible(waiting_.front(), cfg_.max_num_batched_tokens - decoding());
+      !waiting_.empty() && admissible(waiting_.front(), cfg_.max_num_batched_tokens - decoding(),
+                                      cfg_.prompt_logit_rows);
   return returns || admits ||
          std::any_of(resident_.begin(), resident_.end(),
                      [](const Sequence* s) { return s->phase == Phase::kPrefill; });
+}
+
+int64_t Scheduler::chunk_budget(const Sequence* s, int64_t budget, int64_t logit_budget) const {
+  return s->req.prompt_logprobs >= 0 ? std::min(budget, logit_budget) : budget;
 }
 
 int64_t Scheduler::chunk_rows(int64_t start, int64_t prompt_len, int64_t budget) const {
@@ -101,16 +109,22 @@ ScheduledStep Scheduler::schedule(int64_t decode_rows) {
     }
     int64_t budget =
         cfg_.max_num_batched_tokens - static_cast<int64_t>(out.decode.size()) * decode_rows;
+    int64_t logit_budget = cfg_.prompt_logit_rows;
+    const auto take = [&](const Sequence* s, int64_t rows) {
+      budget -= rows;
+      if (s->req.prompt_logprobs >= 0) logit_budget -= rows;
+    };
     for (Sequence* s : std::vector<Sequence*>(resident_)) {
       if (s->phase != Phase::kPrefill || budget <= 0) continue;
-      const int64_t rows = chunk_rows(s->prefilled, s->prompt_len(), budget);
+      const int64_t rows =
+          chunk_rows(s->prefilled, s->prompt_len(), chunk_budget(s, budget, logit_budget));
       if (rows == 0 || !pool_.reserve(s->cache, s->prefilled + rows)) continue;
       out.prefill.push_back({s, s->prefilled, rows});
-      budget -= rows;
+      take(s, rows);
     }
-    while (!waiting_.empty() && admissible(waiting_.front(), budget)) {
+    while (!waiting_.empty() && admissible(waiting_.front(), budget, logit_budget)) {
       Sequence* s = waiting_.front();
-      const int64_t rows = chunk_rows(0, s->prompt_len(), budget);
+      const int64_t rows = chunk_rows(0, s->prompt_len(), chunk_budget(s, budget, logit_budget));
       TANDEM_CHECK(pool_.acquire(s->cache) && pool_.reserve(s->cache, rows),
                    "scheduler: admission of request {} failed", s->id);
       s->phase = Phase::kPrefill;
@@ -118,7 +132,7 @@ ScheduledStep Scheduler::schedule(int64_t decode_rows) {
       resident_.push_back(s);
       waiting_.pop_front();
       out.prefill.push_back({s, 0, rows});
-      budget -= rows;
+      take(s, rows);
     }
     // Nothing could run (partial prefills holding every block): free the newest and retry.
     if (out.empty() && !resident_.empty() && attempt == 0) {

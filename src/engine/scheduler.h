@@ -23,6 +23,9 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 512;
   int64_t max_model_len = 4096;
   int64_t granule = 64;  // prefill chunk boundaries (the GDN chunk size)
+  // Prompt rows a step may give sequences that read every prompt row's logits
+  // (Request::prompt_logprobs): the engine's logits buffer holds this many besides the others.
+  int64_t prompt_logit_rows = 64;
 };
 
 struct PrefillChunk {
@@ -61,7 +64,10 @@ class Scheduler {
  private:
   // Whether the first waiting request can be admitted now with a chunk under `budget` rows: a free
   // slot, room under max_num_seqs, blocks for the chunk, nothing swapped out ahead of it.
-  bool admissible(const Sequence* s, int64_t budget) const;
+  bool admissible(const Sequence* s, int64_t budget, int64_t logit_budget) const;
+  // A chunk's budget: `budget`, and for a sequence reading its prompt's logits at most
+  // logit_budget (SchedulerConfig::prompt_logit_rows left this step).
+  int64_t chunk_budget(const Sequence* s, int64_t budget, int64_t logit_budget) const;
   void preempt(Sequence* victim);
   bool swap_in(Sequence* seq);
 

@@ -35,7 +35,8 @@ struct Sequence {
   bool drafting = false;  // the drafter follows it (from admission to the end)
   GenerationStats stats;
   PenaltyState penalties;  // when req.sampling.adjusts_logits(): the output's token counts
-  std::optional<JsonConstraint> json;  // when req.json_object: the grammar's state
+  std::optional<JsonConstraint> json;          // when req.json_object: the grammar's state
+  std::vector<TokenLogprobs> prompt_logprobs;  // req.prompt_logprobs: gathered chunk by chunk
   double admitted_at = 0, first_token_at = 0;
   std::string finish_reason;
 

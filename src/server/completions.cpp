@@ -69,7 +69,9 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
                       max_len, n + *g.max_tokens, n, prompt_param, *g.max_tokens, prompt_param),
           "invalid_request_error", "max_tokens", "context_length_exceeded");
     }
-    r.max_tokens = static_cast<int>(*g.max_tokens);
+    // echo with max_tokens 0: the engine still takes a token (the prompt's last row's), which
+    // the response leaves out (Generation).
+    r.max_tokens = static_cast<int>(std::max<int64_t>(*g.max_tokens, 1));
   } else {
     if (n + 1 > max_len) {
       throw ApiError(400,
@@ -91,6 +93,7 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
     }
   }
   r.logprobs = g.logprobs;
+  if (g.echo) r.prompt_logprobs = g.logprobs;  // -1 unless logprobs were asked for
   r.json_object = g.json_object;
   r.json_schema = g.json_schema;
   // With the reasoning split off, the think block is free text and the object follows it.
@@ -107,6 +110,7 @@ class Generation {
       : ctx_(ctx),
         endpoint_(g.endpoint),
         want_logprobs_(g.logprobs >= 0),
+        no_output_(g.echo && g.max_tokens == 0),
         stop_ids_(std::move(stop_ids)),
         stream_(ctx.codec, g.stop, g.sampling.min_tokens),
         ch_(std::move(ch)) {
@@ -125,7 +129,8 @@ class Generation {
   // The reasoning and content text d makes safe to send; its tokens' logprobs go to lps_.
   ReasoningPiece absorb(const Delivery& d) {
     std::string text;
-    size_t n = d.tokens.size();
+    if (want_logprobs_ && !d.prompt_logprobs.empty()) prompt_lps_ = d.prompt_logprobs;
+    size_t n = no_output_ ? 0 : d.tokens.size();
     // A stop token ends generation but is not part of the text (it still counts as generated).
     if (d.finished && d.finish_reason == "stop" && n > 0 &&
         std::find(stop_ids_.begin(), stop_ids_.end(), d.tokens[n - 1]) != stop_ids_.end()) {
@@ -143,7 +148,9 @@ class Generation {
     if (d.finished) {
       finished_ = true;
       stats_ = d.stats;
-      if (stream_.stopped()) {
+      if (no_output_) {
+        finish_ = d.finish_reason == "cancelled" ? "abort" : "length";
+      } else if (stream_.stopped()) {
         finish_ = "stop";
       } else if (d.finish_reason == "cancelled") {
         finish_ = "abort";
@@ -209,15 +216,24 @@ class Generation {
     lps_.clear();
     return j;
   }
+  // echo: the prompt's logprobs (tokens 1 .. n - 1), and the whole response's (null when not
+  // asked) after the prompt's tokens.
+  Json take_echo_logprobs(std::span<const int32_t> prompt) {
+    if (!want_logprobs_) return nullptr;
+    Json j = echo_logprobs_json(ctx_.codec, prompt, prompt_lps_, lps_);
+    lps_.clear();
+    return j;
+  }
 
  private:
   const HandlerContext& ctx_;
   Endpoint endpoint_;
   bool want_logprobs_;
+  bool no_output_;  // echo with max_tokens 0: the engine's token is not part of the response
   std::vector<int32_t> stop_ids_;
   TextStream stream_;
   std::shared_ptr<Channel> ch_;
-  std::vector<TokenLogprobs> lps_;
+  std::vector<TokenLogprobs> lps_, prompt_lps_;
   std::optional<ToolCallStream> tools_;  // --tool-call-parser, a request with tools
   ToolForce force_ = ToolForce::kNone;   // tool_choice required / named (tool_choice.h)
   std::string forced_tool_, forced_text_;
@@ -289,8 +305,11 @@ Delivery await_acceptance(const std::shared_ptr<Channel>& ch) {
   return d;
 }
 
+// echo_prompt: with echo, the prompt (its text leads each choice's text; its tokens' logprobs
+// lead each choice's logprobs).
 void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
-                   std::vector<ChoiceRun>& runs, int64_t prompt_tokens, httplib::Response& res) {
+                   std::vector<ChoiceRun>& runs, int64_t prompt_tokens, httplib::Response& res,
+                   const std::optional<std::pair<std::string, std::vector<int32_t>>>& echo_prompt) {
   std::vector<Choice> choices;
   for (ChoiceRun& c : runs) {  // the others keep running; their deliveries wait in their channels
     Delivery d = std::move(c.pending);
@@ -310,9 +329,11 @@ void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
       throw ApiError(500, *d.error, "internal_error");
     }
     count_end(ctx, *c.gen);
+    Json lps =
+        echo_prompt ? c.gen->take_echo_logprobs(echo_prompt->second) : c.gen->take_logprobs(0);
+    if (echo_prompt) text = echo_prompt->first + text;
     choices.push_back(
-        {std::move(text), c.gen->finish_reason(), c.gen->take_logprobs(0),
-         tool_calls_of(*c.gen, false),
+        {std::move(text), c.gen->finish_reason(), std::move(lps), tool_calls_of(*c.gen, false),
          c.gen->had_reasoning() ? std::optional(std::move(reasoning)) : std::nullopt});
   }
   record_end(runs, prompt_tokens);
@@ -459,7 +480,14 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
     }
     throw;
   }
-  if (!g.stream) return respond_whole(ctx, meta, runs, prompt_tokens, res);
+  if (!g.stream) {
+    std::optional<std::pair<std::string, std::vector<int32_t>>> echo_prompt;
+    if (g.echo) {
+      echo_prompt.emplace(g.prompt_text ? *g.prompt_text : ctx.codec.decode(r.prompt, false),
+                          r.prompt);
+    }
+    return respond_whole(ctx, meta, runs, prompt_tokens, res, echo_prompt);
+  }
   auto state = std::make_shared<StreamState>(StreamState{.meta = meta,
                                                          .runs = std::move(runs),
                                                          .prompt_tokens = prompt_tokens,

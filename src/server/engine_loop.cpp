@@ -20,8 +20,10 @@ bool Channel::wait(std::chrono::milliseconds timeout, Delivery& out) {
   if (!dirty_) return false;
   out.tokens = std::move(pending_.tokens);
   out.logprobs = std::move(pending_.logprobs);
+  out.prompt_logprobs = std::move(pending_.prompt_logprobs);
   pending_.tokens.clear();
   pending_.logprobs.clear();
+  pending_.prompt_logprobs.clear();
   out.accepted = pending_.accepted;
   out.error = pending_.error;
   out.finished = pending_.finished;
@@ -37,6 +39,8 @@ void Channel::deliver(const RequestOutput& o) {
     if (pending_.finished) return;
     pending_.tokens.insert(pending_.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
     pending_.logprobs.insert(pending_.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+    pending_.prompt_logprobs.insert(pending_.prompt_logprobs.end(), o.prompt_logprobs.begin(),
+                                    o.prompt_logprobs.end());
     if (o.finished) {
       pending_.finished = true;
       pending_.finish_reason = o.finish_reason;

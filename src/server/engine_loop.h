@@ -26,8 +26,9 @@ namespace tandem::server {
 struct Delivery {
   std::vector<int32_t> tokens;
   std::vector<TokenLogprobs> logprobs;
-  bool accepted = false;             // the engine took the request
-  std::optional<std::string> error;  // the engine refused it (its message); then finished
+  std::vector<TokenLogprobs> prompt_logprobs;  // Request::prompt_logprobs, with the first token
+  bool accepted = false;                       // the engine took the request
+  std::optional<std::string> error;            // the engine refused it (its message); then finished
   bool finished = false;
   std::string finish_reason;  // "stop" | "length" | "cancelled" | "abort" | "error"
   GenerationStats stats;      // when finished

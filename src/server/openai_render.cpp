@@ -91,6 +91,40 @@ Json logprobs_json(Endpoint endpoint, const TextCodec& codec, std::span<const To
           {"text_offset", std::move(offsets)}};
 }
 
+Json echo_logprobs_json(const TextCodec& codec, std::span<const int32_t> prompt,
+                        std::span<const TokenLogprobs> prompt_lps,
+                        std::span<const TokenLogprobs> generated) {
+  // The prompt's own entries: its tokens as echoed (special tokens included, so offsets count
+  // them), token i's logprob and alternatives from prompt_lps[i - 1] (null for the first token,
+  // and for any a request ended before its prompt was scored).
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
+       offsets = Json::array();
+  int64_t offset = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string bytes = codec.token_bytes(prompt[i], /*skip_special=*/false);
+    tokens.push_back(utf8_lossy(bytes));
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(bytes.size());
+    if (i == 0 || i > prompt_lps.size()) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
+    const Json one = logprobs_json(Endpoint::kCompletion, codec, prompt_lps.subspan(i - 1, 1), 0);
+    token_logprobs.push_back(one["token_logprobs"][0]);
+    top.push_back(one["top_logprobs"][0]);
+  }
+  const Json g = logprobs_json(Endpoint::kCompletion, codec, generated, offset);
+  Json j = {{"tokens", std::move(tokens)},
+            {"token_logprobs", std::move(token_logprobs)},
+            {"top_logprobs", std::move(top)},
+            {"text_offset", std::move(offsets)}};
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const Json& e : g[key]) j[key].push_back(e);
+  }
+  return j;
+}
+
 Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64_t prompt_tokens,
                    int64_t completion_tokens, const GenerationStats& stats) {
   Json j = base(m, false);

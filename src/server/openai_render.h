@@ -37,6 +37,13 @@ Json speculation_json(const GenerationStats& s);
 Json logprobs_json(Endpoint endpoint, const TextCodec& codec, std::span<const TokenLogprobs> lps,
                    int64_t text_offset = 0);
 
+// A completions response with echo: the prompt's tokens (the first without a logprob, as
+// OpenAI's legacy format has it), then the generated ones, offsets running through the prompt's
+// text into the completion's. prompt_lps: tokens 1 .. n - 1's.
+Json echo_logprobs_json(const TextCodec& codec, std::span<const int32_t> prompt,
+                        std::span<const TokenLogprobs> prompt_lps,
+                        std::span<const TokenLogprobs> generated);
+
 // One choice of a whole response. logprobs: null when not asked for.
 struct Choice {
   std::string text;

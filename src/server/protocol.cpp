@@ -460,8 +460,16 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
       max_name = "max_completion_tokens";
     }
   }
-  if (max_tokens && *max_tokens < 1) {
-    throw bad_request(max_name, fmt::format("'{}' must be >= 1, got {}", max_name, *max_tokens));
+  r.echo = get_bool(body, "echo", false);
+  if (r.echo && endpoint == Endpoint::kChat) {
+    throw bad_request("echo", "'echo' is not supported by chat completions");
+  }
+  if (r.echo && get_bool(body, "stream", false)) {
+    throw bad_request("echo", "'echo' is not supported with 'stream'");
+  }
+  if (max_tokens && *max_tokens < (r.echo ? 0 : 1)) {
+    throw bad_request(
+        max_name, fmt::format("'{}' must be >= {}, got {}", max_name, r.echo ? 0 : 1, *max_tokens));
   }
   r.max_tokens = max_tokens;
 
@@ -508,9 +516,6 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   }
   // Fields that would change the response and that this server does not implement: a 400
   // naming them rather than a response without their effect.
-  if (get_bool(body, "echo", false)) {
-    throw bad_request("echo", "'echo' is not supported (the prompt is not repeated)");
-  }
   if (const Json* v = find(body, "suffix"); v && *v != "") {
     throw bad_request("suffix", "'suffix' is not supported");
   }

@@ -47,6 +47,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = -1;  // -1 off, else top alternatives per token (Request::logprobs)
+  // Completions: the response's text (and logprobs) start with the prompt's; max_tokens may then
+  // be 0 (the prompt alone, as lm-eval's loglikelihood asks).
+  bool echo = false;
   bool stream = false;
   bool include_usage = false;
   int n = 1;  // choices: one engine request each, choice i sampling with seed + i

@@ -364,6 +364,40 @@ def test_out_of_range_chat_field_names_the_field(client, field, value):
     assert e.value.param == field
 
 
+def test_completion_echo_scores_the_prompt_as_lm_eval_reads_it(client, mtp_client):
+    # lm-eval's loglikelihood: a token-id prompt, echo, logprobs, max_tokens 1 (or 0), greedy;
+    # it reads token_logprobs and top_logprobs past the context.
+    ids = [(7 * i + 3) % 200 + 10 for i in range(150)]  # past one 64-row prefill chunk
+    plain = complete(client, ids, max_tokens=1, logprobs=1).choices[0]
+    r = complete(client, ids, echo=True, logprobs=1, max_tokens=1)
+    c = r.choices[0]
+    lp = c.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(ids) + 1
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert "".join(lp.tokens) == c.text
+    assert c.text.endswith(plain.text) and r.usage.completion_tokens == 1
+    # Byte offsets into the text (a token that is part of a character shows as U+FFFD).
+    assert lp.text_offset[0] == 0
+    for i, tok in enumerate(lp.tokens[:-1]):
+        step = lp.text_offset[i + 1] - lp.text_offset[i]
+        assert step == len(tok.encode()) if "\ufffd" not in tok else step >= 0
+    for tok, logprob, top in zip(lp.tokens[1:], lp.token_logprobs[1:], lp.top_logprobs[1:]):
+        assert logprob <= 0 and tok in top and 1 <= len(top) <= 2
+        assert max(top.values()) >= logprob
+    # The generated token is scored as without echo (the same row), the prompt as with max_tokens 0.
+    assert lp.token_logprobs[-1] == plain.logprobs.token_logprobs[0]
+    only = complete(client, ids, echo=True, logprobs=1, max_tokens=0)
+    assert only.choices[0].logprobs.token_logprobs == lp.token_logprobs[:-1]
+    assert only.choices[0].text == c.text[:len(c.text) - len(plain.text)]
+    assert only.usage.completion_tokens == 0 and only.choices[0].finish_reason == "length"
+    # Speculation changes no score.
+    spec = complete(mtp_client, ids, echo=True, logprobs=1, max_tokens=1).choices[0]
+    assert spec.logprobs.token_logprobs == lp.token_logprobs and spec.text == c.text
+    # echo without logprobs: the prompt's text leads.
+    text = complete(client, TEXT[0], echo=True, max_tokens=4).choices[0]
+    assert text.text.startswith(TEXT[0]) and text.logprobs is None
+
+
 def test_completion_logprobs_above_five_names_logprobs(client):
     with pytest.raises(openai.BadRequestError) as e:
         complete(client, TEXT[0], logprobs=6)

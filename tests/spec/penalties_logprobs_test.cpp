@@ -104,7 +104,8 @@ TEST(Logprobs, MatchALogSoftmaxAndOrderTopTokens) {
 
 struct Outcome {
   std::vector<int32_t> tokens;
-  std::vector<TokenLogprobs> logprobs;
+  std::vector<TokenLogprobs> logprobs, prompt_logprobs;
+  int prompt_deliveries = 0;  // outputs that carried prompt logprobs
 };
 
 std::vector<Outcome> run_all(Qwen35Model& m, const std::vector<Request>& reqs, int k,
@@ -120,6 +121,10 @@ std::vector<Outcome> run_all(Qwen35Model& m, const std::vector<Request>& reqs, i
       EXPECT_EQ(o.logprobs.size(), reqs[index.at(o.id)].logprobs >= 0 ? o.new_tokens.size() : 0u);
       r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
       r.logprobs.insert(r.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      if (!o.prompt_logprobs.empty()) {
+        r.prompt_logprobs = o.prompt_logprobs;
+        ++r.prompt_deliveries;
+      }
     }
   }
   return out;
@@ -280,6 +285,59 @@ TEST(Logprobs, OutOfRangeIsRejected) {
   BatchEngine engine(*model, nullptr, batch_options(0, ControlMode::kFixed, 2));
   Request r{.prompt = {1, 2, 3}, .max_tokens = 2, .logprobs = 21};
   EXPECT_THROW(engine.add(r), Error);
+  r.logprobs = -1;
+  r.prompt_logprobs = 21;
+  EXPECT_THROW(engine.add(r), Error);
+}
+
+// Prompt logprobs (echo): every prompt token after the first, scored from the row before it, in
+// batches with other requests and under speculation, equal bit for bit what the teacher-forced
+// prefill of the prompt alone gives (BatchEngine::score, whose chunks are larger), come once with
+// the first token, and change no output.
+TEST(Logprobs, PromptLogprobsAreTheTeacherForcedScoresAndChangeNoOutput) {
+  auto model = load_fixture(kTrainedModel, 256);
+  const std::vector<Arrival> arrivals = random_arrivals(*model, 8, 47, /*sampled=*/true, 200);
+  std::vector<Request> plain, echo;
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    Request r = arrivals[i].req;
+    r.max_tokens = 12;
+    plain.push_back(r);
+    r.prompt_logprobs = static_cast<int>(i % 3);  // 0, 1, 2 top tokens
+    echo.push_back(r);
+  }
+  // The reference: each prompt scored alone.
+  BatchEngine scorer(*model, nullptr, batch_options(0, ControlMode::kFixed, 1));
+  const int64_t vocab = model->config().vocab_size;
+  std::vector<std::vector<TokenLogprobs>> want(echo.size());
+  int64_t scored = 0, multi_chunk = 0;
+  for (size_t i = 0; i < echo.size(); ++i) {
+    const std::vector<int32_t>& ids = echo[i].prompt;
+    const Tensor rows = scorer.score(ids);
+    for (size_t j = 0; j + 1 < ids.size(); ++j) {
+      want[i].push_back(token_logprobs(rows.data<const float>() + j * rows.stride(0), vocab,
+                                       ids[j + 1], echo[i].prompt_logprobs));
+    }
+    scored += static_cast<int64_t>(want[i].size());
+    multi_chunk += ids.size() > 64;
+  }
+  EXPECT_GE(multi_chunk, 2) << "too few prompts span several 64-row chunks";
+  const std::vector<Outcome> base = run_all(*model, plain, 0, 1);
+  for (int k : {0, 3}) {
+    const std::vector<Outcome> got = run_all(*model, echo, k, 4);
+    for (size_t i = 0; i < echo.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, base[i].tokens) << "k=" << k << " request " << i;
+      EXPECT_EQ(got[i].prompt_deliveries, echo[i].prompt.size() > 1 ? 1 : 0) << i;
+      EXPECT_TRUE(same_bits(got[i].prompt_logprobs, want[i]))
+          << "k=" << k << " request " << i << ": prompt logprobs differ from the scores";
+      for (const TokenLogprobs& t : got[i].prompt_logprobs) {
+        EXPECT_EQ(t.top.size(), static_cast<size_t>(echo[i].prompt_logprobs));
+      }
+    }
+  }
+  std::printf(
+      "[prompt logprobs] 8 requests, %lld prompt tokens scored (%lld prompts over 64 "
+      "tokens), equal to the teacher-forced scores at k = 0, 3\n",
+      static_cast<long long>(scored), static_cast<long long>(multi_chunk));
 }
 
 }  // namespace
