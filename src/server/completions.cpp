@@ -305,11 +305,38 @@ Delivery await_acceptance(const std::shared_ptr<Channel>& ch) {
   return d;
 }
 
-// echo_prompt: with echo, the prompt (its text leads each choice's text; its tokens' logprobs
-// lead each choice's logprobs).
+// With echo, the prompt: its text leads each choice's text, its tokens' logprobs lead each
+// choice's logprobs, and the completion's text offsets start after its tokens' bytes.
+struct EchoPrompt {
+  std::string text;
+  std::vector<int32_t> ids;
+  int64_t bytes = 0;  // its tokens' bytes, special tokens included
+};
+
+std::optional<EchoPrompt> echo_prompt_of(const HandlerContext& ctx, const GenerationRequest& g,
+                                         const std::vector<int32_t>& prompt) {
+  if (!g.echo) return std::nullopt;
+  EchoPrompt e{g.prompt_text ? *g.prompt_text : ctx.codec.decode(prompt, false), prompt, 0};
+  for (int32_t id : prompt)
+    e.bytes += static_cast<int64_t>(ctx.codec.token_bytes(id, false).size());
+  return e;
+}
+
+// A choice's logprobs for its first response or chunk, text its text so far: with echo the
+// prompt leads (its text prepended to text), and offset (the completion's text bytes sent, which
+// the caller then advances by text's size) is set so that it lands past the prompt's tokens'
+// bytes, where the generated tokens' offsets start.
+Json lead_with_prompt(const std::optional<EchoPrompt>& echo, Generation& gen, std::string& text,
+                      int64_t& offset) {
+  if (!echo) return gen.take_logprobs(offset);
+  text = echo->text + text;
+  offset = echo->bytes - static_cast<int64_t>(echo->text.size());
+  return gen.take_echo_logprobs(echo->ids);
+}
+
 void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
                    std::vector<ChoiceRun>& runs, int64_t prompt_tokens, httplib::Response& res,
-                   const std::optional<std::pair<std::string, std::vector<int32_t>>>& echo_prompt) {
+                   const std::optional<EchoPrompt>& echo) {
   std::vector<Choice> choices;
   for (ChoiceRun& c : runs) {  // the others keep running; their deliveries wait in their channels
     Delivery d = std::move(c.pending);
@@ -329,9 +356,8 @@ void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
       throw ApiError(500, *d.error, "internal_error");
     }
     count_end(ctx, *c.gen);
-    Json lps =
-        echo_prompt ? c.gen->take_echo_logprobs(echo_prompt->second) : c.gen->take_logprobs(0);
-    if (echo_prompt) text = echo_prompt->first + text;
+    int64_t offset = 0;
+    Json lps = lead_with_prompt(echo, *c.gen, text, offset);
     choices.push_back(
         {std::move(text), c.gen->finish_reason(), std::move(lps), tool_calls_of(*c.gen, false),
          c.gen->had_reasoning() ? std::optional(std::move(reasoning)) : std::nullopt});
@@ -348,6 +374,7 @@ struct StreamState {
   std::vector<ChoiceRun> runs;
   int64_t prompt_tokens;
   bool include_usage;
+  std::optional<EchoPrompt> echo;  // completions with echo: each choice's first chunk leads with it
 };
 
 // The whole stream in one provider call: httplib stops calling a provider once the server
@@ -388,9 +415,14 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
       const int index = static_cast<int>(i);
       ReasoningPiece piece = c.gen->absorb(d);
       std::string& text = piece.content;
+      // The chunk's logprobs (a choice's first chunk: with echo, the prompt leads).
+      const auto take_lps = [&] {
+        return c.first_chunk ? lead_with_prompt(s.echo, *c.gen, text, c.offset)
+                             : c.gen->take_logprobs(c.offset);
+      };
       if (!c.gen->finished()) {
         if (text.empty() && piece.reasoning.empty()) continue;
-        const Json lps = c.gen->take_logprobs(c.offset);
+        const Json lps = take_lps();
         connected = send(sse_event(
             chunk_json(s.meta, index, text, c.first_chunk, lps, "", nullptr, piece.reasoning)));
         c.offset += static_cast<int64_t>(text.size());
@@ -398,7 +430,7 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
         continue;
       }
       if (!c.gen->tool_calls().empty()) {  // content still held, then the calls, then the end
-        const Json lps = c.gen->take_logprobs(c.offset);
+        const Json lps = take_lps();
         connected = send(sse_event(chunk_json(s.meta, index, text, c.first_chunk, lps, "",
                                               tool_calls_of(*c.gen, true), piece.reasoning)));
         c.offset += static_cast<int64_t>(text.size());
@@ -406,8 +438,9 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
         text.clear();
         piece.reasoning.clear();
       }
-      Json last = chunk_json(s.meta, index, text, c.first_chunk, c.gen->take_logprobs(c.offset),
-                             c.gen->finish_reason(), nullptr, piece.reasoning);
+      const Json lps = take_lps();
+      Json last = chunk_json(s.meta, index, text, c.first_chunk, lps, c.gen->finish_reason(),
+                             nullptr, piece.reasoning);
       if (!s.include_usage) last["speculation"] = speculation_json(c.gen->stats());
       count_end(ctx, *c.gen);
       --open;
@@ -480,18 +513,13 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
     }
     throw;
   }
-  if (!g.stream) {
-    std::optional<std::pair<std::string, std::vector<int32_t>>> echo_prompt;
-    if (g.echo) {
-      echo_prompt.emplace(g.prompt_text ? *g.prompt_text : ctx.codec.decode(r.prompt, false),
-                          r.prompt);
-    }
-    return respond_whole(ctx, meta, runs, prompt_tokens, res, echo_prompt);
-  }
+  const std::optional<EchoPrompt> echo = echo_prompt_of(ctx, g, r.prompt);
+  if (!g.stream) return respond_whole(ctx, meta, runs, prompt_tokens, res, echo);
   auto state = std::make_shared<StreamState>(StreamState{.meta = meta,
                                                          .runs = std::move(runs),
                                                          .prompt_tokens = prompt_tokens,
-                                                         .include_usage = g.include_usage});
+                                                         .include_usage = g.include_usage,
+                                                         .echo = echo});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(

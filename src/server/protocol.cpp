@@ -464,9 +464,6 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   if (r.echo && endpoint == Endpoint::kChat) {
     throw bad_request("echo", "'echo' is not supported by chat completions");
   }
-  if (r.echo && get_bool(body, "stream", false)) {
-    throw bad_request("echo", "'echo' is not supported with 'stream'");
-  }
   if (max_tokens && *max_tokens < (r.echo ? 0 : 1)) {
     throw bad_request(
         max_name, fmt::format("'{}' must be >= {}, got {}", max_name, r.echo ? 0 : 1, *max_tokens));

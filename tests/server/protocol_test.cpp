@@ -79,7 +79,6 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
       {"min_tokens above max_tokens", P, "{" + p + R"(, "max_tokens": 4, "min_tokens": 5})", 400,
        "min_tokens"},
       {"echo in chat", C, "{" + m + R"(, "echo": true})", 400, "echo"},
-      {"echo with stream", P, "{" + p + R"(, "echo": true, "stream": true})", 400, "echo"},
       {"echo max_tokens -1", P, "{" + p + R"(, "echo": true, "max_tokens": -1})", 400,
        "max_tokens"},
       {"suffix", P, "{" + p + R"(, "suffix": "x"})", 400, "suffix"},

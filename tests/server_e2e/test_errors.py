@@ -109,7 +109,6 @@ WRONG = [
     (COMP, comp(min_p=1.5), "min_p"),
     (COMP, comp(min_tokens=-1), "min_tokens"),
     (CHAT, chat(max_tokens=2, min_tokens=3), "min_tokens"),
-    (COMP, comp(echo=True, stream=True), "echo"),
     (CHAT, chat(echo=True), "echo"),
     (COMP, comp(suffix="tail"), "suffix"),
     (COMP, comp(best_of=3), "best_of"),

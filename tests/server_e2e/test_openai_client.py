@@ -393,6 +393,12 @@ def test_completion_echo_scores_the_prompt_as_lm_eval_reads_it(client, mtp_clien
     # Speculation changes no score.
     spec = complete(mtp_client, ids, echo=True, logprobs=1, max_tokens=1).choices[0]
     assert spec.logprobs.token_logprobs == lp.token_logprobs and spec.text == c.text
+    # Streamed: the prompt leads the first chunk; text and logprobs add up to the whole answer.
+    chunks = list(complete(client, ids, echo=True, logprobs=1, max_tokens=1, stream=True))
+    assert "".join(ch.choices[0].text for ch in chunks) == c.text
+    for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+        got = [x for ch in chunks if ch.choices[0].logprobs for x in getattr(ch.choices[0].logprobs, key)]
+        assert got == getattr(lp, key), key
     # echo without logprobs: the prompt's text leads.
     text = complete(client, TEXT[0], echo=True, max_tokens=4).choices[0]
     assert text.text.startswith(TEXT[0]) and text.logprobs is None
