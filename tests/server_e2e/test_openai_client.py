@@ -399,6 +399,11 @@ def test_completion_echo_scores_the_prompt_as_lm_eval_reads_it(client, mtp_clien
     for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
         got = [x for ch in chunks if ch.choices[0].logprobs for x in getattr(ch.choices[0].logprobs, key)]
         assert got == getattr(lp, key), key
+    # A one-token prompt has only the null entry; two choices each lead with the prompt.
+    one = complete(client, ids[:1], echo=True, logprobs=0, max_tokens=0).choices[0].logprobs
+    assert one.token_logprobs == [None] and one.top_logprobs == [None]
+    two = complete(client, ids, echo=True, logprobs=1, max_tokens=1, n=2).choices
+    assert [t.logprobs.token_logprobs for t in two] == [lp.token_logprobs] * 2
     # echo without logprobs: the prompt's text leads.
     text = complete(client, TEXT[0], echo=True, max_tokens=4).choices[0]
     assert text.text.startswith(TEXT[0]) and text.logprobs is None
