@@ -2,6 +2,7 @@
 #include "spec/json_schema.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <set>
@@ -30,8 +31,6 @@ const std::set<std::string>& unsupported_keywords() {
                                           "dependentSchemas",
                                           "dependencies",
                                           "propertyNames",
-                                          "minProperties",
-                                          "maxProperties",
                                           "unevaluatedProperties",
                                           "unevaluatedItems",
                                           "$dynamicRef",
@@ -43,11 +42,11 @@ const std::set<std::string>& unsupported_keywords() {
 // Keywords that constrain (the rest are annotations or containers of definitions).
 const std::set<std::string>& constraint_keywords() {
   static const std::set<std::string> k = {
-      "type",        "properties",      "required",  "additionalProperties",
-      "prefixItems", "additionalItems", "items",     "minItems",
-      "maxItems",    "minLength",       "maxLength", "enum",
-      "const",       "anyOf",           "oneOf",     "allOf",
-      "$ref"};
+      "type",        "properties",      "required",     "additionalProperties",
+      "prefixItems", "additionalItems", "items",        "minItems",
+      "maxItems",    "minLength",       "maxLength",    "enum",
+      "const",       "anyOf",           "oneOf",        "allOf",
+      "$ref",        "minProperties",   "maxProperties"};
   return k;
 }
 
@@ -203,7 +202,8 @@ class JsonSchemaCompiler {
   static uint8_t types_of(const Json& s, const std::string& path) {
     if (!s.contains("type")) {  // the type the keywords imply, else any
       if (s.contains("properties") || s.contains("required") ||
-          s.contains("additionalProperties")) {
+          s.contains("additionalProperties") || s.contains("minProperties") ||
+          s.contains("maxProperties")) {
         return JsonSchema::kObject;
       }
       if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
@@ -347,6 +347,19 @@ class JsonSchemaCompiler {
       n.name_nodes.push_back(props[i].second);
       if (std::find(required.begin(), required.end(), props[i].first) != required.end()) {
         n.required |= uint64_t{1} << i;
+      }
+    }
+    n.min_props = count(s, "minProperties", path, 0);
+    n.max_props = count(s, "maxProperties", path, JsonSchema::kUnbounded);
+    const auto n_required = static_cast<int64_t>(std::popcount(n.required));
+    const bool closed = n.additional < 0;  // only the declared names
+    if (n.min_props > n.max_props || n_required > n.max_props ||
+        (closed && static_cast<int64_t>(n.names.size()) < n.min_props)) {
+      n.types &= ~JsonSchema::kObject;
+      if (n.types == 0) {
+        fail(path,
+             "no object has 'minProperties' .. 'maxProperties' members with these "
+             "'required' and allowed properties");
       }
     }
   }

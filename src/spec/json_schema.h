@@ -6,12 +6,12 @@
 // type (a name or a list), properties, required, additionalProperties (a boolean or a schema),
 // items, prefixItems (tuples; draft 7's items array with additionalItems too), minItems,
 // maxItems, minLength, maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum on
-// integers (checked digit by digit), enum and const (of strings, numbers, booleans and null,
-// matched as their compact JSON text), anyOf and oneOf (oneOf is taken as anyOf: exclusivity is
-// not enforced), allOf with one member, $ref to "#", "#/$defs/..." and "#/definitions/..."
-// (recursion allowed), and the boolean schemas true and false. Annotations (title,
-// description, default, examples, format, ...) are ignored, as JSON Schema lets a validator do.
-// A constraint this module cannot enforce (pattern, bounds on numbers that may have a fraction,
+// integers (checked digit by digit), minProperties, maxProperties, enum and const (of strings,
+// numbers, booleans and null, matched as their compact JSON text), anyOf and oneOf (oneOf is taken
+// as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#", "#/$defs/..." and
+// "#/definitions/..." (recursion allowed), and the boolean schemas true and false. Annotations
+// (title, description, default, examples, format, ...) are ignored, as JSON Schema lets a validator
+// do. A constraint this module cannot enforce (pattern, bounds on numbers that may have a fraction,
 // multipleOf, uniqueItems, not, if/then/else, ...) is an error naming it, never ignored.
 // As vLLM's default (xgrammar's strict mode), an object schema that lists properties allows no
 // other property unless additionalProperties says so; one without properties allows any.
@@ -65,6 +65,7 @@ class JsonSchema {
     std::vector<int32_t> name_nodes;    // their schemas
     uint64_t required = 0;              // bit i: names[i] is required
     int32_t additional = -1;            // other properties' schema; -1: none allowed
+    int64_t min_props = 0, max_props = kUnbounded;  // members of an object
     std::vector<int32_t> prefix_items;  // arrays: the schemas of the first items, in order
     int32_t items = 0;                  // array items' schema (after the prefix items)
     int64_t min_items = 0, max_items = kUnbounded;
@@ -123,9 +124,9 @@ class SchemaCursor {
     int32_t node = 0;
     uint8_t kind = 0;  // a Type bit: kObject, kArray, kString, kNumber (with kInteger), ...
     bool int_only = false;
-    bool key_free = false;                  // the key in progress matches no declared name
-    int32_t lo = 0, hi = 0, pos = 0;        // literals (scalars) or names (keys) with this prefix
-    int64_t count = 0;                      // characters (strings), items (arrays)
+    bool key_free = false;            // the key in progress matches no declared name
+    int32_t lo = 0, hi = 0, pos = 0;  // literals (scalars) or names (keys) with this prefix
+    int64_t count = 0;                // characters (strings), items (arrays), members (objects)
     bool negative = false, digits = false;  // bounded integers: the sign, any digit yet
     uint64_t magnitude = 0;                 // and the digits' value (kSaturated beyond)
     uint64_t seen = 0;                      // declared properties present (objects)

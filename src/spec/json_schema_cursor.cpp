@@ -1,5 +1,6 @@
 // Structured output: the cursor that follows a text through a compiled schema (json_schema.h).
 #include <algorithm>
+#include <bit>
 
 #include "spec/json_schema.h"
 
@@ -28,9 +29,20 @@ bool whole(const std::vector<std::string>& texts, int32_t lo, int32_t hi, int32_
   return lo < hi && texts[static_cast<size_t>(lo)].size() == static_cast<size_t>(pos);
 }
 
-bool unseen_in(uint64_t seen, int32_t lo, int32_t hi) {
+// Room in an object of `count` members, `seen` of the declared ones, for one more member (a
+// required one or not): the required ones still missing after it must fit under maxProperties.
+bool room_for(const JsonSchema::Node& n, int64_t count, uint64_t seen, bool required) {
+  if (n.max_props == JsonSchema::kUnbounded) return true;
+  const int64_t missing = std::popcount(n.required & ~seen) - (required ? 1 : 0);
+  return count + 1 + missing <= n.max_props;
+}
+
+// Whether a key can still be added whose name is one of names [lo, hi) not seen yet, or (with
+// additionalProperties) any other name, with room for it.
+bool key_fits(const JsonSchema::Node& n, int64_t count, uint64_t seen, int32_t lo, int32_t hi) {
+  if (n.additional >= 0 && room_for(n, count, seen, false)) return true;
   for (int32_t i = lo; i < hi; ++i) {
-    if (!((seen >> i) & 1u)) return true;
+    if (!((seen >> i) & 1u) && room_for(n, count, seen, (n.required >> i) & 1u)) return true;
   }
   return false;
 }
@@ -66,8 +78,8 @@ void add_digit(uint64_t& m, unsigned char c) {
   m = m == kSaturated || m > (kSaturated - 1 - d) / 10 ? kSaturated : m * 10 + d;
 }
 
-bool another_key_possible(const JsonSchema::Node& n, uint64_t seen) {
-  return n.additional >= 0 || unseen_in(seen, 0, static_cast<int32_t>(n.names.size()));
+bool another_key_possible(const JsonSchema::Node& n, int64_t count, uint64_t seen) {
+  return key_fits(n, count, seen, 0, static_cast<int32_t>(n.names.size()));
 }
 
 }  // namespace
@@ -179,7 +191,7 @@ bool SchemaCursor::end() {
     const JsonSchema::Node& n = node_of(f);
     switch (f.kind) {
       case JsonSchema::kObject:
-        return (n.required & ~f.seen) == 0;
+        return (n.required & ~f.seen) == 0 && f.count >= n.min_props;
       case JsonSchema::kArray:
         return f.count >= n.min_items;
       case JsonSchema::kString:
@@ -206,7 +218,7 @@ bool SchemaCursor::key_begin() {
     f.hi = static_cast<int32_t>(n.names.size());
     f.pos = 0;
     f.value = -1;
-    return another_key_possible(n, f.seen);
+    return another_key_possible(n, f.count, f.seen);
   });
 }
 
@@ -216,7 +228,7 @@ bool SchemaCursor::key_byte(unsigned char c) {
     const JsonSchema::Node& n = node_of(f);
     if (c == '\\' && !n.names.empty()) return false;  // declared names are matched as written
     narrow(n.names, f.lo, f.hi, f.pos, c);
-    return n.additional >= 0 || unseen_in(f.seen, f.lo, f.hi);
+    return key_fits(n, f.count, f.seen, f.lo, f.hi);
   });
 }
 
@@ -227,12 +239,16 @@ bool SchemaCursor::key_end() {
     if (whole(n.names, f.lo, f.hi, f.pos)) {
       const uint64_t bit = uint64_t{1} << f.lo;
       if (f.seen & bit) return false;  // a duplicate
+      if (!room_for(n, f.count, f.seen, (n.required & bit) != 0)) return false;
       f.seen |= bit;
+      ++f.count;
       f.value = n.name_nodes[static_cast<size_t>(f.lo)];
       return true;
     }
     f.value = n.additional;
-    return n.additional >= 0;
+    if (n.additional < 0 || !room_for(n, f.count, f.seen, false)) return false;
+    ++f.count;
+    return true;
   });
   dedupe();
   return any;
@@ -242,7 +258,7 @@ bool SchemaCursor::comma() {
   if (schema_ == nullptr) return true;
   return keep_if([&](Frame& f) {
     const JsonSchema::Node& n = node_of(f);
-    if (f.kind == JsonSchema::kObject) return another_key_possible(n, f.seen);
+    if (f.kind == JsonSchema::kObject) return another_key_possible(n, f.count, f.seen);
     return f.count < n.max_items;
   });
 }

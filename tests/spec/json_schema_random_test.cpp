@@ -73,10 +73,28 @@ class ValueMaker {
     }
     const bool extra = s.contains("additionalProperties") ? s["additionalProperties"] != false
                                                           : !s.contains("properties");
-    if (extra && depth <= 3 && rng_() % 2 == 0) {
-      const Json sub = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
-      o["x" + std::to_string(rng_() % 100)] = make(sub.is_boolean() ? Json(true) : sub, depth + 1);
+    const Json sub = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
+    const auto add_extra = [&] {
+      Json value = make(sub.is_boolean() ? Json(true) : sub, depth + 1);  // then the name's draw
+      std::string key = "x";  // (not "x" + ...: GCC 12's -Wrestrict misfires on it here)
+      key += std::to_string(rng_() % 100);
+      o[key] = std::move(value);
+    };
+    if (extra && depth <= 3 && rng_() % 2 == 0) add_extra();
+    // minProperties / maxProperties: optional members dropped or added to fit (mostly).
+    const auto is_required = [&](const std::string& k) {
+      return s.contains("required") &&
+             std::find(s["required"].begin(), s["required"].end(), k) != s["required"].end();
+    };
+    const auto hi = static_cast<size_t>(s.value("maxProperties", int64_t{1} << 20));
+    for (auto it = o.begin(); it != o.end() && o.size() > hi;) {
+      it = is_required(it.key()) ? std::next(it) : o.erase(it);
     }
+    const auto lo = static_cast<size_t>(s.value("minProperties", int64_t{0}));
+    for (const auto& [k, psub] : props.items()) {
+      if (o.size() < lo && !o.contains(k)) o[k] = make(psub, depth + 1);
+    }
+    for (int tries = 0; extra && o.size() < lo && tries < 8; ++tries) add_extra();
     return o;
   }
 
@@ -124,6 +142,10 @@ const char* kSchemas[] = {
         "additionalItems": {"type": "string"}})",
     R"({"type": "object", "properties": {"free": {}, "dict": {"type": "object"},
         "list": {"type": "array"}}, "required": ["free"]})",
+    // minProperties / maxProperties (last: the texts of the schemas above keep their seeds).
+    R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"},
+        "c": {"type": "null"}}, "required": ["a"], "additionalProperties": {"type": "string",
+        "maxLength": 3}, "minProperties": 2, "maxProperties": 3})",
 };
 
 // Valid values (as written, compact or indented) and corruptions of them: the automaton takes a
@@ -260,6 +282,13 @@ Json random_schema(std::mt19937& rng, int depth) {
       }
       Json o = {{"type", "object"}, {"properties", props}, {"required", required}};
       if (pick(3) == 0) o["additionalProperties"] = pick(2) ? Json(true) : random_schema(rng, 2);
+      // Sizes some object of these properties has (required ones, at most what may appear).
+      const int room = o.contains("additionalProperties") ? 6 : static_cast<int>(props.size());
+      if (pick(4) == 0) o["maxProperties"] = static_cast<int>(required.size()) + pick(3);
+      if (pick(4) == 0) {
+        const int cap = o.contains("maxProperties") ? o["maxProperties"].get<int>() : room;
+        o["minProperties"] = pick(std::min(cap, room) + 1);
+      }
       return o;
     }
     case 5: {

@@ -180,6 +180,33 @@ TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesAtTheFirstWrongByte) {
   }
   EXPECT_EQ(compile_error(Json::parse(R"({"prefixItems": [{}], "items": false, "minItems": 2})")),
             "at '#': 'minItems' is above 'maxItems' (or 'items' is false)");
+  // minProperties / maxProperties: members counted, room kept for the required ones.
+  const auto sized = JsonSchema::compile(Json::parse(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "integer"},
+          "b": {"type": "integer"}}, "required": ["b"], "additionalProperties": true,
+          "minProperties": 2, "maxProperties": 2})"));
+  for (const std::string ok : {R"({"a": 1, "b": 2})", R"({"b": 2, "x": null})"}) {
+    EXPECT_TRUE(accepts(*sized, ok)) << ok;
+  }
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {R"({"b": 1})", 7},                   // minProperties 2: the brace
+           {R"({"b": 1, "a": 2, "c": 3})", 15},  // maxProperties 2: the comma
+           {R"({"a": 1, "ab": 2})", 10},         // "b" required: the second key can only be "b"
+           {R"({"a": 1, "x": 2})", 10}}) {
+    JsonAutomaton a(sized.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
+  const std::string none =
+      "at '#': no object has 'minProperties' .. 'maxProperties' members with these 'required' "
+      "and allowed properties";
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "object", "properties": {"a": {}},
+                "additionalProperties": false, "minProperties": 2})")),
+            none);
+  EXPECT_EQ(
+      compile_error(Json::parse(
+          R"({"properties": {"a": {}, "b": {}}, "required": ["a", "b"], "maxProperties": 1})")),
+      none);
+  EXPECT_EQ(compile_error(Json::parse(R"({"minProperties": 3, "maxProperties": 2})")), none);
   const auto one_or_twelve = JsonSchema::compile(Json::parse(R"({"enum": [1, 12]})"));
   EXPECT_FALSE(accepts(*one_or_twelve, "13"));
   JsonAutomaton e(one_or_twelve.get(), 0);

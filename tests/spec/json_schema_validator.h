@@ -123,6 +123,9 @@ inline bool valid(const Json& root, const Json& schema, const Json& v) {
     for (const auto& [k, e] : v.items()) {
       if (!valid(root, props.contains(k) ? props[k] : extra, e)) return false;
     }
+    const auto n = static_cast<int64_t>(v.size());
+    if (s.contains("minProperties") && n < s["minProperties"].get<int64_t>()) return false;
+    if (s.contains("maxProperties") && n > s["maxProperties"].get<int64_t>()) return false;
   }
   return true;
 }
