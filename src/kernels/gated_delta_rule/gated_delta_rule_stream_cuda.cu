@@ -91,26 +91,26 @@ __device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part
 // sums ride in row 0's update pass (row 0 always stores: row 1 follows it). Row 1 stores if
 // store_second. The same arithmetic in the same order as two head_token calls, so the same bits.
 // Ring slots: row 0's kv 0, its o 1, row 1's kv 2, its o 0 (each slot is written again only after
-// a barrier that follows its last read). kOut0 / kOut1: row 0's / row 1's o come back in o_first /
-// o_second (an output pair has both, a fold pair neither).
-template <int kDk, bool kOut0, bool kOut1>
+// a barrier that follows its last read). kOut: the rows' o come back in o_first and o_second (an
+// output pair; a fold pair has none).
+template <int kDk, bool kOut>
 __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, int c,
                                           bool store_second, float2& o_first, float2& o_second) {
   post(m, dv, part, c, 0, kv_partial<kDk>(m, dv, part, c, 0));
   __syncthreads();
   const float2 u = row_u(m, dv, c, 0, gather(m, dv, c, 0));
   float2 kv_second;
-  const float2 o = update_pass<kDk, true, kOut0, true>(m, dv, part, c, 0, u.x, u.y, kv_second);
-  if constexpr (kOut0) post(m, dv, part, c, 1, o);
+  const float2 o = update_pass<kDk, true, kOut, true>(m, dv, part, c, 0, u.x, u.y, kv_second);
+  if constexpr (kOut) post(m, dv, part, c, 1, o);
   post(m, dv, part, c, 2, kv_second);
   __syncthreads();
-  if constexpr (kOut0) o_first = gather(m, dv, c, 1);
+  if constexpr (kOut) o_first = gather(m, dv, c, 1);
   const float2 u2 = row_u(m, dv, c, 1, gather(m, dv, c, 2));
   float2 unused;
   const float2 o2 =
-      store_second ? update_pass<kDk, true, kOut1, false>(m, dv, part, c, 1, u2.x, u2.y, unused)
-                   : update_pass<kDk, false, kOut1, false>(m, dv, part, c, 1, u2.x, u2.y, unused);
-  if constexpr (kOut1) {
+      store_second ? update_pass<kDk, true, kOut, false>(m, dv, part, c, 1, u2.x, u2.y, unused)
+                   : update_pass<kDk, false, kOut, false>(m, dv, part, c, 1, u2.x, u2.y, unused);
+  if constexpr (kOut) {
     post(m, dv, part, c, 0, o2);
     __syncthreads();
     o_second = gather(m, dv, c, 0);
@@ -160,7 +160,7 @@ __device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
     if (t0 == 0) cuda::mbar_wait(m.full, phase);
     if (kPairs && nb == 2) {
       float2 unused0, unused1;
-      head_pair<kDk, false, false>(m, dvi, part, c, true, unused0, unused1);
+      head_pair<kDk, false>(m, dvi, part, c, true, unused0, unused1);
     } else {
       for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
     }
@@ -195,7 +195,7 @@ __device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
     }
     if (kPairs && nb == 2) {
       float2 o_first, o_second;
-      head_pair<kDk, true, true>(m, dvi, part, c, t0 + 2 < sq.n, o_first, o_second);
+      head_pair<kDk, true>(m, dvi, part, c, t0 + 2 < sq.n, o_first, o_second);
       emit(0, o_first);
       emit(1, o_second);
     } else {
