@@ -54,13 +54,13 @@ tests() {
   grep -E '^\[  FAILED  \]' "$OUT/$1.log" | head -20 | tee -a "$OUT/summary.txt"
 }
 
-# bench NAME BUILD LIMIT CONFIG BATCHES [ARGS...]: tandem bench of a synthetic config at 1K with
-# k = 3 (JSON and log under $OUT), its table rows into the summary.
+# bench NAME BUILD LIMIT CONFIG BATCHES [ARGS...]: tandem bench of a synthetic config at 1K (or
+# $CONTEXT) with k = 3 (JSON and log under $OUT), its table rows into the summary.
 bench() {
   local name=$1 build=$2 limit=$3 config=$4 batches=$5
   shift 5
   timeout "$limit" stdbuf -oL $build/tandem bench --device cuda --synthetic "$config" \
-    --context 1024 --batch "$batches" --num-speculative-tokens 3 --steps 6 --commit "$name" \
+    --context "${CONTEXT:-1024}" --batch "$batches" --num-speculative-tokens 3 --steps 6 --commit "$name" \
     --json "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
   summary "$name rc=$? ($(stamp))"
   grep -E '^ *[0-9]+ +[0-9]+ ' "$OUT/$name.log" | tee -a "$OUT/summary.txt"

@@ -8,7 +8,8 @@
 //  - ring kernel (longer contexts, and every sequence of a larger batch, where streaming beats
 //    spreading): a cluster of 2 CTAs per split, CTA j streams tiles
 //    4j..4j+3 through a cp.async ring and folds them in registers; the two halves are combined
-//    through distributed shared memory.
+//    through distributed shared memory. With 2+ m-tiles (verify rows) a CTA has two sets of 8
+//    warps, each set computing half the m-tiles of every tile (tile_partial).
 // The function, per query row and split of kAttentionSplitGranule positions (8 tiles of 64):
 //   tile t: S = Q K^T (mma.sync; 4 interleaved k chains added in a fixed order), exact softmax in
 //   the tile: m_t = max S, P = bf16(2^(S - m_t)), l_t = sum P, O_t = P V (mma.sync);
@@ -89,15 +90,15 @@ __global__ void __cluster_dims__(kTiles, 1, 1) __launch_bounds__(kThreads)
     // Shared memory is free: the previous item ended with a cluster barrier after every read.
     if (active) {
       int lim[kMT][2];
-      row_limits<kMT>(p, w, tile_pos, lim);
-      load_q_and_slots<kD, kMT>(p, w, q_s, slot_s, tile_pos, kTileN, end);
+      row_limits<kMT>(p, w, tile_pos, 0, lim);
+      load_q_and_slots<kD, kMT, kThreads>(p, w, q_s, slot_s, tile_pos, kTileN, end);
       __syncthreads();
       load_kv_tile<kD, kThreads, kTileN>(k_s, v_s, p, w.hk, slot_s);
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();
       float o[kMT][kNT][4], m[kMT][2], l[kMT][2];
-      tile_partial<kD, kMT>(q_s, k_s, v_s, scratch, lim, p.scale_log2, o, m, l);
+      tile_partial<kD, kMT, 1>(q_s, k_s, v_s, scratch, lim, p.scale_log2, o, m, l);
       __syncthreads();  // every warp is done reading V: O_t may overwrite the K/V region
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
@@ -167,7 +168,9 @@ struct RingSmem {
   using T = Tile<kD, kMT>;
   static constexpr size_t kQ = 0;
   static constexpr size_t kRing = kQ + size_t{T::kRows} * T::kLd * 2;
-  static constexpr int kStages = kMT == 1 ? 3 : 2;  // (K, V) tile pairs in the ring
+  // (K, V) tile pairs in the ring. 3 for 2+ m-tiles at head_dim 256 would fit beside up to 1,151
+  // sequences' prefix sums, but was slower at batch 1 (nineteenth session, docs/cuda.md gap 4).
+  static constexpr int kStages = kMT == 1 ? 3 : 2;
   static constexpr size_t kO = kRing;  // the half's result reuses the ring after the last tile
   static constexpr size_t kScratch = kRing + size_t{kStages} * 2 * T::kTileBytes;
   static constexpr size_t kSlot = kScratch + T::kScratch;
@@ -176,12 +179,20 @@ struct RingSmem {
   static_assert(kPrefix % 16 == 0, "the prefix sum starts 16-byte aligned");
 };
 
+// Warp sets of the ring kernel: two (16 warps, each set taking half the m-tiles of every tile)
+// where there are two or more m-tiles, else one. At 32K and 3-9 rows 2-6% faster than 8 warps
+// taking all m-tiles, and 3-4% at 8-256 sequences x 4 rows (H100, nineteenth session); the same
+// bits (tile_partial).
+template <int kMT>
+constexpr int kRingSets = kMT >= 2 ? 2 : 1;
+
 template <int kD, int kMT>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads* kRingSets<kMT>, 1)
     attention_ring_kernel(AttnParams p) {
   using T = Tile<kD, kMT>;
   using L = RingSmem<kD, kMT>;
-  constexpr int kNT = T::kNT, kS = L::kStages;
+  constexpr int kSets = kRingSets<kMT>, kS = L::kStages;
+  constexpr int kNT = T::kNT, kOwn = kMT / kSets, kBlock = kThreads * kSets;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQ);
   auto* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kRing);
@@ -200,7 +211,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
   if (cluster_id >= n_items) return leave_early();  // the whole cluster
   cg::cluster_group cluster = cg::this_cluster();
   const int half = static_cast<int>(cluster.block_rank());
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
+  const int warp = static_cast<int>(threadIdx.x >> 5) % kWarps, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c4 = lane & 3, mt0 = own_mt0<kMT, kSets>();
   cuda::pdl_begin();  // q and the new K/V rows are the previous kernels' outputs
 
   for (int item = cluster_id; item < n_items; item += n_clusters) {
@@ -214,22 +226,22 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 
     // Shared memory is free: the previous item ended with a cluster barrier after every read, and
     // with no cp.async in flight.
-    load_q_and_slots<kD, kMT>(p, w, q_s, slot_s, half_pos, kHalf * kTileN, end);
+    load_q_and_slots<kD, kMT, kBlock>(p, w, q_s, slot_s, half_pos, kHalf * kTileN, end);
     __syncthreads();
     auto issue = [&](int i) {  // tile i of this half into stage i % kS (q rides in group 0)
       if (i < n_my) {
         __nv_bfloat16* st = ring + (i % kS) * 2 * kTileElems;
-        load_kv_tile<kD, kThreads, kTileN>(st, st + kTileElems, p, w.hk, slot_s + i * kTileN);
+        load_kv_tile<kD, kBlock, kTileN>(st, st + kTileElems, p, w.hk, slot_s + i * kTileN);
       }
       cp_async_commit();
     };
 #pragma unroll
     for (int i = 0; i < kS - 1; ++i) issue(i);
-    int lim0[kMT][2];
-    row_limits<kMT>(p, w, half_pos, lim0);
-    float A[kMT][kNT][4], M[kMT][2], Ls[kMT][2];
+    int lim0[kOwn][2];
+    row_limits<kOwn>(p, w, half_pos, mt0, lim0);
+    float A[kOwn][kNT][4], M[kOwn][2], Ls[kOwn][2];
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
+    for (int mt = 0; mt < kOwn; ++mt) {
       M[mt][0] = M[mt][1] = -INFINITY, Ls[mt][0] = Ls[mt][1] = 0.f;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
@@ -239,15 +251,15 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
       cp_async_wait<kS - 2>();
       __syncthreads();  // tile i landed; stage (i - 1) % kS is free
       issue(i + kS - 1);
-      int lim[kMT][2];
+      int lim[kOwn][2];
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
+      for (int mt = 0; mt < kOwn; ++mt)
         lim[mt][0] = lim0[mt][0] - i * kTileN, lim[mt][1] = lim0[mt][1] - i * kTileN;
       const __nv_bfloat16* st = ring + (i % kS) * 2 * kTileElems;
-      float o[kMT][kNT][4], m[kMT][2], l[kMT][2];
-      tile_partial<kD, kMT>(q_s, st, st + kTileElems, scratch, lim, p.scale_log2, o, m, l);
+      float o[kOwn][kNT][4], m[kOwn][2], l[kOwn][2];
+      tile_partial<kD, kMT, kSets>(q_s, st, st + kTileElems, scratch, lim, p.scale_log2, o, m, l);
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
+      for (int mt = 0; mt < kOwn; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (m[mt][h] == -INFINITY) continue;
@@ -265,10 +277,10 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     cp_async_wait<0>();
     __syncthreads();  // the ring is free: publish this half's (M, L, A)
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
+    for (int mt = 0; mt < kOwn; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = mt * 16 + g + 8 * h;
+        const int r = (mt0 + mt) * 16 + g + 8 * h;
         float* dst = o_s + r * T::kOLd + warp * T::kDimsPerWarp + 2 * c4;
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
@@ -285,7 +297,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     const float* m_src[2] = {cluster.map_shared_rank(m_b, 0), cluster.map_shared_rank(m_b, 1)};
     const float* l_src[2] = {cluster.map_shared_rank(l_b, 0), cluster.map_shared_rank(l_b, 1)};
     const float* o_src[2] = {cluster.map_shared_rank(o_b, 0), cluster.map_shared_rank(o_b, 1)};
-    for (int u = threadIdx.x; u < w.n_rows * kUnits; u += kThreads) {
+    for (int u = threadIdx.x; u < w.n_rows * kUnits; u += kBlock) {
       const int r = u / kUnits, d4 = half * (kD / 2) + (u % kUnits) * 4;
       float M0 = m_src[0][r], L0 = l_src[0][r];
       const float M1 = m_src[1][r], L1 = l_src[1][r];
@@ -314,12 +326,12 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 // Clusters of `kernel` that fit on the GPU at once (its persistent grid), with the shared-memory
 // opt-in for up to kMaxSeqs sequences. Called once per instantiation (one device per process).
 template <typename Kernel>
-int64_t resident_clusters(Kernel kernel, size_t smem, unsigned cluster) {
+int64_t resident_clusters(Kernel kernel, size_t smem, unsigned cluster, int threads) {
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(cluster, 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
   cfg.dynamicSmemBytes = smem;
   int n = 0;  // the cluster shape is the kernel's own (__cluster_dims__)
   TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
@@ -331,12 +343,13 @@ void launch(AttnParams p, int64_t max_rows, cudaStream_t s) {
   constexpr size_t ring_smem = RingSmem<kD, kMT>::kPrefix, tile_smem = TileSmem<kD, kMT>::kPrefix;
   static_assert(ring_smem + seq_prefix_bytes(kMaxSeqs) + 256 <= kSmemPerBlock, "ring smem");
   static_assert(tile_smem + seq_prefix_bytes(kMaxSeqs) + 256 <= kSmemPerBlock, "tile smem");
+  constexpr int ring_threads = kThreads * kRingSets<kMT>;
   auto* ring = attention_ring_kernel<kD, kMT>;
   auto* tile = attention_tile_kernel<kD, kMT>;
   static const int64_t ring_clusters =
-      resident_clusters(ring, ring_smem + seq_prefix_bytes(kMaxSeqs), 2);
+      resident_clusters(ring, ring_smem + seq_prefix_bytes(kMaxSeqs), 2, ring_threads);
   static const int64_t tile_clusters =
-      resident_clusters(tile, tile_smem + seq_prefix_bytes(kMaxSeqs), kTiles);
+      resident_clusters(tile, tile_smem + seq_prefix_bytes(kMaxSeqs), kTiles, kThreads);
   p.row_block = 16 * kMT;
   p.tile_budget = static_cast<int>(tile_clusters);
   const size_t prefix = seq_prefix_bytes(p.n_seqs);
@@ -350,8 +363,8 @@ void launch(AttnParams p, int64_t max_rows, cudaStream_t s) {
   // 1-3 us). Graphs: both grids depend on host bounds only.
   if (p.capacity > kRingMinKv || per_split * tile_splits > p.tile_budget) {
     const int64_t ring_grid = std::clamp<int64_t>(per_split * p.max_splits, 1, ring_clusters);
-    cuda::launch_pdl(ring, dim3(static_cast<unsigned>(2 * ring_grid)), kThreads, ring_smem + prefix,
-                     s, p);
+    cuda::launch_pdl(ring, dim3(static_cast<unsigned>(2 * ring_grid)), ring_threads,
+                     ring_smem + prefix, s, p);
     cuda::check_launch("attention_ring_kernel");
   }
   const int64_t clusters = std::clamp<int64_t>(per_split * tile_splits, 1, tile_clusters);

@@ -47,26 +47,38 @@ struct Tile {
   static constexpr size_t kTileBytes = size_t{kTileN} * kLd * 2;  // one K or V tile
 };
 
-// One tile's partial for all rows: o = O_t (this warp's dim slice), m/l = m_t, l_t of the thread's
-// rows 16 mt + g + 8 h; also stored to m_s/l_s by one thread per row. lim: last visible position
-// of those rows relative to the tile start. Q, K and V must be visible in shared memory; contains
-// two barriers (all threads must call it).
-template <int kD, int kMT>
+// The first of the m-tiles that the thread's warp set owns (kMT / kSets of them, in order).
+template <int kMT, int kSets>
+__device__ __forceinline__ int own_mt0() {
+  return static_cast<int>(threadIdx.x >> 5) / kWarps * (kMT / kSets);
+}
+
+// One tile's partial for the rows of this warp's set: o = O_t (this warp's dim slice), m/l = m_t,
+// l_t of the thread's rows 16 mt + g + 8 h for its set's m-tiles mt = set * kOwn + j (j < kOwn);
+// also stored to m_s/l_s by one thread per row. lim: last visible position of those rows relative
+// to the tile start. kSets warp sets of kWarps warps share the tile: warp w owns positions and
+// output dims by w % kWarps and m-tiles by w / kWarps, so every row's products and sums are the
+// same instructions in the same order whatever kSets is (the same bits). Q, K and V must be
+// visible in shared memory; contains two barriers (all threads must call it).
+template <int kD, int kMT, int kSets>
 __device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __nv_bfloat16* k_s,
                                              const __nv_bfloat16* v_s, unsigned char* scratch,
-                                             const int (&lim)[kMT][2], float scale_log2,
-                                             float (&o)[kMT][Tile<kD, kMT>::kNT][4],
-                                             float (&m)[kMT][2], float (&l)[kMT][2]) {
+                                             const int (&lim)[kMT / kSets][2], float scale_log2,
+                                             float (&o)[kMT / kSets][Tile<kD, kMT>::kNT][4],
+                                             float (&m)[kMT / kSets][2],
+                                             float (&l)[kMT / kSets][2]) {
   using T = Tile<kD, kMT>;
-  constexpr int kRows = T::kRows, kLd = T::kLd, kNT = T::kNT;
+  constexpr int kRows = T::kRows, kLd = T::kLd, kNT = T::kNT, kOwn = kMT / kSets;
+  static_assert(kSets >= 1 && kMT % kSets == 0, "each set owns whole m-tiles");
   auto* p_s = reinterpret_cast<__nv_bfloat16*>(scratch + T::kP);
   auto* red_max = reinterpret_cast<float*>(scratch + T::kRedMax);
   auto* red_sum = reinterpret_cast<float*>(scratch + T::kRedSum);
   auto* m_s = reinterpret_cast<float*>(scratch + T::kM);
   auto* l_s = reinterpret_cast<float*>(scratch + T::kL);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
+  const int warp = static_cast<int>(threadIdx.x >> 5) % kWarps, mt0 = own_mt0<kMT, kSets>();
 
-  float s[kMT][4];  // S (log2 domain, masked) at positions 8 warp + 2 c4 + {0, 1}
+  float s[kOwn][4];  // S (log2 domain, masked) at positions 8 warp + 2 c4 + {0, 1}
   uint32_t kb[T::kKSteps][2];
 #pragma unroll
   for (int kp = 0; kp < T::kKSteps / 2; ++kp) {
@@ -75,7 +87,8 @@ __device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __n
     kb[2 * kp][0] = r[0], kb[2 * kp][1] = r[1], kb[2 * kp + 1][0] = r[2], kb[2 * kp + 1][1] = r[3];
   }
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
+  for (int j = 0; j < kOwn; ++j) {
+    const int mt = mt0 + j;
     float acc[4][4] = {};
 #pragma unroll
     for (int ks = 0; ks < T::kKSteps; ++ks) {
@@ -87,11 +100,11 @@ __device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __n
     for (int e = 0; e < 4; ++e) {
       const float v = __fmul_rn(
           __fadd_rn(__fadd_rn(acc[0][e], acc[1][e]), __fadd_rn(acc[2][e], acc[3][e])), scale_log2);
-      s[mt][e] = 8 * warp + 2 * c4 + (e & 1) > lim[mt][e >> 1] ? -INFINITY : v;
+      s[j][e] = 8 * warp + 2 * c4 + (e & 1) > lim[j][e >> 1] ? -INFINITY : v;
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // the row's max over this warp's 8 positions
-      float mx = fmaxf(s[mt][2 * h], s[mt][2 * h + 1]);
+      float mx = fmaxf(s[j][2 * h], s[j][2 * h + 1]);
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       if (c4 == 0) red_max[warp * kRows + mt * 16 + g + 8 * h] = mx;
@@ -99,16 +112,16 @@ __device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __n
   }
   __syncthreads();
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {  // P = bf16(2^(S - m_t)); the row's sum over 8 positions
+  for (int j = 0; j < kOwn; ++j) {  // P = bf16(2^(S - m_t)); the row's sum over 8 positions
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = mt * 16 + g + 8 * h;
+      const int r = (mt0 + j) * 16 + g + 8 * h;
       float mx = red_max[r];
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, red_max[w * kRows + r]);
-      m[mt][h] = mx;
+      m[j][h] = mx;
       const float m_use = mx == -INFINITY ? 0.f : mx;
-      const uint32_t pk = pack_bf16(exp2f(s[mt][2 * h] - m_use), exp2f(s[mt][2 * h + 1] - m_use));
+      const uint32_t pk = pack_bf16(exp2f(s[j][2 * h] - m_use), exp2f(s[j][2 * h + 1] - m_use));
       *reinterpret_cast<uint32_t*>(p_s + r * kPLd + 8 * warp + 2 * c4) = pk;
       const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pk));
       float sum = __fadd_rn(f.x, f.y);
@@ -119,19 +132,18 @@ __device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __n
   }
   __syncthreads();
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
+  for (int j = 0; j < kOwn; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = mt * 16 + g + 8 * h;
+      const int r = (mt0 + j) * 16 + g + 8 * h;
       float sum = red_sum[r];
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) sum = __fadd_rn(sum, red_sum[w * kRows + r]);
-      l[mt][h] = sum;
-      if (warp == 0 && c4 == 0) m_s[r] = m[mt][h], l_s[r] = sum;
+      l[j][h] = sum;
+      if (warp == 0 && c4 == 0) m_s[r] = m[j][h], l_s[r] = sum;
     }
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-      o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0.f;
+    for (int nt = 0; nt < kNT; ++nt) o[j][nt][0] = o[j][nt][1] = o[j][nt][2] = o[j][nt][3] = 0.f;
   }
   const int d0 = warp * T::kDimsPerWarp;
 #pragma unroll
@@ -150,11 +162,11 @@ __device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __n
       }
     }
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
+    for (int j = 0; j < kOwn; ++j) {
       uint32_t a[4];
-      ldsm_x4(a, a_frag_addr(p_s + mt * 16 * kPLd, kPLd, ks * 16, lane));
+      ldsm_x4(a, a_frag_addr(p_s + (mt0 + j) * 16 * kPLd, kPLd, ks * 16, lane));
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) mma_bf16(o[mt][nt], a, vb[nt][0], vb[nt][1]);
+      for (int nt = 0; nt < kNT; ++nt) mma_bf16(o[j][nt], a, vb[nt][0], vb[nt][1]);
     }
   }
 }
@@ -237,13 +249,14 @@ __device__ __forceinline__ Item item_at(const AttnParams& p, const int* prefix, 
 }
 
 // Loads the item's query rows (zeros past n_rows) and the cache slots of `n` positions from pos
-// (-1 at and past end) into shared memory; issues the q loads as cp.async (not committed).
-template <int kD, int kMT>
+// (-1 at and past end) into shared memory; issues the q loads as cp.async (not committed). The
+// block has kBlockThreads threads.
+template <int kD, int kMT, int kBlockThreads>
 __device__ __forceinline__ void load_q_and_slots(const AttnParams& p, const Item& w,
                                                  __nv_bfloat16* q_s, int32_t* slot_s, int pos,
                                                  int n, int end) {
   constexpr int kChunks = kD / 8, kLd = Tile<kD, kMT>::kLd;
-  for (int c = threadIdx.x; c < 16 * kMT * kChunks; c += kThreads) {
+  for (int c = threadIdx.x; c < 16 * kMT * kChunks; c += kBlockThreads) {
     const int r = c / kChunks, e = (c % kChunks) * 8;
     const __nv_bfloat16* src = p.q;
     if (r < w.n_rows) {
@@ -253,23 +266,24 @@ __device__ __forceinline__ void load_q_and_slots(const AttnParams& p, const Item
     cp_async16(q_s + r * kLd + e, src, r < w.n_rows);
   }
   const int bs = static_cast<int>(p.block_size);
-  for (int j = threadIdx.x; j < n; j += kThreads) {
+  for (int j = threadIdx.x; j < n; j += kBlockThreads) {
     const int ps = pos + j;
     slot_s[j] = ps < end ? w.seq.table[ps / bs] * bs + ps % bs : -1;
   }
 }
 
-// Causal limits of the thread's rows relative to position `pos` (-1 for padding rows).
-template <int kMT>
-__device__ __forceinline__ void row_limits(const AttnParams& p, const Item& w, int pos,
-                                           int (&lim)[kMT][2]) {
+// Causal limits of the thread's rows relative to position `pos` (-1 for padding rows), for the
+// kOwn m-tiles from mt0.
+template <int kOwn>
+__device__ __forceinline__ void row_limits(const AttnParams& p, const Item& w, int pos, int mt0,
+                                           int (&lim)[kOwn][2]) {
   const int g = (threadIdx.x & 31) >> 2;
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
+  for (int j = 0; j < kOwn; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = mt * 16 + g + 8 * h;
-      lim[mt][h] = r < w.n_rows ? static_cast<int>(w.seq.last((w.row0 + r) / p.group) - pos) : -1;
+      const int r = (mt0 + j) * 16 + g + 8 * h;
+      lim[j][h] = r < w.n_rows ? static_cast<int>(w.seq.last((w.row0 + r) / p.group) - pos) : -1;
     }
   }
 }
