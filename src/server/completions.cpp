@@ -93,7 +93,9 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
     }
   }
   r.logprobs = g.logprobs;
-  if (g.echo) r.prompt_logprobs = g.logprobs;  // -1 unless logprobs were asked for
+  // The prompt scored for echo's logprobs and for prompt_logprobs: the larger top count of the
+  // two (each response field shows its own).
+  r.prompt_logprobs = std::max(g.echo ? g.logprobs : -1, g.prompt_logprobs);
   r.json_object = g.json_object;
   r.json_schema = g.json_schema;
   // With the reasoning split off, the think block is free text and the object follows it.
@@ -110,6 +112,8 @@ class Generation {
       : ctx_(ctx),
         endpoint_(g.endpoint),
         want_logprobs_(g.logprobs >= 0),
+        top_logprobs_(g.logprobs),
+        prompt_top_(g.prompt_logprobs),
         no_output_(g.echo && g.max_tokens == 0),
         stop_ids_(std::move(stop_ids)),
         stream_(ctx.codec, g.stop, g.sampling.min_tokens),
@@ -129,7 +133,9 @@ class Generation {
   // The reasoning and content text d makes safe to send; its tokens' logprobs go to lps_.
   ReasoningPiece absorb(const Delivery& d) {
     std::string text;
-    if (want_logprobs_ && !d.prompt_logprobs.empty()) prompt_lps_ = d.prompt_logprobs;
+    if ((want_logprobs_ || prompt_top_ >= 0) && !d.prompt_logprobs.empty()) {
+      prompt_lps_ = d.prompt_logprobs;
+    }
     size_t n = no_output_ ? 0 : d.tokens.size();
     // A stop token ends generation but is not part of the text (it still counts as generated).
     if (d.finished && d.finish_reason == "stop" && n > 0 &&
@@ -220,16 +226,27 @@ class Generation {
   // asked) after the prompt's tokens.
   Json take_echo_logprobs(std::span<const int32_t> prompt) {
     if (!want_logprobs_) return nullptr;
-    Json j = echo_logprobs_json(ctx_.codec, prompt, prompt_lps_, lps_);
+    std::vector<TokenLogprobs> echoed = prompt_lps_;  // scored for prompt_logprobs' top count too
+    for (TokenLogprobs& t : echoed) {
+      if (t.top.size() > static_cast<size_t>(top_logprobs_)) t.top.resize(top_logprobs_);
+    }
+    Json j = echo_logprobs_json(ctx_.codec, prompt, echoed, lps_);
     lps_.clear();
     return j;
+  }
+  // vLLM's prompt_logprobs (null when not asked for).
+  Json prompt_logprobs(std::span<const int32_t> prompt) const {
+    if (prompt_top_ < 0) return nullptr;
+    return prompt_logprobs_json(ctx_.codec, prompt, prompt_lps_, prompt_top_);
   }
 
  private:
   const HandlerContext& ctx_;
   Endpoint endpoint_;
   bool want_logprobs_;
-  bool no_output_;  // echo with max_tokens 0: the engine's token is not part of the response
+  int top_logprobs_;  // logprobs' alternatives per token
+  int prompt_top_;    // prompt_logprobs' (-1: off)
+  bool no_output_;    // echo with max_tokens 0: the engine's token is not part of the response
   std::vector<int32_t> stop_ids_;
   TextStream stream_;
   std::shared_ptr<Channel> ch_;
@@ -335,8 +352,9 @@ Json lead_with_prompt(const std::optional<EchoPrompt>& echo, Generation& gen, st
 }
 
 void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
-                   std::vector<ChoiceRun>& runs, int64_t prompt_tokens, httplib::Response& res,
-                   const std::optional<EchoPrompt>& echo) {
+                   std::vector<ChoiceRun>& runs, std::span<const int32_t> prompt,
+                   httplib::Response& res, const std::optional<EchoPrompt>& echo) {
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
   std::vector<Choice> choices;
   for (ChoiceRun& c : runs) {  // the others keep running; their deliveries wait in their channels
     Delivery d = std::move(c.pending);
@@ -358,9 +376,10 @@ void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
     count_end(ctx, *c.gen);
     int64_t offset = 0;
     Json lps = lead_with_prompt(echo, *c.gen, text, offset);
-    choices.push_back(
-        {std::move(text), c.gen->finish_reason(), std::move(lps), tool_calls_of(*c.gen, false),
-         c.gen->had_reasoning() ? std::optional(std::move(reasoning)) : std::nullopt});
+    choices.push_back({std::move(text), c.gen->finish_reason(), std::move(lps),
+                       tool_calls_of(*c.gen, false),
+                       c.gen->had_reasoning() ? std::optional(std::move(reasoning)) : std::nullopt,
+                       c.gen->prompt_logprobs(prompt)});
   }
   record_end(runs, prompt_tokens);
   const Json body =
@@ -514,7 +533,7 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
     throw;
   }
   const std::optional<EchoPrompt> echo = echo_prompt_of(ctx, g, r.prompt);
-  if (!g.stream) return respond_whole(ctx, meta, runs, prompt_tokens, res, echo);
+  if (!g.stream) return respond_whole(ctx, meta, runs, r.prompt, res, echo);
   auto state = std::make_shared<StreamState>(StreamState{.meta = meta,
                                                          .runs = std::move(runs),
                                                          .prompt_tokens = prompt_tokens,

@@ -125,6 +125,32 @@ Json echo_logprobs_json(const TextCodec& codec, std::span<const int32_t> prompt,
   return j;
 }
 
+Json prompt_logprobs_json(const TextCodec& codec, std::span<const int32_t> prompt,
+                          std::span<const TokenLogprobs> prompt_lps, int top_n) {
+  const auto entry = [&](const TokenLogprob& t) {
+    return Json{{"logprob", finite_logprob(t.logprob)},
+                {"rank", t.rank},
+                {"decoded_token", utf8_lossy(codec.token_bytes(t.id, /*skip_special=*/false))}};
+  };
+  Json out = Json::array();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (i == 0 || i > prompt_lps.size()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    const TokenLogprobs& t = prompt_lps[i - 1];
+    Json e = Json::object();
+    e[std::to_string(t.chosen.id)] = entry(t.chosen);
+    const size_t n = std::min(t.top.size(), static_cast<size_t>(std::max(top_n, 0)));
+    for (size_t j = 0; j < n; ++j) {
+      const std::string key = std::to_string(t.top[j].id);
+      if (!e.contains(key)) e[key] = entry(t.top[j]);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64_t prompt_tokens,
                    int64_t completion_tokens, const GenerationStats& stats) {
   Json j = base(m, false);
@@ -143,7 +169,14 @@ Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64
     }
     choice["logprobs"] = choices[i].logprobs;
     choice["finish_reason"] = choices[i].finish;
+    // vLLM's prompt_logprobs: on each choice of a completion, on a chat response (below).
+    if (!choices[i].prompt_logprobs.is_null() && m.endpoint == Endpoint::kCompletion) {
+      choice["prompt_logprobs"] = choices[i].prompt_logprobs;
+    }
     j["choices"].push_back(std::move(choice));
+  }
+  if (m.endpoint == Endpoint::kChat && !choices.empty() && !choices[0].prompt_logprobs.is_null()) {
+    j["prompt_logprobs"] = choices[0].prompt_logprobs;
   }
   j["usage"] = usage_json(prompt_tokens, completion_tokens);
   j["speculation"] = speculation_json(stats);

@@ -44,6 +44,13 @@ Json echo_logprobs_json(const TextCodec& codec, std::span<const int32_t> prompt,
                         std::span<const TokenLogprobs> prompt_lps,
                         std::span<const TokenLogprobs> generated);
 
+// vLLM's `prompt_logprobs`: per prompt token a map from token id (a string key) to {"logprob",
+// "rank", "decoded_token"} holding the prompt's token and the top_n most likely at its position;
+// null for the first token (and for any a request ended before its prompt was scored).
+// prompt_lps: tokens 1 .. n - 1's.
+Json prompt_logprobs_json(const TextCodec& codec, std::span<const int32_t> prompt,
+                          std::span<const TokenLogprobs> prompt_lps, int top_n);
+
 // One choice of a whole response. logprobs: null when not asked for.
 struct Choice {
   std::string text;
@@ -53,6 +60,9 @@ struct Choice {
   // reasoning_content (none: absent).
   Json tool_calls;
   std::optional<std::string> reasoning;
+  // prompt_logprobs_json's (null when not asked for): a completion choice's field, a chat
+  // response's top-level field (the first choice's; every choice has the same prompt).
+  Json prompt_logprobs;
 };
 
 // A whole response: its choices (indices 0, 1, ...), usage, and the `speculation` field of stats.

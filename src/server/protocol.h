@@ -47,6 +47,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = -1;  // -1 off, else top alternatives per token (Request::logprobs)
+  // vLLM's `prompt_logprobs` (both endpoints, not streamed): -1 off, else every prompt token's
+  // logprob, vocab rank and the top alternatives at its position (Request::prompt_logprobs).
+  int prompt_logprobs = -1;
   // Completions: the response's text (and logprobs) start with the prompt's; max_tokens may then
   // be 0 (the prompt alone, as lm-eval's loglikelihood asks).
   bool echo = false;

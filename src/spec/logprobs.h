@@ -11,6 +11,7 @@ namespace tandem {
 struct TokenLogprob {
   int32_t id = -1;
   float logprob = 0.f;
+  int32_t rank = 0;  // 1 + the tokens with a strictly higher logit (vLLM's `rank`)
 };
 
 // One generated token's log-probability and the most likely alternatives at its position.

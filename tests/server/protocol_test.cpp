@@ -127,6 +127,12 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
        "top_logprobs"},
       {"completion logprobs 6", P, "{" + p + R"(, "logprobs": 6})", 400, "logprobs"},
       {"completion logprobs bool", P, "{" + p + R"(, "logprobs": true})", 400, "logprobs"},
+      {"prompt_logprobs 21", P, "{" + p + R"(, "prompt_logprobs": 21})", 400, "prompt_logprobs"},
+      {"prompt_logprobs -1", C, "{" + m + R"(, "prompt_logprobs": -1})", 400, "prompt_logprobs"},
+      {"prompt_logprobs bool", C, "{" + m + R"(, "prompt_logprobs": true})", 400,
+       "prompt_logprobs"},
+      {"prompt_logprobs streamed", P, "{" + p + R"(, "prompt_logprobs": 1, "stream": true})", 400,
+       "prompt_logprobs"},
       {"presence_penalty 3", P, "{" + p + R"(, "presence_penalty": 3})", 400, "presence_penalty"},
       {"frequency_penalty -2.5", P, "{" + p + R"(, "frequency_penalty": -2.5})", 400,
        "frequency_penalty"},
@@ -322,6 +328,14 @@ TEST(Protocol, ChatFields) {
   EXPECT_EQ(r.logprobs, 3);
   EXPECT_EQ(chat(R"(, "logprobs": true)").logprobs, 0);
   EXPECT_EQ(chat(R"(, "logprobs": false, "top_logprobs": 0)").logprobs, -1);
+  // vLLM's prompt_logprobs, on both endpoints, independent of logprobs.
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  EXPECT_EQ(chat(R"(, "prompt_logprobs": 0)").prompt_logprobs, 0);
+  EXPECT_EQ(chat(R"(, "prompt_logprobs": null)").prompt_logprobs, -1);
+  const GenerationRequest c =
+      parse(R"({"prompt": "a", "prompt_logprobs": 20, "logprobs": 2})", Endpoint::kCompletion);
+  EXPECT_EQ(c.prompt_logprobs, 20);
+  EXPECT_EQ(c.logprobs, 2);
 }
 
 // A multi-turn tool conversation as the openai client sends it: the assistant's tool calls with

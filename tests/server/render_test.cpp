@@ -166,6 +166,44 @@ TEST(Render, LogprobsInEachEndpointsFormat) {
   EXPECT_EQ(comp["top_logprobs"][1].size(), 1u);  // the chosen token alone
 }
 
+// vLLM's prompt_logprobs: null for the first prompt token, then per token a map from token id
+// to logprob, rank and decoded text holding the prompt's token and top_n alternatives (once each);
+// on each completion choice, at the top of a chat response.
+TEST(Render, PromptLogprobsAsVllmWritesThem) {
+  const testing::FakeCodec codec({"a", "b", "c"}, {});
+  const std::vector<int32_t> prompt = {0, 2, 1};
+  const std::vector<TokenLogprobs> lps = {
+      {.chosen = {2, -2.f, 3}, .top = {{0, -0.5f, 1}, {1, -1.f, 2}}},
+      {.chosen = {1, -0.25f, 1}, .top = {{1, -0.25f, 1}, {2, -3.f, 2}}},
+  };
+  const Json p = prompt_logprobs_json(codec, prompt, lps, 1);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_TRUE(p[0].is_null());
+  ASSERT_EQ(p[1].size(), 2u);  // the prompt's token "c" and the top one "a"
+  EXPECT_EQ(p[1]["2"]["rank"], 3);
+  EXPECT_EQ(p[1]["2"]["decoded_token"], "c");
+  EXPECT_DOUBLE_EQ(p[1]["2"]["logprob"].get<double>(), -2.0);
+  EXPECT_EQ(p[1]["0"]["rank"], 1);
+  ASSERT_EQ(p[2].size(), 1u);  // the prompt's token is the top one
+  EXPECT_EQ(p[2]["1"]["rank"], 1);
+  EXPECT_EQ(prompt_logprobs_json(codec, prompt, lps, 0)[1].size(), 1u);
+  // A prompt scored only in part (a request ended first): the rest null.
+  EXPECT_TRUE(prompt_logprobs_json(codec, prompt, std::span(lps).first(1), 2)[2].is_null());
+
+  std::vector<Choice> two{{"x", "stop", nullptr}, {"y", "stop", nullptr}};
+  for (Choice& c : two) c.prompt_logprobs = p;
+  const Json comp = response_json(kCompletion, two, 3, 2, {});
+  EXPECT_EQ(comp["choices"][1]["prompt_logprobs"], p);
+  EXPECT_FALSE(comp.contains("prompt_logprobs"));
+  const Json chat = response_json(kChat, two, 3, 2, {});
+  EXPECT_EQ(chat["prompt_logprobs"], p);
+  EXPECT_FALSE(chat["choices"][0].contains("prompt_logprobs"));
+  const std::vector<Choice> none{{"x", "stop", nullptr}};
+  EXPECT_FALSE(response_json(kChat, none, 3, 1, {}).contains("prompt_logprobs"));
+  EXPECT_FALSE(
+      response_json(kCompletion, none, 3, 1, {})["choices"][0].contains("prompt_logprobs"));
+}
+
 TEST(Render, ModelsAndErrors) {
   const Json m = models_json("tiny", 3, 4096);
   EXPECT_EQ(m["object"], "list");

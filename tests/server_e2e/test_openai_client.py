@@ -409,6 +409,49 @@ def test_completion_echo_scores_the_prompt_as_lm_eval_reads_it(client, mtp_clien
     assert text.text.startswith(TEXT[0]) and text.logprobs is None
 
 
+def test_prompt_logprobs_score_every_prompt_token_as_vllm_returns_them(client, mtp_client):
+    # vLLM's prompt_logprobs (what its users read for perplexity): per prompt token a map from
+    # token id to logprob, rank and text, the prompt's token and the top alternatives.
+    ids = [(7 * i + 3) % 200 + 10 for i in range(150)]
+    c = complete(client, ids, max_tokens=1, extra_body={"prompt_logprobs": 2}).choices[0]
+    plp = c.model_extra["prompt_logprobs"]
+    assert len(plp) == len(ids) and plp[0] is None
+    echo = complete(client, ids, echo=True, logprobs=2, max_tokens=1).choices[0].logprobs
+    compared = 0
+    for i in range(1, len(ids)):
+        entry, own = plp[i], plp[i][str(ids[i])]
+        # The same scores as echo's (one row each), the ranks vLLM's: 1 + tokens above.
+        assert own["logprob"] == echo.token_logprobs[i] and own["decoded_token"] == echo.tokens[i]
+        assert 2 <= len(entry) <= 3 and min(e["rank"] for e in entry.values()) == 1
+        above = sum(e["logprob"] > own["logprob"] for e in entry.values())
+        assert own["rank"] >= above + 1 and (own["rank"] <= 2) == (len(entry) == 2)
+        # The alternatives are echo's (whose map is keyed by text: compared where texts differ).
+        texts = [e["decoded_token"] for e in entry.values()]
+        if len(set(texts)) == len(texts) and "\ufffd" not in "".join(texts):
+            compared += 1
+            assert {e["decoded_token"]: e["logprob"] for e in entry.values()} == echo.top_logprobs[i]
+    assert compared >= 20
+    # Speculation changes no score; n = 2 gives each choice the same; echo keeps its own count.
+    spec = complete(mtp_client, ids, max_tokens=1, extra_body={"prompt_logprobs": 2}).choices[0]
+    assert spec.model_extra["prompt_logprobs"] == plp
+    two = complete(client, ids, max_tokens=1, n=2, extra_body={"prompt_logprobs": 2}).choices
+    assert [t.model_extra["prompt_logprobs"] for t in two] == [plp, plp]
+    both = complete(client, ids, echo=True, logprobs=1, max_tokens=1,
+                    extra_body={"prompt_logprobs": 4}).choices[0]
+    assert all(1 <= len(t) <= 2 for t in both.logprobs.top_logprobs[1:])
+    assert all(4 <= len(e) <= 5 for e in both.model_extra["prompt_logprobs"][1:])
+    # Chat: at the top of the response, the rendered prompt's tokens; 0: the prompt's token alone.
+    r = chat(client, TEXT[0], max_tokens=1, extra_body={"prompt_logprobs": 0})
+    cp = r.model_extra["prompt_logprobs"]
+    assert len(cp) == r.usage.prompt_tokens and cp[0] is None
+    assert all(len(e) == 1 and next(iter(e.values()))["rank"] >= 1 for e in cp[1:])
+    assert "prompt_logprobs" not in (chat(client, TEXT[0], max_tokens=1).model_extra or {})
+    # Not streamed (as vLLM).
+    with pytest.raises(openai.BadRequestError) as e:
+        complete(client, ids, max_tokens=1, stream=True, extra_body={"prompt_logprobs": 1})
+    assert e.value.param == "prompt_logprobs"
+
+
 def test_completion_logprobs_above_five_names_logprobs(client):
     with pytest.raises(openai.BadRequestError) as e:
         complete(client, TEXT[0], logprobs=6)

@@ -88,6 +88,11 @@ TEST(Logprobs, MatchALogSoftmaxAndOrderTopTokens) {
   EXPECT_EQ(lp.top[1].id, 3);
   EXPECT_EQ(lp.top[2].id, 0);
   EXPECT_EQ(lp.top[0].logprob, lp.top[1].logprob);
+  // Ranks count the tokens with a strictly higher logit: the tie at 2.0 shares rank 1.
+  EXPECT_EQ(lp.chosen.rank, 5);
+  EXPECT_EQ(lp.top[0].rank, 1);
+  EXPECT_EQ(lp.top[1].rank, 1);
+  EXPECT_EQ(lp.top[2].rank, 3);
   // Against a full sort on a row with many ties (values in steps of 1/8).
   std::vector<float> many(1000);
   for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<float>((i * 7919) % 37) / 8.f;
@@ -97,7 +102,15 @@ TEST(Logprobs, MatchALogSoftmaxAndOrderTopTokens) {
                    [&](int32_t a, int32_t b) { return many[a] > many[b]; });
   const TokenLogprobs top = token_logprobs(many.data(), 1000, 0, kMaxTopLogprobs);
   ASSERT_EQ(top.top.size(), static_cast<size_t>(kMaxTopLogprobs));
-  for (int i = 0; i < kMaxTopLogprobs; ++i) EXPECT_EQ(top.top[i].id, order[i]) << i;
+  for (int i = 0; i < kMaxTopLogprobs; ++i) {
+    EXPECT_EQ(top.top[i].id, order[i]) << i;
+    const auto above =
+        std::count_if(many.begin(), many.end(), [&](float x) { return x > many[order[i]]; });
+    EXPECT_EQ(top.top[i].rank, above + 1) << i;
+  }
+  const auto above_0 =
+      std::count_if(many.begin(), many.end(), [&](float x) { return x > many[0]; });
+  EXPECT_EQ(top.chosen.rank, above_0 + 1);
   EXPECT_THROW(token_logprobs(row.data(), 5, 7, 1), Error);
   EXPECT_THROW(token_logprobs(row.data(), 5, 0, kMaxTopLogprobs + 1), Error);
 }
@@ -134,10 +147,11 @@ bool same_bits(const std::vector<TokenLogprobs>& a, const std::vector<TokenLogpr
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].chosen.id != b[i].chosen.id || a[i].chosen.logprob != b[i].chosen.logprob ||
-        a[i].top.size() != b[i].top.size())
+        a[i].chosen.rank != b[i].chosen.rank || a[i].top.size() != b[i].top.size())
       return false;
     for (size_t j = 0; j < a[i].top.size(); ++j) {
-      if (a[i].top[j].id != b[i].top[j].id || a[i].top[j].logprob != b[i].top[j].logprob)
+      if (a[i].top[j].id != b[i].top[j].id || a[i].top[j].logprob != b[i].top[j].logprob ||
+          a[i].top[j].rank != b[i].top[j].rank)
         return false;
     }
   }
