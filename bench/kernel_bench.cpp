@@ -77,8 +77,9 @@ void bench_attention(cudaStream_t s, int64_t ctx_len) {
   double base = 0;
   for (int64_t n : {1, 2, 3, 4, 9}) {
     const Tensor row_start = device_i32_vec({0, static_cast<int32_t>(n)});
+    const Tensor q_rows = q.slice(0, 0, n);
     const double ms = median_ms(s, 50, [&](int i) {
-      attention_cuda({.q = q.slice(0, 0, n),
+      attention_cuda({.q = q_rows,
                       .gate = g.slice(0, 0, n),
                       .k_cache = kc,
                       .v_cache = vc,
@@ -95,12 +96,13 @@ void bench_attention(cudaStream_t s, int64_t ctx_len) {
   }
 }
 
-// Batched decode/verify: n_seqs sequences x 4 rows (a graph bucket at k = 3), every one at ctx_len
-// positions, all in one call. The sequences' pages come from a pool of at most ~2 GB (far beyond
-// L2) that they share when it would be larger; bytes are the K/V the call must read.
-void bench_attention_batch(cudaStream_t s, int64_t n_seqs, int64_t ctx_len) {
+// Batched decode/verify: n_seqs sequences x rows (4: a graph bucket at k = 3; 1: plain decode),
+// every one at ctx_len positions, all in one call. The sequences' pages come from a pool of at most
+// ~2 GB (far beyond L2) that they share when it would be larger; bytes are the K/V the call must
+// read.
+void bench_attention_batch(cudaStream_t s, int64_t n_seqs, int64_t ctx_len, int64_t rows = 4) {
   const ExecContext ctx{Device::kCuda, 1, s};
-  const int64_t hq = 24, hkv = 4, d = 256, bs = 64, rows = 4;
+  const int64_t hq = 24, hkv = 4, d = 256, bs = 64;
   const int64_t blocks = (ctx_len + bs - 1) / bs;
   const int64_t pool = std::min(n_seqs * blocks, (int64_t{2} << 30) / (2 * bs * hkv * d * 2));
   const Tensor kc = Tensor::zeros({pool, bs, hkv, d}, DType::kBF16, Device::kCuda),
@@ -393,6 +395,7 @@ int main(int argc, char** argv) {
       for (int64_t c : {1024, 8192, 32768}) bench_attention(s, c);
       for (int64_t c : {1024, 32768}) {
         for (int64_t b : {8, 32, 256}) bench_attention_batch(s, b, c);
+        for (int64_t b : {8, 32, 64}) bench_attention_batch(s, b, c, 1);  // plain decode
       }
     }
     if (wanted("attention_prefill")) bench_attention_prefill(s);

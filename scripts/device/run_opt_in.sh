@@ -19,9 +19,10 @@
 # without and with gdr-regs). PART=8 (shortest): the GDN forms' bitwise tests and
 # kernel_bench gdr. PART=9 (OPT=name for PART=10): production in one build (the GDN forms' bitwise
 # tests, the step at 8, 16, 32 and the last batch, kernel_bench gdr, engine tests), and with OPT
-# the same step and engine tests with that same-bits opt-in beside it. PART=11: decode attention
-# (its bitwise and conformance tests, kernel_bench attention, the GPU engine tests, the bf16 step
-# at 8 and 32 streams, the FP8 step at 32K, batch 1).
+# the same step and engine tests with that same-bits opt-in beside it. PART=11 (OPT optional):
+# decode attention (its bitwise and conformance tests, kernel_bench attention, the bf16 step at 8
+# and 32 streams without and with OPT, the GPU engine tests with OPT on; FP8_32K=1: the FP8 step
+# at 32K, batch 1, without and with).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -84,17 +85,23 @@ elif [[ $PART == 9 || $PART == 10 ]]; then  # production, and beside it an opt-i
   fi
   kernel_bench_gdr 40
   TANDEM_OPT_IN=$OPT engine_tests 80
-elif [[ $PART == 11 ]]; then  # decode attention: the tests, its kernel bench, the engine, steps
-  # Run so far: attn-ring-sets (production since), attn-ring-deep (removed; docs/cuda.md gap 4).
+elif [[ $PART == 11 ]]; then  # decode attention: tests, kernel bench, steps, engine (and OPT)
+  # Run so far: attn-ring-sets, attn-ring-qregs (production since), attn-ring-deep (removed;
+  # docs/cuda.md gap 4).
+  OPT=${OPT:-}
   tests attn_bits 150 'CudaRowInvariance.Attention*:CudaConformance.Attention*'
   KERNEL_BENCH_ONLY=attention COMMIT=production timeout 100 $B/bench/kernel_bench \
     "$OUT/kernel_bench_attention.json" > "$OUT/kernel_bench_attention.log" 2>&1
   summary "kernel_bench attention rc=$? ($(stamp))"
   grep -E '^attention' "$OUT/kernel_bench_attention.log" | tee -a "$OUT/summary.txt"
-  engine_tests 120
   bench bf16_default $B 60 configs/qwen3.5-27b.json 8,32
-  # Verify / decode at 32K, batch 1 (issue 16's 1.10).
-  CONTEXT=32768 bench fp8_32k $B 120 configs/qwen3.5-27b-fp8.json 1
+  [[ -n $OPT ]] && bench bf16_${OPT//[-,]/_} $B 60 configs/qwen3.5-27b.json 8,32 --opt-in $OPT
+  TANDEM_OPT_IN=$OPT engine_tests 120
+  if [[ -n ${FP8_32K:-} ]]; then  # verify / decode at 32K, batch 1 (issue 16's 1.10)
+    CONTEXT=32768 bench fp8_32k $B 120 configs/qwen3.5-27b-fp8.json 1
+    [[ -n $OPT ]] && CONTEXT=32768 bench fp8_32k_${OPT//[-,]/_} $B 120 \
+      configs/qwen3.5-27b-fp8.json 1 --opt-in $OPT
+  fi
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

@@ -9,7 +9,8 @@
 //    spreading): a cluster of 2 CTAs per split, CTA j streams tiles
 //    4j..4j+3 through a cp.async ring and folds them in registers; the two halves are combined
 //    through distributed shared memory. With 2+ m-tiles (verify rows) a CTA has two sets of 8
-//    warps, each set computing half the m-tiles of every tile (tile_partial).
+//    warps, each set computing half the m-tiles of every tile (tile_partial); with one (decode
+//    rows) the item's Q fragments stay in registers.
 // The function, per query row and split of kAttentionSplitGranule positions (8 tiles of 64):
 //   tile t: S = Q K^T (mma.sync; 4 interleaved k chains added in a fixed order), exact softmax in
 //   the tile: m_t = max S, P = bf16(2^(S - m_t)), l_t = sum P, O_t = P V (mma.sync);
@@ -192,6 +193,10 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads* kRingSets<
   using T = Tile<kD, kMT>;
   using L = RingSmem<kD, kMT>;
   constexpr int kSets = kRingSets<kMT>, kS = L::kStages;
+  // One m-tile: the item's Q fragments stay in registers from its first tile on instead of every
+  // warp reading them from shared memory for every tile (1-4% faster on decode-row calls, H100,
+  // nineteenth session; 2+ m-tiles have no registers to spare at 16 warps).
+  constexpr bool kQRegs = kMT == 1;
   constexpr int kNT = T::kNT, kOwn = kMT / kSets, kBlock = kThreads * kSets;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQ);
@@ -247,17 +252,22 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads* kRingSets<
       for (int nt = 0; nt < kNT; ++nt)
         A[mt][nt][0] = A[mt][nt][1] = A[mt][nt][2] = A[mt][nt][3] = 0.f;
     }
+    uint32_t q_regs[kQRegs ? kOwn : 1][T::kKSteps][4];
     for (int i = 0; i < n_my; ++i) {
       cp_async_wait<kS - 2>();
       __syncthreads();  // tile i landed; stage (i - 1) % kS is free
       issue(i + kS - 1);
+      if constexpr (kQRegs) {
+        if (i == 0) load_q_frags<kD, kMT, kOwn>(q_s, mt0, q_regs);  // q landed with tile 0
+      }
       int lim[kOwn][2];
 #pragma unroll
       for (int mt = 0; mt < kOwn; ++mt)
         lim[mt][0] = lim0[mt][0] - i * kTileN, lim[mt][1] = lim0[mt][1] - i * kTileN;
       const __nv_bfloat16* st = ring + (i % kS) * 2 * kTileElems;
       float o[kOwn][kNT][4], m[kOwn][2], l[kOwn][2];
-      tile_partial<kD, kMT, kSets>(q_s, st, st + kTileElems, scratch, lim, p.scale_log2, o, m, l);
+      tile_partial<kD, kMT, kSets, kQRegs>(q_s, st, st + kTileElems, scratch, lim, p.scale_log2, o,
+                                           m, l, q_regs);
 #pragma unroll
       for (int mt = 0; mt < kOwn; ++mt) {
 #pragma unroll

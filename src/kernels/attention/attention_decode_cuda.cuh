@@ -59,14 +59,15 @@ __device__ __forceinline__ int own_mt0() {
 // to the tile start. kSets warp sets of kWarps warps share the tile: warp w owns positions and
 // output dims by w % kWarps and m-tiles by w / kWarps, so every row's products and sums are the
 // same instructions in the same order whatever kSets is (the same bits). Q, K and V must be
-// visible in shared memory; contains two barriers (all threads must call it).
-template <int kD, int kMT, int kSets>
-__device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __nv_bfloat16* k_s,
-                                             const __nv_bfloat16* v_s, unsigned char* scratch,
-                                             const int (&lim)[kMT / kSets][2], float scale_log2,
-                                             float (&o)[kMT / kSets][Tile<kD, kMT>::kNT][4],
-                                             float (&m)[kMT / kSets][2],
-                                             float (&l)[kMT / kSets][2]) {
+// visible in shared memory; contains two barriers (all threads must call it). With kQRegs the
+// set's Q fragments come from q_regs ([kOwn][kKSteps][4], load_q_frags: the same values ldmatrix
+// reads here) instead of shared memory.
+template <int kD, int kMT, int kSets, bool kQRegs = false>
+__device__ __forceinline__ void tile_partial(
+    const __nv_bfloat16* q_s, const __nv_bfloat16* k_s, const __nv_bfloat16* v_s,
+    unsigned char* scratch, const int (&lim)[kMT / kSets][2], float scale_log2,
+    float (&o)[kMT / kSets][Tile<kD, kMT>::kNT][4], float (&m)[kMT / kSets][2],
+    float (&l)[kMT / kSets][2], const uint32_t (*q_regs)[Tile<kD, kMT>::kKSteps][4] = nullptr) {
   using T = Tile<kD, kMT>;
   constexpr int kRows = T::kRows, kLd = T::kLd, kNT = T::kNT, kOwn = kMT / kSets;
   static_assert(kSets >= 1 && kMT % kSets == 0, "each set owns whole m-tiles");
@@ -92,9 +93,13 @@ __device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __n
     float acc[4][4] = {};
 #pragma unroll
     for (int ks = 0; ks < T::kKSteps; ++ks) {
-      uint32_t a[4];
-      ldsm_x4(a, a_frag_addr(q_s + mt * 16 * kLd, kLd, ks * 16, lane));
-      mma_bf16(acc[ks % 4], a, kb[ks][0], kb[ks][1]);
+      if constexpr (kQRegs) {
+        mma_bf16(acc[ks % 4], q_regs[j][ks], kb[ks][0], kb[ks][1]);
+      } else {
+        uint32_t a[4];
+        ldsm_x4(a, a_frag_addr(q_s + mt * 16 * kLd, kLd, ks * 16, lane));
+        mma_bf16(acc[ks % 4], a, kb[ks][0], kb[ks][1]);
+      }
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -167,6 +172,22 @@ __device__ __forceinline__ void tile_partial(const __nv_bfloat16* q_s, const __n
       ldsm_x4(a, a_frag_addr(p_s + (mt0 + j) * 16 * kPLd, kPLd, ks * 16, lane));
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) mma_bf16(o[j][nt], a, vb[nt][0], vb[nt][1]);
+    }
+  }
+}
+
+// The A fragments of Q for the kOwn m-tiles from mt0 (tile_partial's kQRegs), as tile_partial
+// reads them from shared memory.
+template <int kD, int kMT, int kOwn>
+__device__ __forceinline__ void load_q_frags(const __nv_bfloat16* q_s, int mt0,
+                                             uint32_t (&q_regs)[kOwn][Tile<kD, kMT>::kKSteps][4]) {
+  using T = Tile<kD, kMT>;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kOwn; ++j) {
+#pragma unroll
+    for (int ks = 0; ks < T::kKSteps; ++ks) {
+      ldsm_x4(q_regs[j][ks], a_frag_addr(q_s + (mt0 + j) * 16 * T::kLd, T::kLd, ks * 16, lane));
     }
   }
 }
