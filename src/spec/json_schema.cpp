@@ -228,21 +228,30 @@ class JsonSchemaCompiler {
     return types;
   }
 
-  // minimum / maximum and the exclusive forms, on integers only: inclusive int64 bounds.
+  // minimum / maximum and the exclusive forms: inclusive int64 bounds on integers, decimal ones
+  // (json_number_bounds.h) on numbers that may have a fraction.
   static void bounds(const Json& s, const std::string& path, JsonSchema::Node& n) {
     constexpr double kTop = 9.2e18;  // within int64
     bool any = false;
     for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
       if (!s.contains(key)) continue;
       if (!s[key].is_number()) fail(path, std::string("'") + key + "' must be a number");
-      if (n.types & JsonSchema::kNumber) {
-        fail(path, std::string("'") + key +
-                       "' on a number that may have a fraction is not supported (on \"integer\" "
-                       "it is)");
-      }
       any = true;
     }
     if (!any) return;
+    if (n.types & JsonSchema::kNumber) {  // the schema's numbers as their shortest decimal text
+      using json_number::Side;
+      const std::pair<const char*, Side> sides[] = {{"minimum", Side::kMinimum},
+                                                    {"exclusiveMinimum", Side::kExclusiveMinimum},
+                                                    {"maximum", Side::kMaximum},
+                                                    {"exclusiveMaximum", Side::kExclusiveMaximum}};
+      for (const auto& [key, side] : sides) {
+        if (s.contains(key)) json_number::narrow(n.number, side, s[key].dump());
+      }
+      n.decimal = json_number::satisfiable(n.number);
+      if (!n.decimal) n.types &= ~(JsonSchema::kNumber | JsonSchema::kInteger);
+      return;
+    }
     double lo = -kTop, hi = kTop;  // as doubles: integral values, exact up to 2^53
     const auto at = [&](const char* key) { return s[key].get<double>(); };
     if (s.contains("minimum")) lo = std::max(lo, std::ceil(at("minimum")));

@@ -5,14 +5,15 @@
 // Supported (JSON Schema draft 2020-12 and the subset OpenAI's strict mode and pydantic emit):
 // type (a name or a list), properties, required, additionalProperties (a boolean or a schema),
 // items, prefixItems (tuples; draft 7's items array with additionalItems too), minItems,
-// maxItems, minLength, maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum on
-// integers (checked digit by digit), minProperties, maxProperties, enum and const (of strings,
+// maxItems, minLength, maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum
+// (checked digit by digit: on integers exactly, on numbers with at most 15 digits and no exponent,
+// json_number_bounds.h), minProperties, maxProperties, enum and const (of strings,
 // numbers, booleans and null, matched as their compact JSON text), anyOf and oneOf (oneOf is taken
 // as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#", "#/$defs/..." and
 // "#/definitions/..." (recursion allowed), and the boolean schemas true and false. Annotations
 // (title, description, default, examples, format, ...) are ignored, as JSON Schema lets a validator
-// do. A constraint this module cannot enforce (pattern, bounds on numbers that may have a fraction,
-// multipleOf, uniqueItems, not, if/then/else, ...) is an error naming it, never ignored.
+// do. A constraint this module cannot enforce (pattern, multipleOf, uniqueItems, not,
+// if/then/else, ...) is an error naming it, never ignored.
 // As vLLM's default (xgrammar's strict mode), an object schema that lists properties allows no
 // other property unless additionalProperties says so; one without properties allows any.
 // A schema without "type" takes the type its keywords imply (properties: object, items: array,
@@ -31,6 +32,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "spec/json_number_bounds.h"
 
 namespace tandem {
 
@@ -73,6 +76,10 @@ class JsonSchema {
     // Integers: minimum / maximum (exclusive ones made inclusive), when given.
     bool has_min = false, has_max = false;
     int64_t min_int = 0, max_int = 0;
+    // Numbers that may have a fraction (kNumber), bounded: written without an exponent and with
+    // at most 15 digits, within these bounds (json_number_bounds.h).
+    bool decimal = false;
+    json_number::Bounds number;
   };
 
   // Throws JsonSchemaError for a schema outside the supported set or one no value satisfies.
@@ -129,6 +136,7 @@ class SchemaCursor {
     int64_t count = 0;                // characters (strings), items (arrays), members (objects)
     bool negative = false, digits = false;  // bounded integers: the sign, any digit yet
     uint64_t magnitude = 0;                 // and the digits' value (kSaturated beyond)
+    json_number::Text number;               // bounded numbers (Node::decimal): the text so far
     uint64_t seen = 0;                      // declared properties present (objects)
     int32_t value = -1;                     // the schema of the value after the key (objects)
     bool operator==(const Frame&) const = default;

@@ -156,6 +156,9 @@ bool SchemaCursor::begin(unsigned char c) {
         if (f.digits) add_digit(f.magnitude, c);
         if (!integer_feasible(n, f.negative, f.digits, f.magnitude)) continue;
       }
+      if (kind == JsonSchema::kInteger && n.decimal) {
+        if (!json_number::add(f.number, c) || !json_number::feasible(n.number, f.number)) continue;
+      }
       Config branch = cfg;
       branch.push_back(f);
       next.push_back(std::move(branch));
@@ -176,6 +179,11 @@ bool SchemaCursor::scalar(unsigned char c, bool starts_char) {
       add_digit(f.magnitude, c);
       f.digits = true;
       if (!integer_feasible(n, f.negative, f.digits, f.magnitude)) return false;
+    }
+    if (f.kind == JsonSchema::kInteger && n.decimal) {  // no exponent; the digits within bounds
+      if (!json_number::add(f.number, c) || !json_number::feasible(n.number, f.number)) {
+        return false;
+      }
     }
     if (starts_char && f.kind == JsonSchema::kString) {
       if (f.count >= n.max_length) return false;
@@ -199,6 +207,7 @@ bool SchemaCursor::end() {
         break;
       case JsonSchema::kInteger:
         if (bounded(n) && !integer_in_bounds(n, f.negative, f.magnitude)) return false;
+        if (n.decimal && !json_number::within(n.number, f.number)) return false;
         break;
       default:
         break;

@@ -9,7 +9,7 @@ from typing import Literal, Optional
 
 import openai
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from prompts import CHAT, TEXT
 from support import MODEL, chat_template_ids, generate_batch, request
@@ -540,6 +540,27 @@ def test_forced_tool_choice_answers_are_calls_and_the_same_under_mtp(client, mtp
     with pytest.raises(openai.BadRequestError) as e:
         calls_of(client, {"type": "function", "function": {"name": "later"}})
     assert e.value.param == "tool_choice"
+
+
+class Gauge(BaseModel):  # pydantic's ge / le / gt on floats: bounds on numbers with fractions
+    confidence: float = Field(ge=0, le=1)
+    temperature: float = Field(gt=-273.15, le=100.5)
+
+
+def test_json_schema_bounds_on_floats_hold_and_are_the_same_under_mtp(client, mtp_client):
+    ask = [{"role": "user", "content": "How sure are you, and how warm is it? JSON."}]
+    for kw in (dict(temperature=0), dict(temperature=1.0, seed=11), dict(temperature=1.0, seed=12)):
+        r = client.chat.completions.parse(model=MODEL, messages=ask, response_format=Gauge,
+                                          max_tokens=120, **kw)
+        c = r.choices[0]
+        if c.finish_reason == "stop":  # (a small model may write digits until max_tokens)
+            g = c.message.parsed
+            assert 0 <= g.confidence <= 1 and -273.15 < g.temperature <= 100.5, c.message.content
+            assert "e" not in c.message.content.lower().replace("temperature", "").replace(
+                "confidence", "")  # bounded numbers are written without exponents
+        spec = mtp_client.chat.completions.parse(model=MODEL, messages=ask, response_format=Gauge,
+                                                 max_tokens=120, **kw)
+        assert spec.choices[0].message.content == c.message.content
 
 
 def test_json_schema_the_server_cannot_enforce_is_refused_naming_it(client):

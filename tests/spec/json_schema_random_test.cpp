@@ -3,11 +3,14 @@
 // corruptions of them), random walks over bytes that never reach a state without a next byte (no
 // dead ends) and whose finished texts the validator accepts, over hand-written schemas and over
 // random schemas of every supported keyword.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 
 #include "spec/json_schema.h"
 #include "spec/json_schema_validator.h"
@@ -40,7 +43,10 @@ class ValueMaker {
     if (type == "null") return nullptr;
     if (type == "boolean") return rng_() % 2 == 0;
     if (type == "integer") return static_cast<int64_t>(rng_() % 2001) - 1000;
-    if (type == "number") return std::ldexp(static_cast<double>(rng_() % 20001) - 10000, -5);
+    if (type == "number" && !bounded(s)) {
+      return std::ldexp(static_cast<double>(rng_() % 20001) - 10000, -5);
+    }
+    if (type == "number") return bounded_number(s);
     if (type == "string") {
       const int64_t lo = s.value("minLength", int64_t{0});
       const int64_t hi = std::min<int64_t>(s.value("maxLength", lo + 6), lo + 6);
@@ -99,6 +105,24 @@ class ValueMaker {
   }
 
  private:
+  static bool bounded(const Json& s) {
+    return s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+           s.contains("exclusiveMaximum");
+  }
+  // A number within the schema's bounds, written as a bounded number must be (a few decimals,
+  // no exponent), found by drawing in a window of the bounds until one fits.
+  Json bounded_number(const Json& s) {
+    const auto get = [&](const char* k) { return s.contains(k) ? s[k].get<double>() : NAN; };
+    const double lo = std::isnan(get("minimum")) ? get("exclusiveMinimum") : get("minimum");
+    const double hi = std::isnan(get("maximum")) ? get("exclusiveMaximum") : get("maximum");
+    const double a = std::isnan(lo) ? hi - 100 : lo, b = std::isnan(hi) ? lo + 100 : hi;
+    for (int tries = 0; tries < 64; ++tries) {
+      const double x = std::round((a + (b - a) * (rng_() % 1001) / 1000.0) * 1000) / 1000;
+      const Json v = Json::parse(fmt::format("{:.3f}", x));
+      if (valid(s, s, v)) return v;
+    }
+    return Json::parse(fmt::format("{:.3f}", a));  // (out of bounds: a rare corrupt value)
+  }
   Json any(int depth) {
     switch (rng_() % (depth > 3 ? 4 : 6)) {
       case 0:
@@ -146,14 +170,32 @@ const char* kSchemas[] = {
     R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"},
         "c": {"type": "null"}}, "required": ["a"], "additionalProperties": {"type": "string",
         "maxLength": 3}, "minProperties": 2, "maxProperties": 3})",
+    // Bounds on numbers with fractions (appended last, as above).
+    R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
+        "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 37.25},
+        "n": {"type": ["number", "null"], "maximum": -0.1}}, "required": ["p", "t"]})",
 };
+
+// A text with a number a bounded number may not be written as (an exponent, or more than 15
+// digits): a validator takes it where the automaton refuses (json_number_bounds.h).
+bool has_unbounded_number_form(const std::string& text) {
+  static const std::regex number(R"(-?\d+(\.\d+)?([eE][+-]?\d+)?)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), number);
+       it != std::sregex_iterator(); ++it) {
+    const std::string n = it->str();
+    const std::string digits =
+        std::regex_replace(n.substr(0, n.find_first_of("eE")), std::regex(R"(^-?0?\.?|[.-])"), "");
+    if (n.find_first_of("eE") != std::string::npos || digits.size() > 15) return true;
+  }
+  return false;
+}
 
 // Valid values (as written, compact or indented) and corruptions of them: the automaton takes a
 // whole text exactly when the validator accepts what nlohmann parses from it.
 TEST(JsonSchema, AgreesWithAValidatorOnRandomTexts) {
   std::mt19937 rng(23);
   const std::string noise = "{}[]:,\"\\ 0123456789.-eE\x01xtrufalsn";
-  int agreed = 0, trials = 0, valid_texts = 0;
+  int agreed = 0, trials = 0, valid_texts = 0, skipped = 0;
   for (const char* source : kSchemas) {
     const Json sj = Json::parse(source);
     const auto schema = JsonSchema::compile(sj);
@@ -169,15 +211,25 @@ TEST(JsonSchema, AgreesWithAValidatorOnRandomTexts) {
                          text.find("\"kids\"") == std::string::npos;
       const bool theirs = !parsed.is_discarded() && !text.empty() && text[0] != ' ' &&
                           text[0] != '\n' && valid(sj, sj, parsed) && !twice && blank_runs_ok(text);
+      // (a validator also takes numbers in forms the bounded ones refuse)
+      const bool restricted = theirs && !mine && has_unbounded_number_form(text) &&
+                              std::string(source).find("exclusiveMaximum") != std::string::npos;
+      if (restricted) {
+        ++skipped;
+        continue;
+      }
       EXPECT_EQ(mine, theirs) << source << "\n" << text;
       agreed += mine == theirs;
       valid_texts += theirs;
     }
   }
-  EXPECT_EQ(agreed, trials);
+  EXPECT_EQ(agreed, trials - skipped);
+  EXPECT_LT(skipped, trials / 100);
   EXPECT_GT(valid_texts, trials / 2);  // both kinds of text are well represented
-  std::printf("[json schema] %d texts, %d valid, all agreed: %s\n", trials, valid_texts,
-              agreed == trials ? "yes" : "no");
+  std::printf(
+      "[json schema] %d texts, %d valid, all agreed: %s (%d with a number in a form "
+      "bounded numbers refuse)\n",
+      trials - skipped, valid_texts, agreed == trials - skipped ? "yes" : "no", skipped);
 }
 
 // A random walk over bytes from the schema's start, biased toward closing what is open (and
@@ -271,6 +323,12 @@ Json random_schema(std::mt19937& rng, int depth) {
       const int lo = pick(400) - 200, side = pick(3);
       if (side != 1) t[pick(2) ? "minimum" : "exclusiveMinimum"] = lo;
       if (side != 0) t[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(120);
+      if (pick(3) == 0) {  // a number with fractional bounds instead (0.1: no double)
+        t = {{"type", "number"}};
+        const double a = (pick(4000) - 2000) / 10.0, b = a + std::pow(10.0, -pick(12));
+        if (side != 1) t[pick(2) ? "minimum" : "exclusiveMinimum"] = a;
+        if (side != 0) t[pick(2) ? "maximum" : "exclusiveMaximum"] = side == 2 ? b : a;
+      }
       return t;
     }
     case 4: {

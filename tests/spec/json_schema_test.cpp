@@ -28,9 +28,11 @@ std::string compile_error(const Json& s) {
 
 TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "object", "properties": {"a": {"type":
-            "number", "minimum": 0}}})")),
-            "at '#/properties/a': 'minimum' on a number that may have a fraction is not supported "
-            "(on \"integer\" it is)");
+            "number", "minimum": 1e16}}})")),  // beyond every number of at most 15 digits
+            "at '#/properties/a': no JSON value satisfies this schema");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "number", "minimum": 0.12345678901234561,
+            "maximum": 0.12345678901234567})")),  // between two 15-digit numbers
+            "at '#': no JSON value satisfies this schema");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "integer", "multipleOf": 3})")),
             "at '#': 'multipleOf' is not supported (structured output cannot enforce it)");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "integer", "minimum": 5, "maximum": 4})")),
@@ -165,6 +167,52 @@ TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesAtTheFirstWrongByte) {
     if (at == -1) {
       EXPECT_FALSE(a.can_end()) << text;  // -3, -7: above -7.5; -30.., -70.. may follow
     }
+  }
+  // Bounded numbers with fractions: no exponent, at most 15 digits (a lone leading 0 not
+  // counted), each prefix taken while some completion is within the bounds.
+  const auto unit =
+      JsonSchema::compile(Json::parse(R"({"type": "number", "minimum": 0, "maximum": 1})"));
+  for (const std::string ok : {"0", "1", "0.5", "1.0", "-0", "-0.0", "0.999999999999999",
+                               "1.00000000000000", "0.000000000000001"}) {
+    EXPECT_TRUE(accepts(*unit, ok)) << ok;
+  }
+  for (const auto& [text, at] :
+       std::vector<std::pair<std::string, int64_t>>{{"2", 0},
+                                                    {"1.5", 2},
+                                                    {"1.0000000000001", 14},
+                                                    {"-0.5", 3},
+                                                    {"-1", 1},
+                                                    {"0e1", 1},
+                                                    {"0.1E1", 3},
+                                                    {"0.9999999999999999", 17},
+                                                    {"10", 1},
+                                                    {"0.5", -1}}) {
+    JsonAutomaton a(unit.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
+  // Exclusive bounds at a decimal that is no double: 0.1 < x < 37.25 as a validator's doubles.
+  const auto open = JsonSchema::compile(
+      Json::parse(R"({"type": "number", "exclusiveMinimum": 0.1, "exclusiveMaximum": 37.25})"));
+  for (const std::string ok : {"0.100000000000001", "0.11", "1", "37.24", "37.2499999999999"}) {
+    EXPECT_TRUE(accepts(*open, ok)) << ok;
+  }
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {"0.1", -1}, {"0.09", 2}, {"37.25", 4}, {"38", 1}, {"37.3", 3}, {"-1", 0}}) {
+    JsonAutomaton a(open.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+    if (at == -1) {
+      EXPECT_FALSE(a.can_end()) << text;  // on the bound: more digits must follow
+    }
+  }
+  const auto negative_number = JsonSchema::compile(
+      Json::parse(R"({"type": ["number", "null"], "minimum": -2.5, "maximum": -0.001})"));
+  for (const std::string ok : {"-2.5", "-0.001", "-1", "-0.0011", "null"}) {
+    EXPECT_TRUE(accepts(*negative_number, ok)) << ok;
+  }
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {"0", 0}, {"-0.0009", 5}, {"-2.6", 3}, {"-3", 1}, {"-0.001", -1}}) {
+    JsonAutomaton a(negative_number.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
   }
   const auto huge = JsonSchema::compile(Json::parse(R"({"type": "integer", "minimum": 0})"));
   EXPECT_TRUE(accepts(*huge, "123456789012345678901234567890"));
