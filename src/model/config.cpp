@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -91,7 +92,34 @@ ModelConfig ModelConfig::from_dir(const std::string& model_dir) {
   const std::string path = (fs::path(model_dir) / "config.json").string();
   TANDEM_CHECK(fs::exists(path), "cannot open '{}': a Hugging Face checkpoint needs config.json",
                path);
-  return from_file(path);
+  ModelConfig c = from_file(path);
+  // generation_config.json's eos_token_id (one or a list) ends generation too, as transformers'
+  // generate and vLLM take it: a chat model's end-of-turn token is often only there.
+  const fs::path gen = fs::path(model_dir) / "generation_config.json";
+  if (fs::exists(gen)) {
+    std::ifstream in(gen);
+    json g;
+    try {
+      in >> g;
+    } catch (const json::exception& e) {
+      fail("{}: invalid JSON: {}", gen.string(), e.what());
+    }
+    const json* e = g.is_object() && g.contains("eos_token_id") ? &g["eos_token_id"] : nullptr;
+    std::vector<int32_t> ids;
+    if (e != nullptr && e->is_array()) {
+      for (const json& x : *e) {
+        if (x.is_number_integer()) ids.push_back(x.get<int32_t>());
+      }
+    } else if (e != nullptr && e->is_number_integer()) {
+      ids.push_back(e->get<int32_t>());
+    }
+    for (int32_t id : ids) {
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) {
+        c.eos_token_ids.push_back(id);
+      }
+    }
+  }
+  return c;
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) {

@@ -40,6 +40,8 @@ struct ModelConfig {
   float rms_norm_eps = 1e-6f;
   bool tie_word_embeddings = false;
   int64_t mtp_num_layers = 0;
+  // config.json's eos_token_id (text_config's first), then generation_config.json's others
+  // (from_dir): the tokens that end generation.
   std::vector<int32_t> eos_token_ids;
   QuantizationConfig quantization;
 
