@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/chat_prompt.h"
 #include "server/handler_context.h"
 #include "server/openai_render.h"
 #include "server/reasoning.h"
@@ -45,7 +46,9 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
   opens_think = false;
   try {
     if (chat) {
-      const std::string rendered = ctx.codec.render_chat(g.messages, true, g.template_extra);
+      const std::string rendered =
+          render_chat_prompt(ctx.codec, g.messages, g.add_generation_prompt,
+                             g.continue_final_message, g.template_extra);
       opens_think = prompt_opens_think(rendered);
       r.prompt = ctx.codec.encode(rendered);
     } else if (g.prompt_text) {
@@ -55,6 +58,10 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
     }
   } catch (const Error& e) {
     throw bad_request(prompt_param, e.what());
+  }
+  if (g.truncate_prompt_tokens &&
+      static_cast<int64_t>(r.prompt.size()) > *g.truncate_prompt_tokens) {
+    r.prompt.erase(r.prompt.begin(), r.prompt.end() - *g.truncate_prompt_tokens);  // the last ones
   }
   const auto n = static_cast<int64_t>(r.prompt.size());
   const int64_t max_len = ctx.opt.max_model_len;
@@ -112,11 +119,12 @@ class Generation {
       : ctx_(ctx),
         endpoint_(g.endpoint),
         want_logprobs_(g.logprobs >= 0),
+        include_stop_(g.include_stop_str),
         top_logprobs_(g.logprobs),
         prompt_top_(g.prompt_logprobs),
         no_output_(g.echo && g.max_tokens == 0),
         stop_ids_(std::move(stop_ids)),
-        stream_(ctx.codec, g.stop, g.sampling.min_tokens),
+        stream_(ctx.codec, g.stop, g.sampling.min_tokens, g.include_stop_str, g.skip_special),
         ch_(std::move(ch)) {
     if (g.tool_force != ToolForce::kNone) {
       force_ = g.tool_force;
@@ -137,8 +145,9 @@ class Generation {
       prompt_lps_ = d.prompt_logprobs;
     }
     size_t n = no_output_ ? 0 : d.tokens.size();
-    // A stop token ends generation but is not part of the text (it still counts as generated).
-    if (d.finished && d.finish_reason == "stop" && n > 0 &&
+    // A stop token ends generation but is not part of the text (it still counts as generated),
+    // unless include_stop_str_in_output (then its text, empty for a special token skipped).
+    if (d.finished && d.finish_reason == "stop" && n > 0 && !include_stop_ &&
         std::find(stop_ids_.begin(), stop_ids_.end(), d.tokens[n - 1]) != stop_ids_.end()) {
       --n;
       if (!stream_.stopped()) stop_token_ = true;
@@ -244,9 +253,10 @@ class Generation {
   const HandlerContext& ctx_;
   Endpoint endpoint_;
   bool want_logprobs_;
-  int top_logprobs_;  // logprobs' alternatives per token
-  int prompt_top_;    // prompt_logprobs' (-1: off)
-  bool no_output_;    // echo with max_tokens 0: the engine's token is not part of the response
+  bool include_stop_;  // include_stop_str_in_output
+  int top_logprobs_;   // logprobs' alternatives per token
+  int prompt_top_;     // prompt_logprobs' (-1: off)
+  bool no_output_;     // echo with max_tokens 0: the engine's token is not part of the response
   std::vector<int32_t> stop_ids_;
   TextStream stream_;
   std::shared_ptr<Channel> ch_;

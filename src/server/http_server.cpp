@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/chat_prompt.h"
 #include "server/handler_context.h"
 #include "server/openai_render.h"
 
@@ -161,9 +162,11 @@ struct HttpServer::Impl {
     const TokenizeRequest t = parse_tokenize_request(parse_body(raw));
     std::vector<int32_t> ids;
     try {
-      ids = t.prompt ? ctx.codec.encode(*t.prompt)
-                     : ctx.codec.encode(ctx.codec.render_chat(t.messages, t.add_generation_prompt,
-                                                              Json::object()));
+      ids =
+          t.prompt
+              ? ctx.codec.encode(*t.prompt)
+              : ctx.codec.encode(render_chat_prompt(ctx.codec, t.messages, t.add_generation_prompt,
+                                                    t.continue_final_message, Json::object()));
     } catch (const Error& e) {
       throw bad_request(t.prompt ? "prompt" : "messages", e.what());
     }

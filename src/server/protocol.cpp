@@ -294,6 +294,22 @@ void parse_prompt(const Json& body, const ProtocolLimits& limits, GenerationRequ
   if (r.prompt_ids.empty()) throw bad_request("prompt", "'prompt' must not be empty");
 }
 
+// vLLM's add_generation_prompt and continue_final_message (chat; /tokenize's messages too).
+void parse_chat_prompt_flags(const Json& body, Endpoint endpoint, bool& add_generation_prompt,
+                             bool& continue_final_message) {
+  add_generation_prompt = get_bool(body, "add_generation_prompt", true);
+  continue_final_message = get_bool(body, "continue_final_message", false);
+  if (endpoint != Endpoint::kChat && continue_final_message) {
+    throw bad_request("continue_final_message",
+                      "'continue_final_message' is for chat messages (completions continue "
+                      "their prompt)");
+  }
+  if (add_generation_prompt && continue_final_message) {  // as vLLM
+    throw bad_request("continue_final_message",
+                      "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+  }
+}
+
 void parse_logprobs(const Json& body, Endpoint endpoint, GenerationRequest& r) {
   if (const Json* v = find(body, "prompt_logprobs"); v && !v->is_null()) {
     if (v->is_boolean()) wrong_type("prompt_logprobs", "an integer", *v);
@@ -536,6 +552,16 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     r.stop_token_ids = token_ids(*ids, "stop_token_ids", limits.vocab_size);
   }
   r.ignore_eos = get_bool(body, "ignore_eos", false);
+  r.include_stop_str = get_bool(body, "include_stop_str_in_output", false);
+  r.skip_special = get_bool(body, "skip_special_tokens", true);
+  if (const std::optional<int64_t> t = get_int(body, "truncate_prompt_tokens")) {
+    if (*t < 1) {
+      throw bad_request("truncate_prompt_tokens",
+                        fmt::format("'truncate_prompt_tokens' must be >= 1, got {}", *t));
+    }
+    r.truncate_prompt_tokens = t;
+  }
+  parse_chat_prompt_flags(body, endpoint, r.add_generation_prompt, r.continue_final_message);
   parse_logprobs(body, endpoint, r);
   if (const Json* rf = find(body, "response_format")) {
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
@@ -587,7 +613,10 @@ TokenizeRequest parse_tokenize_request(const Json& body) {
   } else {
     r.messages = parse_messages(body);
   }
-  r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
+  if (!prompt) {
+    parse_chat_prompt_flags(body, Endpoint::kChat, r.add_generation_prompt,
+                            r.continue_final_message);
+  }
   r.add_special_tokens = get_bool(body, "add_special_tokens", true);
   return r;
 }

@@ -56,6 +56,15 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;
   int n = 1;  // choices: one engine request each, choice i sampling with seed + i
+  // vLLM's: the stop string (or stop token's text) that ended generation stays in the text;
+  // special tokens' text in the output (skip_special_tokens false); only the prompt's last
+  // truncate_prompt_tokens tokens.
+  bool include_stop_str = false;
+  bool skip_special = true;
+  std::optional<int64_t> truncate_prompt_tokens;
+  // Chat (chat_prompt.h): open the assistant's turn (default), or continue the final message.
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
   // Chat: the request's tools (null when none) and whether tool_choice is "none" (then generated
   // text is never read as tool calls).
   Json tools;
@@ -72,6 +81,7 @@ struct TokenizeRequest {
   std::optional<std::string> prompt;
   Json messages;  // when prompt is absent
   bool add_generation_prompt = true;
+  bool continue_final_message = false;
   bool add_special_tokens = true;
 };
 

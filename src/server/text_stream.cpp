@@ -89,7 +89,8 @@ size_t partial_tag(std::string_view s, std::string_view tag) {
   return 0;
 }
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
+    : include_stop_(include_stop) {
   for (std::string& text : stops) {
     if (text.empty()) continue;  // matches nowhere useful; the protocol refuses it anyway
     Stop st{.text = std::move(text)};
@@ -117,7 +118,8 @@ std::string StopMatcher::push(std::string_view text, bool armed) {
       while (st.state > 0 && st.text[st.state] != c) st.state = st.fail[st.state - 1];
       if (st.text[st.state] == c) ++st.state;
       if (st.state == st.text.size()) {
-        if (armed) cut = std::min(cut, i + 1 - st.text.size());
+        // With include_stop the text ends where the stop string does (byte i, whichever).
+        if (armed) cut = std::min(cut, include_stop_ ? i + 1 : i + 1 - st.text.size());
         st.state = st.fail[st.state - 1];  // passed over: go on as after a mismatch
       }
     }
@@ -145,7 +147,7 @@ std::string StopMatcher::flush() {
 std::string TextStream::push(int32_t id) {
   if (stopped()) return {};
   ++tokens_;
-  bytes_ += codec_->token_bytes(id, /*skip_special=*/true);
+  bytes_ += codec_->token_bytes(id, skip_special_);
   const size_t tail = utf8_incomplete_tail(bytes_);
   const std::string text = utf8_lossy(std::string_view(bytes_).substr(0, bytes_.size() - tail));
   bytes_.erase(0, bytes_.size() - tail);

@@ -32,7 +32,9 @@ size_t partial_tag(std::string_view s, std::string_view tag);
 // text whatever the stop strings are (hostile ones included).
 class StopMatcher {
  public:
-  explicit StopMatcher(std::vector<std::string> stops);
+  // include_stop: the stop string that ends the text is emitted with it (vLLM's
+  // include_stop_str_in_output).
+  explicit StopMatcher(std::vector<std::string> stops, bool include_stop = false);
   // Adds text (whole characters); returns what can be emitted now. After a stop string the
   // matcher is stopped and returns nothing more. Unless `armed`, a stop string completed in this
   // text is passed over (emitted like any text; min_tokens).
@@ -50,14 +52,20 @@ class StopMatcher {
   std::vector<Stop> stops_;
   std::string held_;  // pushed, not yet emitted: the longest state among the stops, at most
   bool stopped_ = false;
+  bool include_stop_ = false;
 };
 
 class TextStream {
  public:
   // A stop string counts only where it ends in the text of a token after the first min_tokens
   // (vLLM's min_tokens: the text those tokens complete is not checked).
-  TextStream(const TextCodec& codec, std::vector<std::string> stops, int64_t min_tokens = 0)
-      : codec_(&codec), stops_(std::move(stops)), min_tokens_(min_tokens) {}
+  // include_stop, skip_special: vLLM's include_stop_str_in_output and skip_special_tokens.
+  TextStream(const TextCodec& codec, std::vector<std::string> stops, int64_t min_tokens = 0,
+             bool include_stop = false, bool skip_special = true)
+      : codec_(&codec),
+        stops_(std::move(stops), include_stop),
+        min_tokens_(min_tokens),
+        skip_special_(skip_special) {}
   // Adds one generated token; returns the text it makes safe to emit (often empty). Ignored once
   // stopped.
   std::string push(int32_t id);
@@ -74,6 +82,7 @@ class TextStream {
   StopMatcher stops_;
   std::string bytes_;  // an incomplete UTF-8 character (at most 3 bytes)
   int64_t min_tokens_ = 0;
+  bool skip_special_ = true;
   int64_t tokens_ = 0;
 };
 

@@ -128,6 +128,17 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
       {"completion logprobs 6", P, "{" + p + R"(, "logprobs": 6})", 400, "logprobs"},
       {"completion logprobs bool", P, "{" + p + R"(, "logprobs": true})", 400, "logprobs"},
       {"prompt_logprobs 21", P, "{" + p + R"(, "prompt_logprobs": 21})", 400, "prompt_logprobs"},
+      {"truncate_prompt_tokens 0", P, "{" + p + R"(, "truncate_prompt_tokens": 0})", 400,
+       "truncate_prompt_tokens"},
+      {"include_stop_str_in_output string", P,
+       "{" + p + R"(, "include_stop_str_in_output": "yes"})", 400, "include_stop_str_in_output"},
+      {"skip_special_tokens number", C, "{" + m + R"(, "skip_special_tokens": 0})", 400,
+       "skip_special_tokens"},
+      {"continue_final_message with the generation prompt", C,
+       "{" + m + R"(, "continue_final_message": true})", 400, "continue_final_message"},
+      {"continue_final_message on completions", P,
+       "{" + p + R"(, "continue_final_message": true, "add_generation_prompt": false})", 400,
+       "continue_final_message"},
       {"prompt_logprobs -1", C, "{" + m + R"(, "prompt_logprobs": -1})", 400, "prompt_logprobs"},
       {"prompt_logprobs bool", C, "{" + m + R"(, "prompt_logprobs": true})", 400,
        "prompt_logprobs"},
@@ -336,6 +347,23 @@ TEST(Protocol, ChatFields) {
       parse(R"({"prompt": "a", "prompt_logprobs": 20, "logprobs": 2})", Endpoint::kCompletion);
   EXPECT_EQ(c.prompt_logprobs, 20);
   EXPECT_EQ(c.logprobs, 2);
+  // vLLM's output and prompt fields.
+  EXPECT_FALSE(c.include_stop_str);
+  EXPECT_TRUE(c.skip_special);
+  EXPECT_FALSE(c.truncate_prompt_tokens);
+  const GenerationRequest v = parse(
+      R"({"prompt": "a", "include_stop_str_in_output": true, "skip_special_tokens": false,
+          "truncate_prompt_tokens": 7})",
+      Endpoint::kCompletion);
+  EXPECT_TRUE(v.include_stop_str);
+  EXPECT_FALSE(v.skip_special);
+  EXPECT_EQ(*v.truncate_prompt_tokens, 7);
+  const GenerationRequest cont =
+      chat(R"(, "add_generation_prompt": false, "continue_final_message": true)");
+  EXPECT_FALSE(cont.add_generation_prompt);
+  EXPECT_TRUE(cont.continue_final_message);
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_FALSE(r.continue_final_message);
 }
 
 // A multi-turn tool conversation as the openai client sends it: the assistant's tool calls with

@@ -77,8 +77,9 @@ TEST(StopMatcher, OverlappingStopsCutAtTheEarliest) {
 
 // Cuts text before the stop string completed first: the shortest prefix of text that ends with a
 // stop string, cut before the longest stop string it ends with.
+// include_stop: the text through the stop string that ends it (include_stop_str_in_output).
 std::string expected_output(const std::string& text, const std::vector<std::string>& stops,
-                            bool* stopped) {
+                            bool* stopped, bool include_stop = false) {
   for (size_t end = 1; end <= text.size(); ++end) {
     size_t cut = std::string::npos;
     for (const auto& s : stops) {
@@ -88,7 +89,7 @@ std::string expected_output(const std::string& text, const std::vector<std::stri
     }
     if (cut != std::string::npos) {
       *stopped = true;
-      return text.substr(0, cut);
+      return text.substr(0, include_stop ? end : cut);
     }
   }
   *stopped = false;
@@ -120,6 +121,41 @@ TEST(StopMatcher, ArbitrarySplitsGiveTheSameTextAndNeverLeakAStop) {
       pos += piece;
       // Whatever was emitted so far is a prefix of the answer: no stop string, not even its
       // beginning, ever goes out.
+      ASSERT_EQ(want.compare(0, got.size(), got), 0)
+          << "text '" << text << "' emitted '" << got << "' stops "
+          << ::testing::PrintToString(stops);
+    }
+    got += m.flush();
+    EXPECT_EQ(got, want) << "text '" << text << "'";
+    EXPECT_EQ(m.stopped(), should_stop);
+  }
+}
+
+// include_stop_str_in_output: the same under any split, ending with the stop string that ended it.
+TEST(StopMatcher, IncludedStopStringsEndTheTextWhateverTheSplit) {
+  std::mt19937 rng(17);
+  const std::string alphabet = "abcab \n";
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    const int len = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < len; ++i) text += alphabet[rng() % alphabet.size()];
+    std::vector<std::string> stops;
+    const int n_stops = static_cast<int>(rng() % 4);
+    for (int s = 0; s < n_stops; ++s) {
+      std::string stop;
+      const int sl = 1 + static_cast<int>(rng() % 4);
+      for (int i = 0; i < sl; ++i) stop += alphabet[rng() % alphabet.size()];
+      stops.push_back(stop);
+    }
+    bool should_stop = false;
+    const std::string want = expected_output(text, stops, &should_stop, true);
+    StopMatcher m(stops, /*include_stop=*/true);
+    std::string got;
+    for (size_t pos = 0; pos < text.size() && !m.stopped();) {
+      const size_t piece = 1 + rng() % 5;
+      got += m.push(std::string_view(text).substr(pos, piece));
+      pos += piece;
+      // Whatever was emitted so far is a prefix of the answer.
       ASSERT_EQ(want.compare(0, got.size(), got), 0)
           << "text '" << text << "' emitted '" << got << "' stops "
           << ::testing::PrintToString(stops);
@@ -230,6 +266,13 @@ TEST(TextStream, CountsTokensUpToTheStopAndSkipsSpecialTokens) {
   TextStream t(codec, {});
   EXPECT_EQ(t.push(4), "");  // special tokens are skipped, as vLLM's skip_special_tokens
   EXPECT_EQ(t.push(0), "he");
+
+  TextStream kept(codec, {}, 0, false, /*skip_special=*/false);  // skip_special_tokens false
+  EXPECT_EQ(kept.push(4), "<eos>");
+  TextStream with_stop(codec, {"o w"}, 0, /*include_stop=*/true);
+  std::string text;
+  for (int32_t id : {0, 1, 2, 3}) text += with_stop.push(id);
+  EXPECT_EQ(text + with_stop.finish(), "hello w");  // through the stop string, then nothing
 }
 
 // min_tokens (vLLM's): a stop string that ends in the text of the first min_tokens tokens is

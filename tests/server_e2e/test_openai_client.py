@@ -452,6 +452,69 @@ def test_prompt_logprobs_score_every_prompt_token_as_vllm_returns_them(client, m
     assert e.value.param == "prompt_logprobs"
 
 
+def test_vllm_include_stop_str_in_output_keeps_the_stop_string(client, mtp_client):
+    # include_stop_str_in_output: the text runs through the stop string that ended it.
+    plain = complete(client, TEXT[0], max_tokens=24).choices[0].text
+    stop = plain[8:11]
+    cut = complete(client, TEXT[0], max_tokens=24, stop=[stop]).choices[0]
+    kept = complete(client, TEXT[0], max_tokens=24, stop=[stop],
+                    extra_body={"include_stop_str_in_output": True}).choices[0]
+    assert cut.finish_reason == kept.finish_reason == "stop"
+    assert kept.text == cut.text + stop and plain.startswith(kept.text)
+    spec = complete(mtp_client, TEXT[0], max_tokens=24, stop=[stop],
+                    extra_body={"include_stop_str_in_output": True}).choices[0]
+    assert spec.text == kept.text
+
+def test_vllm_skip_special_tokens_shows_them_and_the_stop_token_with_include(client, server):
+    # Special tokens forced by logit_bias: skipped by default (vLLM's skip_special_tokens),
+    # shown with it false; the end-of-turn token that ends generation shows only with
+    # include_stop_str_in_output too.
+    def token_id(text):
+        ids = request(server.port, "POST", "/tokenize", {"prompt": text}).json()["tokens"]
+        assert len(ids) == 1, ids
+        return ids[0]
+
+    start, end = token_id("<|im_start|>"), token_id("<|im_end|>")
+    forced = complete(client, TEXT[0], max_tokens=3, logit_bias={str(start): 100})
+    assert forced.choices[0].text == "" and forced.usage.completion_tokens == 3
+    shown = complete(client, TEXT[0], max_tokens=3, logit_bias={str(start): 100},
+                     extra_body={"skip_special_tokens": False})
+    assert shown.choices[0].text == "<|im_start|>" * 3
+    ended = chat(client, CHAT[0], max_tokens=8, logit_bias={str(end): 100},
+                 extra_body={"skip_special_tokens": False}).choices[0]
+    assert ended.finish_reason == "stop" and ended.message.content == ""
+    kept = chat(client, CHAT[0], max_tokens=8, logit_bias={str(end): 100}, extra_body={
+        "skip_special_tokens": False, "include_stop_str_in_output": True}).choices[0]
+    assert kept.finish_reason == "stop" and kept.message.content == "<|im_end|>"
+
+
+def test_vllm_prompt_fields_continue_the_final_message_and_truncate(client, server):
+    # continue_final_message: the assistant's turn is continued from its content (the prompt
+    # ends there: /tokenize with the same flags has the same tokens).
+    msgs = [{"role": "user", "content": CHAT[0]},
+            {"role": "assistant", "content": "The answer is"}]
+    flags = {"add_generation_prompt": False, "continue_final_message": True}
+    r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0,
+                                       extra_body=flags)
+    tok = request(server.port, "POST", "/tokenize", {"messages": msgs, **flags}).json()
+    assert r.usage.prompt_tokens == tok["count"]
+    text = request(server.port, "POST", "/detokenize", {"tokens": tok["tokens"]}).json()["prompt"]
+    assert text.endswith("The answer is"), text
+    opened = request(server.port, "POST", "/tokenize", {"messages": msgs}).json()
+    assert opened["count"] > tok["count"]  # the turn closed and a new one opened
+    with pytest.raises(openai.BadRequestError) as e:  # both: as vLLM, a 400
+        client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8,
+                                       extra_body={"continue_final_message": True})
+    assert e.value.param == "continue_final_message"
+    # truncate_prompt_tokens: only the prompt's last k tokens, as if sent alone.
+    ids = [(7 * i + 3) % 200 + 10 for i in range(50)]
+    short = complete(client, ids, max_tokens=6, extra_body={"truncate_prompt_tokens": 10})
+    alone = complete(client, ids[-10:], max_tokens=6)
+    assert short.usage.prompt_tokens == 10 and short.choices[0].text == alone.choices[0].text
+    assert complete(client, ids, max_tokens=1, extra_body={"truncate_prompt_tokens": 80}) \
+        .usage.prompt_tokens == 50
+
+
 def test_completion_logprobs_above_five_names_logprobs(client):
     with pytest.raises(openai.BadRequestError) as e:
         complete(client, TEXT[0], logprobs=6)
