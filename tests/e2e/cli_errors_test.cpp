@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/config.h"
 #include "model/safetensors.h"
 #include "test_support.h"
 
@@ -71,6 +72,22 @@ TEST_F(BrokenCheckpoint, MissingConfig) {
 TEST_F(BrokenCheckpoint, InvalidJsonConfig) {
   std::ofstream(dir_ / "config.json") << "{ not json";
   expect_error(run_tandem(generate_args()), "invalid JSON");
+}
+
+TEST_F(BrokenCheckpoint, InvalidGenerationConfig) {
+  std::ofstream(dir_ / "generation_config.json") << "{ \"eos_token_id\": [1,";
+  expect_error(run_tandem(generate_args()), "generation_config.json: invalid JSON");
+}
+
+// generation_config.json's end tokens join config.json's (a chat model's end of turn).
+TEST_F(BrokenCheckpoint, GenerationConfigEndTokensJoinConfigs) {
+  auto c = config();
+  c["eos_token_id"] = 3;
+  write_config(c);
+  std::ofstream(dir_ / "generation_config.json") << R"({"eos_token_id": [3, 5, 7]})";
+  EXPECT_EQ(ModelConfig::from_dir(dir_.string()).eos_token_ids, (std::vector<int32_t>{3, 5, 7}));
+  std::ofstream(dir_ / "generation_config.json") << R"({"eos_token_id": 9, "do_sample": false})";
+  EXPECT_EQ(ModelConfig::from_dir(dir_.string()).eos_token_ids, (std::vector<int32_t>{3, 9}));
 }
 
 TEST_F(BrokenCheckpoint, UnknownModelType) {
