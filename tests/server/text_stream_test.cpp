@@ -96,8 +96,11 @@ std::string expected_output(const std::string& text, const std::vector<std::stri
   return text;
 }
 
-TEST(StopMatcher, ArbitrarySplitsGiveTheSameTextAndNeverLeakAStop) {
-  std::mt19937 rng(7);
+// Random texts and stop strings pushed in random pieces: whatever goes out is a prefix of the
+// answer (without include_stop no stop string, not even its beginning, ever goes out), and the
+// whole is the answer whatever the split.
+void check_random_splits(uint32_t seed, bool include_stop) {
+  std::mt19937 rng(seed);
   const std::string alphabet = "abcab \n";
   for (int trial = 0; trial < 3000; ++trial) {
     std::string text;
@@ -112,15 +115,13 @@ TEST(StopMatcher, ArbitrarySplitsGiveTheSameTextAndNeverLeakAStop) {
       stops.push_back(stop);
     }
     bool should_stop = false;
-    const std::string want = expected_output(text, stops, &should_stop);
-    StopMatcher m(stops);
+    const std::string want = expected_output(text, stops, &should_stop, include_stop);
+    StopMatcher m(stops, include_stop);
     std::string got;
     for (size_t pos = 0; pos < text.size() && !m.stopped();) {
       const size_t piece = 1 + rng() % 5;
       got += m.push(std::string_view(text).substr(pos, piece));
       pos += piece;
-      // Whatever was emitted so far is a prefix of the answer: no stop string, not even its
-      // beginning, ever goes out.
       ASSERT_EQ(want.compare(0, got.size(), got), 0)
           << "text '" << text << "' emitted '" << got << "' stops "
           << ::testing::PrintToString(stops);
@@ -131,40 +132,12 @@ TEST(StopMatcher, ArbitrarySplitsGiveTheSameTextAndNeverLeakAStop) {
   }
 }
 
-// include_stop_str_in_output: the same under any split, ending with the stop string that ended it.
-TEST(StopMatcher, IncludedStopStringsEndTheTextWhateverTheSplit) {
-  std::mt19937 rng(17);
-  const std::string alphabet = "abcab \n";
-  for (int trial = 0; trial < 3000; ++trial) {
-    std::string text;
-    const int len = 1 + static_cast<int>(rng() % 40);
-    for (int i = 0; i < len; ++i) text += alphabet[rng() % alphabet.size()];
-    std::vector<std::string> stops;
-    const int n_stops = static_cast<int>(rng() % 4);
-    for (int s = 0; s < n_stops; ++s) {
-      std::string stop;
-      const int sl = 1 + static_cast<int>(rng() % 4);
-      for (int i = 0; i < sl; ++i) stop += alphabet[rng() % alphabet.size()];
-      stops.push_back(stop);
-    }
-    bool should_stop = false;
-    const std::string want = expected_output(text, stops, &should_stop, true);
-    StopMatcher m(stops, /*include_stop=*/true);
-    std::string got;
-    for (size_t pos = 0; pos < text.size() && !m.stopped();) {
-      const size_t piece = 1 + rng() % 5;
-      got += m.push(std::string_view(text).substr(pos, piece));
-      pos += piece;
-      // Whatever was emitted so far is a prefix of the answer.
-      ASSERT_EQ(want.compare(0, got.size(), got), 0)
-          << "text '" << text << "' emitted '" << got << "' stops "
-          << ::testing::PrintToString(stops);
-    }
-    got += m.flush();
-    EXPECT_EQ(got, want) << "text '" << text << "'";
-    EXPECT_EQ(m.stopped(), should_stop);
-  }
+TEST(StopMatcher, ArbitrarySplitsGiveTheSameTextAndNeverLeakAStop) {
+  check_random_splits(7, false);
 }
+
+// include_stop_str_in_output: the same under any split, ending with the stop string that ended it.
+TEST(StopMatcher, IncludedStopStringsEndTheTextWhateverTheSplit) { check_random_splits(17, true); }
 
 TEST(StopMatcher, LinearOnHostileStops) {
   // Text that keeps matching a long stop string's prefix: a quadratic matcher would take minutes.
