@@ -37,12 +37,15 @@ int64_t unix_now() {
       .count();
 }
 
-// The engine request of a validated body.
+// The engine request of a validated body (completions: of its prompt `prompt`).
 // opens_think: whether the rendered chat prompt leaves a <think> block open (reasoning.h).
-Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bool& opens_think) {
+Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, size_t prompt,
+                       bool& opens_think) {
   Request r;
   const bool chat = g.endpoint == Endpoint::kChat;
-  const char* prompt_param = chat ? "messages" : "prompt";
+  const std::string prompt_param = chat                    ? "messages"
+                                   : g.prompts.size() == 1 ? "prompt"
+                                                           : fmt::format("prompt[{}]", prompt);
   opens_think = false;
   try {
     if (chat) {
@@ -51,10 +54,10 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, bo
                              g.continue_final_message, g.template_extra);
       opens_think = prompt_opens_think(rendered);
       r.prompt = ctx.codec.encode(rendered);
-    } else if (g.prompt_text) {
-      r.prompt = ctx.codec.encode(*g.prompt_text);
+    } else if (g.prompts[prompt].text) {
+      r.prompt = ctx.codec.encode(*g.prompts[prompt].text);
     } else {
-      r.prompt = g.prompt_ids;
+      r.prompt = g.prompts[prompt].ids;
     }
   } catch (const Error& e) {
     throw bad_request(prompt_param, e.what());
@@ -273,6 +276,7 @@ class Generation {
 
 // One choice: its engine request and what the handler has of it.
 struct ChoiceRun {
+  size_t prompt = 0;  // completions: which of the request's prompts
   std::shared_ptr<Channel> ch;
   std::unique_ptr<Generation> gen;
   Delivery pending;  // the first delivery, until it is absorbed
@@ -340,10 +344,13 @@ struct EchoPrompt {
   int64_t bytes = 0;  // its tokens' bytes, special tokens included
 };
 
+// The prompt's text as given, unless truncate_prompt_tokens may have cut it (then the ids decoded).
 std::optional<EchoPrompt> echo_prompt_of(const HandlerContext& ctx, const GenerationRequest& g,
-                                         const std::vector<int32_t>& prompt) {
+                                         size_t index, const std::vector<int32_t>& prompt) {
   if (!g.echo) return std::nullopt;
-  EchoPrompt e{g.prompt_text ? *g.prompt_text : ctx.codec.decode(prompt, false), prompt, 0};
+  const std::optional<std::string>& text = g.prompts[index].text;
+  EchoPrompt e{text && !g.truncate_prompt_tokens ? *text : ctx.codec.decode(prompt, false), prompt,
+               0};
   for (int32_t id : prompt)
     e.bytes += static_cast<int64_t>(ctx.codec.token_bytes(id, false).size());
   return e;
@@ -361,10 +368,16 @@ Json lead_with_prompt(const std::optional<EchoPrompt>& echo, Generation& gen, st
   return gen.take_echo_logprobs(echo->ids);
 }
 
+// The request's prompts as the engine got them, and with echo how each leads its choices.
+struct Prompts {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::optional<EchoPrompt>> echo;
+  int64_t tokens = 0;  // usage: each prompt once
+};
+
 void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
-                   std::vector<ChoiceRun>& runs, std::span<const int32_t> prompt,
-                   httplib::Response& res, const std::optional<EchoPrompt>& echo) {
-  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+                   std::vector<ChoiceRun>& runs, const Prompts& prompts, httplib::Response& res) {
+  const int64_t prompt_tokens = prompts.tokens;
   std::vector<Choice> choices;
   for (ChoiceRun& c : runs) {  // the others keep running; their deliveries wait in their channels
     Delivery d = std::move(c.pending);
@@ -385,11 +398,11 @@ void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
     }
     count_end(ctx, *c.gen);
     int64_t offset = 0;
-    Json lps = lead_with_prompt(echo, *c.gen, text, offset);
+    Json lps = lead_with_prompt(prompts.echo[c.prompt], *c.gen, text, offset);
     choices.push_back({std::move(text), c.gen->finish_reason(), std::move(lps),
                        tool_calls_of(*c.gen, false),
                        c.gen->had_reasoning() ? std::optional(std::move(reasoning)) : std::nullopt,
-                       c.gen->prompt_logprobs(prompt)});
+                       c.gen->prompt_logprobs(prompts.ids[c.prompt])});
   }
   record_end(runs, prompt_tokens);
   const Json body =
@@ -403,7 +416,8 @@ struct StreamState {
   std::vector<ChoiceRun> runs;
   int64_t prompt_tokens;
   bool include_usage;
-  std::optional<EchoPrompt> echo;  // completions with echo: each choice's first chunk leads with it
+  // Per prompt: with echo each choice's first chunk leads with its prompt.
+  std::vector<std::optional<EchoPrompt>> echo;
 };
 
 // The whole stream in one provider call: httplib stops calling a provider once the server
@@ -446,7 +460,7 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
       std::string& text = piece.content;
       // The chunk's logprobs (a choice's first chunk: with echo, the prompt leads).
       const auto take_lps = [&] {
-        return c.first_chunk ? lead_with_prompt(s.echo, *c.gen, text, c.offset)
+        return c.first_chunk ? lead_with_prompt(s.echo[c.prompt], *c.gen, text, c.offset)
                              : c.gen->take_logprobs(c.offset);
       };
       if (!c.gen->finished()) {
@@ -513,28 +527,42 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
   const double arrival = EngineLoop::now();
   const Json body = parse_body(raw);
   const GenerationRequest g = parse_generation_request(body, endpoint, ctx.limits);
-  bool opens_think = false;
-  const Request r = engine_request(ctx, g, opens_think);
-  const auto prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  // Completions may carry several prompts: each its engine request (and n choices).
+  const size_t n_prompts = endpoint == Endpoint::kChat ? 1 : g.prompts.size();
+  std::vector<Request> reqs;
+  std::vector<char> opens_think;  // per prompt (reasoning.h)
+  Prompts prompts;
+  for (size_t p = 0; p < n_prompts; ++p) {
+    bool opens = false;
+    reqs.push_back(engine_request(ctx, g, p, opens));
+    opens_think.push_back(opens ? 1 : 0);
+    prompts.ids.push_back(reqs.back().prompt);
+    prompts.tokens += static_cast<int64_t>(reqs.back().prompt.size());
+  }
   const ResponseMeta meta{.endpoint = endpoint,
                           .id = random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"),
                           .created = unix_now(),
                           .model = ctx.opt.served_model_name};
   access_record().id = meta.id;
-  access_record().prompt_tokens = prompt_tokens;
-  // n choices: n engine requests, choice i sampling with seed + i (as vLLM's child requests),
-  // all submitted before any acceptance is awaited (so they join the same step); any refused
-  // cancels the others.
-  std::vector<ChoiceRun> runs(static_cast<size_t>(g.n));
+  access_record().prompt_tokens = prompts.tokens;
+  // n choices per prompt: n engine requests, choice i sampling with seed + i (as vLLM's child
+  // requests), all submitted before any acceptance is awaited (so they join the same step); any
+  // refused cancels the others. Choice index: prompt p's choice i is p n + i (OpenAI's order).
+  std::vector<ChoiceRun> runs(n_prompts * static_cast<size_t>(g.n));
   try {
-    for (int i = 0; i < g.n; ++i) {
-      Request ri = r;
-      ri.sampling.seed = r.sampling.seed + static_cast<uint64_t>(i);
-      runs[i].ch = ctx.loop.submit(std::move(ri), arrival);
+    for (size_t p = 0; p < n_prompts; ++p) {
+      for (int i = 0; i < g.n; ++i) {
+        ChoiceRun& c = runs[p * static_cast<size_t>(g.n) + static_cast<size_t>(i)];
+        Request ri = reqs[p];
+        ri.sampling.seed = reqs[p].sampling.seed + static_cast<uint64_t>(i);
+        c.prompt = p;
+        c.ch = ctx.loop.submit(std::move(ri), arrival);
+      }
     }
     for (ChoiceRun& c : runs) {
       c.pending = await_acceptance(c.ch);
-      c.gen = std::make_unique<Generation>(ctx, g, r.stop_ids, c.ch, opens_think);
+      c.gen = std::make_unique<Generation>(ctx, g, reqs[c.prompt].stop_ids, c.ch,
+                                           opens_think[c.prompt] != 0);
     }
   } catch (...) {
     for (ChoiceRun& c : runs) {
@@ -542,13 +570,16 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
     }
     throw;
   }
-  const std::optional<EchoPrompt> echo = echo_prompt_of(ctx, g, r.prompt);
-  if (!g.stream) return respond_whole(ctx, meta, runs, r.prompt, res, echo);
+  for (size_t p = 0; p < n_prompts; ++p) {
+    prompts.echo.push_back(endpoint == Endpoint::kChat ? std::nullopt
+                                                       : echo_prompt_of(ctx, g, p, prompts.ids[p]));
+  }
+  if (!g.stream) return respond_whole(ctx, meta, runs, prompts, res);
   auto state = std::make_shared<StreamState>(StreamState{.meta = meta,
                                                          .runs = std::move(runs),
-                                                         .prompt_tokens = prompt_tokens,
+                                                         .prompt_tokens = prompts.tokens,
                                                          .include_usage = g.include_usage,
-                                                         .echo = echo});
+                                                         .echo = std::move(prompts.echo)});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(

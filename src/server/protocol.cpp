@@ -271,27 +271,39 @@ std::vector<std::string> parse_stop(const Json& body) {
 }
 
 // prompt: a string, a list of one string, a list of token ids, or a list of one such list.
+// One prompt of a completions request: a non-empty string or list of token ids (param names it).
+GenerationRequest::Prompt parse_one_prompt(const Json& v, const std::string& param,
+                                           const ProtocolLimits& limits) {
+  GenerationRequest::Prompt out;
+  if (v.is_string()) {
+    if (v.get_ref<const std::string&>().empty()) {
+      throw bad_request(param, fmt::format("'{}' must not be empty", param));
+    }
+    out.text = v.get<std::string>();
+    return out;
+  }
+  if (!v.is_array()) wrong_type(param, "a string or an array of token ids", v);
+  out.ids = token_ids(v, param, limits.vocab_size);
+  if (out.ids.empty()) throw bad_request(param, fmt::format("'{}' must not be empty", param));
+  return out;
+}
+
+// "prompt": a string, token ids, or a list of either (a batch of prompts).
 void parse_prompt(const Json& body, const ProtocolLimits& limits, GenerationRequest& r) {
   const Json* p = find(body, "prompt");
   if (!p) throw bad_request("prompt", "'prompt' is required");
-  const Json* one = p;
   if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
-    if (p->size() != 1) {
-      throw bad_request("prompt",
-                        fmt::format("only one prompt per request is supported, got {}", p->size()));
+    if (p->size() > static_cast<size_t>(kMaxPromptChoices)) {
+      throw bad_request("prompt", fmt::format("at most {} prompts per request, got {}",
+                                              kMaxPromptChoices, p->size()));
     }
-    one = &(*p)[0];
-  }
-  if (one->is_string()) {
-    if (one->get_ref<const std::string&>().empty()) {
-      throw bad_request("prompt", "'prompt' must not be empty");
+    for (size_t i = 0; i < p->size(); ++i) {
+      const std::string param = p->size() == 1 ? "prompt" : fmt::format("prompt[{}]", i);
+      r.prompts.push_back(parse_one_prompt((*p)[i], param, limits));
     }
-    r.prompt_text = one->get<std::string>();
     return;
   }
-  if (!one->is_array()) wrong_type("prompt", "a string or an array of token ids", *one);
-  r.prompt_ids = token_ids(*one, "prompt", limits.vocab_size);
-  if (r.prompt_ids.empty()) throw bad_request("prompt", "'prompt' must not be empty");
+  r.prompts.push_back(parse_one_prompt(*p, "prompt", limits));
 }
 
 // vLLM's add_generation_prompt and continue_final_message (chat; /tokenize's messages too).
@@ -477,6 +489,10 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
       throw bad_request("n", fmt::format("'n' must be in [1, {}], got {}", kMaxChoices, *n));
     }
     r.n = static_cast<int>(*n);
+  }
+  if (r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(kMaxPromptChoices)) {
+    throw bad_request("n", fmt::format("{} prompts x 'n' {} is more than {} choices",
+                                       r.prompts.size(), r.n, kMaxPromptChoices));
   }
   const char* max_name = "max_tokens";
   std::optional<int64_t> max_tokens = get_int(body, "max_tokens");

@@ -23,6 +23,7 @@ using Json = nlohmann::ordered_json;
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxChoices = 128;  // `n`, OpenAI's limit
 inline constexpr int kMaxChatTopLogprobs = 20;
+inline constexpr int kMaxPromptChoices = 256;  // prompts x n in one completions request
 inline constexpr int kMaxCompletionLogprobs = 5;
 inline constexpr int kMaxJsonDepth = 256;
 inline constexpr int64_t kMaxObjectKeys = 4096;
@@ -38,9 +39,13 @@ struct GenerationRequest {
   // Chat: the messages (content normalised to strings) and template variables (tools, ...).
   Json messages;
   Json template_extra = Json::object();
-  // Completions: text or token ids.
-  std::optional<std::string> prompt_text;
-  std::vector<int32_t> prompt_ids;
+  // Completions: the prompts (a list of several is a batch: choices prompt 0's n, then prompt
+  // 1's, ...), each text or token ids.
+  struct Prompt {
+    std::optional<std::string> text;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Prompt> prompts;
   std::optional<int64_t> max_tokens;  // absent: the rest of the context
   SamplingParams sampling;
   std::vector<std::string> stop;

@@ -66,7 +66,9 @@ TEST(Protocol, EveryBadRequestNamesItsFieldAndStatus) {
       {"tool_choice a number", C, "{" + m + R"(, "tool_choice": 1})", 400, "tool_choice"},
       {"missing prompt", P, R"({"max_tokens": 3})", 400, "prompt"},
       {"empty prompt", P, R"({"prompt": ""})", 400, "prompt"},
-      {"two prompts", P, R"({"prompt": ["a", "b"]})", 400, "prompt"},
+      {"an empty prompt of two", P, R"({"prompt": ["a", ""]})", 400, "prompt[1]"},
+      {"an id out of vocab in a batch", P, R"({"prompt": [[1], [1, 100]]})", 400, "prompt[1][1]"},
+      {"prompts x n above 256", P, R"({"prompt": ["a", "b", "c"], "n": 100})", 400, "n"},
       {"prompt a number", P, R"({"prompt": 5})", 400, "prompt"},
       {"empty id list", P, R"({"prompt": []})", 400, "prompt"},
       {"id out of vocab", P, R"({"prompt": [1, 100]})", 400, "prompt[1]"},
@@ -233,7 +235,8 @@ TEST(Protocol, HostileShapesAreRefusedBeforeParsing) {
 TEST(Protocol, DefaultsFollowOpenAI) {
   const GenerationRequest r = completion("");
   EXPECT_EQ(r.model, "tiny");
-  EXPECT_EQ(*r.prompt_text, "hi");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(*r.prompts[0].text, "hi");
   EXPECT_FALSE(r.max_tokens.has_value());  // the rest of the context
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.f);
   EXPECT_FLOAT_EQ(r.sampling.top_p, 1.f);
@@ -312,11 +315,19 @@ TEST(Protocol, EveryFieldMapsOntoTheRequest) {
 }
 
 TEST(Protocol, PromptForms) {
-  EXPECT_EQ(*parse(R"({"prompt": ["one"]})", Endpoint::kCompletion).prompt_text, "one");
-  EXPECT_EQ(parse(R"({"prompt": [1, 2, 3]})", Endpoint::kCompletion).prompt_ids,
+  EXPECT_EQ(*parse(R"({"prompt": ["one"]})", Endpoint::kCompletion).prompts.at(0).text, "one");
+  EXPECT_EQ(parse(R"({"prompt": [1, 2, 3]})", Endpoint::kCompletion).prompts.at(0).ids,
             (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(parse(R"({"prompt": [[4, 5]]})", Endpoint::kCompletion).prompt_ids,
+  EXPECT_EQ(parse(R"({"prompt": [[4, 5]]})", Endpoint::kCompletion).prompts.at(0).ids,
             (std::vector<int32_t>{4, 5}));
+  // A batch of prompts (lm-eval's batched requests): texts or id lists, in order.
+  const GenerationRequest b =
+      parse(R"({"prompt": [[4, 5], [6], [7, 8, 9]], "n": 2})", Endpoint::kCompletion);
+  ASSERT_EQ(b.prompts.size(), 3u);
+  EXPECT_EQ(b.prompts[2].ids, (std::vector<int32_t>{7, 8, 9}));
+  const GenerationRequest t = parse(R"({"prompt": ["a", "b"]})", Endpoint::kCompletion);
+  ASSERT_EQ(t.prompts.size(), 2u);
+  EXPECT_EQ(*t.prompts[1].text, "b");
 }
 
 TEST(Protocol, ChatFields) {

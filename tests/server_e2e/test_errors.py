@@ -75,8 +75,8 @@ WRONG = [
     (CHAT, {"model": MODEL, "max_tokens": 2}, "messages"),
     (COMP, comp(prompt=5), "prompt"),
     (COMP, comp(prompt={"a": 1}), "prompt"),
-    (COMP, comp(prompt=["a", "b"]), "prompt"),
-    (COMP, comp(prompt=[[1, 2], [3]]), "prompt"),
+    (COMP, comp(prompt=["a", ""]), "prompt"),  # (a batch of prompts: each must be valid)
+    (COMP, comp(prompt=[[1, 2], [8192]]), "prompt"),
     (COMP, comp(prompt=[]), "prompt"),
     (COMP, comp(prompt=[-1]), "prompt"),
     (COMP, comp(prompt=[8192]), "prompt"),

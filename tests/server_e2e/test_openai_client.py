@@ -515,6 +515,34 @@ def test_vllm_prompt_fields_continue_the_final_message_and_truncate(client, serv
         .usage.prompt_tokens == 50
 
 
+def test_a_batch_of_prompts_answers_each_as_alone(client, mtp_client):
+    # A list of prompts (what lm-eval sends with batch_size > 1): choice p n + i is prompt p's
+    # choice i, each equal to that prompt sent alone; usage counts every prompt once.
+    singles = [complete(client, t, max_tokens=8) for t in TEXT[:2]]
+    r = complete(client, TEXT[:2], max_tokens=8)
+    assert [c.index for c in r.choices] == [0, 1]
+    assert [c.text for c in r.choices] == [s.choices[0].text for s in singles]
+    assert r.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles)
+    seeded = complete(client, TEXT[:2], max_tokens=8, n=2, temperature=0.9, seed=3)
+    for p, text in enumerate(TEXT[:2]):
+        alone = complete(client, text, max_tokens=8, n=2, temperature=0.9, seed=3)
+        assert [c.text for c in seeded.choices[2 * p:2 * p + 2]] == [c.text for c in alone.choices]
+    chunks = list(complete(client, TEXT[:2], max_tokens=8, stream=True))
+    for i in range(2):
+        assert "".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == i) \
+            == r.choices[i].text
+    # lm-eval's loglikelihood batch: token-id prompts with echo and logprobs, each choice led by
+    # its own prompt; the same under MTP.
+    ids = [[(7 * i + 3) % 200 + 10 for i in range(n)] for n in (30, 80)]
+    batch = complete(client, ids, echo=True, logprobs=1, max_tokens=1).choices
+    for p in range(2):
+        one = complete(client, ids[p], echo=True, logprobs=1, max_tokens=1).choices[0]
+        assert batch[p].text == one.text
+        assert batch[p].logprobs.token_logprobs == one.logprobs.token_logprobs
+    spec = complete(mtp_client, ids, echo=True, logprobs=1, max_tokens=1).choices
+    assert [c.logprobs.token_logprobs for c in spec] == [c.logprobs.token_logprobs for c in batch]
+
+
 def test_completion_logprobs_above_five_names_logprobs(client):
     with pytest.raises(openai.BadRequestError) as e:
         complete(client, TEXT[0], logprobs=6)
