@@ -105,7 +105,7 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, si
   r.logprobs = g.logprobs;
   // The prompt scored for echo's logprobs and for prompt_logprobs: the larger top count of the
   // two (each response field shows its own).
-  r.prompt_logprobs = std::max(g.echo ? g.logprobs : -1, g.prompt_logprobs);
+  r.prompt_logprobs = std::max(g.echo && !chat ? g.logprobs : -1, g.prompt_logprobs);
   r.json_object = g.json_object;
   r.json_schema = g.json_schema;
   // With the reasoning split off, the think block is free text and the object follows it.
@@ -125,7 +125,7 @@ class Generation {
         include_stop_(g.include_stop_str),
         top_logprobs_(g.logprobs),
         prompt_top_(g.prompt_logprobs),
-        no_output_(g.echo && g.max_tokens == 0),
+        no_output_(g.echo && g.max_tokens == 0),  // (completions: chat's max_tokens is >= 1)
         stop_ids_(std::move(stop_ids)),
         stream_(ctx.codec, g.stop, g.sampling.min_tokens, g.include_stop_str, g.skip_special),
         ch_(std::move(ch)) {
@@ -372,8 +372,19 @@ Json lead_with_prompt(const std::optional<EchoPrompt>& echo, Generation& gen, st
 struct Prompts {
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::optional<EchoPrompt>> echo;
-  int64_t tokens = 0;  // usage: each prompt once
+  std::string chat_echo;  // chat with echo: the final assistant message's content
+  int64_t tokens = 0;     // usage: each prompt once
 };
+
+// Chat with echo (vLLM's): the final message's content when it is the assistant's, else nothing.
+std::string chat_echo_of(const GenerationRequest& g) {
+  if (g.endpoint != Endpoint::kChat || !g.echo || g.messages.empty()) return {};
+  const Json& last = g.messages.back();
+  const bool mine = last.contains("role") && last["role"] == "assistant";
+  return mine && last.contains("content") && last["content"].is_string()
+             ? last["content"].get<std::string>()
+             : std::string();
+}
 
 void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
                    std::vector<ChoiceRun>& runs, const Prompts& prompts, httplib::Response& res) {
@@ -399,6 +410,7 @@ void respond_whole(const HandlerContext& ctx, const ResponseMeta& meta,
     count_end(ctx, *c.gen);
     int64_t offset = 0;
     Json lps = lead_with_prompt(prompts.echo[c.prompt], *c.gen, text, offset);
+    text = prompts.chat_echo + text;
     choices.push_back({std::move(text), c.gen->finish_reason(), std::move(lps),
                        tool_calls_of(*c.gen, false),
                        c.gen->had_reasoning() ? std::optional(std::move(reasoning)) : std::nullopt,
@@ -418,6 +430,7 @@ struct StreamState {
   bool include_usage;
   // Per prompt: with echo each choice's first chunk leads with its prompt.
   std::vector<std::optional<EchoPrompt>> echo;
+  std::string chat_echo;  // chat with echo: in each choice's first (role) chunk
 };
 
 // The whole stream in one provider call: httplib stops calling a provider once the server
@@ -433,7 +446,8 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
   const auto poll = several ? std::chrono::milliseconds(0) : kPoll;
   if (chat) {
     for (size_t i = 0; i < s.runs.size(); ++i) {
-      if (!send(sse_event(chunk_json(s.meta, static_cast<int>(i), "", true, nullptr, "")))) {
+      if (!send(
+              sse_event(chunk_json(s.meta, static_cast<int>(i), s.chat_echo, true, nullptr, "")))) {
         return false;
       }
       s.runs[i].first_chunk = false;
@@ -574,12 +588,14 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
     prompts.echo.push_back(endpoint == Endpoint::kChat ? std::nullopt
                                                        : echo_prompt_of(ctx, g, p, prompts.ids[p]));
   }
+  prompts.chat_echo = chat_echo_of(g);
   if (!g.stream) return respond_whole(ctx, meta, runs, prompts, res);
   auto state = std::make_shared<StreamState>(StreamState{.meta = meta,
                                                          .runs = std::move(runs),
                                                          .prompt_tokens = prompts.tokens,
                                                          .include_usage = g.include_usage,
-                                                         .echo = std::move(prompts.echo)});
+                                                         .echo = std::move(prompts.echo),
+                                                         .chat_echo = prompts.chat_echo});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(

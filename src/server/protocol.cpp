@@ -503,12 +503,10 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     }
   }
   r.echo = get_bool(body, "echo", false);
-  if (r.echo && endpoint == Endpoint::kChat) {
-    throw bad_request("echo", "'echo' is not supported by chat completions");
-  }
-  if (max_tokens && *max_tokens < (r.echo ? 0 : 1)) {
-    throw bad_request(
-        max_name, fmt::format("'{}' must be >= {}, got {}", max_name, r.echo ? 0 : 1, *max_tokens));
+  const int least = r.echo && endpoint == Endpoint::kCompletion ? 0 : 1;
+  if (max_tokens && *max_tokens < least) {
+    throw bad_request(max_name,
+                      fmt::format("'{}' must be >= {}, got {}", max_name, least, *max_tokens));
   }
   r.max_tokens = max_tokens;
 

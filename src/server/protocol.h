@@ -56,7 +56,8 @@ struct GenerationRequest {
   // logprob, vocab rank and the top alternatives at its position (Request::prompt_logprobs).
   int prompt_logprobs = -1;
   // Completions: the response's text (and logprobs) start with the prompt's; max_tokens may then
-  // be 0 (the prompt alone, as lm-eval's loglikelihood asks).
+  // be 0 (the prompt alone, as lm-eval's loglikelihood asks). Chat (vLLM's): the answer's content
+  // starts with the final message's when that is the assistant's (continue_final_message).
   bool echo = false;
   bool stream = false;
   bool include_usage = false;

@@ -109,7 +109,7 @@ WRONG = [
     (COMP, comp(min_p=1.5), "min_p"),
     (COMP, comp(min_tokens=-1), "min_tokens"),
     (CHAT, chat(max_tokens=2, min_tokens=3), "min_tokens"),
-    (CHAT, chat(echo=True), "echo"),
+    (CHAT, chat(echo=True, max_tokens=0), "max_tokens"),  # (chat's echo scores nothing)
     (COMP, comp(suffix="tail"), "suffix"),
     (COMP, comp(best_of=3), "best_of"),
     (COMP, comp(logit_bias=[1]), "logit_bias"),

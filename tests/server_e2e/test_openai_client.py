@@ -500,6 +500,17 @@ def test_vllm_prompt_fields_continue_the_final_message_and_truncate(client, serv
     assert r.usage.prompt_tokens == tok["count"]
     text = request(server.port, "POST", "/detokenize", {"tokens": tok["tokens"]}).json()["prompt"]
     assert text.endswith("The answer is"), text
+    # echo (vLLM's, on chat): the answer starts with the continued message.
+    echoed = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8,
+                                            temperature=0, extra_body={**flags, "echo": True})
+    assert echoed.choices[0].message.content == "The answer is" + r.choices[0].message.content
+    chunks = list(client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8,
+                                                 temperature=0, stream=True,
+                                                 extra_body={**flags, "echo": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == \
+        echoed.choices[0].message.content
+    assert chat(client, CHAT[0], max_tokens=4, extra_body={"echo": True}).choices[0] \
+        .message.content == chat(client, CHAT[0], max_tokens=4).choices[0].message.content
     opened = request(server.port, "POST", "/tokenize", {"messages": msgs}).json()
     assert opened["count"] > tok["count"]  # the turn closed and a new one opened
     with pytest.raises(openai.BadRequestError) as e:  # both: as vLLM, a 400
