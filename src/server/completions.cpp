@@ -428,6 +428,10 @@ struct StreamState {
   std::vector<ChoiceRun> runs;
   int64_t prompt_tokens;
   bool include_usage;
+  // stream_options.continuous_usage_stats (vLLM's, with include_usage): every chunk's usage,
+  // its choice's prompt (prompt_sizes[run's prompt]) and completion tokens so far.
+  bool continuous_usage = false;
+  std::vector<int64_t> prompt_sizes;
   // Per prompt: with echo each choice's first chunk leads with its prompt.
   std::vector<std::optional<EchoPrompt>> echo;
   std::string chat_echo;  // chat with echo: in each choice's first (role) chunk
@@ -439,15 +443,24 @@ struct StreamState {
 // include_usage) one usage chunk for all of them, then [DONE].
 bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& sink) {
   const bool chat = s.meta.endpoint == Endpoint::kChat;
-  auto send = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
+  auto send_frame = [&](const std::string& frame) {
+    return sink.write(frame.data(), frame.size());
+  };
+  // A choice's chunk, with continuous usage stats its usage so far.
+  auto send_chunk = [&](Json chunk, const ChoiceRun& c) {
+    if (s.continuous_usage) {
+      chunk["usage"] = usage_json(s.prompt_sizes[c.prompt], c.gen ? c.gen->completion_tokens() : 0);
+    }
+    return send_frame(sse_event(chunk));
+  };
   // One choice blocks on its channel; several poll theirs in turn and sleep 1 ms when none had
   // anything, so that an idle choice never delays the others' chunks.
   const bool several = s.runs.size() > 1;
   const auto poll = several ? std::chrono::milliseconds(0) : kPoll;
   if (chat) {
     for (size_t i = 0; i < s.runs.size(); ++i) {
-      if (!send(
-              sse_event(chunk_json(s.meta, static_cast<int>(i), s.chat_echo, true, nullptr, "")))) {
+      if (!send_chunk(chunk_json(s.meta, static_cast<int>(i), s.chat_echo, true, nullptr, ""),
+                      s.runs[i])) {
         return false;
       }
       s.runs[i].first_chunk = false;
@@ -480,16 +493,17 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
       if (!c.gen->finished()) {
         if (text.empty() && piece.reasoning.empty()) continue;
         const Json lps = take_lps();
-        connected = send(sse_event(
-            chunk_json(s.meta, index, text, c.first_chunk, lps, "", nullptr, piece.reasoning)));
+        connected = send_chunk(
+            chunk_json(s.meta, index, text, c.first_chunk, lps, "", nullptr, piece.reasoning), c);
         c.offset += static_cast<int64_t>(text.size());
         c.first_chunk = false;
         continue;
       }
       if (!c.gen->tool_calls().empty()) {  // content still held, then the calls, then the end
         const Json lps = take_lps();
-        connected = send(sse_event(chunk_json(s.meta, index, text, c.first_chunk, lps, "",
-                                              tool_calls_of(*c.gen, true), piece.reasoning)));
+        connected = send_chunk(chunk_json(s.meta, index, text, c.first_chunk, lps, "",
+                                          tool_calls_of(*c.gen, true), piece.reasoning),
+                               c);
         c.offset += static_cast<int64_t>(text.size());
         c.first_chunk = false;
         text.clear();
@@ -501,7 +515,7 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
       if (!s.include_usage) last["speculation"] = speculation_json(c.gen->stats());
       count_end(ctx, *c.gen);
       --open;
-      connected = send(sse_event(last));
+      connected = send_chunk(std::move(last), c);
     }
     if (several && !any && open > 0 && connected) {
       connected = sink.is_writable();
@@ -514,9 +528,9 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
     if (s.include_usage) {
       Json usage = usage_chunk_json(s.meta, s.prompt_tokens, completion_tokens(s.runs));
       usage["speculation"] = speculation_json(summed_stats(s.runs));
-      if (!send(sse_event(usage))) return false;
+      if (!send_frame(sse_event(usage))) return false;
     }
-    if (!send(kSseDone)) return false;
+    if (!send_frame(kSseDone)) return false;
     sink.done();
     return true;
   }
@@ -589,11 +603,17 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
                                                        : echo_prompt_of(ctx, g, p, prompts.ids[p]));
   }
   prompts.chat_echo = chat_echo_of(g);
+  std::vector<int64_t> prompt_sizes;
+  for (const std::vector<int32_t>& p : prompts.ids) {
+    prompt_sizes.push_back(static_cast<int64_t>(p.size()));
+  }
   if (!g.stream) return respond_whole(ctx, meta, runs, prompts, res);
   auto state = std::make_shared<StreamState>(StreamState{.meta = meta,
                                                          .runs = std::move(runs),
                                                          .prompt_tokens = prompts.tokens,
                                                          .include_usage = g.include_usage,
+                                                         .continuous_usage = g.continuous_usage,
+                                                         .prompt_sizes = prompt_sizes,
                                                          .echo = std::move(prompts.echo),
                                                          .chat_echo = prompts.chat_echo});
   res.status = 200;

@@ -609,6 +609,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   if (const Json* so = find(body, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
     r.include_usage = get_bool(*so, "include_usage", false);
+    r.continuous_usage = r.include_usage && get_bool(*so, "continuous_usage_stats", false);
   }
   return r;
 }

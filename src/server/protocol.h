@@ -61,6 +61,7 @@ struct GenerationRequest {
   bool echo = false;
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM's): usage per chunk
   int n = 1;  // choices: one engine request each, choice i sampling with seed + i
   // vLLM's: the stop string (or stop token's text) that ended generation stays in the text;
   // special tokens' text in the output (skip_special_tokens false); only the prompt's last

@@ -554,6 +554,26 @@ def test_a_batch_of_prompts_answers_each_as_alone(client, mtp_client):
     assert [c.logprobs.token_logprobs for c in spec] == [c.logprobs.token_logprobs for c in batch]
 
 
+def test_continuous_usage_stats_count_every_chunk(client):
+    # vLLM's stream_options.continuous_usage_stats: each chunk's usage so far, per choice.
+    so = {"include_usage": True, "continuous_usage_stats": True}
+    chunks = list(complete(client, TEXT[:2], max_tokens=12, stream=True,
+                           extra_body={"stream_options": so}))
+    final = chunks[-1]
+    assert final.choices == [] and final.usage.completion_tokens > 0
+    seen = {0: 0, 1: 0}
+    for c in chunks[:-1]:
+        i, u = c.choices[0].index, c.usage
+        assert u.completion_tokens >= seen[i] and u.total_tokens == u.prompt_tokens + u.completion_tokens
+        seen[i] = u.completion_tokens
+    assert sum(seen.values()) == final.usage.completion_tokens
+    singles = [complete(client, t, max_tokens=1).usage.prompt_tokens for t in TEXT[:2]]
+    assert {c.choices[0].index: c.usage.prompt_tokens for c in chunks[:-1]} == dict(enumerate(singles))
+    plain = list(complete(client, TEXT[0], max_tokens=4, stream=True,
+                          stream_options={"include_usage": True}))
+    assert all(c.usage is None for c in plain[:-1])
+
+
 def test_completion_logprobs_above_five_names_logprobs(client):
     with pytest.raises(openai.BadRequestError) as e:
         complete(client, TEXT[0], logprobs=6)
