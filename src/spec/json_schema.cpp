@@ -19,7 +19,6 @@ const std::set<std::string>& unsupported_keywords() {
   static const std::set<std::string> k = {"pattern",
                                           "patternProperties",
                                           "multipleOf",
-                                          "uniqueItems",
                                           "contains",
                                           "minContains",
                                           "maxContains",
@@ -41,12 +40,30 @@ const std::set<std::string>& unsupported_keywords() {
 
 // Keywords that constrain (the rest are annotations or containers of definitions).
 const std::set<std::string>& constraint_keywords() {
-  static const std::set<std::string> k = {
-      "type",        "properties",      "required",     "additionalProperties",
-      "prefixItems", "additionalItems", "items",        "minItems",
-      "maxItems",    "minLength",       "maxLength",    "enum",
-      "const",       "anyOf",           "oneOf",        "allOf",
-      "$ref",        "minProperties",   "maxProperties"};
+  static const std::set<std::string> k = {"type",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "items",
+                                          "minItems",
+                                          "maxItems",
+                                          "minLength",
+                                          "maxLength",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "$ref",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "uniqueItems"};
   return k;
 }
 
@@ -403,10 +420,41 @@ class JsonSchemaCompiler {
         n.items = compile(it, path + "/" + rest_key, depth + 1);
       }
     }
+    unique_items(s, path, n);
     if (n.min_items > n.max_items) {
       n.types &= ~JsonSchema::kArray;
-      if (n.types == 0) fail(path, "'minItems' is above 'maxItems' (or 'items' is false)");
+      if (n.types == 0) {
+        fail(path,
+             "'minItems' is above 'maxItems' (or 'items' is false, or 'uniqueItems' leaves "
+             "fewer distinct items)");
+      }
     }
+  }
+
+  // uniqueItems on arrays whose items are an enum or const (pydantic's set[Literal[...]] and
+  // set[SomeEnum]): each value at most once, so at most as many items as values.
+  void unique_items(const Json& s, const std::string& path, JsonSchema::Node& n) {
+    if (!s.contains("uniqueItems")) return;
+    if (!s["uniqueItems"].is_boolean()) fail(path, "'uniqueItems' must be a boolean");
+    if (!s["uniqueItems"].get<bool>() || (n.types & JsonSchema::kArray) == 0) return;
+    const JsonSchema::Node& item = out_.nodes_[static_cast<size_t>(n.items)];
+    if (!n.prefix_items.empty() || !item.has_literals || !item.any_of.empty() ||
+        item.literals.size() > 64) {
+      fail(path,
+           "'uniqueItems' is supported on arrays whose items are an enum or const of at most 64 "
+           "values (structured output cannot enforce it on others)");
+    }
+    // Distinct texts of equal values (1 and 1.0) would be one value twice to a validator.
+    for (size_t i = 0; i < item.literals.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (Json::parse(item.literals[i]) == Json::parse(item.literals[j])) {
+          fail(path, "'uniqueItems' over an enum with two texts of one value (" + item.literals[j] +
+                         ", " + item.literals[i] + ") is not supported");
+        }
+      }
+    }
+    n.unique_items = true;
+    n.max_items = std::min<int64_t>(n.max_items, static_cast<int64_t>(item.literals.size()));
   }
 
   const Json& root_;

@@ -7,13 +7,14 @@
 // items, prefixItems (tuples; draft 7's items array with additionalItems too), minItems,
 // maxItems, minLength, maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum
 // (checked digit by digit: on integers exactly, on numbers with at most 15 digits and no exponent,
-// json_number_bounds.h), minProperties, maxProperties, enum and const (of strings,
+// json_number_bounds.h), minProperties, maxProperties, uniqueItems (on arrays whose items are
+// an enum or const), enum and const (of strings,
 // numbers, booleans and null, matched as their compact JSON text), anyOf and oneOf (oneOf is taken
 // as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#", "#/$defs/..." and
 // "#/definitions/..." (recursion allowed), and the boolean schemas true and false. Annotations
 // (title, description, default, examples, format, ...) are ignored, as JSON Schema lets a validator
-// do. A constraint this module cannot enforce (pattern, multipleOf, uniqueItems, not,
-// if/then/else, ...) is an error naming it, never ignored.
+// do. A constraint this module cannot enforce (pattern, multipleOf, uniqueItems on other
+// items, not, if/then/else, ...) is an error naming it, never ignored.
 // As vLLM's default (xgrammar's strict mode), an object schema that lists properties allows no
 // other property unless additionalProperties says so; one without properties allows any.
 // A schema without "type" takes the type its keywords imply (properties: object, items: array,
@@ -72,6 +73,7 @@ class JsonSchema {
     std::vector<int32_t> prefix_items;  // arrays: the schemas of the first items, in order
     int32_t items = 0;                  // array items' schema (after the prefix items)
     int64_t min_items = 0, max_items = kUnbounded;
+    bool unique_items = false;  // items (an enum or const: its literals) each at most once
     int64_t min_length = 0, max_length = kUnbounded;  // strings, in characters
     // Integers: minimum / maximum (exclusive ones made inclusive), when given.
     bool has_min = false, has_max = false;
@@ -137,8 +139,10 @@ class SchemaCursor {
     bool negative = false, digits = false;  // bounded integers: the sign, any digit yet
     uint64_t magnitude = 0;                 // and the digits' value (kSaturated beyond)
     json_number::Text number;               // bounded numbers (Node::decimal): the text so far
-    uint64_t seen = 0;                      // declared properties present (objects)
-    int32_t value = -1;                     // the schema of the value after the key (objects)
+    uint64_t seen = 0;  // declared properties present (objects); literals used (unique arrays, and
+                        // their items: the array's as the item began)
+    bool unique = false;  // an item of a uniqueItems array
+    int32_t value = -1;   // the schema of the value after the key (objects)
     bool operator==(const Frame&) const = default;
   };
   using Config = std::vector<Frame>;

@@ -82,6 +82,14 @@ bool another_key_possible(const JsonSchema::Node& n, int64_t count, uint64_t see
   return key_fits(n, count, seen, 0, static_cast<int32_t>(n.names.size()));
 }
 
+// An item of a uniqueItems array: whether a literal of [lo, hi) is not among the used ones.
+bool unused_literal(int32_t lo, int32_t hi, uint64_t used) {
+  for (int32_t i = lo; i < hi; ++i) {
+    if (((used >> i) & 1u) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 SchemaCursor::SchemaCursor(const JsonSchema* schema) : schema_(schema) {
@@ -109,11 +117,15 @@ bool SchemaCursor::begin(unsigned char c) {
   std::vector<Config> next;
   for (Config& cfg : configs_) {
     int32_t expected = schema_->root();
+    bool unique = false;  // an item of a uniqueItems array, which has used these literals:
+    uint64_t used = 0;
     if (!cfg.empty()) {
       Frame& parent = cfg.back();
       if (parent.kind == JsonSchema::kArray) {
         const JsonSchema::Node& a = node_of(parent);
         if (parent.count >= a.max_items) continue;
+        unique = a.unique_items;
+        used = parent.seen;
         const auto at = static_cast<size_t>(parent.count++);
         expected = at < a.prefix_items.size() ? a.prefix_items[at] : a.items;
       } else if (parent.kind == JsonSchema::kObject && parent.value >= 0) {
@@ -149,6 +161,9 @@ bool SchemaCursor::begin(unsigned char c) {
       if (n.has_literals) {
         f.hi = static_cast<int32_t>(n.literals.size());
         if (!narrow(n.literals, f.lo, f.hi, f.pos, c)) continue;
+        f.unique = unique;
+        f.seen = used;
+        if (unique && !unused_literal(f.lo, f.hi, f.seen)) continue;
       }
       if (kind == JsonSchema::kInteger && bounded(n)) {
         f.negative = c == '-';
@@ -175,6 +190,7 @@ bool SchemaCursor::scalar(unsigned char c, bool starts_char) {
     const JsonSchema::Node& n = node_of(f);
     if (f.int_only && (c == '.' || c == 'e' || c == 'E')) return false;
     if (n.has_literals && !narrow(n.literals, f.lo, f.hi, f.pos, c)) return false;
+    if (f.unique && !unused_literal(f.lo, f.hi, f.seen)) return false;
     if (f.kind == JsonSchema::kInteger && bounded(n) && c >= '0' && c <= '9') {
       add_digit(f.magnitude, c);
       f.digits = true;
@@ -212,9 +228,14 @@ bool SchemaCursor::end() {
       default:
         break;
     }
+    if (f.unique && ((f.seen >> f.lo) & 1u) != 0) return false;  // (whole: literal lo)
     return !n.has_literals || whole(n.literals, f.lo, f.hi, f.pos);
   });
-  for (Config& c : configs_) c.pop_back();
+  for (Config& c : configs_) {
+    const Frame item = c.back();
+    c.pop_back();
+    if (item.unique && !c.empty()) c.back().seen |= uint64_t{1} << item.lo;  // its literal
+  }
   dedupe();
   return any;
 }

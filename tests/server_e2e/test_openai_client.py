@@ -685,6 +685,29 @@ def test_json_schema_bounds_on_floats_hold_and_are_the_same_under_mtp(client, mt
         assert spec.choices[0].message.content == c.message.content
 
 
+class Palette(BaseModel):  # pydantic's set[Literal[...]]: an array of an enum, uniqueItems
+    colours: set[Literal["red", "green", "blue"]]
+
+
+def test_json_schema_unique_items_hold_and_are_the_same_under_mtp(client, mtp_client):
+    ask = [{"role": "user", "content": "Which colours? JSON."}]
+    assert Palette.model_json_schema()["properties"]["colours"]["uniqueItems"] is True
+    schema = {"type": "json_schema", "json_schema": {
+        "name": "Palette", "schema": Palette.model_json_schema()}}
+    stopped = 0
+    for kw in (dict(temperature=0), dict(temperature=1.0, seed=5), dict(temperature=1.0, seed=6)):
+        c = client.chat.completions.create(model=MODEL, messages=ask, response_format=schema,
+                                           max_tokens=120, **kw).choices[0]
+        if c.finish_reason == "stop":  # (a small model may leave blank space until max_tokens)
+            stopped += 1
+            got = json.loads(c.message.content)["colours"]
+            assert len(got) == len(set(got)) and set(got) <= {"red", "green", "blue"}, got
+        spec = mtp_client.chat.completions.create(model=MODEL, messages=ask,
+                                                  response_format=schema, max_tokens=120, **kw)
+        assert spec.choices[0].message.content == c.message.content
+    assert stopped >= 1
+
+
 def test_json_schema_the_server_cannot_enforce_is_refused_naming_it(client):
     with pytest.raises(openai.BadRequestError) as e:
         chat(client, CHAT[1], response_format={"type": "json_schema", "json_schema": {

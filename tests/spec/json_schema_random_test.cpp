@@ -64,7 +64,13 @@ class ValueMaker {
            i < n; ++i) {
         const Json item = item_schema(s, static_cast<size_t>(i));
         if (item == false) break;  // (no more items)
-        a.push_back(make(item, depth + 1));
+        Json v = make(item, depth + 1);
+        for (int tries = 0; s.value("uniqueItems", false) && tries < 16 &&
+                            std::find(a.begin(), a.end(), v) != a.end();
+             ++tries) {
+          v = make(item, depth + 1);  // a value not taken yet
+        }
+        a.push_back(std::move(v));
       }
       return a;
     }
@@ -170,6 +176,9 @@ const char* kSchemas[] = {
     R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"},
         "c": {"type": "null"}}, "required": ["a"], "additionalProperties": {"type": "string",
         "maxLength": 3}, "minProperties": 2, "maxProperties": 3})",
+    // uniqueItems on an enum's items (appended last, as above).
+    R"({"type": "array", "items": {"enum": ["red", "green", "re", 7, null, true]},
+        "uniqueItems": true, "minItems": 1})",
     // Bounds on numbers with fractions (appended last, as above).
     R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
         "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 37.25},
@@ -362,6 +371,7 @@ Json random_schema(std::mt19937& rng, int depth) {
       const int lo = pick(3);
       if (pick(2)) a["minItems"] = lo;
       if (pick(2)) a["maxItems"] = lo + pick(3);
+      if (a["items"].contains("enum") && pick(2)) a["uniqueItems"] = true;
       return a;
     }
     default: {

@@ -227,7 +227,43 @@ TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesAtTheFirstWrongByte) {
     EXPECT_EQ(refused_at(a, text), at) << text;
   }
   EXPECT_EQ(compile_error(Json::parse(R"({"prefixItems": [{}], "items": false, "minItems": 2})")),
-            "at '#': 'minItems' is above 'maxItems' (or 'items' is false)");
+            "at '#': 'minItems' is above 'maxItems' (or 'items' is false, or 'uniqueItems' leaves "
+            "fewer distinct items)");
+  // uniqueItems on an enum's items (pydantic's set[Literal[...]]): each value once; a value's
+  // last byte is refused when it would repeat one, and ',' once every value is used.
+  const auto tags = JsonSchema::compile(Json::parse(
+      R"({"type": "array", "items": {"enum": ["a", "ab", 1, 12]}, "uniqueItems": true})"));
+  for (const std::string ok : {"[]", R"(["a", "ab", 1, 12])", R"([12, 1])", R"(["ab", "a"])"}) {
+    EXPECT_TRUE(accepts(*tags, ok)) << ok;
+  }
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {R"(["a", "a"])", 8},
+           {R"([1, 1])", 5},
+           {R"([1, 12, 1])", 8},  // 1 and 12 both used: no value starts with 1
+           {R"(["a", "ab", 1, 12,)", 17}}) {
+    JsonAutomaton a(tags.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
+  EXPECT_EQ(compile_error(Json::parse(
+                R"({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": true,
+                    "minItems": 3})")),
+            "at '#': 'minItems' is above 'maxItems' (or 'items' is false, or 'uniqueItems' leaves "
+            "fewer distinct items)");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "array", "items": {"type": "string"},
+                                          "uniqueItems": true})")),
+            "at '#': 'uniqueItems' is supported on arrays whose items are an enum or const of at "
+            "most 64 values (structured output cannot enforce it on others)");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "array", "items": {"enum": [1, 1.0]},
+                                          "uniqueItems": true})")),
+            "at '#': 'uniqueItems' over an enum with two texts of one value (1, 1.0) is not "
+            "supported");
+  EXPECT_TRUE(accepts(
+      *JsonSchema::compile(
+          Json::parse(R"({"type": "array", "items": {"type": "string"}, "uniqueItems": false})")),
+      R"(["x", "x"])"));
+  EXPECT_EQ(compile_error(Json::parse(R"({"$defs": {"e": {"enum": [1]}},
+                                          "$ref": "#/$defs/e", "minimum": 3})")),
+            "at '#': 'minimum' beside '$ref' is not supported");
   // minProperties / maxProperties: members counted, room kept for the required ones.
   const auto sized = JsonSchema::compile(Json::parse(
       R"({"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "integer"},

@@ -107,6 +107,13 @@ inline bool valid(const Json& root, const Json& schema, const Json& v) {
     const auto n = static_cast<int64_t>(v.size());
     if (s.contains("minItems") && n < s["minItems"].get<int64_t>()) return false;
     if (s.contains("maxItems") && n > s["maxItems"].get<int64_t>()) return false;
+    if (s.value("uniqueItems", false)) {  // (compared as compact text, as the literals are)
+      for (size_t i = 0; i < v.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+          if (v[i].dump() == v[j].dump()) return false;
+        }
+      }
+    }
     for (size_t i = 0; i < v.size(); ++i) {
       if (!valid(root, item_schema(s, i), v[i])) return false;
     }
