@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from support import ROOT, TandemServer
+from support import ROOT, TandemServer, client_for
 
 MTP_ARGS = ["--speculative", "mtp", "--num-speculative-tokens", "3",
             "--speculation-control", "fixed"]
@@ -70,3 +70,17 @@ def pytest_runtest_makereport(item, call):
             if isinstance(s, TandemServer):
                 item.add_report_section("call", f"{name} stderr",
                                         s.stderr_text()[-3000:])
+
+
+# Clients are closed before their servers stop: an idle keep-alive connection would hold a
+# stopping server for its keep-alive timeout.
+@pytest.fixture(scope="module")
+def client(server):
+    with client_for(server) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def mtp_client(mtp_server):
+    with client_for(mtp_server) as c:
+        yield c

@@ -352,3 +352,27 @@ def chat_template_ids(binary, messages, tools=None, model=MODEL):
         p = subprocess.run(cmd, capture_output=True, timeout=60)
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)
+
+
+# The openai client's calls as the client tests make them: greedy unless told, OPENAI_MAX tokens.
+OPENAI_MAX = 24
+
+
+def client_for(server, api_key="unused"):
+    import openai  # (only the client tests need it)
+
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
+
+
+def chat(client, prompt, **kw):
+    kw.setdefault("temperature", 0)
+    if "max_completion_tokens" not in kw:
+        kw.setdefault("max_tokens", OPENAI_MAX)
+    return client.chat.completions.create(model=MODEL, messages=[{"role": "user",
+                                                                  "content": prompt}], **kw)
+
+
+def complete(client, prompt, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", OPENAI_MAX)
+    return client.completions.create(model=MODEL, prompt=prompt, **kw)
