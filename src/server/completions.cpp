@@ -449,7 +449,7 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
   // A choice's chunk, with continuous usage stats its usage so far.
   auto send_chunk = [&](Json chunk, const ChoiceRun& c) {
     if (s.continuous_usage) {
-      chunk["usage"] = usage_json(s.prompt_sizes[c.prompt], c.gen ? c.gen->completion_tokens() : 0);
+      chunk["usage"] = usage_json(s.prompt_sizes[c.prompt], c.gen->completion_tokens());
     }
     return send_frame(sse_event(chunk));
   };
