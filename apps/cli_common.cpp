@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "kernels/linear/linear.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::app {
@@ -80,6 +81,15 @@ std::vector<int32_t> parse_ids(const std::string& csv) {
   }
   TANDEM_CHECK(!ids.empty(), "--prompt-ids is empty");
   return ids;
+}
+
+void set_fp8_prefill(const std::string& mode) {
+  TANDEM_CHECK(mode == "tensor-cores" || mode == "dequantize" || mode == "decode-order",
+               "--fp8-prefill must be tensor-cores, dequantize or decode-order, got '{}'", mode);
+#ifdef TANDEM_CUDA
+  kernels::linear_fp8_set_prefill_tensor_cores(mode == "tensor-cores");
+  kernels::linear_fp8_set_prefill_decode_order(mode == "decode-order");
+#endif
 }
 
 std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose) {

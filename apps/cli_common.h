@@ -33,6 +33,9 @@ nlohmann::ordered_json read_json_file(const std::string& path);
 // empty): what JSON mode reads (BatchEngineOptions::token_bytes).
 std::shared_ptr<const std::vector<std::string>> token_texts(const tok::Tokenizer& tokenizer,
                                                             int64_t vocab_size);
+// `--fp8-prefill MODE` (tensor-cores | dequantize; the bench also decode-order) into the CUDA
+// linear's process-wide switches; throws Error on another mode; a no-op without CUDA.
+void set_fp8_prefill(const std::string& mode);
 // Loads the model, printing progress for large checkpoints and the config summary on stderr.
 std::unique_ptr<Qwen35Model> open_model(const CommonOptions& o, bool verbose);
 

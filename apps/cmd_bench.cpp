@@ -31,7 +31,8 @@ void add_bench_command(CLI::App& app) {
     int k = 3, steps = 32, threads = 0, linear_variant = 0;
     int64_t prefill = 0, mixed_prefill = 0, max_step = 0, draft_vocab = 0;
     double acceptance = 0.6;
-    bool no_graphs = false, no_pdl = false, fp8_prefill_decode_order = false;
+    bool no_graphs = false, no_pdl = false;
+    std::string fp8_prefill = "tensor-cores";
   };
   auto o = std::make_shared<Opts>();
   auto* src = cmd->add_option_group("model source");
@@ -73,9 +74,12 @@ void add_bench_command(CLI::App& app) {
                   "cuda: decode-linear variant, numbered as in kernel_bench (0 = production; "
                   "the persistent kernel's configurations 6-9 also take the fused epilogues)")
       ->capture_default_str();
-  cmd->add_flag("--fp8-prefill-decode-order", o->fp8_prefill_decode_order,
-                "cuda: FP8 prefill rows through the decode order's kernels instead of the "
-                "dequantised matrix and the bf16 GEMM (to compare the two with --prefill-tokens)");
+  cmd->add_option("--fp8-prefill", o->fp8_prefill,
+                  "cuda, FP8 weights: prefill rows on the tensor cores (FP8 activations), "
+                  "dequantize (the matrix to bf16, the bf16 GEMM) or decode-order (the decode "
+                  "kernels): to compare them with --prefill-tokens")
+      ->check(CLI::IsMember({"tensor-cores", "dequantize", "decode-order"}))
+      ->capture_default_str();
   std::string opt_in_help =
       "cuda: comma-separated kernel paths to turn on that are tested for bits but not yet "
       "measured (default off):";
@@ -102,12 +106,7 @@ void add_bench_command(CLI::App& app) {
       kernels::linear_skinny_set_variant(o->linear_variant);
 #endif
     }
-    if (o->fp8_prefill_decode_order) {
-      TANDEM_CHECK(device == Device::kCuda, "--fp8-prefill-decode-order needs --device cuda");
-#ifdef TANDEM_CUDA
-      kernels::linear_fp8_set_prefill_decode_order(true);
-#endif
-    }
+    set_fp8_prefill(o->fp8_prefill);
     std::vector<std::string> opt_ins;
     if (!o->opt_in.empty()) {
       TANDEM_CHECK(device == Device::kCuda, "--opt-in needs --device cuda");

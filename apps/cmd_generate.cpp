@@ -47,7 +47,7 @@ GenerateResult run_generation(Qwen35Model& model, const GenerateOptions& g,
                               const GenerateRequest& req, std::ostream* trace,
                               const std::function<void(int32_t)>& on_token) {
   const int k = g.speculative == "none" ? 0 : g.num_speculative_tokens;
-  set_cuda_programmatic_launch(!g.no_pdl);  // before the graphs are captured
+  apply_kernel_flags(g);  // before the graphs are captured
   std::unique_ptr<Drafter> drafter = make_drafter(g, model);
   if (auto* oracle = dynamic_cast<OracleDrafter*>(drafter.get())) {
     // The oracle proposes from the target's own plain continuation.

@@ -127,7 +127,7 @@ void run_batch(const GenerateOptions& g) {
   std::vector<int32_t> stop = g.ignore_eos ? std::vector<int32_t>{} : model->config().eos_token_ids;
   for (BatchItem& it : items) it.req.stop_ids = stop;
   const int k = g.speculative == "none" ? 0 : g.num_speculative_tokens;
-  set_cuda_programmatic_launch(!g.no_pdl);
+  apply_kernel_flags(g);  // before the graphs are captured
   std::unique_ptr<Drafter> drafter = make_drafter(g, *model);
   const int64_t max_seqs = g.max_num_seqs > 0 ? g.max_num_seqs : 8;
   if (auto* oracle = dynamic_cast<OracleDrafter*>(drafter.get())) {

@@ -127,7 +127,7 @@ void serve(ServeOptions& o) {
   TokenizerCodec codec(tok::Tokenizer::from_dir(o.model_dir), load_chat_template(o.chat_template));
   auto model = open_model(o, true);
   const int k = o.speculative == "none" ? 0 : o.num_speculative_tokens;
-  set_cuda_programmatic_launch(!o.no_pdl);  // before the graphs are captured
+  apply_kernel_flags(o);  // before the graphs are captured
   std::unique_ptr<Drafter> drafter = make_drafter(o, *model);
   const int64_t max_seqs = o.max_num_seqs > 0 ? o.max_num_seqs : 8;
   BatchEngineOptions eo = engine_options(o, k, max_seqs);

@@ -37,6 +37,13 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& g, const std::string& max_num_
   cmd->add_flag("--no-pdl", g.no_pdl,
                 "on cuda, launch each kernel only after the previous one has finished (no "
                 "programmatic dependent launch)");
+  cmd->add_option("--fp8-prefill", g.fp8_prefill,
+                  "cuda, FP8 checkpoints: prefill rows on the tensor cores with FP8 activations "
+                  "(per 128-k block, the checkpoints' dynamic scheme; faster), or dequantize: the "
+                  "matrix dequantised to bf16 and bf16 activations (the CPU reference's "
+                  "numerics). Decode and verify rows always keep bf16 activations")
+      ->check(CLI::IsMember({"tensor-cores", "dequantize"}))
+      ->capture_default_str();
   cmd->add_option("--max-num-seqs", g.max_num_seqs, max_num_seqs_help);
   cmd->add_option("--kv-blocks", g.kv_blocks,
                   "KV cache blocks of 64 positions (default: from --gpu-memory-utilization on "
@@ -65,6 +72,11 @@ void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
                   "{\"prompt_ids\": [...]}, optional max_tokens, temperature, top_k, top_p, seed, "
                   "id); results come out one JSON line per request, in input order");
   cmd->add_option("--output", g.output, "write the --prompts results here instead of stdout");
+}
+
+void apply_kernel_flags(const EngineFlags& g) {
+  set_cuda_programmatic_launch(!g.no_pdl);
+  set_fp8_prefill(g.fp8_prefill);
 }
 
 BatchEngineOptions engine_options(const EngineFlags& g, int k, int64_t max_num_seqs) {

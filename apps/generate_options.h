@@ -21,8 +21,9 @@ struct EngineFlags : CommonOptions {
   std::string speculation_control = "adaptive";
   std::string speculative_token_map;  // JSON array of the token ids an MTP draft may be
   bool no_cuda_graphs = false;
-  bool no_pdl = false;       // cuda: no programmatic dependent launch (docs/cuda.md)
-  int64_t max_num_seqs = 0;  // 0: the command's default
+  bool no_pdl = false;  // cuda: no programmatic dependent launch (docs/cuda.md)
+  std::string fp8_prefill = "tensor-cores";  // cuda, FP8 checkpoints: or "dequantize"
+  int64_t max_num_seqs = 0;                  // 0: the command's default
   int64_t kv_blocks = 0;
   double gpu_memory_utilization = 0.9;
 };
@@ -44,6 +45,9 @@ struct GenerateOptions : EngineFlags {
   std::string output;   // JSONL results of --prompts (default: stdout)
 };
 
+// The process-wide kernel switches these flags set (PDL, the FP8 prefill path): before a model's
+// graphs are captured.
+void apply_kernel_flags(const EngineFlags& g);
 // The engine options these flags describe, for k drafts per step (0: plain).
 BatchEngineOptions engine_options(const EngineFlags& g, int k, int64_t max_num_seqs);
 // The stats of one result as JSON (prefill/decode speed, acceptance, drafts).

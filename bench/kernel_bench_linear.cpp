@@ -259,6 +259,8 @@ struct MatrixCopies {
 // with input_rms and the folded norm; down and o_proj plain. At 1-4 rows also with the tokens in
 // the ring's slots instead of staged (linear_fp8_set_staging); at every n also the other kernel
 // (linear_fp8_set_batch): the batched one at 1-4 rows, the FP8 kernel in launches of 8 rows above;
+// at 5-8 rows also without production's staged form (linear_fp8_set_staged_rows(false): the
+// batched kernel where production stages; else production's kernel again);
 // at 1 row also with the plan forced to 1, 2 and 4 ranks per tile (linear_fp8_set_plan_splits:
 // is a rank's tile cost or its slots' fill what holds out_f = 5120 back? docs/fp8.md, "Not done").
 void bench_linear_fp8(cudaStream_t s) {
@@ -306,6 +308,15 @@ void bench_linear_fp8(cudaStream_t s) {
                            out_f, in),
                split_ms, bytes, ms);
         extra += fmt::format(", {} ranks {:.2f} TB/s", splits, bytes / (split_ms * 1e-3) / 1e12);
+      }
+      if (n > 4 && n <= 8) {  // production's staged 5-8 rows off: the batched kernel
+        const bool prev = linear_fp8_set_staged_rows(false);
+        const double unstaged_ms = batched_ms(s, 20, fp8_call);
+        linear_fp8_set_staged_rows(prev);
+        report(
+            fmt::format("linear fp8 decode n={} not staged [{},{}] (back to back)", n, out_f, in),
+            unstaged_ms, bytes, ms);
+        extra += fmt::format(", not staged {:.2f} TB/s", bytes / (unstaged_ms * 1e-3) / 1e12);
       }
       const char* other = batched ? "FP8 kernel, groups of 8" : "batched kernel";
       report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, other, out_f, in),
@@ -368,17 +379,19 @@ void bench_linear_fp8_batch(cudaStream_t s) {
       const double bf16_ms = batched_ms(s, reps, [&](int it) { mc.bf16(ctx, it, xn, on, sn, n); });
       report(fmt::format("linear decode n={} bf16 production [{},{}] (back to back)", n, out_f, in),
              bf16_ms, flop, production);
-      // The same rows as FP8 prefill rows: the whole matrix dequantised, then cuBLASLt (what a
-      // step that carries any prefill chunk pays per FP8 matrix).
+      // The same rows as FP8 prefill rows on the dequantised path: the whole matrix dequantised,
+      // then cuBLASLt (what a step that carries any prefill chunk pays per FP8 matrix the
+      // tensor-core path declines).
+      const bool prev_tc = linear_fp8_set_prefill_tensor_cores(false);
       const double prefill_ms =
           batched_ms(s, reps, [&](int it) { mc.fp8(ctx, it, xn, on, sn, 0); });
       report(
           fmt::format("linear fp8 prefill rows n={} dequantise + cuBLASLt [{},{}] (back to back)",
                       n, out_f, in),
           prefill_ms, flop, production);
-      // The opt-in: the same prefill rows on the tensor cores (tokens quantised, cuBLASLt's
+      // Production: the same prefill rows on the tensor cores (tokens quantised, cuBLASLt's
       // block-scaled FP8 GEMM; 0 where it does not take the matrix).
-      const bool prev_tc = linear_fp8_set_prefill_tensor_cores(true);
+      linear_fp8_set_prefill_tensor_cores(true);
       const int64_t tc_calls = linear_fp8_prefill_tensor_core_calls();
       double tc_ms = batched_ms(s, reps, [&](int it) { mc.fp8(ctx, it, xn, on, sn, 0); });
       linear_fp8_set_prefill_tensor_cores(prev_tc);

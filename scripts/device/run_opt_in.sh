@@ -10,9 +10,10 @@
 # the 27B bf16 bench at BATCHES with no opt-in and with all. PART=2: the FP8 prefill tests, the GPU
 # engine tests with the same-bits opt-ins on (TANDEM_OPT_IN), the bench without and with each
 # bf16 opt-in alone. PART=4: compute-sanitizer memcheck of the opt-in tests. PART=5 (short): the
-# FP8 prefill tests and an 8K FP8 prefill with and without fp8-prefill-tc. PART=3: the 27B-FP8 bench with
-# and without, its prefill of 8,192 tokens and a decode step carrying a 512-token chunk with and
-# without fp8-prefill-tc, kernel_bench linear_fp8_batch (production, the pipeline, the prefill
+# FP8 prefill tests and an 8K FP8 prefill with --fp8-prefill dequantize and tensor-cores (PART=12:
+# and the production steps, bf16 and FP8, at 1, 8, 32 streams). PART=3: the 27B-FP8 bench with
+# and without the opt-ins, its prefill of 8,192 tokens and a decode step carrying a 512-token chunk
+# on either FP8 prefill path, kernel_bench linear_fp8_batch (production, the pipeline, the prefill
 # paths side by side). PART=6: the 27B bf16 plain step with each kernel class left out in turn
 # (tandem bench --diag-skip), to read what each costs inside the step. PART=7: one call's worth of
 # the above (bitwise tests, kernel_bench gdr, engine tests on the same-bits opt-ins, the bench
@@ -22,7 +23,10 @@
 # the same step and engine tests with that same-bits opt-in beside it. PART=11 (OPT optional):
 # decode attention (its bitwise and conformance tests, kernel_bench attention, the bf16 step at 8
 # and 32 streams without and with OPT, the GPU engine tests with OPT on; FP8_32K=1: the FP8 step
-# at 32K, batch 1, without and with).
+# at 32K, batch 1, without and with). PART=13: FP8 (linear tests, engine tests, the 27B-FP8 step
+# at 1 and 8 streams, kernel_bench linear_fp8, a step carrying a 512-token chunk on either FP8
+# prefill path). PART=14: the FP8 linear tests, kernel_bench linear_fp8, the 27B-FP8 step at 1 and
+# 8 streams, and at 32K.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -39,7 +43,7 @@ kernel_bench_gdr() {
   summary "kernel_bench gdr rc=$? ($(stamp))"
   grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
 }
-ALL=gdr-regs,fp8-wgmma-pipeline,fp8-prefill-tc
+ALL=gdr-regs,fp8-wgmma-pipeline
 SAME_BITS=gdr-regs,fp8-wgmma-pipeline  # production's bits
 FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
@@ -52,19 +56,22 @@ if [[ ${PART:-1} == 1 ]]; then
   bench bf16_opt_in_all $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in $ALL
 elif [[ $PART == 2 ]]; then
   tests opt_in_fp8_prefill 60 'Fp8Linear.TensorCorePrefill*'
-  # The whole engine on the opt-ins with production's bits (opt_in_env_test.cpp); not
-  # fp8-prefill-tc, whose FP8 activations the CPU comparisons of the FP8 engine tests do not model.
+  # The whole engine on the opt-ins with production's bits (opt_in_env_test.cpp).
   TANDEM_OPT_IN=$SAME_BITS engine_tests 100
   bench bf16_production $B 110 configs/qwen3.5-27b.json "$BATCHES"
   bench bf16_gdr_regs $B 110 configs/qwen3.5-27b.json "$BATCHES" --opt-in gdr-regs
-elif [[ $PART == 5 ]]; then  # short: the FP8 prefill on tensor cores alone (tests, 8K prefill)
+elif [[ $PART == 5 || $PART == 12 ]]; then  # the FP8 prefill on tensor cores (tests, 8K prefill)
   tests opt_in_fp8_prefill 60 'Fp8Linear.TensorCorePrefill*'
-  for side in production tc; do
-    args=(); [[ $side == tc ]] && args=(--opt-in fp8-prefill-tc)
+  for side in dequantize tensor_cores; do
+    args=(--fp8-prefill ${side//_/-})
     bench fp8_prefill_$side $B 100 configs/qwen3.5-27b-fp8.json 1 --speculative none \
       --prefill-tokens 8192 "${args[@]}"
     grep -E 'prefill' "$OUT/fp8_prefill_$side.log" | tee -a "$OUT/summary.txt"
   done
+  if [[ $PART == 12 ]]; then  # and production's steps, bf16 and FP8, at 1, 8, 32 streams
+    bench bf16_default $B 80 configs/qwen3.5-27b.json 1,8,32
+    bench fp8_default $B 80 configs/qwen3.5-27b-fp8.json 1,8,32
+  fi
 elif [[ $PART == 7 ]]; then  # one call: every bitwise test, the GDN kernels, the engine, the step
   tests opt_in_bits 150 "$FILTER"
   kernel_bench_gdr 60
@@ -102,6 +109,33 @@ elif [[ $PART == 11 ]]; then  # decode attention: tests, kernel bench, steps, en
     [[ -n $OPT ]] && CONTEXT=32768 bench fp8_32k_${OPT//[-,]/_} $B 120 \
       configs/qwen3.5-27b-fp8.json 1 --opt-in $OPT
   fi
+elif [[ $PART == 13 ]]; then  # FP8: the linear tests, the engine tests, the kernel bench, the
+  # 27B-FP8 step at 1 and 8 streams, and a step carrying a 512-token prefill chunk on either FP8
+  # prefill path. (Run 2026-12-06 with fp8-staged-8 as an opt-in; production since.)
+  tests fp8_linear 200 'Fp8Linear.*'
+  timeout 150 stdbuf -oL $B/tests/cuda_tests \
+    --gtest_filter='Fp8EngineCuda.*' > "$OUT/fp8_engine.log" 2>&1
+  summary "fp8 engine tests rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/fp8_engine.log" | tr '\n' ' ') ($(stamp))"
+  grep -E '^\[  FAILED  \]|tensor-core prefill batch|fp8 cuda batch' "$OUT/fp8_engine.log" | tee -a "$OUT/summary.txt"
+  bench fp8_default $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none
+  KERNEL_BENCH_ONLY=linear_fp8 COMMIT=staged-8 timeout 120 $B/bench/kernel_bench \
+    "$OUT/kernel_bench_linear_fp8.json" > "$OUT/kernel_bench_linear_fp8.log" 2>&1
+  summary "kernel_bench linear_fp8 rc=$? ($(stamp))"
+  grep -E '^linear fp8 \[.*n=(1|4|8):' "$OUT/kernel_bench_linear_fp8.log" | tee -a "$OUT/summary.txt"
+  for side in dequantize tensor_cores; do  # what a running batch pays for an arriving prompt
+    bench fp8_mixed_$side $B 90 configs/qwen3.5-27b-fp8.json 8 --speculative none \
+      --mixed-prefill-tokens 512 --fp8-prefill ${side//_/-}
+    grep -E 'mixed' "$OUT/fp8_mixed_$side.log" | tee -a "$OUT/summary.txt"
+  done
+elif [[ $PART == 14 ]]; then  # FP8 decode linear: tests, kernel bench, the 27B-FP8 step at 1 and 8
+  # streams, and at 32K batch 1 (verify / decode). (Run 2026-12-06 with fp8-staged-8 an opt-in.)
+  tests fp8_linear 200 'Fp8Linear.*'
+  KERNEL_BENCH_ONLY=linear_fp8 COMMIT=staging timeout 120 $B/bench/kernel_bench \
+    "$OUT/kernel_bench_linear_fp8.json" > "$OUT/kernel_bench_linear_fp8.log" 2>&1
+  summary "kernel_bench linear_fp8 rc=$? ($(stamp))"
+  grep -E '^linear fp8 \[.*n=(1|4|8):' "$OUT/kernel_bench_linear_fp8.log" | tee -a "$OUT/summary.txt"
+  bench fp8_default $B 120 configs/qwen3.5-27b-fp8.json 1,8
+  CONTEXT=32768 bench fp8_32k $B 150 configs/qwen3.5-27b-fp8.json 1
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
@@ -117,8 +151,8 @@ elif [[ $PART == 4 ]]; then
 else
   bench fp8_production $B 150 configs/qwen3.5-27b-fp8.json "$BATCHES"
   bench fp8_opt_in_all $B 150 configs/qwen3.5-27b-fp8.json "$BATCHES" --opt-in $ALL
-  for side in production tc; do  # FP8 prefill of an 8K prompt, and decode steps carrying a chunk
-    args=(); [[ $side == tc ]] && args=(--opt-in fp8-prefill-tc)
+  for side in dequantize tensor_cores; do  # FP8 prefill of an 8K prompt, and steps carrying a chunk
+    args=(--fp8-prefill ${side//_/-})
     bench fp8_prefill_$side $B 120 configs/qwen3.5-27b-fp8.json 1 --speculative none \
       --prefill-tokens 8192 --mixed-prefill-tokens 512 "${args[@]}"
     grep -E 'prefill|mixed' "$OUT/fp8_prefill_$side.log" | tee -a "$OUT/summary.txt"

@@ -34,10 +34,6 @@ std::vector<OptIn> registry() {
                "FP8 wgmma decode linear: the next unit's stage wait, code widening and scales "
                "while the current unit's products run",
                [](bool on) { linear_fp8_wgmma_set_pipeline(on); }});
-  r.push_back({"fp8-prefill-tc",
-               "FP8 prefill rows on the tensor cores: tokens quantised per 128-k block, "
-               "cuBLASLt's block-scaled FP8 GEMM (other bits: FP8 activations)",
-               [](bool on) { linear_fp8_set_prefill_tensor_cores(on); }});
 #endif
   return r;
 }

@@ -1,4 +1,4 @@
-// FP8 prefill rows on the tensor cores (opt-in: linear_fp8_set_prefill_tensor_cores,
+// FP8 prefill rows on the tensor cores (production; linear_fp8_set_prefill_tensor_cores,
 // linear_fp8_prefill_cuda.cu):
 //  - against a host model of the mode: each token's row (normed and rounded to bf16 with
 //    input_rms, times 1 + g with the fold) quantised per 128-k block to e4m3 with scale amax / 448,
@@ -22,12 +22,6 @@
 
 namespace tandem::test {
 namespace {
-
-struct TensorCores {
-  bool prev;
-  explicit TensorCores(bool on) : prev(linear_fp8_set_prefill_tensor_cores(on)) {}
-  ~TensorCores() { linear_fp8_set_prefill_tensor_cores(prev); }
-};
 
 // The host model of the mode (f64 sums of the dequantised values), for a form without SwiGLU.
 std::vector<double> tc_model(const Form& f, const Tensor& xh, const Fp8Weight& w, const Tensor& g,
@@ -162,7 +156,10 @@ TEST_F(Fp8Linear, TensorCorePrefillLeavesOtherMatricesDequantised) {
     const Mirror xs = random_mirror({kN, sh.in}, rng, DType::kBF16, -2.f, 2.f);
     const Mirror res = random_mirror({kN, sh.out}, rng, DType::kBF16, -4.f, 4.f);
     const Tensor want = out_for(f, kN, sh.out, res), got = out_for(f, kN, sh.out, res);
-    run(f, xs.dev, w, g.dev, want, 0, cs);
+    {
+      const TensorCores off(false);  // the dequantised path
+      run(f, xs.dev, w, g.dev, want, 0, cs);
+    }
     const int64_t calls = linear_fp8_prefill_tensor_core_calls();
     {
       const TensorCores on(true);

@@ -138,9 +138,11 @@ void check_against_decode_kernel(const char* what, uint64_t seed, int64_t n,
   CudaStream cs;
   Rng rng(seed);
   struct Restore {
+    bool staged_rows = linear_fp8_set_staged_rows(false);
     ~Restore() {
       linear_fp8_set_batch(Fp8BatchMode::kProduction);
       linear_fp8_set_wgmma(-1, 0);
+      linear_fp8_set_staged_rows(staged_rows);
     }
   } restore;
   for (const Shape3& sh : kShapes) {
@@ -151,9 +153,11 @@ void check_against_decode_kernel(const char* what, uint64_t seed, int64_t n,
     const Tensor x = cols(xs.dev, sh.in);
     for (const Form& f : forms(sh.out)) {
       linear_fp8_set_batch(Fp8BatchMode::kOff);
+      const bool staged_rows = linear_fp8_set_staged_rows(false);  // 5-8 rows: tokens in slots
       const Tensor want = out_for(f, n, sh.out, res);
       run(f, x, w, g.dev, want, n, cs);
       cs.sync();
+      linear_fp8_set_staged_rows(staged_rows);
       linear_fp8_set_batch(Fp8BatchMode::kProduction);
       const std::vector<uint16_t> want_bits = download_bits<uint16_t>(want);
       const int64_t cols_out = want.dim(1);
@@ -187,6 +191,20 @@ TEST_F(Fp8Linear, BatchedKernelRowsAreTheDecodeKernelRows) {
         linear_fp8_set_wgmma(int64_t{1} << 40, 0);  // groups of 32 at 45 rows, not the wgmma kernel
         linear_fp8_set_batch(mode == 1 ? Fp8BatchMode::kAll : Fp8BatchMode::kProduction);
         return std::string(mode == 1 ? "every group" : "production");
+      });
+}
+
+// Production's staged 5-8 rows (linear_fp8_set_staged_rows: 5-8 rows in the FP8 kernel with the
+// tokens staged, where the plan's range fits 5120 k) against launches of up to 8 rows with the
+// tokens in the slots, bitwise: calls of 1..21 rows (5..8-row calls, and decode groups whose
+// remainder is 5..8 rows), staged alone (the batched kernel off) and in production's routing.
+TEST_F(Fp8Linear, StagedEightRowsAreTheDecodeKernelRows) {
+  check_against_decode_kernel(
+      "linear_fp8.staged_8", 37, 21, {{0, 5}, {3, 6}, {8, 7}, {13, 8}, {0, 21}, {2, 13}, {1, 8}}, 2,
+      [](int mode) {
+        linear_fp8_set_staged_rows(true);
+        linear_fp8_set_batch(mode == 1 ? Fp8BatchMode::kOff : Fp8BatchMode::kProduction);
+        return std::string(mode == 1 ? "staged, no batched kernel" : "staged, production");
       });
 }
 
@@ -225,6 +243,7 @@ TEST_F(Fp8Linear, WgmmaPipelineRowsAreTheDecodeKernelRows) {
 }
 
 TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {
+  const TensorCores off(false);  // production takes some of these shapes on the tensor cores
   CudaStream cs;
   Rng rng(31);
   for (const Shape3& sh : kShapes) {

@@ -21,6 +21,15 @@ using namespace tandem::kernels;
 
 inline Tensor cols(const Tensor& t, int64_t w) { return t.slice(-1, 0, w); }
 
+// FP8 prefill rows on the tensor cores (production) or not (the dequantised path) for a scope.
+struct TensorCores {
+  bool prev;
+  explicit TensorCores(bool on) : prev(linear_fp8_set_prefill_tensor_cores(on)) {}
+  ~TensorCores() { linear_fp8_set_prefill_tensor_cores(prev); }
+  TensorCores(const TensorCores&) = delete;
+  TensorCores& operator=(const TensorCores&) = delete;
+};
+
 // A random FP8 matrix: codes uniform over the finite e4m3 values (0x7f and 0xff are NaN), and
 // block scales in [2^-9, 2^-6).
 struct Fp8Weight {

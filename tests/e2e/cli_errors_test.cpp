@@ -155,6 +155,11 @@ TEST(CliErrors, BadPromptIdsAndLimits) {
   if (!cuda_available())
     expect_error(run_tandem("generate " + model + " --prompt-ids 1 --device cuda"), "cuda");
   EXPECT_NE(run_tandem("generate --prompt-ids 1").exit_code, 0);  // --model is required
+  const RunResult fp8 = run_tandem("generate " + model + " --prompt-ids 1 --fp8-prefill bogus");
+  EXPECT_NE(fp8.exit_code, 0);  // a usage error: CLI11's code
+  EXPECT_NE(fp8.output.find("--fp8-prefill: bogus not in {tensor-cores,dequantize}"),
+            std::string::npos)
+      << fp8.output;
 }
 
 TEST(CliErrors, BatchModeAndEngineLimits) {

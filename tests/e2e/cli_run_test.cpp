@@ -199,6 +199,7 @@ TEST(CliRun, HelpDocumentsEveryFlag) {
                            "--spec-trace",
                            "--no-cuda-graphs",
                            "--no-pdl",
+                           "--fp8-prefill",
                            "--prompts",
                            "--output",
                            "--max-num-seqs",

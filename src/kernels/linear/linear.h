@@ -169,19 +169,28 @@ void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
 // unit (stage wait, the codes' widening, scales) while the current unit's products run; the same
 // bits. Returns the previous value.
 bool linear_fp8_wgmma_set_pipeline(bool on);
-// Which kernels FP8 prefill rows take: false (production) the matrix dequantised into the scratch
-// and the bf16 prefill path, once per call, however few the rows; true the decode order's kernels
-// (every row a decode row: the FP8 wgmma kernel from fp8_wgmma_min_rows), which read the codes
-// once. Either rule is the same for every call, so prefill rows stay invariant; the bits differ
-// between them. Production keeps the dequantisation: on the H200 (2026-12-05, 27B-FP8, one
-// 8,192-token prompt) it prefilled 7,206 tok/s against the decode order's 4,238 (docs/fp8.md).
+// Which kernels FP8 prefill rows take where the tensor-core path (below) does not: false
+// (production) the matrix dequantised into the scratch and the bf16 prefill path, once per call,
+// however few the rows; true the decode order's kernels (every row a decode row: the FP8 wgmma
+// kernel from fp8_wgmma_min_rows), which read the codes once. Either rule is the same for every
+// call, so prefill rows stay invariant; the bits differ between them. Production keeps the
+// dequantisation: on the H200 (2026-12-05, 27B-FP8, one 8,192-token prompt) it prefilled 7,206
+// tok/s against the decode order's 4,238 (docs/fp8.md).
 void linear_fp8_set_prefill_decode_order(bool on);
-// Opt-in (default off until measured on a GPU): FP8 prefill rows on the tensor cores, the tokens
-// quantised to e4m3 per 128-k block (the "dynamic" activation scheme) and cuBLASLt's
-// block-scaled FP8 GEMM, where it takes the matrix (128-row scale blocks, no SwiGLU pairs; else
-// the dequantised path). Other bits than either rule above (FP8 activations); rows stay
-// invariant. Returns the previous value.
+// FP8 prefill rows on the tensor cores (production, default on): the tokens quantised to e4m3
+// per 128-k block (the checkpoints' "dynamic" activation scheme) and cuBLASLt's block-scaled FP8
+// GEMM, where it takes the matrix (128-row scale blocks, no SwiGLU pairs; else the rule above).
+// Other bits than the dequantised path (FP8 activations); rows stay invariant. Faster than the
+// dequantised path: an 8,192-token 27B-FP8 prefill 8,791 against 7,287 tok/s (H100, 2026-12-06,
+// docs/fp8.md); false (`--fp8-prefill dequantize`) keeps every prefill row on bf16 activations,
+// the CPU reference's numerics. Returns the previous value.
 bool linear_fp8_set_prefill_tensor_cores(bool on);
+// Production (default on; false for kernel_bench and tests): FP8 decode calls of 5..8 rows of a
+// matrix whose rank range fits 5,120 k take the 1-8-row kernel with the tokens staged once per
+// block (as 1-4 rows do) instead of the batched kernel, which converts them at every step of
+// every tile (27B-FP8 at 8 streams: 13.23 -> 12.87 ms on an H100). The same bits. Returns the
+// previous value.
+bool linear_fp8_set_staged_rows(bool on);
 int64_t linear_fp8_prefill_tensor_core_calls();  // calls that took it since start-up (tests)
 #endif
 

@@ -314,7 +314,8 @@ bool g_fp8_prefill_decode_order = false;  // linear_fp8_set_prefill_decode_order
 // FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows), the
 // batched one (5..32 rows) or, for calls of fp8_wgmma_min_rows rows or more, the wgmma one, its
 // f16 tokens in the prefill scratch (after the prefill rows' GEMM: stream order); prefill rows
-// through the bf16 family on the matrix dequantised (and folded) into the scratch.
+// on the tensor cores with FP8 activations (linear_fp8_prefill_cuda.cu) where that path takes the
+// matrix, else through the bf16 family on the matrix dequantised (and folded) into the scratch.
 void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
   cuda::expect_cuda(a.out, "linear", "out");
@@ -358,7 +359,7 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   // FP8 prefill rows in the decode order (linear_fp8_set_prefill_decode_order): every row.
   const int64_t decode_rows = g_fp8_prefill_decode_order ? n : decode_rows_of(a);
   bool prefill_done = decode_rows == n;
-  if (!prefill_done) {  // opt-in: on the tensor cores, where that path takes the matrix
+  if (!prefill_done) {  // on the tensor cores, where that path takes the matrix
     const LinearArgs b = rows_of(a, decode_rows, n);
     LinearShape p = s;
     p.n = b.x.dim(0);
@@ -416,10 +417,11 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   // same bits either way.
   for (int64_t g0 = done; g0 < decode_rows; g0 += kFp8BatchMaxTokens) {
     const int64_t g1 = std::min(decode_rows, g0 + kFp8BatchMaxTokens);
+    rows(g0, g1);
     const bool batch = g_fp8_batch == Fp8BatchMode::kAll ||
-                       (g_fp8_batch == Fp8BatchMode::kProduction && g1 - g0 >= kFp8BatchMinTokens);
+                       (g_fp8_batch == Fp8BatchMode::kProduction && g1 - g0 >= kFp8BatchMinTokens &&
+                        !linear_fp8_decode_stages_rows(s));
     if (batch) {
-      rows(g0, g1);
       if (linear_fp8_decode_batch(s, f32_out, stream)) continue;
     }
     for (int64_t r0 = g0; r0 < g1; r0 += kFp8DecodeMaxTokens) {
@@ -455,7 +457,8 @@ std::string linear_cuda_paths() {
       "more: groups of {}), the same bits; unaligned rows the CUDA-core kernel; prefill rows "
       "cuBLASLt (one pinned algorithm per shape); FP8 decode rows 1-{} FP8 kernel, {}-{} batched "
       "FP8 kernel (more rows: groups of {}; the FP8 wgmma kernel from {} rows where the matrix "
-      "has {} or more 64-row tiles, else from {}), FP8 prefill rows on the bf16 dequantisation",
+      "has {} or more 64-row tiles, else from {}), FP8 prefill rows on the tensor cores (FP8 "
+      "activations) where cuBLASLt takes the matrix, else on its bf16 dequantisation",
       kPersistentMaxTokens, (cuda::sm_count() + 1) / 2, kWgmmaMaxTokens, kWgmmaMaxTokens,
       kFp8BatchMinTokens - 1, kFp8BatchMinTokens, kFp8BatchMaxTokens, kFp8BatchMaxTokens,
       fp8_wgmma_min_rows(int64_t{64} * cuda::sm_count(), cuda::sm_count()), cuda::sm_count(),

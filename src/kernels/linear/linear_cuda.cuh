@@ -130,6 +130,9 @@ const std::array<int64_t, 4>& linear_plan_resident();
 // f8_e4m3 weights, every epilogue, input_rms and the folded norm (LinearShape::fold).
 constexpr int64_t kFp8DecodeMaxTokens = 8;
 void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream);
+// Whether linear_fp8_decode takes this call's 5..8 rows in its staged form (production where the
+// plan's range fits 5120 k; linear_fp8_set_staged_rows): then the batched kernel does not.
+bool linear_fp8_decode_stages_rows(const LinearShape& s);
 // The plan every FP8 decode kernel runs for a weight shape (ranges multiples of 128 k; the
 // occupancy of linear_fp8_cuda.cu's 1-2 row configuration): a row's bits depend on it.
 LinearPlan linear_fp8_plan(int64_t out_f, int64_t in);

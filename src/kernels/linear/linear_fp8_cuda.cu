@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <array>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
@@ -59,13 +60,15 @@ using cuda::mbar_wait;
 // each token once, before streaming, into the f16 values the product takes (tokens_f16: fold,
 // 2^-8, f16) in shared memory (xs), where the other configurations convert them at every step of
 // every tile (a third of a step's instructions). The values are the same, so are the bits.
-template <int kXRows_, int kStages_, int kChunkK_, bool kStaged_ = false>
+// kStageK_: the k per token xs holds (a range's, padded; ranges past it take another
+// configuration).
+template <int kXRows_, int kStages_, int kChunkK_, bool kStaged_ = false, int kStageK_ = 10240>
 struct Cfg {
   static constexpr int kXRows = kXRows_, kStages = kStages_, kChunkK = kChunkK_;
   static constexpr bool kStaged = kStaged_;
   static constexpr int kSumBufs = 2, kRmsLoads = 16;  // one B tile (8 token columns)
   static constexpr int kWPitch = kChunkK + 32;  // bytes, 32 mod 128: 4 rows' 8-byte loads, 4 banks
-  static constexpr int kStageK = kStaged ? 10240 : 0;  // k per token in xs: a range's, padded
+  static constexpr int kStageK = kStaged ? kStageK_ : 0;  // k per token in xs
   static constexpr int kUnitsPerWarp = kChunkK / kGroupK;
   static constexpr int kScaleCols = kChunkK / kBlockK;  // blocks per slot
   static_assert(kXRows <= 8, "one B tile");
@@ -95,6 +98,15 @@ __device__ __forceinline__ Chunking chunking(int64_t len) {
 // the plan's range fits xs; so are 3-4 rows (3 slots, ~217 KB: verify with k = 2, 3).
 using PlanCfg = Cfg<2, 4, 2560>;
 using StagedCfg = Cfg<2, 4, 2560, true>;
+// 5-8 rows staged (production since 2026-12-06; linear_fp8_set_staged_rows): xs of 8 tokens x 5120
+// k, the bytes of the 4-row form's 4 x 10240 (~217 KB), so ranges of up to 5120 k (the in = 5120
+// matrices at one rank: gate|up, in_proj, q|k|v); the consumers' work per step is the 1-4-row
+// forms' (one B tile), where the batched kernel converts the tokens at every step of every tile.
+// Measured (H100, kernel_bench linear_fp8 at 8 rows): 2.67 / 2.40 / 2.32 TB/s on gate|up /
+// in_proj / q|k|v against the batched kernel's 2.60 / 2.26 / 2.31; the 27B-FP8 step at 8 streams
+// 13.23 -> 12.87 ms (docs/fp8.md). Still below 4 rows' 2.7-2.8: 8 token rows read twice the
+// shared-memory wavefronts of 4 (whose lane groups 4-7 share row 3).
+using Staged8Cfg = Cfg<8, 3, 2560, true, 5120>;
 
 // Scale rows per slot: a 16-row tile lies in one block of >= 16 rows, or two of 8 (gate|up).
 constexpr int kScaleGroups = 2;
@@ -182,17 +194,28 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
     const int g = lane >> 2, t = lane & 3;
     if constexpr (C::kStaged) {
       // xs[tok][k] for the range's k and every token of the call, zeros up to the end of the last
-      // group (read by a partial group's lanes past lim, whose weights are zeroed too).
+      // group (read by a partial group's lanes past lim, whose weights are zeroed too). A thread
+      // takes 8 k of every token at once: all its tokens' loads (and the fold's, once) in flight
+      // together, ceil(eights / 256) round trips in all (token by token, 8 rows took 20).
       const int n_x = min(p.n_tokens, C::kXRows);
       const int eights = (static_cast<int>(len) + kGroupK - 1) / kGroupK * (kGroupK / 8);
-      for (int e = warp * 32 + lane; e < n_x * eights; e += kConsumerWarps * 32) {
-        const int tok = e / eights, k = (e % eights) * 8;
-        uint4 xv = make_uint4(0, 0, 0, 0), f = xv;
-        if (k < len) {
-          xv = __ldcg(reinterpret_cast<const uint4*>(p.x + tok * p.x_stride + k_begin + k));
-          if constexpr (kFold) f = __ldg(reinterpret_cast<const uint4*>(p.fold + k_begin + k));
+      for (int e = warp * 32 + lane; e < eights; e += kConsumerWarps * 32) {
+        const int k = e * 8;
+        uint4 xv[C::kXRows], f = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int tok = 0; tok < C::kXRows; ++tok) {
+          xv[tok] =
+              tok < n_x && k < len
+                  ? __ldcg(reinterpret_cast<const uint4*>(p.x + tok * p.x_stride + k_begin + k))
+                  : make_uint4(0, 0, 0, 0);
         }
-        *reinterpret_cast<uint4*>(&sm.xs[tok][k]) = tokens_f16<kFold>(xv, f);
+        if constexpr (kFold) {
+          if (k < len) f = __ldg(reinterpret_cast<const uint4*>(p.fold + k_begin + k));
+        }
+#pragma unroll
+        for (int tok = 0; tok < C::kXRows; ++tok) {
+          if (tok < n_x) *reinterpret_cast<uint4*>(&sm.xs[tok][k]) = tokens_f16<kFold>(xv[tok], f);
+        }
       }
       cuda::named_barrier(kStageBarrier, kConsumerWarps * 32);
     }
@@ -316,19 +339,30 @@ void launch_cfg(const LinearShape& s, const LinearPlan& plan, cudaStream_t strea
                            static_cast<unsigned>(plan.splits), sizeof(Smem<C>), stream, p);
 }
 
-bool g_staging = true;  // linear_fp8_set_staging (kernel_bench)
-int g_plan_splits = 0;  // linear_fp8_set_plan_splits (kernel_bench): 0 = plan_linear's
+bool g_staging = true;      // linear_fp8_set_staging (kernel_bench)
+bool g_staged_rows = true;  // linear_fp8_set_staged_rows (kernel_bench, tests)
+int g_plan_splits = 0;      // linear_fp8_set_plan_splits (kernel_bench): 0 = plan_linear's
+
+// Whether configuration C's xs holds a rank's range of the plan.
+template <class C>
+bool fits_xs(const LinearPlan& plan) {
+  return (plan.range_k + kGroupK - 1) / kGroupK * kGroupK <= C::kStageK;
+}
+
+bool stages_rows(const LinearPlan& plan, int64_t n) {
+  return n > 4 && n <= 8 && g_staging && g_staged_rows && fits_xs<Staged8Cfg>(plan);
+}
 
 template <bool kFold, class Store>
 void launch_n(const LinearShape& s, cudaStream_t stream) {
   const LinearPlan plan = linear_fp8_plan(s.out_f, s.in);
-  const bool fits_xs = (plan.range_k + kGroupK - 1) / kGroupK * kGroupK <= StagedCfg::kStageK;
-  const bool staged = fits_xs && g_staging;
+  const bool staged = fits_xs<StagedCfg>(plan) && g_staging;
   if (s.n <= 2 && staged) return launch_cfg<StagedCfg, kFold, Store>(s, plan, stream);
   if (s.n <= 2) return launch_cfg<PlanCfg, kFold, Store>(s, plan, stream);
   if (s.n <= 4 && staged) return launch_cfg<Cfg<4, 3, 2560, true>, kFold, Store>(s, plan, stream);
   if (s.n <= 4) return launch_cfg<Cfg<4, 3, 2560>, kFold, Store>(s, plan, stream);  // ~203 KB
-  launch_cfg<Cfg<8, 3, 2048>, kFold, Store>(s, plan, stream);                       // ~216 KB
+  if (stages_rows(plan, s.n)) return launch_cfg<Staged8Cfg, kFold, Store>(s, plan, stream);
+  launch_cfg<Cfg<8, 3, 2048>, kFold, Store>(s, plan, stream);  // ~216 KB
 }
 
 template <class Store>
@@ -386,6 +420,10 @@ void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream) 
 }
 
 void linear_fp8_set_staging(bool on) { g_staging = on; }
+bool linear_fp8_set_staged_rows(bool on) { return std::exchange(g_staged_rows, on); }
+bool linear_fp8_decode_stages_rows(const LinearShape& s) {
+  return stages_rows(linear_fp8_plan(s.out_f, s.in), s.n);
+}
 void linear_fp8_set_plan_splits(int splits) { g_plan_splits = splits; }
 
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream) {

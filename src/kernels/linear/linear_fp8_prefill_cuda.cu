@@ -1,6 +1,8 @@
-// FP8 prefill rows on the tensor cores (opt-in: linear_fp8_set_prefill_tensor_cores; production
-// dequantises the matrix into bf16 and runs the bf16 GEMM, linear_cuda.cu). The "dynamic"
-// activation scheme of the released checkpoints, as vLLM and SGLang run it on Hopper:
+// FP8 prefill rows on the tensor cores (production since 2026-12-06;
+// linear_fp8_set_prefill_tensor_cores (false) or `--fp8-prefill dequantize` dequantises the matrix
+// into bf16 and runs the bf16 GEMM instead, linear_cuda.cu, as matrices this path declines always
+// do). The "dynamic" activation scheme of the released checkpoints, as vLLM and SGLang run it on
+// Hopper:
 //   1. fp8_quant_rows_kernel: each token's row x (normed by its inverse RMS and rounded to bf16
 //      when input_rms, as the bf16 path's rows_kernel does; times 1 + g with a folded norm g) is
 //      cut into 128-k blocks; a block's scale is s = amax / 448 (1 for an all-zero block) and its
@@ -47,7 +49,7 @@ constexpr int64_t kBlockK = 128;      // k per activation scale (and per weight 
 constexpr int64_t kRefTokens = 2048;  // the row count the algorithm is chosen for
 constexpr float kE4m3Max = 448.f;
 
-std::atomic<bool> g_prefill_tc{false};
+std::atomic<bool> g_prefill_tc{true};
 std::atomic<int64_t> g_prefill_tc_calls{0};
 
 int64_t padded_tokens(int64_t n) { return (n + 3) / 4 * 4; }
