@@ -26,7 +26,7 @@
 # at 32K, batch 1, without and with). PART=13: FP8 (linear tests, engine tests, the 27B-FP8 step
 # at 1 and 8 streams, kernel_bench linear_fp8, a step carrying a 512-token chunk on either FP8
 # prefill path). PART=14: the FP8 linear tests, kernel_bench linear_fp8, the 27B-FP8 step at 1 and
-# 8 streams, and at 32K.
+# 8 streams, and at 32K; PART=15 the same and every GPU engine test.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -127,9 +127,16 @@ elif [[ $PART == 13 ]]; then  # FP8: the linear tests, the engine tests, the ker
       --mixed-prefill-tokens 512 --fp8-prefill ${side//_/-}
     grep -E 'mixed' "$OUT/fp8_mixed_$side.log" | tee -a "$OUT/summary.txt"
   done
-elif [[ $PART == 14 ]]; then  # FP8 decode linear: tests, kernel bench, the 27B-FP8 step at 1 and 8
-  # streams, and at 32K batch 1 (verify / decode). (Run 2026-12-06 with fp8-staged-8 an opt-in.)
+elif [[ $PART == 14 || $PART == 15 ]]; then  # FP8 decode linear: tests, kernel bench, the
+  # 27B-FP8 step at 1 and 8 streams, and at 32K batch 1 (verify / decode); PART=15 also every GPU
+  # engine test (bf16 and FP8). (PART=14 ran 2026-12-06 with fp8-staged-8 an opt-in.)
   tests fp8_linear 200 'Fp8Linear.*'
+  if [[ $PART == 15 ]]; then
+    timeout 200 stdbuf -oL $B/tests/cuda_tests --gtest_filter='*EngineCuda*' \
+      > "$OUT/cuda_engine.log" 2>&1
+    summary "cuda engine tests (bf16 and FP8) rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_engine.log" | tr '\n' ' ') ($(stamp))"
+    grep -E '^\[  FAILED  \]|differ' "$OUT/cuda_engine.log" | tee -a "$OUT/summary.txt"
+  fi
   KERNEL_BENCH_ONLY=linear_fp8 COMMIT=staging timeout 120 $B/bench/kernel_bench \
     "$OUT/kernel_bench_linear_fp8.json" > "$OUT/kernel_bench_linear_fp8.log" 2>&1
   summary "kernel_bench linear_fp8 rc=$? ($(stamp))"

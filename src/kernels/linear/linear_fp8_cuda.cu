@@ -66,7 +66,11 @@ template <int kXRows_, int kStages_, int kChunkK_, bool kStaged_ = false, int kS
 struct Cfg {
   static constexpr int kXRows = kXRows_, kStages = kStages_, kChunkK = kChunkK_;
   static constexpr bool kStaged = kStaged_;
-  static constexpr int kSumBufs = 2, kRmsLoads = 16;  // one B tile (8 token columns)
+  // One B tile (8 token columns). input_rms: 32 loads in flight per lane of the rms warp (blocks
+  // of 8 tokens), so that its sums of squares (each token's over all of in, before the first
+  // store) take 5 memory round trips at 8 tokens of 5120, 3 at 4, 1 at 1-2 (16 loads: 10, 5, 2);
+  // the same sums in the same order (sum_squares).
+  static constexpr int kSumBufs = 2, kRmsLoads = 32;
   static constexpr int kWPitch = kChunkK + 32;  // bytes, 32 mod 128: 4 rows' 8-byte loads, 4 banks
   static constexpr int kStageK = kStaged ? kStageK_ : 0;  // k per token in xs
   static constexpr int kUnitsPerWarp = kChunkK / kGroupK;
