@@ -143,6 +143,10 @@ elif [[ $PART == 14 || $PART == 15 ]]; then  # FP8 decode linear: tests, kernel 
   grep -E '^linear fp8 \[.*n=(1|4|8):' "$OUT/kernel_bench_linear_fp8.log" | tee -a "$OUT/summary.txt"
   bench fp8_default $B 120 configs/qwen3.5-27b-fp8.json 1,8
   CONTEXT=32768 bench fp8_32k $B 150 configs/qwen3.5-27b-fp8.json 1
+elif [[ $PART == 16 ]]; then  # the FP8 step at 1 and 8 streams without and with OPT (same bits)
+  bench fp8_default $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none
+  bench fp8_${OPT//-/_} $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none --opt-in $OPT
+  bench fp8_default_again $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
