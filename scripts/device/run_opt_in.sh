@@ -143,7 +143,8 @@ elif [[ $PART == 14 || $PART == 15 ]]; then  # FP8 decode linear: tests, kernel 
   grep -E '^linear fp8 \[.*n=(1|4|8):' "$OUT/kernel_bench_linear_fp8.log" | tee -a "$OUT/summary.txt"
   bench fp8_default $B 120 configs/qwen3.5-27b-fp8.json 1,8
   CONTEXT=32768 bench fp8_32k $B 150 configs/qwen3.5-27b-fp8.json 1
-elif [[ $PART == 16 ]]; then  # the FP8 step at 1 and 8 streams without and with OPT (same bits)
+elif [[ $PART == 16 ]]; then  # the FP8 step at 1 and 8 streams without and with OPT (same bits;
+  # run 2026-12-06 with fp8-rms-32, removed since: docs/fp8.md)
   bench fp8_default $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none
   bench fp8_${OPT//-/_} $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none --opt-in $OPT
   bench fp8_default_again $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none

@@ -34,10 +34,6 @@ std::vector<OptIn> registry() {
                "FP8 wgmma decode linear: the next unit's stage wait, code widening and scales "
                "while the current unit's products run",
                [](bool on) { linear_fp8_wgmma_set_pipeline(on); }});
-  r.push_back({"fp8-rms-32",
-               "FP8 decode linear, staged 5-8 rows: input_rms's sums of squares with 32 loads in "
-               "flight per lane (5 round trips for 8 tokens instead of 10)",
-               [](bool on) { linear_fp8_set_rms_loads_32(on); }});
 #endif
   return r;
 }

@@ -191,10 +191,6 @@ bool linear_fp8_set_prefill_tensor_cores(bool on);
 // every tile (27B-FP8 at 8 streams: 13.23 -> 12.87 ms on an H100). The same bits. Returns the
 // previous value.
 bool linear_fp8_set_staged_rows(bool on);
-// Opt-in fp8-rms-32: the staged 5-8-row form's input_rms sums of squares with 32 loads in flight
-// per lane (5 round trips for 8 tokens of 5120 instead of 10; the same sums). Returns the
-// previous value.
-bool linear_fp8_set_rms_loads_32(bool on);
 int64_t linear_fp8_prefill_tensor_core_calls();  // calls that took it since start-up (tests)
 #endif
 

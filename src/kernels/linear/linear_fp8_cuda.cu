@@ -61,18 +61,18 @@ using cuda::mbar_wait;
 // 2^-8, f16) in shared memory (xs), where the other configurations convert them at every step of
 // every tile (a third of a step's instructions). The values are the same, so are the bits.
 // kStageK_: the k per token xs holds (a range's, padded; ranges past it take another
-// configuration). kRmsLoads_: input_rms's loads in flight per lane of the rms warp (sum_squares:
-// the same sums in the same order whatever it is); 16 takes 10 memory round trips for 8 tokens of
-// 5120 before the first store, 5 for 4, 2 for 1-2; 32 takes 5, 3 and 1, but made the 27B-FP8 step
-// at batch 1 6.8% slower on an H100 (11.07 -> 11.82 ms, 2026-12-06; the kernel alone unchanged at
-// 1-4 rows: likely its registers, 94 -> 124, delaying the block's start beside the previous
-// kernel), so only the opt-in fp8-rms-32 (Staged8RmsCfg) keeps it.
-template <int kXRows_, int kStages_, int kChunkK_, bool kStaged_ = false, int kStageK_ = 10240,
-          int kRmsLoads_ = 16>
+// configuration).
+template <int kXRows_, int kStages_, int kChunkK_, bool kStaged_ = false, int kStageK_ = 10240>
 struct Cfg {
   static constexpr int kXRows = kXRows_, kStages = kStages_, kChunkK = kChunkK_;
   static constexpr bool kStaged = kStaged_;
-  static constexpr int kSumBufs = 2, kRmsLoads = kRmsLoads_;  // one B tile (8 token columns)
+  // One B tile (8 token columns). input_rms: 16 loads in flight per lane of the rms warp
+  // (sum_squares: 10 memory round trips for 8 tokens of 5120 before the first store, 5 for 4, 2
+  // for 1-2). 32 (5, 3, 1; the same sums) made the kernel alone 2-7% faster at 8 rows but the
+  // 27B-FP8 step slower on an H100 (2026-12-06: batch 1 11.07 -> 11.82 ms with it in every
+  // configuration, 8 streams 12.81 -> 12.91 with it in the staged 8-row one only; registers 94 ->
+  // 120, likely delaying each block's start beside the previous kernel): measured and removed.
+  static constexpr int kSumBufs = 2, kRmsLoads = 16;
   static constexpr int kWPitch = kChunkK + 32;  // bytes, 32 mod 128: 4 rows' 8-byte loads, 4 banks
   static constexpr int kStageK = kStaged ? kStageK_ : 0;  // k per token in xs
   static constexpr int kUnitsPerWarp = kChunkK / kGroupK;
@@ -110,10 +110,10 @@ using StagedCfg = Cfg<2, 4, 2560, true>;
 // forms' (one B tile), where the batched kernel converts the tokens at every step of every tile.
 // Measured (H100, kernel_bench linear_fp8 at 8 rows): 2.67 / 2.40 / 2.32 TB/s on gate|up /
 // in_proj / q|k|v against the batched kernel's 2.60 / 2.26 / 2.31; the 27B-FP8 step at 8 streams
-// 13.23 -> 12.87 ms (docs/fp8.md). Still below 4 rows' 2.7-2.8: 8 token rows read twice the
-// shared-memory wavefronts of 4 (whose lane groups 4-7 share row 3).
+// 13.23 -> 12.87 ms (docs/fp8.md). Still below 4 rows' 2.7-2.8 TB/s, in part the rms warp's sums
+// of squares before the first store (Cfg's kRmsLoads: 32 loads in flight took the kernel to 2.73
+// / 2.56 / 2.45 but the step no faster).
 using Staged8Cfg = Cfg<8, 3, 2560, true, 5120>;
-using Staged8RmsCfg = Cfg<8, 3, 2560, true, 5120, 32>;  // opt-in fp8-rms-32
 
 // Scale rows per slot: a 16-row tile lies in one block of >= 16 rows, or two of 8 (gate|up).
 constexpr int kScaleGroups = 2;
@@ -348,7 +348,6 @@ void launch_cfg(const LinearShape& s, const LinearPlan& plan, cudaStream_t strea
 
 bool g_staging = true;      // linear_fp8_set_staging (kernel_bench)
 bool g_staged_rows = true;  // linear_fp8_set_staged_rows (kernel_bench, tests)
-bool g_rms_32 = false;      // linear_fp8_set_rms_loads_32 (opt-in fp8-rms-32)
 int g_plan_splits = 0;      // linear_fp8_set_plan_splits (kernel_bench): 0 = plan_linear's
 
 // Whether configuration C's xs holds a rank's range of the plan.
@@ -369,10 +368,7 @@ void launch_n(const LinearShape& s, cudaStream_t stream) {
   if (s.n <= 2) return launch_cfg<PlanCfg, kFold, Store>(s, plan, stream);
   if (s.n <= 4 && staged) return launch_cfg<Cfg<4, 3, 2560, true>, kFold, Store>(s, plan, stream);
   if (s.n <= 4) return launch_cfg<Cfg<4, 3, 2560>, kFold, Store>(s, plan, stream);  // ~203 KB
-  if (stages_rows(plan, s.n)) {
-    return g_rms_32 ? launch_cfg<Staged8RmsCfg, kFold, Store>(s, plan, stream)
-                    : launch_cfg<Staged8Cfg, kFold, Store>(s, plan, stream);
-  }
+  if (stages_rows(plan, s.n)) return launch_cfg<Staged8Cfg, kFold, Store>(s, plan, stream);
   launch_cfg<Cfg<8, 3, 2048>, kFold, Store>(s, plan, stream);  // ~216 KB
 }
 
@@ -432,7 +428,6 @@ void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream) 
 
 void linear_fp8_set_staging(bool on) { g_staging = on; }
 bool linear_fp8_set_staged_rows(bool on) { return std::exchange(g_staged_rows, on); }
-bool linear_fp8_set_rms_loads_32(bool on) { return std::exchange(g_rms_32, on); }
 bool linear_fp8_decode_stages_rows(const LinearShape& s) {
   return stages_rows(linear_fp8_plan(s.out_f, s.in), s.n);
 }
