@@ -254,6 +254,80 @@ __device__ __forceinline__ float2 row_u(const HeadSmem& m, int dv, int c, int tb
   return make_float2(m.beta[tb] * (vv.x - kv.x), m.beta[tb] * (vv.y - kv.y));
 }
 
+// Row tb's kv partial sums and update pass (kv_pass, update_pass_at) on the thread's slice of S
+// in shared memory (dv: the columns S holds, a whole head's or the half a half-head block holds):
+// rows part * d_k/4 .. of columns c, c + 1, a float2 a row.
+template <int kDk>
+__device__ __forceinline__ float2 kv_partial(const HeadSmem& m, int dv, int part, int c, int tb) {
+  constexpr int kR = kDk / kParts;
+  const float2* col = reinterpret_cast<const float2*>(m.S + part * kR * dv + c);
+  const int stride = dv / 2;  // float2 per row
+  return kv_pass<kR, 2>([&](int i) -> const float2& { return col[i * stride]; },
+                        m.k + tb * kDk + part * kR, m.decay[tb]);
+}
+
+template <int kDk, bool kStore, bool kOut, bool kNext>
+__device__ __forceinline__ float2 update_pass(const HeadSmem& m, int dv, int part, int c, int tb,
+                                              float u0, float u1, float2& kv_next) {
+  constexpr int kR = kDk / kParts;
+  float2* col = reinterpret_cast<float2*>(m.S + part * kR * dv + c);
+  const int stride = dv / 2;
+  const int off = tb * kDk + part * kR;
+  return update_pass_at<kR, 2, kStore, kOut, kNext>(
+      [&](int i) -> float2& { return col[i * stride]; }, m.k + off, m.q + off, m.k + off + kDk,
+      m.decay[tb], kNext ? m.decay[tb + 1] : 0.f, u0, u1, kv_next);
+}
+
+// One token (row tb of the loaded rows) for this thread's columns c and c + 1: S <- e^g S;
+// u = beta (v - S^T k); S <- S + k u^T (stored if kStore); with kOut returns o = S^T q of both
+// columns (every part gets them). Two passes over S; the parts' sums meet in ring slot buf (kv)
+// and slot 1 (o; kOut calls pass buf 0).
+template <int kDk, bool kStore, bool kOut>
+__device__ __forceinline__ float2 head_token(const HeadSmem& m, int dv, int part, int c, int tb,
+                                             int buf) {
+  post(m, dv, part, c, buf, kv_partial<kDk>(m, dv, part, c, tb));
+  __syncthreads();
+  const float2 u = row_u(m, dv, c, tb, gather(m, dv, c, buf));
+  float2 unused;
+  float2 o = update_pass<kDk, kStore, kOut, false>(m, dv, part, c, tb, u.x, u.y, unused);
+  if constexpr (kOut) {
+    post(m, dv, part, c, 1, o);
+    __syncthreads();
+    o = gather(m, dv, c, 1);
+  }
+  return o;
+}
+
+// Rows 0 and 1 of the loaded rows in three passes over S instead of head_token's four: row 1's kv
+// sums ride in row 0's update pass (row 0 always stores: row 1 follows it). Row 1 stores if
+// store_second. The same arithmetic in the same order as two head_token calls, so the same bits.
+// Ring slots: row 0's kv 0, its o 1, row 1's kv 2, its o 0 (each slot is written again only after
+// a barrier that follows its last read). kOut: the rows' o come back in o_first and o_second (an
+// output pair; a fold pair has none).
+template <int kDk, bool kOut>
+__device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, int c,
+                                          bool store_second, float2& o_first, float2& o_second) {
+  post(m, dv, part, c, 0, kv_partial<kDk>(m, dv, part, c, 0));
+  __syncthreads();
+  const float2 u = row_u(m, dv, c, 0, gather(m, dv, c, 0));
+  float2 kv_second;
+  const float2 o = update_pass<kDk, true, kOut, true>(m, dv, part, c, 0, u.x, u.y, kv_second);
+  if constexpr (kOut) post(m, dv, part, c, 1, o);
+  post(m, dv, part, c, 2, kv_second);
+  __syncthreads();
+  if constexpr (kOut) o_first = gather(m, dv, c, 1);
+  const float2 u2 = row_u(m, dv, c, 1, gather(m, dv, c, 2));
+  float2 unused;
+  const float2 o2 =
+      store_second ? update_pass<kDk, true, kOut, false>(m, dv, part, c, 1, u2.x, u2.y, unused)
+                   : update_pass<kDk, false, kOut, false>(m, dv, part, c, 1, u2.x, u2.y, unused);
+  if constexpr (kOut) {
+    post(m, dv, part, c, 0, o2);
+    __syncthreads();
+    o_second = gather(m, dv, c, 0);
+  }
+}
+
 // Row tb's output o (both columns, every part has them) into `out`, and with kNorm its rounded
 // copy into m.o for the norm (part 0 of each column pair writes).
 template <bool kNorm>
