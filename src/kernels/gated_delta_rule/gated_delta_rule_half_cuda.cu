@@ -77,17 +77,7 @@ __device__ __forceinline__ void load_half_rows(const GdrParams& p, const HeadSme
                      : p.v[(base + t) * p.v_s0 + h * p.v_s1 + col0 + jv];
     }
   }
-  if (tid < nb) {
-    const int64_t t = t0 + tid;
-    if constexpr (kFold) {
-      const int64_t at = base + t * rw + replay_a<kDk>(p, h);
-      ar = gdr_ld_cg(p.replay + at);
-      br = gdr_ld_cg(p.replay + at + p.hv_n);
-    } else {
-      ar = p.a[(base + t) * p.a_s0 + h * p.a_s1];
-      br = p.b[(base + t) * p.b_s0 + h * p.b_s1];
-    }
-  }
+  load_gate_ab<kDk, kFold>(p, base, t0, nb, h, ar, br);
 #pragma unroll
   for (int it = 0; it < kQk; ++it) {
     const int e = tid + it * threads, tq = e / kDk, iq = e % kDk;
@@ -111,19 +101,7 @@ __device__ __forceinline__ void load_half_rows(const GdrParams& p, const HeadSme
       }
     }
   }
-  if (tid < nb) {
-    const int64_t t = t0 + tid;
-    if (!kFold && own_ab && t < p.replay_rows) {
-      __nv_bfloat16* row = p.replay + sink + t * rw + replay_a<kDk>(p, h);
-      row[0] = ar;
-      row[p.hv_n] = br;
-    }
-    row_gate(ar, br, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
-  }
-  __syncthreads();
-  const int lane = tid & 31, warp = tid >> 5;
-  if (warp < nb) normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
-  __syncthreads();
+  finish_head_rows<kDk, kFold>(p, m, sink, own_ab, t0, nb, h, ar, br, a_decay, dt_bias);
 }
 
 // Row tb's output o for this thread's column pair (part 0 writes; no fused norm).

@@ -78,6 +78,47 @@ __device__ __forceinline__ GdrSeq decode_item(const GdrParams& p, const GdrSeqLo
   return q;
 }
 
+// Row t0 + threadIdx.x's raw gate inputs a and b (threads below nb): from replay half `base` when
+// kFold (before the PDL wait), else the call's row base + t.
+template <int kDk, bool kFold>
+__device__ __forceinline__ void load_gate_ab(const GdrParams& p, int64_t base, int64_t t0, int nb,
+                                             int64_t h, __nv_bfloat16& ar, __nv_bfloat16& br) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid >= nb) return;
+  const int64_t t = t0 + tid;
+  if constexpr (kFold) {
+    const int64_t at = base + t * p.replay_width + replay_a<kDk>(p, h);
+    ar = gdr_ld_cg(p.replay + at);
+    br = gdr_ld_cg(p.replay + at + p.hv_n);
+  } else {
+    ar = p.a[(base + t) * p.a_s0 + h * p.a_s1];
+    br = p.b[(base + t) * p.b_s0 + h * p.b_s1];
+  }
+}
+
+// The end of a row batch's load: a and b into the replay half at `sink` (current rows, own_ab),
+// each row's gates, then (after a barrier) q and k L2-normalised by warp tb for row tb.
+template <int kDk, bool kFold>
+__device__ __forceinline__ void finish_head_rows(const GdrParams& p, const HeadSmem& m,
+                                                 int64_t sink, bool own_ab, int64_t t0, int nb,
+                                                 int64_t h, __nv_bfloat16 ar, __nv_bfloat16 br,
+                                                 float a_decay, float dt_bias) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < nb) {
+    const int64_t t = t0 + tid;
+    if (!kFold && own_ab && t < p.replay_rows) {
+      __nv_bfloat16* row = p.replay + sink + t * p.replay_width + replay_a<kDk>(p, h);
+      row[0] = ar;
+      row[p.hv_n] = br;
+    }
+    row_gate(ar, br, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
+  }
+  __syncthreads();
+  const int lane = tid & 31, warp = tid >> 5;
+  if (warp < nb) normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
+  __syncthreads();
+}
+
 // Rows [t0, t0 + nb) (nb <= kRows) of head h into shared memory (k, and q unless kFold,
 // normalised; v, z with kNorm; the gates). kFold: from replay half `base` (the accepted rows of
 // the last step). Otherwise the call's rows base + t, their raw k (own_k), v, a and b copied into
@@ -119,17 +160,7 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
       }
     }
   }
-  if (tid < nb) {
-    const int64_t t = t0 + tid;
-    if constexpr (kFold) {
-      const int64_t at = base + t * w + replay_a<kDk>(p, h);
-      ar = gdr_ld_cg(p.replay + at);
-      br = gdr_ld_cg(p.replay + at + p.hv_n);
-    } else {
-      ar = p.a[(base + t) * p.a_s0 + h * p.a_s1];
-      br = p.b[(base + t) * p.b_s0 + h * p.b_s1];
-    }
-  }
+  load_gate_ab<kDk, kFold>(p, base, t0, nb, h, ar, br);
 #pragma unroll
   for (int it = 0; it < kIt; ++it) {
     const int e = tid + it * threads;
@@ -150,21 +181,7 @@ __device__ __forceinline__ void load_head_rows(const GdrParams& p, const HeadSme
       if (!kFold && t < p.replay_rows) p.replay[sink + t * w + replay_v<kDk>(p, h) + jv] = vr[it];
     }
   }
-  if (tid < nb) {
-    const int64_t t = t0 + tid;
-    if (!kFold && t < p.replay_rows) {
-      __nv_bfloat16* row = p.replay + sink + t * w + replay_a<kDk>(p, h);
-      row[0] = ar;
-      row[p.hv_n] = br;
-    }
-    row_gate(ar, br, a_decay, dt_bias, m.decay[tid], m.beta[tid]);
-  }
-  __syncthreads();
-  const int lane = tid & 31, warp = tid >> 5;
-  if (warp < nb) {
-    normalise_row<kDk, kFold>(m.q + warp * kDk, m.k + warp * kDk, lane);
-  }
-  __syncthreads();
+  finish_head_rows<kDk, kFold>(p, m, sink, true, t0, nb, h, ar, br, a_decay, dt_bias);
 }
 
 // The per-token passes over a thread's slice of S, rows part * kR + i (i < kR) of columns c and
