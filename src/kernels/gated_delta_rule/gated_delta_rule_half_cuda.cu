@@ -149,21 +149,10 @@ __global__ void __launch_bounds__(kHalfMaxThreads)
     // The fold: the accepted rows of the last step (the first loading while the piece is in
     // flight), in pairs of three passes; every folded row stores.
     const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
-    for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHalfRows) {
-      const int nb = min(kHalfRows, sq.n_acc - t0);
-      if (nb > 0) {
-        load_half_rows<kDk, true>(p, m, fold_base, -1, false, false, t0, nb, h, hk, col0, w,
-                                  a_decay, dt_bias);
-      }
-      if (t0 == 0) cuda::mbar_wait(m.full, phase);
-      if (nb == 2) {
-        float2 unused0, unused1;
-        head_pair<kDk, false>(m, w, part, c, true, unused0, unused1);
-      } else {
-        for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, w, part, c, tb, tb & 1);
-      }
-      __syncthreads();  // the row buffers are rewritten by the next rows
-    }
+    fold_head_rows<kDk, true, kHalfRows>(m, w, part, c, sq.n_acc, phase, [&](int t0, int nb) {
+      load_half_rows<kDk, true>(p, m, fold_base, -1, false, false, t0, nb, h, hk, col0, w, a_decay,
+                                dt_bias);
+    });
     if (sq.n_acc > 0) {  // the folded piece back to its place
       cuda::fence_proxy_async();
       __syncthreads();

@@ -78,21 +78,10 @@ __device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
   const uint32_t state_bytes = static_cast<uint32_t>(kDk * p.dv * 4);
   const float a_decay = m.head_decay[h], dt_bias = m.head_dt[h];
   const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
-  for (int t0 = 0; t0 < sq.n_acc || t0 == 0; t0 += kHeadRows) {
-    const int nb = min(kHeadRows, sq.n_acc - t0);
-    if (nb > 0) {
-      load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk,
-                                                  a_decay, dt_bias);
-    }
-    if (t0 == 0) cuda::mbar_wait(m.full, phase);
-    if (kPairs && nb == 2) {
-      float2 unused0, unused1;
-      head_pair<kDk, false>(m, dvi, part, c, true, unused0, unused1);
-    } else {
-      for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dvi, part, c, tb, tb & 1);
-    }
-    __syncthreads();  // the row buffers are rewritten by the next rows
-  }
+  fold_head_rows<kDk, kPairs, kHeadRows>(m, dvi, part, c, sq.n_acc, phase, [&](int t0, int nb) {
+    load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk, a_decay,
+                                                dt_bias);
+  });
   if (sq.n_acc > 0) {  // the folded state back to its slot
     cuda::fence_proxy_async();
     __syncthreads();

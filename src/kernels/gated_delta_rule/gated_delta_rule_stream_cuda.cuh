@@ -345,6 +345,27 @@ __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, i
   }
 }
 
+// An item's fold: its n_acc accepted rows of the last step (each stores), kRows at a time,
+// load_rows(t0, nb) bringing rows [t0, t0 + nb) into the buffers (the first while the state is in
+// flight), the wait for the state (m.full, phase) before the first pass; kPairs: a loaded pair in
+// head_pair's three passes. dv: the width of the block's S.
+template <int kDk, bool kPairs, int kRows, class LoadRows>
+__device__ __forceinline__ void fold_head_rows(const HeadSmem& m, int dv, int part, int c,
+                                               int n_acc, uint32_t phase, LoadRows&& load_rows) {
+  for (int t0 = 0; t0 < n_acc || t0 == 0; t0 += kRows) {
+    const int nb = min(kRows, n_acc - t0);
+    if (nb > 0) load_rows(t0, nb);
+    if (t0 == 0) cuda::mbar_wait(m.full, phase);
+    if (kPairs && nb == 2) {
+      float2 unused0, unused1;
+      head_pair<kDk, false>(m, dv, part, c, true, unused0, unused1);
+    } else {
+      for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dv, part, c, tb, tb & 1);
+    }
+    __syncthreads();  // the row buffers are rewritten by the next rows
+  }
+}
+
 // Row tb's output o (both columns, every part has them) into `out`, and with kNorm its rounded
 // copy into m.o for the norm (part 0 of each column pair writes).
 template <bool kNorm>
