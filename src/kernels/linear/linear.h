@@ -92,6 +92,10 @@ void linear_reserve_fp8_scratch(int64_t numel, Device device);
 // MB), once at load, so that no step allocates. Without it those calls run every rank in one block
 // (the same bits, slower). No-op on the CPU.
 void linear_reserve_decode_workspace(Device device);
+// The prefill GEMMs' cuBLASLt handles and fixed workspaces (32 MB each: the bf16 one, and with
+// `fp8` the block-scaled FP8 one), created at load rather than at the first prefill, so that they
+// are allocated before the engine sizes its pools from the free memory. No-op on the CPU.
+void linear_reserve_prefill_gemms(Device device, bool fp8);
 
 // The block scales an f8_e4m3 weight needs, on every device: weight_scale_inv f32 [ceil(out /
 // scale_block_rows), ceil(in / kFp8BlockCols)], contiguous.

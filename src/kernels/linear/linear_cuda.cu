@@ -474,6 +474,12 @@ void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split) {
   linear_fp8_wgmma_set_config(config, split);
 }
 
+void linear_reserve_prefill_gemms(Device device, bool fp8) {
+  if (device != Device::kCuda) return;
+  linear_reserve_prefill_gemm(device);
+  if (fp8) linear_fp8_reserve_prefill_gemm();
+}
+
 void linear_reserve_fp8_scratch(int64_t numel, Device device) {
   if (device != Device::kCuda || numel <= g_fp8_scratch.numel()) return;
   g_fp8_scratch = Tensor();  // free the old one first

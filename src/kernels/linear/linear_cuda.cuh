@@ -169,6 +169,10 @@ void linear_fp8_wgmma_set_config(int config, bool split);  // linear_fp8_set_wgm
 // FP8 prefill rows on the tensor cores (linear_fp8_prefill_cuda.cu; opt-in, off by default):
 // false where it is off or does not take the matrix (then the dequantised path runs); scratch
 // holds the token codes, their scales and the GEMM's bf16 output (passes of fewer rows if short).
+// Creates linear_fp8_prefill_tc's cuBLASLt handle and workspace now (linear_reserve_prefill_gemms).
+void linear_fp8_reserve_prefill_gemm();
+// Creates the bf16 prefill GEMM's cuBLASLt handle and workspace now (linear_gemm_cuda.cu).
+void linear_reserve_prefill_gemm(Device device);
 bool linear_fp8_prefill_tc(const LinearShape& s, void* scratch, int64_t scratch_bytes,
                            cudaStream_t stream);
 // The FP8 matrix dequantised to bf16, out[o, i] = bf16(f32(w[o, i]) scale (1 + g_i)) (g_i = 0

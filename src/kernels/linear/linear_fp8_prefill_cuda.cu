@@ -288,6 +288,7 @@ int64_t scratch_for(const LinearShape& s, int64_t rows) {
 
 }  // namespace
 
+void linear_fp8_reserve_prefill_gemm() { (void)fp8_gemm(); }
 bool linear_fp8_set_prefill_tensor_cores(bool on) { return g_prefill_tc.exchange(on); }
 int64_t linear_fp8_prefill_tensor_core_calls() { return g_prefill_tc_calls.load(); }
 

@@ -94,8 +94,13 @@ struct Gemm {
   }
 };
 
-void gemm(const LinearShape& s, cudaDataType out_type, cudaStream_t stream) {
+Gemm& gemm_instance() {
   static Gemm* g = new Gemm();
+  return *g;
+}
+
+void gemm(const LinearShape& s, cudaDataType out_type, cudaStream_t stream) {
+  Gemm* g = &gemm_instance();
   const std::lock_guard<std::mutex> lock(g->mutex);
   const cublasLtMatmulAlgo_t& algo = g->algo(s.in, s.out_f, out_type);
   const Layouts l(s.in, s.out_f, s.n, s.x_stride, s.out_stride, out_type);
@@ -130,5 +135,9 @@ void gemm(const LinearShape& s, cudaDataType out_type, cudaStream_t stream) {
 
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream) { gemm(s, CUDA_R_16BF, stream); }
 void linear_gemm_f32(const LinearShape& s, cudaStream_t stream) { gemm(s, CUDA_R_32F, stream); }
+
+void linear_reserve_prefill_gemm(Device device) {
+  if (device == Device::kCuda) (void)gemm_instance();
+}
 
 }  // namespace tandem::kernels

@@ -392,6 +392,7 @@ std::string linear_paths(Device device) {
 #ifndef TANDEM_CUDA
 void linear_reserve_fp8_scratch(int64_t /*numel*/, Device /*device*/) {}
 void linear_reserve_decode_workspace(Device /*device*/) {}
+void linear_reserve_prefill_gemms(Device /*device*/, bool /*fp8*/) {}
 #endif
 
 }  // namespace tandem::kernels

@@ -191,6 +191,8 @@ Qwen35Model::Qwen35Model(ModelConfig cfg, Qwen35Weights weights, const ExecConte
   // The decode linear's split-mode workspace (16 MB): batches of decode rows whose matrices have
   // few 128-row tiles spread their k ranks over the GPU through it.
   k::linear_reserve_decode_workspace(ctx_.device);
+  // The prefill GEMMs' handles and workspaces, before an engine sizes its pools from what is free.
+  k::linear_reserve_prefill_gemms(ctx_.device, max_fp8_numel(w_) > 0);
 }
 
 Qwen35Model::~Qwen35Model() {
