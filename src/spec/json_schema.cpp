@@ -16,8 +16,7 @@ namespace {
 
 // Keywords that constrain a value in ways this module does not enforce: an error, never ignored.
 const std::set<std::string>& unsupported_keywords() {
-  static const std::set<std::string> k = {"pattern",
-                                          "patternProperties",
+  static const std::set<std::string> k = {"patternProperties",
                                           "multipleOf",
                                           "contains",
                                           "minContains",
@@ -51,6 +50,7 @@ const std::set<std::string>& constraint_keywords() {
                                           "maxItems",
                                           "minLength",
                                           "maxLength",
+                                          "pattern",
                                           "enum",
                                           "const",
                                           "anyOf",
@@ -193,9 +193,27 @@ class JsonSchemaCompiler {
     n.min_length = count(s, "minLength", path, 0);
     n.max_length = count(s, "maxLength", path, JsonSchema::kUnbounded);
     if (n.min_length > n.max_length) fail(path, "'minLength' is above 'maxLength'");
+    pattern(s, path, n);
     if (n.types == 0) unsatisfiable(path);
     out_.nodes_[static_cast<size_t>(index)] = std::move(n);
     return index;
+  }
+
+  // `pattern`: its automaton (json_pattern.h), not beside a length bound or a literal list (whose
+  // joint completions the cursor does not follow).
+  void pattern(const Json& s, const std::string& path, JsonSchema::Node& n) {
+    if (!s.contains("pattern")) return;
+    const Json& p = s["pattern"];
+    if (!p.is_string()) fail(path, "'pattern' must be a string");
+    if (s.contains("minLength") || s.contains("maxLength") || n.has_literals) {
+      fail(path, "'pattern' beside minLength, maxLength, enum or const is not supported");
+    }
+    try {
+      out_.patterns_.push_back(json_pattern::Pattern::compile(p.get<std::string>()));
+    } catch (const json_pattern::PatternError& e) {
+      fail(path, "'pattern' " + p.dump() + " is not supported: " + e.what());
+    }
+    n.pattern = static_cast<int32_t>(out_.patterns_.size()) - 1;
   }
 
   [[noreturn]] int32_t unsatisfiable(const std::string& path) {
@@ -227,7 +245,9 @@ class JsonSchemaCompiler {
           s.contains("maxItems")) {
         return JsonSchema::kArray;
       }
-      if (s.contains("minLength") || s.contains("maxLength")) return JsonSchema::kString;
+      if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
+        return JsonSchema::kString;
+      }
       return JsonSchema::kAnyType;
     }
     const Json& t = s["type"];

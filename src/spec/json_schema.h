@@ -9,11 +9,13 @@
 // (checked digit by digit: on integers exactly, on numbers with at most 15 digits and no exponent,
 // json_number_bounds.h), minProperties, maxProperties, uniqueItems (on arrays whose items are
 // an enum or const), enum and const (of strings,
-// numbers, booleans and null, matched as their compact JSON text), anyOf and oneOf (oneOf is taken
+// numbers, booleans and null, matched as their compact JSON text), pattern (json_pattern.h: the
+// ECMA-262 subset it names; such a string is written without escapes; not beside minLength,
+// maxLength, enum or const), anyOf and oneOf (oneOf is taken
 // as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#", "#/$defs/..." and
 // "#/definitions/..." (recursion allowed), and the boolean schemas true and false. Annotations
 // (title, description, default, examples, format, ...) are ignored, as JSON Schema lets a validator
-// do. A constraint this module cannot enforce (pattern, multipleOf, uniqueItems on other
+// do. A constraint this module cannot enforce (patternProperties, multipleOf, uniqueItems on other
 // items, not, if/then/else, ...) is an error naming it, never ignored.
 // As vLLM's default (xgrammar's strict mode), an object schema that lists properties allows no
 // other property unless additionalProperties says so; one without properties allows any.
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "spec/json_number_bounds.h"
+#include "spec/json_pattern.h"
 
 namespace tandem {
 
@@ -75,6 +78,7 @@ class JsonSchema {
     int64_t min_items = 0, max_items = kUnbounded;
     bool unique_items = false;  // items (an enum or const: its literals) each at most once
     int64_t min_length = 0, max_length = kUnbounded;  // strings, in characters
+    int32_t pattern = -1;  // strings: the index of their `pattern`'s automaton, or none
     // Integers: minimum / maximum (exclusive ones made inclusive), when given.
     bool has_min = false, has_max = false;
     int64_t min_int = 0, max_int = 0;
@@ -93,12 +97,16 @@ class JsonSchema {
   static uint8_t type_of_start(unsigned char c);
 
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  const json_pattern::Pattern& pattern(int32_t i) const {
+    return patterns_[static_cast<size_t>(i)];
+  }
   int32_t root() const { return root_; }
   size_t size() const { return nodes_.size(); }
 
  private:
   friend class JsonSchemaCompiler;
   std::vector<Node> nodes_;
+  std::vector<json_pattern::Pattern> patterns_;
   int32_t root_ = 0;
 };
 
@@ -141,8 +149,9 @@ class SchemaCursor {
     json_number::Text number;               // bounded numbers (Node::decimal): the text so far
     uint64_t seen = 0;  // declared properties present (objects); literals used (unique arrays, and
                         // their items: the array's as the item began)
-    bool unique = false;  // an item of a uniqueItems array
-    int32_t value = -1;   // the schema of the value after the key (objects)
+    json_pattern::States re{};  // strings with a pattern: the automaton's states
+    bool unique = false;        // an item of a uniqueItems array
+    int32_t value = -1;         // the schema of the value after the key (objects)
     bool operator==(const Frame&) const = default;
   };
   using Config = std::vector<Frame>;

@@ -174,6 +174,7 @@ bool SchemaCursor::begin(unsigned char c) {
       if (kind == JsonSchema::kInteger && n.decimal) {
         if (!json_number::add(f.number, c) || !json_number::feasible(n.number, f.number)) continue;
       }
+      if (kind == JsonSchema::kString && n.pattern >= 0) f.re = schema_->pattern(n.pattern).start();
       Config branch = cfg;
       branch.push_back(f);
       next.push_back(std::move(branch));
@@ -205,6 +206,11 @@ bool SchemaCursor::scalar(unsigned char c, bool starts_char) {
       if (f.count >= n.max_length) return false;
       ++f.count;
     }
+    if (f.kind == JsonSchema::kString && n.pattern >= 0 && c != '"') {  // '"': the closing quote
+      if (c == '\\') return false;                                      // written without escapes
+      f.re = schema_->pattern(n.pattern).step(f.re, c);
+      if (json_pattern::Pattern::none(f.re)) return false;
+    }
     return true;
   });
 }
@@ -220,6 +226,7 @@ bool SchemaCursor::end() {
         return f.count >= n.min_items;
       case JsonSchema::kString:
         if (f.count < n.min_length) return false;
+        if (n.pattern >= 0 && !schema_->pattern(n.pattern).accepts(f.re)) return false;
         break;
       case JsonSchema::kInteger:
         if (bounded(n) && !integer_in_bounds(n, f.negative, f.magnitude)) return false;
@@ -303,7 +310,7 @@ int64_t SchemaCursor::string_room() const {
     int64_t r = -1;
     if (f.kind == JsonSchema::kObject) {  // inside a key
       r = n.additional >= 0 ? JsonSchema::kUnbounded : -1;
-    } else if (f.kind == JsonSchema::kString && !n.has_literals) {
+    } else if (f.kind == JsonSchema::kString && !n.has_literals && n.pattern < 0) {
       r = n.max_length == JsonSchema::kUnbounded ? JsonSchema::kUnbounded : n.max_length - f.count;
     }
     if (r < 0) return -1;

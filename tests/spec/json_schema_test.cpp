@@ -26,6 +26,32 @@ std::string compile_error(const Json& s) {
   return "";
 }
 
+// `pattern` (json_pattern.h): texts accepted whole, and refused at their first byte that no
+// match can follow (a backslash anywhere: such strings are written without escapes); the pattern
+// in an object's property, and in one branch of an anyOf.
+TEST(JsonSchema, PatternStringsMatchTheirRegex) {
+  const auto phone = JsonSchema::compile(Json::parse(R"({"type": "object", "properties":
+      {"phone": {"type": "string", "pattern": "^\\d{3}-\\d{4}$"}}, "required": ["phone"]})"));
+  EXPECT_TRUE(accepts(*phone, R"({"phone": "555-1234"})"));
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {R"({"phone": "55-1234"})", 13},     // '-' where a third digit must come
+           {R"({"phone": "555-12345"})", 19},   // a fifth digit
+           {R"({"phone": "555-123"})", 18},     // the closing quote before the match is whole
+           {R"({"phone": "5\u0035"})", 12}}) {  // an escape
+    JsonAutomaton a(phone.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
+  const auto search = JsonSchema::compile(Json::parse(R"({"pattern": "ab+c"})"));  // unanchored
+  EXPECT_TRUE(accepts(*search, R"("xxabbbcyy")"));
+  EXPECT_FALSE(accepts(*search, R"("xxacyy")"));
+  const auto either = JsonSchema::compile(Json::parse(
+      R"({"anyOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"type": "integer"}]})"));
+  EXPECT_TRUE(accepts(*either, R"("hello")"));
+  EXPECT_TRUE(accepts(*either, "42"));
+  JsonAutomaton a(either.get(), 0);
+  EXPECT_EQ(refused_at(a, R"("hello world")"), 6);
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "object", "properties": {"a": {"type":
             "number", "minimum": 1e16}}})")),  // beyond every number of at most 15 digits
@@ -39,8 +65,12 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
             "at '#': no JSON value satisfies this schema");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "integer", "enum": [1, 9], "maximum": 0})")),
             "at '#': no JSON value satisfies this schema");
-  EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "^a"})")),
-            "at '#': 'pattern' is not supported (structured output cannot enforce it)");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "(a)\\1"})")),
+            "at '#': 'pattern' \"(a)\\\\1\" is not supported: a back-reference at offset 3");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "^a", "maxLength": 3})")),
+            "at '#': 'pattern' beside minLength, maxLength, enum or const is not supported");
+  EXPECT_EQ(compile_error(Json::parse(R"({"patternProperties": {"^a": {}}})")),
+            "at '#': 'patternProperties' is not supported (structured output cannot enforce it)");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "strin"})")), "at '#': unknown type \"strin\"");
   EXPECT_EQ(compile_error(Json::parse(R"({"$ref": "#/$defs/Missing"})")),
             "at '#': '$ref' #/$defs/Missing does not resolve");
