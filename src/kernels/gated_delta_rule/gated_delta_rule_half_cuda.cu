@@ -149,19 +149,13 @@ __global__ void __launch_bounds__(kHalfMaxThreads)
     // The fold: the accepted rows of the last step (the first loading while the piece is in
     // flight), in pairs of three passes; every folded row stores.
     const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
-    fold_head_rows<kDk, true, kHalfRows>(m, w, part, c, sq.n_acc, phase, [&](int t0, int nb) {
-      load_half_rows<kDk, true>(p, m, fold_base, -1, false, false, t0, nb, h, hk, col0, w, a_decay,
-                                dt_bias);
-    });
-    if (sq.n_acc > 0) {  // the folded piece back to its place
-      cuda::fence_proxy_async();
-      __syncthreads();
-      if (tid == 0) {
-        cuda::tensor_store_2d(&hp.state, col0, box_row, m.S);
-        cuda::bulk_commit();
-        store_pending = true;
-      }
-    }
+    fold_head_rows<kDk, true, kHalfRows>(
+        m, w, part, c, sq.n_acc, phase,
+        [&](int t0, int nb) {
+          load_half_rows<kDk, true>(p, m, fold_base, -1, false, false, t0, nb, h, hk, col0, w,
+                                    a_decay, dt_bias);
+        },
+        [&] { cuda::tensor_store_2d(&hp.state, col0, box_row, m.S); }, store_pending);
     if (!waited) {
       cuda::pdl_begin();
       waited = true;

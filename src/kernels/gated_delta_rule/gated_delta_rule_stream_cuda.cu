@@ -78,19 +78,13 @@ __device__ __forceinline__ void head_item(const GdrParams& p, const HeadSmem& m,
   const uint32_t state_bytes = static_cast<uint32_t>(kDk * p.dv * 4);
   const float a_decay = m.head_decay[h], dt_bias = m.head_dt[h];
   const int64_t fold_base = (sq.slot * 2 + (1 - sq.parity)) * half_elems;
-  fold_head_rows<kDk, kPairs, kHeadRows>(m, dvi, part, c, sq.n_acc, phase, [&](int t0, int nb) {
-    load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk, a_decay,
-                                                dt_bias);
-  });
-  if (sq.n_acc > 0) {  // the folded state back to its slot
-    cuda::fence_proxy_async();
-    __syncthreads();
-    if (tid == 0) {
-      cuda::bulk_store(state, m.S, state_bytes);
-      cuda::bulk_commit();
-      store_pending = true;
-    }
-  }
+  fold_head_rows<kDk, kPairs, kHeadRows>(
+      m, dvi, part, c, sq.n_acc, phase,
+      [&](int t0, int nb) {
+        load_head_rows<kDk, true, false, kHeadRows>(p, m, fold_base, -1, false, t0, nb, h, hk,
+                                                    a_decay, dt_bias);
+      },
+      [&] { cuda::bulk_store(state, m.S, state_bytes); }, store_pending);
   if (!waited) {
     cuda::pdl_begin();
     waited = true;

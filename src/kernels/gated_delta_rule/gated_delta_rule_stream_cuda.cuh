@@ -348,10 +348,13 @@ __device__ __forceinline__ void head_pair(const HeadSmem& m, int dv, int part, i
 // An item's fold: its n_acc accepted rows of the last step (each stores), kRows at a time,
 // load_rows(t0, nb) bringing rows [t0, t0 + nb) into the buffers (the first while the state is in
 // flight), the wait for the state (m.full, phase) before the first pass; kPairs: a loaded pair in
-// head_pair's three passes. dv: the width of the block's S.
-template <int kDk, bool kPairs, int kRows, class LoadRows>
+// head_pair's three passes. dv: the width of the block's S. Then, if rows were folded, the folded
+// S back to its place: thread 0 calls store_state() (a bulk store in the bulk group it commits) and
+// sets store_pending.
+template <int kDk, bool kPairs, int kRows, class LoadRows, class StoreState>
 __device__ __forceinline__ void fold_head_rows(const HeadSmem& m, int dv, int part, int c,
-                                               int n_acc, uint32_t phase, LoadRows&& load_rows) {
+                                               int n_acc, uint32_t phase, LoadRows&& load_rows,
+                                               StoreState&& store_state, bool& store_pending) {
   for (int t0 = 0; t0 < n_acc || t0 == 0; t0 += kRows) {
     const int nb = min(kRows, n_acc - t0);
     if (nb > 0) load_rows(t0, nb);
@@ -363,6 +366,15 @@ __device__ __forceinline__ void fold_head_rows(const HeadSmem& m, int dv, int pa
       for (int tb = 0; tb < nb; ++tb) head_token<kDk, true, false>(m, dv, part, c, tb, tb & 1);
     }
     __syncthreads();  // the row buffers are rewritten by the next rows
+  }
+  if (n_acc > 0) {
+    cuda::fence_proxy_async();  // S's generic-proxy writes before the bulk store reads them
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      store_state();
+      cuda::bulk_commit();
+      store_pending = true;
+    }
   }
 }
 

@@ -311,11 +311,12 @@ Fp8BatchMode g_fp8_batch = Fp8BatchMode::kProduction;  // linear_fp8_set_batch
 int64_t g_fp8_wgmma_rows = -1;            // linear_fp8_set_wgmma (negative: fp8_wgmma_min_rows)
 bool g_fp8_prefill_decode_order = false;  // linear_fp8_set_prefill_decode_order
 
-// FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows), the
-// batched one (5..32 rows) or, for calls of fp8_wgmma_min_rows rows or more, the wgmma one, its
-// f16 tokens in the prefill scratch (after the prefill rows' GEMM: stream order); prefill rows
-// on the tensor cores with FP8 activations (linear_fp8_prefill_cuda.cu) where that path takes the
-// matrix, else through the bf16 family on the matrix dequantised (and folded) into the scratch.
+// FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows, and of
+// 5..8 where its staged form holds the matrix's range), the batched one (5..32 rows) or, for calls
+// of fp8_wgmma_min_rows rows or more, the wgmma one, its f16 tokens in the prefill scratch (after
+// the prefill rows' GEMM: stream order); prefill rows on the tensor cores with FP8 activations
+// (linear_fp8_prefill_cuda.cu) where that path takes the matrix, else through the bf16 family on
+// the matrix dequantised (and folded) into the scratch.
 void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   cuda::expect_cuda_dtype(a.x, DType::kBF16, "linear", "x");
   cuda::expect_cuda(a.out, "linear", "out");
@@ -476,7 +477,7 @@ void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split) {
 
 void linear_reserve_prefill_gemms(Device device, bool fp8) {
   if (device != Device::kCuda) return;
-  linear_reserve_prefill_gemm(device);
+  linear_reserve_prefill_gemm();
   if (fp8) linear_fp8_reserve_prefill_gemm();
 }
 

@@ -166,13 +166,13 @@ int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in);
 bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
                              int64_t scratch_bytes, cudaStream_t stream);
 void linear_fp8_wgmma_set_config(int config, bool split);  // linear_fp8_set_wgmma's
-// FP8 prefill rows on the tensor cores (linear_fp8_prefill_cuda.cu; opt-in, off by default):
+// Create the prefill GEMMs' cuBLASLt handles and workspaces now (linear_reserve_prefill_gemms):
+// linear_fp8_prefill_tc's (linear_fp8_prefill_cuda.cu) and the bf16 one's (linear_gemm_cuda.cu).
+void linear_fp8_reserve_prefill_gemm();
+void linear_reserve_prefill_gemm();
+// FP8 prefill rows on the tensor cores (linear_fp8_prefill_cuda.cu; production, default on):
 // false where it is off or does not take the matrix (then the dequantised path runs); scratch
 // holds the token codes, their scales and the GEMM's bf16 output (passes of fewer rows if short).
-// Creates linear_fp8_prefill_tc's cuBLASLt handle and workspace now (linear_reserve_prefill_gemms).
-void linear_fp8_reserve_prefill_gemm();
-// Creates the bf16 prefill GEMM's cuBLASLt handle and workspace now (linear_gemm_cuda.cu).
-void linear_reserve_prefill_gemm(Device device);
 bool linear_fp8_prefill_tc(const LinearShape& s, void* scratch, int64_t scratch_bytes,
                            cudaStream_t stream);
 // The FP8 matrix dequantised to bf16, out[o, i] = bf16(f32(w[o, i]) scale (1 + g_i)) (g_i = 0

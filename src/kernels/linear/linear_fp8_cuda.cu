@@ -429,6 +429,7 @@ void linear_fp8_decode(const LinearShape& s, bool f32_out, cudaStream_t stream) 
 void linear_fp8_set_staging(bool on) { g_staging = on; }
 bool linear_fp8_set_staged_rows(bool on) { return std::exchange(g_staged_rows, on); }
 bool linear_fp8_decode_stages_rows(const LinearShape& s) {
+  if (s.n <= 4 || s.n > 8 || !g_staging || !g_staged_rows) return false;  // no plan to make
   return stages_rows(linear_fp8_plan(s.out_f, s.in), s.n);
 }
 void linear_fp8_set_plan_splits(int splits) { g_plan_splits = splits; }

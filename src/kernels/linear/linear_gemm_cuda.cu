@@ -136,8 +136,6 @@ void gemm(const LinearShape& s, cudaDataType out_type, cudaStream_t stream) {
 void linear_gemm_bf16(const LinearShape& s, cudaStream_t stream) { gemm(s, CUDA_R_16BF, stream); }
 void linear_gemm_f32(const LinearShape& s, cudaStream_t stream) { gemm(s, CUDA_R_32F, stream); }
 
-void linear_reserve_prefill_gemm(Device device) {
-  if (device == Device::kCuda) (void)gemm_instance();
-}
+void linear_reserve_prefill_gemm() { (void)gemm_instance(); }
 
 }  // namespace tandem::kernels
