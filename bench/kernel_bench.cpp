@@ -215,15 +215,13 @@ void bench_gdr(cudaStream_t s) {
       bench_gdr_batch(s, 1, n, fused_norm, base, n == 1 ? &base : nullptr);
   }
   // Production (the streaming kernel from 8 sequences, row pairs in 3 passes), its four-pass form
-  // (pairs off), the per-sequence grid, the register form (opt-in; it takes calls of 2+ rows a
-  // sequence, so its "x 1" row is the four-pass streaming kernel's and the ratio is to that), then
-  // the half-head form (opt-in; with the norm as its own launch).
+  // (pairs off), the per-sequence grid, then the register form (opt-in; it takes calls of 2+ rows
+  // a sequence, so its "x 1" row is the four-pass streaming kernel's and the ratio is to that).
   for (const int64_t n_seqs : {8, 32, 256}) {
-    for (const int path : {0, 1, 2, 3, 4}) {
+    for (const int path : {0, 1, 2, 3}) {
       const int64_t prev = gated_delta_rule_set_stream_min_seqs(path != 2 ? 8 : n_seqs + 1);
       const bool prev_pairs = gated_delta_rule_set_stream_pairs(path != 1 && path != 3);
       const bool prev_regs = gated_delta_rule_set_stream_registers(path == 3);
-      const bool prev_half = gated_delta_rule_set_stream_half_heads(path == 4);
       double base = 0;
       for (const int64_t rows : {1, 2, 4}) {
         if (rows == 2 && (path == 1 || path == 2)) continue;
@@ -231,13 +229,11 @@ void bench_gdr(cudaStream_t s) {
                         path == 0   ? " stream"
                         : path == 1 ? " stream four-pass"
                         : path == 2 ? " per-sequence grid"
-                        : path == 3 ? " stream registers"
-                                    : " stream half heads");
+                                    : " stream registers");
       }
       gated_delta_rule_set_stream_min_seqs(prev);
       gated_delta_rule_set_stream_pairs(prev_pairs);
       gated_delta_rule_set_stream_registers(prev_regs);
-      gated_delta_rule_set_stream_half_heads(prev_half);
     }
   }
 }

@@ -34,10 +34,6 @@ std::vector<OptIn> registry() {
                "FP8 wgmma decode linear: the next unit's stage wait, code widening and scales "
                "while the current unit's products run",
                [](bool on) { linear_fp8_wgmma_set_pipeline(on); }});
-  r.push_back({"gdr-half-heads",
-               "GDN streaming kernel, d_v 128: half a value head per block (a 32 KB state piece, "
-               "~5 blocks per SM instead of 3), the output norm as its own launch",
-               [](bool on) { gated_delta_rule_set_stream_half_heads(on); }});
 #endif
   return r;
 }

@@ -35,17 +35,4 @@ __device__ __forceinline__ void tensor_load_2d(void* dst, const CUtensorMap* map
       : "memory");
 }
 
-// The box at element coordinates (col, row) of the map written from this block's shared memory
-// (128-byte aligned), in this thread's current bulk group (bulk_commit closes it; bulk_wait_read
-// before the shared memory is rewritten). The writes it reads must be visible to the async proxy
-// first (fence_proxy_async by each writing thread, then a barrier).
-__device__ __forceinline__ void tensor_store_2d(const CUtensorMap* map, int64_t col, int64_t row,
-                                                const void* src) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-          reinterpret_cast<uint64_t>(map)),
-      "r"(static_cast<int32_t>(col)), "r"(static_cast<int32_t>(row)), "r"(smem_u32(src))
-      : "memory");
-}
-
 }  // namespace tandem::kernels::cuda

@@ -189,35 +189,26 @@ struct StreamMinSeqs {
 };
 
 // The streaming kernel's forms (each the same bits): four passes per row pair (plain), row pairs
-// in three passes (production), calls of 2+ rows a sequence in the register form (opt-in), half a
-// value head per block (opt-in, d_v 128).
-enum class StreamForm { kPlain, kPairs, kRegisters, kHalfHeads };
+// in three passes (production), or calls of 2+ rows a sequence in the register form (opt-in).
+enum class StreamForm { kPlain, kPairs, kRegisters };
 std::string form_name(StreamForm f) {
-  return f == StreamForm::kPlain       ? "plain"
-         : f == StreamForm::kPairs     ? "pairs"
-         : f == StreamForm::kRegisters ? "registers"
-                                       : "half heads";
+  return f == StreamForm::kPlain ? "plain" : f == StreamForm::kPairs ? "pairs" : "registers";
 }
-// Sets a form for one scope; *_taken() say whether a call of that form ran since.
+// Sets a form for one scope; taken() says whether a register-form call ran since.
 struct StreamFormScope {
-  bool prev_pairs, prev_regs, prev_half;
-  int64_t regs_calls, half_calls;
+  bool prev_pairs, prev_regs;
+  int64_t regs_calls;
   explicit StreamFormScope(StreamForm f)
       : prev_pairs(gated_delta_rule_set_stream_pairs(f == StreamForm::kPairs)),
         prev_regs(gated_delta_rule_set_stream_registers(f == StreamForm::kRegisters)),
-        prev_half(gated_delta_rule_set_stream_half_heads(f == StreamForm::kHalfHeads)),
-        regs_calls(gated_delta_rule_stream_register_calls()),
-        half_calls(gated_delta_rule_stream_half_calls()) {}
+        regs_calls(gated_delta_rule_stream_register_calls()) {}
   ~StreamFormScope() {
     gated_delta_rule_set_stream_pairs(prev_pairs);
     gated_delta_rule_set_stream_registers(prev_regs);
-    gated_delta_rule_set_stream_half_heads(prev_half);
   }
   bool registers_taken() const { return gated_delta_rule_stream_register_calls() > regs_calls; }
-  bool half_taken() const { return gated_delta_rule_stream_half_calls() > half_calls; }
 };
-constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kRegisters,
-                                 StreamForm::kHalfHeads};
+constexpr StreamForm kForms[] = {StreamForm::kPlain, StreamForm::kPairs, StreamForm::kRegisters};
 
 // ---- batch invariance ----
 
@@ -318,13 +309,12 @@ void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStrea
         const StreamMinSeqs per_sequence(n_seqs + 1);
         gdr(A, gdr_in(A, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_a, n_a, cs);
       }
-      bool registers_taken = false, half_taken = false;
+      bool registers_taken = false;
       {
         const StreamMinSeqs stream(1);
         const StreamFormScope form_scope(form);
         gdr(B, gdr_in(B, r), bt, 0, n_seqs, GdrMode::kRecurrent, out_b, n_b, cs);
         registers_taken = form_scope.registers_taken();
-        half_taken = form_scope.half_taken();
       }
       cs.sync();
       const std::string pn = p + fmt::format(",norm={},form={}", norm, form_name(form));
@@ -334,10 +324,6 @@ void stream_matches(const GdrShape& s, int64_t n_seqs, Rng& rng, const CudaStrea
           (s.dk == 64 || s.dk == 128) && s.dk <= s.dv && s.dv % 64 == 0 && s.dv <= 128;
       check_bits("gated_delta_rule.registers_taken", pn,
                  registers_taken == (form == StreamForm::kRegisters && stream_shape));
-      // The half-head form takes the streaming kernel's shapes of d_v 128 (the norm then runs as
-      // its own launch).
-      check_bits("gated_delta_rule.half_heads_taken", pn,
-                 half_taken == (form == StreamForm::kHalfHeads && stream_shape && s.dv == 128));
       check_bits("gated_delta_rule.stream_rows", pn,
                  bytes_of(out_a) == bytes_of(out_b) && (!norm || bytes_of(n_a) == bytes_of(n_b)));
       check_bits(

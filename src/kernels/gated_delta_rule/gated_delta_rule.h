@@ -99,13 +99,6 @@ bool gated_delta_rule_set_stream_pairs(bool on);
 // says how many calls took it.
 bool gated_delta_rule_set_stream_registers(bool on);
 int64_t gated_delta_rule_stream_register_calls();
-// Opt-in gdr-half-heads (default off until measured on a GPU): recurrent calls that take the
-// streaming kernel, of d_v 128, run with half a value head per block (the state piece d_k x 64
-// moved by tensor-map box copies, ~5 blocks per SM instead of 3), the output norm as its own
-// launch; the same bits (gated_delta_rule_half_cuda.cu). Returns the previous value; the counter
-// says how many calls took it.
-bool gated_delta_rule_set_stream_half_heads(bool on);
-int64_t gated_delta_rule_stream_half_calls();
 #endif
 
 inline void gated_delta_rule(const GatedDeltaRuleArgs& a, const ExecContext& ctx) {

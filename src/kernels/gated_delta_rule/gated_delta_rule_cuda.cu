@@ -207,9 +207,7 @@ void gated_delta_rule_cuda(const GatedDeltaRuleArgs& a, const ExecContext& ctx) 
   p.recurrent = recurrent;
   const GdrOutputNorm& norm = a.norm;
   const bool has_norm = norm.out.raw() != nullptr;
-  // The half-head form leaves the norm to its own launch (its halves hold half the columns each).
-  const bool fuse_norm =
-      has_norm && recurrent && p.dv <= kMaxNormBlocks * kCols && !gdr_stream_half(p, dk);
+  const bool fuse_norm = has_norm && recurrent && p.dv <= kMaxNormBlocks * kCols;
   if (fuse_norm) {
     const char* nop = "gated_delta_rule.norm";
     cuda::expect_cuda_dtype(norm.z, DType::kBF16, nop, "z");

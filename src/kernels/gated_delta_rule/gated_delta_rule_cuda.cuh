@@ -122,14 +122,6 @@ bool gdr_stream_launch(const GdrParams& p, int64_t d_k, int64_t max_rows, cudaSt
 // The register form (gated_delta_rule_regs_cuda.cu): launches and returns true if it is on and
 // covers the call, else false.
 bool gdr_regs_launch(const GdrParams& p, int64_t d_k, int64_t max_rows, cudaStream_t s);
-// The half-head form (opt-in gdr-half-heads, gated_delta_rule_half_cuda.cu): whether it would
-// take a recurrent call of this shape (gdr_half_takes; the streaming kernel's own conditions are
-// gdr_stream_half's), and its launch (false, nothing launched, when it does not take the call or
-// the call asks for the fused norm, which it leaves to gated_rms_norm_rows_cuda).
-bool gdr_half_takes(const GdrParams& p, int64_t d_k);
-bool gdr_half_launch(const GdrParams& p, int64_t d_k, cudaStream_t s);
-bool gdr_half_on();
-bool gdr_stream_half(const GdrParams& p, int64_t d_k);
 bool gdr_regs_on();
 
 // gated_rms_norm_cuda over the rows of a call's sequences only, [row_start[0], row_start[n_seqs])

@@ -227,15 +227,9 @@ std::string gated_delta_rule_cuda_paths(int64_t d_k, int64_t d_v) {
       "streaming kernel (a value head per block, state in shared memory{}); prefill chunks in "
       "the chunked (WY) form",
       from - 1, from,
-      gdr_half_on()           ? ", half a value head per block (opt-in gdr-half-heads)"
-      : gdr_regs_on()         ? "; calls of 2+ rows a sequence with the state in registers"
+      gdr_regs_on()           ? "; calls of 2+ rows a sequence with the state in registers"
       : g_stream_pairs.load() ? ", row pairs in 3 passes"
                               : "");
-}
-
-bool gdr_stream_half(const GdrParams& p, int64_t d_k) {
-  return p.recurrent && p.n_seqs >= g_stream_min_seqs.load() && head_kernel_fits(d_k, p.dv) &&
-         p.hv_n <= kMaxHeads && gdr_half_takes(p, d_k);
 }
 
 bool gdr_stream_launch(const GdrParams& p, int64_t d_k, int64_t max_rows, cudaStream_t s) {
@@ -243,7 +237,6 @@ bool gdr_stream_launch(const GdrParams& p, int64_t d_k, int64_t max_rows, cudaSt
       p.hv_n > kMaxHeads) {
     return false;
   }
-  if (gdr_half_launch(p, d_k, s)) return true;
   if (gdr_regs_launch(p, d_k, max_rows, s)) return true;
   if (d_k == 64) launch_head<64>(p, s);
   if (d_k == 128) launch_head<128>(p, s);

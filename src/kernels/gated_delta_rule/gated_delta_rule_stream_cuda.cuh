@@ -272,8 +272,8 @@ __device__ __forceinline__ float2 row_u(const HeadSmem& m, int dv, int c, int tb
 }
 
 // Row tb's kv partial sums and update pass (kv_pass, update_pass_at) on the thread's slice of S
-// in shared memory (dv: the columns S holds, a whole head's or the half a half-head block holds):
-// rows part * d_k/4 .. of columns c, c + 1, a float2 a row.
+// in shared memory (dv: the columns S holds): rows part * d_k/4 .. of columns c, c + 1, a float2 a
+// row.
 template <int kDk>
 __device__ __forceinline__ float2 kv_partial(const HeadSmem& m, int dv, int part, int c, int tb) {
   constexpr int kR = kDk / kParts;
