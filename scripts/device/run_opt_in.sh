@@ -26,8 +26,7 @@
 # at 32K, batch 1, without and with). PART=13: FP8 (linear tests, engine tests, the 27B-FP8 step
 # at 1 and 8 streams, kernel_bench linear_fp8, a step carrying a 512-token chunk on either FP8
 # prefill path). PART=14: the FP8 linear tests, kernel_bench linear_fp8, the 27B-FP8 step at 1 and
-# 8 streams, and at 32K; PART=15 the same and every GPU engine test. PART=17: the wgmma decode
-# linear's split rule against the one before (bitwise tests, kernel_bench linear_batch, the step).
+# 8 streams, and at 32K; PART=15 the same and every GPU engine test.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -150,19 +149,6 @@ elif [[ $PART == 16 ]]; then  # the FP8 step at 1 and 8 streams without and with
   bench fp8_default $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none
   bench fp8_${OPT//-/_} $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none --opt-in $OPT
   bench fp8_default_again $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none
-elif [[ $PART == 17 ]]; then  # the wgmma split rule (kLinearSplitRestMinTokens, twenty-first
-  # session): the decode linear's bitwise tests (variant 20 is the rule before), kernel_bench
-  # linear_batch, the bf16 step without and with --linear-variant 20, production again, engine tests
-  tests linear_bits 150 'CudaRowInvariance.LinearDecodeBatch:CudaRowInvariance.LinearConfigurations'
-  KERNEL_BENCH_ONLY=linear_batch COMMIT=split-rest timeout 150 $B/bench/kernel_bench \
-    "$OUT/kernel_bench_linear_batch.json" > "$OUT/kernel_bench_linear_batch.log" 2>&1
-  summary "kernel_bench linear_batch rc=$? ($(stamp))"
-  grep -E '^linear decode \[(34816|5120),[0-9]+\] n=(5|8|16|32|64|128|256):' \
-    "$OUT/kernel_bench_linear_batch.log" | tee -a "$OUT/summary.txt"
-  bench bf16_default $B 70 configs/qwen3.5-27b.json 1,8,16,32
-  bench bf16_v20 $B 70 configs/qwen3.5-27b.json 1,8,16,32 --linear-variant 20
-  bench bf16_default_again $B 70 configs/qwen3.5-27b.json 1,8,16,32
-  (( $(date +%s) - t0 < 420 )) && engine_tests 150
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

@@ -280,11 +280,10 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
           untouched &= bits[e] == (f.epilogue == LinearEpilogue::kAddToOut ? res_bits[e] : poison);
         }
         check_bits("linear.decode_batch_bounds", p, untouched);
-        for (const int variant : {15, 16, 18, 19, 20}) {
+        for (const int variant : {15, 16, 18, 19}) {
           if (n != 8 && n != 33 && n != 64 && n != 129 && n != 256) break;
-          // Bench variants 15, 16 and 20: the wgmma kernel's other split rules (20: gate|up's 8
-          // items left after two waves at 8 rows split by rank, as production did until
-          // 00f983f); 18, 19: its item shapes by one rule. The same bits.
+          // Bench variants 15 and 16: the wgmma kernel's other split rules; 18, 19: its item
+          // shapes by one rule. The same bits.
           linear_skinny_set_variant(variant);
           const LinearBuffers other = buffers();
           run_rows(f, x.dev, w, other, 0, n, n, cs.ctx());

@@ -29,7 +29,6 @@ LinearSplitCall call_of(int64_t out_f, int64_t n, int kn, int groups) {
   c.items = static_cast<int>((out_f + c.tile_rows - 1) / c.tile_rows * ((n + kn - 1) / kn));
   c.slots = 132 * (groups == 1 ? 2 : 1);
   c.piece_floats = int64_t{kn / 2} * 128 * groups;
-  c.item_tokens = kn;
   return c;
 }
 
@@ -41,14 +40,13 @@ LinearPlan plan_of(int64_t out_f, int64_t in) {
 TEST(LinearSplit, UnitsCoverEveryRankAndClassOnce) {
   int checked = 0;
   for (const LinearSplitRule rule :
-       {LinearSplitRule::kProduction, LinearSplitRule::kBefore, LinearSplitRule::kClassGroups,
-        LinearSplitRule::kRestAnyTokens}) {
+       {LinearSplitRule::kProduction, LinearSplitRule::kBefore, LinearSplitRule::kClassGroups}) {
     for (const int items : {1, 7, 16, 80, 160, 224, 258, 264, 272, 320, 544, 1032}) {
       for (const int slots : {132, 264}) {
         for (const int splits : {1, 2, 4, 8}) {
           for (const int64_t piece : {int64_t{1024}, int64_t{16384}}) {
             const LinearPlan plan{splits, 1, 1024};
-            const LinearSplitCall c{items, slots, 64, piece, 64, 64};
+            const LinearSplitCall c{items, slots, 64, piece, 64};
             const LinearSplit s = pick_linear_split(c, plan, rule, kCapacity, kMaxSplitItems);
             const std::string what = "rule " + std::to_string(static_cast<int>(rule)) + ", items " +
                                      std::to_string(items) + ", slots " + std::to_string(slots) +
@@ -105,13 +103,12 @@ TEST(LinearSplit, UnitsCoverEveryRankAndClassOnce) {
       }
     }
   }
-  EXPECT_EQ(checked, 4 * 12 * 2 * 4 * 2);
+  EXPECT_EQ(checked, 3 * 12 * 2 * 4 * 2);
 }
 
-// The 27B decode shapes at the row counts the H200 runs measured (014e446, 2173990): out_f = 5120
-// splits by rank below a wave; gate|up splits the items left after whole waves at 256 rows (128 x
-// 128 items), not at 8 (128 x 16: kLinearSplitRestMinTokens); in_proj, whose plan has one rank,
-// never splits; the rule before splits only below a wave.
+// The 27B decode shapes at the row counts the H200 runs measured (014e446): out_f = 5120 splits by
+// rank below a wave; gate|up splits the 8 / 16 items left after whole waves; in_proj, whose plan
+// has one rank, never splits; the rule before splits only below a wave.
 TEST(LinearSplit, PicksWhatTheH200RunsMeasuredOnThe27BShapes) {
   const auto pick = [](int64_t out_f, int64_t in, int64_t n, int kn, int groups,
                        LinearSplitRule rule) {
@@ -131,16 +128,9 @@ TEST(LinearSplit, PicksWhatTheH200RunsMeasuredOnThe27BShapes) {
     EXPECT_EQ(r.parts, 2);
     EXPECT_EQ(pick(5120, in, 256, 64, 1, LinearSplitRule::kBefore).whole, 320);
   }
-  // 272 items of 128 rows x 16 tokens: two waves and 8 whole items.
-  EXPECT_EQ(pick(34816, 5120, 8, 16, 2, LinearSplitRule::kProduction).whole, 272);
-  EXPECT_EQ(pick(34816, 5120, 32, 32, 2, LinearSplitRule::kProduction).whole, 272);
-  const LinearSplit gate8_before = pick(34816, 5120, 8, 16, 2, LinearSplitRule::kRestAnyTokens);
-  EXPECT_EQ(gate8_before.whole, 264);  // the rule until 00f983f: the 8 left split by rank
-  EXPECT_EQ(gate8_before.parts, 2);
-  // 64 tokens an item (64 rows): 272 items, the 8 left split by rank.
-  const LinearSplit gate64 = pick(34816, 5120, 64, 64, 2, LinearSplitRule::kProduction);
-  EXPECT_EQ(gate64.whole, 264);
-  EXPECT_EQ(gate64.parts, 2);
+  const LinearSplit gate8 = pick(34816, 5120, 8, 16, 2, LinearSplitRule::kProduction);
+  EXPECT_EQ(gate8.whole, 264);  // 272 items of 128 rows: two waves, 8 split by rank
+  EXPECT_EQ(gate8.parts, 2);
   const LinearSplit gate256 = pick(34816, 5120, 256, 128, 2, LinearSplitRule::kProduction);
   EXPECT_EQ(gate256.whole, 528);
   EXPECT_EQ(gate256.parts, 2);

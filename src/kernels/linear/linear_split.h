@@ -63,26 +63,22 @@ constexpr int64_t linear_split_piece(int split, int r, int c, int splits, int cg
 
 // kProduction: whole waves of items first (one per block slot each), then the items left over
 // (all of them when they are fewer than the slots) split into one unit per rank (plan.splits > 1)
-// when they are fewer than the slots, or, for items of kLinearSplitRestMinTokens or more tokens,
-// when that shortens the last wave by a tenth or more: ceil(rest splits / slots) / splits
-// item-times, longer by the posted sums' traffic; and only if the posted sums fit `capacity`
-// floats. Items of fewer tokens stream their weights: a short last wave of them runs on SMs the
-// others have left, faster than a full wave, and splitting it cost more than it saved (the 27B
-// gate|up at 5-32 rows: its last 8 items split took 2-6 us longer, two sum kernels included, in
-// the H200 kernel benches at 014e446 and 2173990; at 128-256 rows the split saves 8-9 us). kBefore
-// (bench variant 15): only calls of fewer items than slots split. kClassGroups (bench variant 16):
-// ranks' classes in groups too, the group count with the shortest last wave (2d1a1e4's rule:
-// 0.6-0.9x the ranks-only split's speed on out_f = 5120 at 5-64 rows).
-// kRestAnyTokens (bench variant 20): kProduction as it was before kLinearSplitRestMinTokens.
-enum class LinearSplitRule { kProduction, kBefore, kClassGroups, kRestAnyTokens };
-inline constexpr int kLinearSplitRestMinTokens = 64;
+// when they are fewer than the slots, or when that shortens the last wave by a tenth or more:
+// ceil(rest splits / slots) / splits item-times, longer by the posted sums' traffic; and only if
+// the posted sums fit `capacity` floats. At 5-32 rows too (gate|up's 8 items left after two
+// waves): back to back the whole items ran 2-6 us faster (H200 kernel benches), but in the 27B
+// step, not splitting them was 0.49 / 0.23 / 0.14 ms slower at 8 / 16 / 32 streams (H100,
+// docs/benchmarks.md "Twenty-first session"). kBefore (bench variant 15): only calls of fewer
+// items than slots split. kClassGroups (bench variant 16): ranks' classes in groups too, the group
+// count with the shortest last wave (2d1a1e4's rule: 0.6-0.9x the ranks-only split's speed on out_f
+// = 5120 at 5-64 rows).
+enum class LinearSplitRule { kProduction, kBefore, kClassGroups };
 
 struct LinearSplitCall {
   int items = 0, slots = 0;
   int64_t tile_rows = 0;     // weight rows per item
   int64_t piece_floats = 0;  // floats of one posted sum (accumulators x consumer threads)
   int64_t stage_k = 64;      // k per ring stage: a class group has at least 4
-  int item_tokens = 0;       // tokens per item
 };
 
 inline LinearSplit pick_linear_split(const LinearSplitCall& c, const LinearPlan& plan,
@@ -105,12 +101,8 @@ inline LinearSplit pick_linear_split(const LinearSplitCall& c, const LinearPlan&
   };
   if (rule != LinearSplitRule::kClassGroups) {
     if (plan.splits == 1 || !fits(1)) return none;
-    const bool short_items =
-        rule == LinearSplitRule::kProduction && c.item_tokens < kLinearSplitRestMinTokens;
-    if (whole > 0 &&
-        (rule == LinearSplitRule::kBefore || short_items || last_wave(plan.splits, 1) >= 0.9)) {
+    if (whole > 0 && (rule == LinearSplitRule::kBefore || last_wave(plan.splits, 1) >= 0.9))
       return none;
-    }
     return {whole, plan.splits, 1};
   }
   LinearSplit best_split = none;

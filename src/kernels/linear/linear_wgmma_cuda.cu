@@ -350,8 +350,7 @@ float* workspace_sumsq() { return g_workspace.data<float>() + kLinearSplitPosted
 template <class C>
 LinearSplit pick_split(int items, const LinearPlan& plan, int slots) {
   if (!workspace_ready()) return {items, 1, 1};
-  const LinearSplitCall call{items,   slots, C::kTileM, int64_t{C::kN / 2} * C::kConsumers,
-                             kStageK, C::kN};
+  const LinearSplitCall call{items, slots, C::kTileM, int64_t{C::kN / 2} * C::kConsumers, kStageK};
   return pick_linear_split(call, plan, g_split_rule, kLinearSplitPostedFloats,
                            kLinearSplitMaxItems);
 }
@@ -463,7 +462,6 @@ void linear_wgmma_set_shape_rule(int rule) {
 void linear_wgmma_set_split_rule(int rule) {
   g_split_rule = rule == 1   ? LinearSplitRule::kBefore
                  : rule == 2 ? LinearSplitRule::kClassGroups
-                 : rule == 3 ? LinearSplitRule::kRestAnyTokens
                              : LinearSplitRule::kProduction;
 }
 

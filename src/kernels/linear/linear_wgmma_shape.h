@@ -71,8 +71,8 @@ inline LinearSplit wgmma_split(const WgmmaCall& c, WgmmaItemShape s, bool worksp
                                LinearSplitRule rule) {
   const int items = wgmma_items(c, s);
   if (!workspace) return {items, 1, 1};
-  const LinearSplitCall call{
-      items, wgmma_slots(c, s), s.tile_m, int64_t{s.n / 2} * s.consumers(), 64, s.n};
+  const LinearSplitCall call{items, wgmma_slots(c, s), s.tile_m, int64_t{s.n / 2} * s.consumers(),
+                             64};
   return pick_linear_split(call, c.plan, rule, kLinearSplitPostedFloats, kLinearSplitMaxItems);
 }
 
