@@ -26,7 +26,8 @@
 # at 32K, batch 1, without and with). PART=13: FP8 (linear tests, engine tests, the 27B-FP8 step
 # at 1 and 8 streams, kernel_bench linear_fp8, a step carrying a 512-token chunk on either FP8
 # prefill path). PART=14: the FP8 linear tests, kernel_bench linear_fp8, the 27B-FP8 step at 1 and
-# 8 streams, and at 32K; PART=15 the same and every GPU engine test.
+# 8 streams, and at 32K; PART=15 the same and every GPU engine test. PART=17: production's
+# headline table (bf16 and FP8 at every batch, 32K batch 1) and the GPU engine tests.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
@@ -149,6 +150,15 @@ elif [[ $PART == 16 ]]; then  # the FP8 step at 1 and 8 streams without and with
   bench fp8_default $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none
   bench fp8_${OPT//-/_} $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none --opt-in $OPT
   bench fp8_default_again $B 120 configs/qwen3.5-27b-fp8.json 1,8 --speculative none
+elif [[ $PART == 17 ]]; then  # the headline table of production (docs/benchmarks.md, "Where
+  # tandem stands"): bf16 at every batch with the MTP projection at acceptance 0.6, FP8 likewise,
+  # both at 32K batch 1, then the GPU engine tests. About 8 minutes.
+  all_batches=1,8,16,32,64,128,256; [[ ${mem_mib:-0} -lt 100000 ]] && all_batches=1,8,16,32,64
+  bench bf16_table $B 170 configs/qwen3.5-27b.json "$all_batches" --acceptance 0.6
+  bench fp8_table $B 130 configs/qwen3.5-27b-fp8.json "1,8,32,${all_batches##*,}" --acceptance 0.6
+  CONTEXT=32768 bench bf16_32k $B 70 configs/qwen3.5-27b.json 1
+  CONTEXT=32768 bench fp8_32k $B 70 configs/qwen3.5-27b-fp8.json 1
+  engine_tests 110
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
