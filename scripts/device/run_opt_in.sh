@@ -30,7 +30,9 @@
 # headline table (bf16 and FP8 at every batch, 32K batch 1) and the GPU engine tests.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
-if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench; else build_cuda cuda_tests tandem kernel_bench; fi
+if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench
+elif [[ $PART == 17 && -n ${SHORT:-} ]]; then build_cuda tandem
+else build_cuda cuda_tests tandem kernel_bench; fi
 # 128+ streams of the 27B do not fit an 80 GB card: there 8, 32, 64.
 mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 default_batches=8,32,128,256
