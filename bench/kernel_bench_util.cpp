@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
 
 namespace tandem::kernel_bench {
 
@@ -33,6 +36,18 @@ double median_ms(cudaStream_t s, int reps, const std::function<void(int)>& fn) {
   cudaEventDestroy(b);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+std::vector<int64_t> bench_rows(const std::vector<int64_t>& all) {
+  const char* env = std::getenv("KERNEL_BENCH_ROWS");
+  if (env == nullptr || *env == '\0') return all;
+  std::vector<int64_t> picked;
+  std::string n;
+  for (std::istringstream in(env); std::getline(in, n, ',');) {
+    const int64_t v = n.empty() ? -1 : std::stoll(n);
+    if (std::find(all.begin(), all.end(), v) != all.end()) picked.push_back(v);
+  }
+  return picked;
 }
 
 // Random bf16 bits in [-1, 1) (never zero), filled on the host once.

@@ -7,6 +7,9 @@
 # bf16 then 25 FP8 launches per shape and row count), FP8 on in_proj and down at 1 row.
 # Out: profiles.tar.gz of NAME.txt (details), NAME_source.csv (SASS with stall samples) and
 # NAME_stalls.txt (the raw stall metrics); the device returns at most 8 files.
+# GROUP@ROWS runs only those row counts (KERNEL_BENCH_ROWS, groups linear_fp8_batch and
+# linear_fp8), e.g. linear_fp8_batch@32:linear_fp8_wgmma_kernel:10:NAME for gate|up's first call
+# of 32 rows (each shape and row count runs 25 launches per mode: 5 warm-up, 20 timed).
 # KERNEL_NAME_BASE=demangled matches the regex against the demangled name with its template
 # arguments, to pick one configuration (e.g. 'linear_batch_kernel<.*BatchCfg<4,.4,.4,.1>').
 set -uo pipefail
@@ -16,7 +19,8 @@ P=/tmp/profiles && rm -rf $P && mkdir -p $P
 PROFILES=${PROFILES:-"linear_fp8:linear_fp8_kernel:10:fp8_gateup_n1 linear_fp8:linear_persistent_kernel:10:bf16_gateup_n1 linear_fp8:linear_fp8_kernel:110:fp8_inproj_n1 linear_fp8:linear_fp8_kernel:310:fp8_down_n1"}
 for p in $PROFILES; do
   IFS=: read -r group regex skip name <<< "$p"
-  KERNEL_BENCH_ONLY=$group timeout "${NCU_LIMIT:-150}" ncu --set full --import-source yes \
+  rows=; [[ $group == *@* ]] && rows=${group#*@} && group=${group%@*}
+  KERNEL_BENCH_ROWS=$rows KERNEL_BENCH_ONLY=$group timeout "${NCU_LIMIT:-150}" ncu --set full --import-source yes \
     --kernel-name-base "${KERNEL_NAME_BASE:-function}" \
     --kernel-name "regex:$regex" --launch-skip "$skip" --launch-count 1 --kill yes \
     -o "/tmp/$name" -f "$B/bench/kernel_bench" /tmp/kb.json > "/tmp/$name.ncu.log" 2>&1
