@@ -27,7 +27,8 @@
 # at 1 and 8 streams, kernel_bench linear_fp8, a step carrying a 512-token chunk on either FP8
 # prefill path). PART=14: the FP8 linear tests, kernel_bench linear_fp8, the 27B-FP8 step at 1 and
 # 8 streams, and at 32K; PART=15 the same and every GPU engine test. PART=17: production's
-# headline table (bf16 and FP8 at every batch, 32K batch 1) and the GPU engine tests.
+# headline table (bf16 and FP8 at every batch, 32K batch 1) and the GPU engine tests. PART=18:
+# the opt-in token-loads-ahead (bitwise tests; bf16 and FP8 steps without, with, without).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench
@@ -165,6 +166,14 @@ elif [[ $PART == 17 ]]; then  # the headline table of production (docs/benchmark
     CONTEXT=32768 bench fp8_32k $B 70 configs/qwen3.5-27b-fp8.json 1
     engine_tests 110
   fi
+elif [[ $PART == 18 ]]; then  # the opt-in token-loads-ahead (twenty-second session): its
+  # bitwise tests, then the bf16 and FP8 steps without, with, and again without it.
+  tests loads_ahead_bits 150 'Fp8Linear.WgmmaTokenLoadsAhead*:CudaRowInvariance.LinearDecodeBatch'
+  for side in default token-loads-ahead default_again; do
+    args=(); [[ $side == token-loads-ahead ]] && args=(--opt-in token-loads-ahead)
+    bench fp8_${side//-/_} $B 100 configs/qwen3.5-27b-fp8.json 8,32,"${BATCHES##*,}" "${args[@]}"
+    bench bf16_${side//-/_} $B 60 configs/qwen3.5-27b.json 16,32,"${BATCHES##*,}" "${args[@]}"
+  done
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

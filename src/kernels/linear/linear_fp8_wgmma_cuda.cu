@@ -345,6 +345,52 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The same rows under linear_set_token_loads_ahead: warp w of the grid is part w % per_token of
+// token w / per_token; the last part sums the token's squares with all of a lane's loads in one
+// round (sum_squares_block's order), each other part writes 1,024 k of the row, a lane's four
+// 8-element groups (and their fold) loaded before the first is converted. fp8_tokens_kernel's
+// values, position for position.
+constexpr int kTokensPartK = 1024;
+template <bool kFold>
+__global__ void __launch_bounds__(256)
+    fp8_tokens_ahead_kernel(const Params p, __half* xh, int64_t in_pad, float* sumsq,
+                            int per_token) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();  // as fp8_tokens_kernel
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t task = static_cast<int64_t>(blockIdx.x) * 8 + warp;
+  const int tok = static_cast<int>(task / per_token), part = static_cast<int>(task % per_token);
+  if (tok >= p.n_tokens) return;
+  if (part == per_token - 1) {
+    if (p.input_rms) sum_squares_block<kSumsLoadsAhead, 1>(p, lane, tok, sumsq);
+    return;
+  }
+  constexpr int kGroups = kTokensPartK / (32 * 8);
+  const __nv_bfloat16* x = p.x + tok * p.x_stride;
+  uint32_t* row = reinterpret_cast<uint32_t*>(xh + tok * in_pad);
+  const int64_t k0 = int64_t{part} * kTokensPartK + lane * 8;
+  uint4 xv[kGroups], gv[kGroups];
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {  // every load first
+    const int64_t k = k0 + j * 32 * 8;
+    const bool inside = k < p.in;  // in is a multiple of 16: 8-groups are in or out whole
+    xv[j] = inside ? __ldcg(reinterpret_cast<const uint4*>(x + k)) : make_uint4(0, 0, 0, 0);
+    gv[j] = make_uint4(0, 0, 0, 0);
+    if constexpr (kFold) {
+      if (inside) gv[j] = __ldg(reinterpret_cast<const uint4*>(p.fold + k));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const int64_t k = k0 + j * 32 * 8;
+    if (k >= in_pad) break;
+    const uint4 h = tokens_f16<kFold>(xv[j], gv[j]);
+    uint32_t* st = row + (k / kStepK) * (kStepK / 2);  // fp8_tokens_kernel's placement
+    const int tt = static_cast<int>(k % kStepK) / 8;
+    st[tt] = h.x, st[4 + tt] = h.y, st[8 + tt] = h.z, st[12 + tt] = h.w;
+  }
+}
+
 // ---- host side ----
 
 int64_t padded_in(int64_t in) { return (in + kPadK - 1) / kPadK * kPadK; }
@@ -465,6 +511,18 @@ bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
                          scratch_bytes - used};
   const Params tp = decode_params(s, LinearPlan{}, 1);
   const auto launch_tokens = [&] {
+    if (linear_token_loads_ahead()) {
+      const int per_token = static_cast<int>((in_pad + kTokensPartK - 1) / kTokensPartK) + 1;
+      const dim3 grid(static_cast<unsigned>((s.n * per_token + 7) / 8));
+      if (s.fold != nullptr) {
+        cuda::launch_pdl(fp8_tokens_ahead_kernel<true>, grid, dim3(256), 0, stream, tp, xh, in_pad,
+                         sumsq, per_token);
+      } else {
+        cuda::launch_pdl(fp8_tokens_ahead_kernel<false>, grid, dim3(256), 0, stream, tp, xh, in_pad,
+                         sumsq, per_token);
+      }
+      return;
+    }
     const dim3 grid(static_cast<unsigned>((s.n + 7) / 8));
     if (s.fold != nullptr) {
       cuda::launch_pdl(fp8_tokens_kernel<true>, grid, dim3(256), 0, stream, tp, xh, in_pad, sumsq);
