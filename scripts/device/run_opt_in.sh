@@ -28,7 +28,7 @@
 # prefill path). PART=14: the FP8 linear tests, kernel_bench linear_fp8, the 27B-FP8 step at 1 and
 # 8 streams, and at 32K; PART=15 the same and every GPU engine test. PART=17: production's
 # headline table (bf16 and FP8 at every batch, 32K batch 1) and the GPU engine tests. PART=18:
-# the opt-in token-loads-ahead (bitwise tests; bf16 and FP8 steps without and with).
+# an opt-in's bitwise tests (FILTER_BITS) and the bf16 and FP8 steps without and with it (OPT).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench
@@ -167,10 +167,13 @@ elif [[ $PART == 17 ]]; then  # the headline table of production (docs/benchmark
     engine_tests 110
   fi
 elif [[ $PART == 18 ]]; then  # the opt-in token-loads-ahead (twenty-second session): its
-  # bitwise tests, then the bf16 and FP8 steps without and with it.
-  tests loads_ahead_bits 150 'Fp8Linear.WgmmaTokenLoadsAhead*:CudaRowInvariance.LinearDecodeBatch'
-  for side in default token-loads-ahead; do
-    args=(); [[ $side == token-loads-ahead ]] && args=(--opt-in token-loads-ahead)
+  # bitwise tests, then the bf16 and FP8 steps without and with it. Run 2026-12-06 (H100): its
+  # FP8 half (fp8_tokens_kernel) is production since, its bf16 half (sum_squares_kernel) was
+  # slower and is removed, and with it the opt-in (kept as the form of an opt-in A/B call).
+  OPT=${OPT:?PART=18 needs OPT=name}
+  [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 150 "$FILTER_BITS"
+  for side in default $OPT; do
+    args=(); [[ $side == "$OPT" ]] && args=(--opt-in "$OPT")
     bench fp8_${side//-/_} $B 100 configs/qwen3.5-27b-fp8.json 8,32,"${BATCHES##*,}" "${args[@]}"
     bench bf16_${side//-/_} $B 60 configs/qwen3.5-27b.json 16,32,"${BATCHES##*,}" "${args[@]}"
   done

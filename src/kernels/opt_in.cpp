@@ -34,10 +34,6 @@ std::vector<OptIn> registry() {
                "FP8 wgmma decode linear: the next unit's stage wait, code widening and scales "
                "while the current unit's products run",
                [](bool on) { linear_fp8_wgmma_set_pipeline(on); }});
-  r.push_back({"token-loads-ahead",
-               "wgmma decode linears' token kernels (sums of squares, FP8 f16 token rows): every "
-               "load of a lane issued before the first is used",
-               [](bool on) { linear_set_token_loads_ahead(on); }});
 #endif
   return r;
 }

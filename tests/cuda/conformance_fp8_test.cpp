@@ -242,21 +242,6 @@ TEST_F(Fp8Linear, WgmmaPipelineRowsAreTheDecodeKernelRows) {
       });
 }
 
-// The same with the opt-in token-loads-ahead (linear_set_token_loads_ahead: the f16 token rows by
-// a warp per 1,024 k, the sums of squares in one round of loads): the same bits.
-TEST_F(Fp8Linear, WgmmaTokenLoadsAheadRowsAreTheDecodeKernelRows) {
-  struct Restore {
-    bool prev = linear_set_token_loads_ahead(true);
-    ~Restore() { linear_set_token_loads_ahead(prev); }
-  } restore;
-  check_against_decode_kernel("linear_fp8.wgmma_token_loads_ahead", 35, 70,
-                              {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}}, 5,
-                              [](int mode) {
-                                linear_fp8_set_wgmma(mode == 0 ? -1 : 1, mode, true);
-                                return fmt::format("token loads ahead, config {}", mode);
-                              });
-}
-
 TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {
   const TensorCores off(false);  // production takes some of these shapes on the tensor cores
   CudaStream cs;

@@ -293,17 +293,6 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
           check_bits("linear.decode_batch_split_rule_vs_1",
                      p + fmt::format(",variant={}", variant) + vs1_v, vs1_v.empty());
         }
-        if (f.input_rms && (n == 17 || n == 33 || n == 129 || n == 256)) {
-          // The opt-in token-loads-ahead: sum_squares_kernel with all of a lane's loads in one
-          // round. The same bits.
-          const bool prev = linear_set_token_loads_ahead(true);
-          const LinearBuffers ahead = buffers();
-          run_rows(f, x.dev, w, ahead, 0, n, n, cs.ctx());
-          cs.sync();
-          linear_set_token_loads_ahead(prev);
-          const std::string vs1_a = bad_rows(out_bits(ahead.out), alone_bits, 0, n, cols);
-          check_bits("linear.decode_batch_loads_ahead_vs_1", p + vs1_a, vs1_a.empty());
-        }
         if (!f.input_rms || n > 16) continue;
         // Bench variant 14: the wgmma kernel's sums of squares in the kernel (no
         // sum_squares_kernel): the same bits.

@@ -173,14 +173,6 @@ void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
 // unit (stage wait, the codes' widening, scales) while the current unit's products run; the same
 // bits. Returns the previous value.
 bool linear_fp8_wgmma_set_pipeline(bool on);
-// Opt-in (default off until measured on a GPU): the small kernels that prepare a wgmma call's
-// tokens issue every load before using one. The sums of squares for input_rms (bf16 and FP8) take
-// all of a lane's groups in one round (20 loads for in <= 5,120) where production takes 4 per
-// round, in the same order; the FP8 tokens' f16 rows are written by a warp per 1,024 k whose four
-// loads a lane issues together, where production's one warp per token stores each group before
-// loading the next (20 round trips at in = 5,120). The same values, so the same bits. Returns the
-// previous value.
-bool linear_set_token_loads_ahead(bool on);
 // Which kernels FP8 prefill rows take where the tensor-core path (below) does not: false
 // (production) the matrix dequantised into the scratch and the bf16 prefill path, once per call,
 // however few the rows; true the decode order's kernels (every row a decode row: the FP8 wgmma

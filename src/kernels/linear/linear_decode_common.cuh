@@ -187,12 +187,6 @@ struct StoreAddY {
   }
 };
 
-// linear_set_token_loads_ahead (linear.h; linear_wgmma_cuda.cu): the wgmma calls' token kernels
-// (sum_squares_kernel, fp8_tokens_kernel) issue every load first; kSumsLoadsAhead loads a lane per
-// round of sum_squares_block (one round for in <= 5,120).
-bool linear_token_loads_ahead();
-constexpr int kSumsLoadsAhead = 20;
-
 // input_rms, in the rms warp of a storing block: each token's sum of squares of x, lane l taking
 // the 8-element groups l, l + 32, ... in order, then the lanes' butterfly. A function of the
 // token's row alone. Tokens go in blocks of up to kLoads / 4 whose loads are issued together,

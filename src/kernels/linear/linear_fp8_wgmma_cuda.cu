@@ -314,55 +314,29 @@ __global__ void __launch_bounds__(C::kConsumers)
 
 // Each token's row of f16 operands for the GEMM, x' = tokens_f16(x) (the FP8 kernels' fold,
 // 2^-8 and rounding), zeros from in to the padded length, every 32-k step stored in the order of
-// its two k16 products (the file comment); with input_rms first the token's sum of squares of x
-// in sum_squares' order. One warp per token. It triggers the GEMM before it waits, as
-// sum_squares_kernel does for the bf16 kernel: the GEMM reads only codes before its own wait.
+// its two k16 products (the file comment); with input_rms, the token's sum of squares of x in
+// sum_squares' order. Warp w of the grid is part w % per_token of token w / per_token: the last
+// part sums the squares with all of a lane's loads in one round (kTokenSumsLoads: one round for
+// in <= 5,120; the same order whatever the round's size), every other part writes 1,024 k of the
+// row, a lane's four 8-element groups (and their fold) loaded before the first is converted.
+// One warp per token storing each group before loading the next (20 dependent round trips at in
+// = 5,120) took 16.2 us at 32 tokens (ncu, H100) while the GEMM's consumers waited for it; this
+// form took the 27B-FP8 step at 32 / 64 streams from 24.56 / 38.01 to 22.98 / 34.99 ms (H100,
+// docs/fp8.md). It triggers the GEMM before it waits, as sum_squares_kernel does for the bf16
+// kernel: the GEMM reads only codes before its own wait.
+constexpr int kTokensPartK = 1024;
+constexpr int kTokenSumsLoads = 20;
 template <bool kFold>
 __global__ void __launch_bounds__(256)
-    fp8_tokens_kernel(const Params p, __half* xh, int64_t in_pad, float* sumsq) {
+    fp8_tokens_kernel(const Params p, __half* xh, int64_t in_pad, float* sumsq, int per_token) {
   cuda::pdl_trigger();
   cuda::pdl_wait();  // x is the previous kernel's output; xh may still be read by the one before
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  const int tok = static_cast<int>(blockIdx.x) * 8 + warp;
-  if (tok >= p.n_tokens) return;
-  if (p.input_rms) sum_squares_block<4, 1>(p, lane, tok, sumsq);
-  const __nv_bfloat16* x = p.x + tok * p.x_stride;
-  uint32_t* row = reinterpret_cast<uint32_t*>(xh + tok * in_pad);
-  for (int64_t k = int64_t{lane} * 8; k < in_pad; k += 32 * 8) {
-    const bool inside = k < p.in;  // in is a multiple of 16: 8-groups are in or out whole
-    const uint4 xv =
-        inside ? __ldcg(reinterpret_cast<const uint4*>(x + k)) : make_uint4(0, 0, 0, 0);
-    uint4 gv = make_uint4(0, 0, 0, 0);
-    if constexpr (kFold) {
-      if (inside) gv = __ldg(reinterpret_cast<const uint4*>(p.fold + k));
-    }
-    const uint4 h = tokens_f16<kFold>(xv, gv);
-    // k = 32 s + 8 tt + e: the pairs e = (0, 1), (2, 3), (4, 5), (6, 7) go to f16 positions 2 tt,
-    // 8 + 2 tt, 16 + 2 tt, 24 + 2 tt of step s (16 words a step).
-    uint32_t* st = row + (k / kStepK) * (kStepK / 2);
-    const int tt = static_cast<int>(k % kStepK) / 8;
-    st[tt] = h.x, st[4 + tt] = h.y, st[8 + tt] = h.z, st[12 + tt] = h.w;
-  }
-}
-
-// The same rows under linear_set_token_loads_ahead: warp w of the grid is part w % per_token of
-// token w / per_token; the last part sums the token's squares with all of a lane's loads in one
-// round (sum_squares_block's order), each other part writes 1,024 k of the row, a lane's four
-// 8-element groups (and their fold) loaded before the first is converted. fp8_tokens_kernel's
-// values, position for position.
-constexpr int kTokensPartK = 1024;
-template <bool kFold>
-__global__ void __launch_bounds__(256)
-    fp8_tokens_ahead_kernel(const Params p, __half* xh, int64_t in_pad, float* sumsq,
-                            int per_token) {
-  cuda::pdl_trigger();
-  cuda::pdl_wait();  // as fp8_tokens_kernel
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t task = static_cast<int64_t>(blockIdx.x) * 8 + warp;
   const int tok = static_cast<int>(task / per_token), part = static_cast<int>(task % per_token);
   if (tok >= p.n_tokens) return;
   if (part == per_token - 1) {
-    if (p.input_rms) sum_squares_block<kSumsLoadsAhead, 1>(p, lane, tok, sumsq);
+    if (p.input_rms) sum_squares_block<kTokenSumsLoads, 1>(p, lane, tok, sumsq);
     return;
   }
   constexpr int kGroups = kTokensPartK / (32 * 8);
@@ -385,7 +359,9 @@ __global__ void __launch_bounds__(256)
     const int64_t k = k0 + j * 32 * 8;
     if (k >= in_pad) break;
     const uint4 h = tokens_f16<kFold>(xv[j], gv[j]);
-    uint32_t* st = row + (k / kStepK) * (kStepK / 2);  // fp8_tokens_kernel's placement
+    // k = 32 s + 8 tt + e: the pairs e = (0, 1), (2, 3), (4, 5), (6, 7) go to f16 positions 2 tt,
+    // 8 + 2 tt, 16 + 2 tt, 24 + 2 tt of step s (16 words a step).
+    uint32_t* st = row + (k / kStepK) * (kStepK / 2);
     const int tt = static_cast<int>(k % kStepK) / 8;
     st[tt] = h.x, st[4 + tt] = h.y, st[8 + tt] = h.z, st[12 + tt] = h.w;
   }
@@ -511,23 +487,14 @@ bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
                          scratch_bytes - used};
   const Params tp = decode_params(s, LinearPlan{}, 1);
   const auto launch_tokens = [&] {
-    if (linear_token_loads_ahead()) {
-      const int per_token = static_cast<int>((in_pad + kTokensPartK - 1) / kTokensPartK) + 1;
-      const dim3 grid(static_cast<unsigned>((s.n * per_token + 7) / 8));
-      if (s.fold != nullptr) {
-        cuda::launch_pdl(fp8_tokens_ahead_kernel<true>, grid, dim3(256), 0, stream, tp, xh, in_pad,
-                         sumsq, per_token);
-      } else {
-        cuda::launch_pdl(fp8_tokens_ahead_kernel<false>, grid, dim3(256), 0, stream, tp, xh, in_pad,
-                         sumsq, per_token);
-      }
-      return;
-    }
-    const dim3 grid(static_cast<unsigned>((s.n + 7) / 8));
+    const int per_token = static_cast<int>((in_pad + kTokensPartK - 1) / kTokensPartK) + 1;
+    const dim3 grid(static_cast<unsigned>((s.n * per_token + 7) / 8));
     if (s.fold != nullptr) {
-      cuda::launch_pdl(fp8_tokens_kernel<true>, grid, dim3(256), 0, stream, tp, xh, in_pad, sumsq);
+      cuda::launch_pdl(fp8_tokens_kernel<true>, grid, dim3(256), 0, stream, tp, xh, in_pad, sumsq,
+                       per_token);
     } else {
-      cuda::launch_pdl(fp8_tokens_kernel<false>, grid, dim3(256), 0, stream, tp, xh, in_pad, sumsq);
+      cuda::launch_pdl(fp8_tokens_kernel<false>, grid, dim3(256), 0, stream, tp, xh, in_pad, sumsq,
+                       per_token);
     }
   };
   if (s.epilogue == LinearEpilogue::kSwiGluPairs) {

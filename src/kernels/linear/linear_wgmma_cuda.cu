@@ -32,7 +32,6 @@
 #include <cuda.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
@@ -319,15 +318,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
 // before its own pdl_wait, which returns once this kernel, and so the one before, has completed.
 // Waiting first, as every other kernel does, kept the wgmma kernel from starting (and fetching
 // weights) until these sums were done: ~0.9 ms per 27B step at 8 streams (bench variant 14).
-// kLoads: a lane's loads per round (4; 20 under linear_set_token_loads_ahead: one round for in <=
-// 5,120), the same order either way.
-template <int kLoads>
+// All of a lane's loads in one round (sum_squares_block<20, 1>, the same order) made the 27B bf16
+// step 0.1-0.35 ms slower at 16-64 streams on an H100 (twenty-second session): 4 per round stays.
 __global__ void __launch_bounds__(256) sum_squares_kernel(const Params p, float* sumsq) {
   cuda::pdl_trigger();
   cuda::pdl_wait();  // x is the previous kernel's output
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int tok = static_cast<int>(blockIdx.x) * 8 + warp;
-  if (tok < p.n_tokens) sum_squares_block<kLoads, 1>(p, lane, tok, sumsq);
+  if (tok < p.n_tokens) sum_squares_block<4, 1>(p, lane, tok, sumsq);
 }
 
 // ---- host side ----
@@ -347,7 +345,6 @@ LinearSplitRule g_split_rule = LinearSplitRule::kProduction;
 WgmmaShapeRule g_shape_rule = WgmmaShapeRule::kProduction;
 
 bool g_workspace_ready = false;
-std::atomic<bool> g_token_loads_ahead{false};  // linear_set_token_loads_ahead
 bool workspace_ready() { return g_workspace_ready; }
 float* workspace_sumsq() { return g_workspace.data<float>() + kLinearSplitPostedFloats; }
 
@@ -391,13 +388,8 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
   // finish_split_kernel takes its sums of squares from the workspace.
   if (s.input_rms && workspace_ready() && (s.n > g_inkernel_sums_rows || split)) {
     float* sumsq = workspace_sumsq();
-    const dim3 grid(static_cast<unsigned>((s.n + 7) / 8));
-    if (linear_token_loads_ahead()) {
-      cuda::launch_pdl(sum_squares_kernel<kSumsLoadsAhead>, grid, dim3(256), 0, stream, gp.p,
-                       sumsq);
-    } else {
-      cuda::launch_pdl(sum_squares_kernel<4>, grid, dim3(256), 0, stream, gp.p, sumsq);
-    }
+    cuda::launch_pdl(sum_squares_kernel, dim3(static_cast<unsigned>((s.n + 7) / 8)), dim3(256), 0,
+                     stream, gp.p, sumsq);
     gp.sumsq = sumsq;
   }
   cuda::launch_pdl(linear_wgmma_kernel<C, Store>,
@@ -462,9 +454,6 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
   }
   return true;
 }
-
-bool decode_linear::linear_token_loads_ahead() { return g_token_loads_ahead.load(); }
-bool linear_set_token_loads_ahead(bool on) { return g_token_loads_ahead.exchange(on); }
 
 void linear_wgmma_set_inkernel_sums(int64_t max_rows) { g_inkernel_sums_rows = max_rows; }
 void linear_wgmma_set_shape_rule(int rule) {
