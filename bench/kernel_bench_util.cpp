@@ -44,7 +44,9 @@ std::vector<int64_t> bench_rows(const std::vector<int64_t>& all) {
   std::vector<int64_t> picked;
   std::string n;
   for (std::istringstream in(env); std::getline(in, n, ',');) {
-    const int64_t v = n.empty() ? -1 : std::stoll(n);
+    char* end = nullptr;
+    const int64_t v = std::strtoll(n.c_str(), &end, 10);
+    if (n.empty() || *end != '\0') fail("KERNEL_BENCH_ROWS: '{}' is not a row count", n);
     if (std::find(all.begin(), all.end(), v) != all.end()) picked.push_back(v);
   }
   return picked;

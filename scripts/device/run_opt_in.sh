@@ -166,10 +166,9 @@ elif [[ $PART == 17 ]]; then  # the headline table of production (docs/benchmark
     CONTEXT=32768 bench fp8_32k $B 70 configs/qwen3.5-27b-fp8.json 1
     engine_tests 110
   fi
-elif [[ $PART == 18 ]]; then  # the opt-in token-loads-ahead (twenty-second session): its
-  # bitwise tests, then the bf16 and FP8 steps without and with it. Run 2026-12-06 (H100): its
-  # FP8 half (fp8_tokens_kernel) is production since, its bf16 half (sum_squares_kernel) was
-  # slower and is removed, and with it the opt-in (kept as the form of an opt-in A/B call).
+elif [[ $PART == 18 ]]; then  # an opt-in's A/B (OPT=name): its bitwise tests (FILTER_BITS),
+  # then the FP8 and bf16 steps without and with it. Run 2026-12-06 (H100) with token-loads-ahead,
+  # whose FP8 half (fp8_tokens_kernel) is production since; its bf16 half was slower and is gone.
   OPT=${OPT:?PART=18 needs OPT=name}
   [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 150 "$FILTER_BITS"
   for side in default $OPT; do
