@@ -34,6 +34,10 @@ std::vector<OptIn> registry() {
                "FP8 wgmma decode linear: the next unit's stage wait, code widening and scales "
                "while the current unit's products run",
                [](bool on) { linear_fp8_wgmma_set_pipeline(on); }});
+  r.push_back({"fp8-wgmma-quads",
+               "FP8 wgmma decode linear, 32-token items: four classes a pass, 256-k stages (each "
+               "row's lines read once), four class sums",
+               [](bool on) { linear_fp8_wgmma_set_quads(on); }});
 #endif
   return r;
 }

@@ -31,6 +31,30 @@ constexpr void fp8_walk_units(int64_t in, int64_t range_k, int r0, int r1, Stage
   }
 }
 
+// The same units, four classes at a time (the wgmma kernel's opt-in quad stages): per rank, pass q
+// takes classes 4q .. 4q + 3 together, a 256-k stage at k0 + 4q 64 + j 512 (j = 0, 1, ...) whose
+// unit i (k + 64 i, class 4q + i) lies inside the range for i < valid; stage(k, valid), then
+// end_class(4q), ..., end_class(4q + 3); end_rank(r) after both passes. Each class's units come in
+// increasing k and the ends in the loop's order, so a consumer that keeps four class sums folds
+// exactly what fp8_walk_units folds (tests/kernels/linear_fp8_walk_test.cpp).
+constexpr int kFp8WalkQuad = 4;
+template <class Stage, class EndClass, class EndRank>
+constexpr void fp8_walk_quads(int64_t in, int64_t range_k, int r0, int r1, Stage&& stage,
+                              EndClass&& end_class, EndRank&& end_rank) {
+  for (int r = r0; r < r1; ++r) {
+    const int64_t k0 = r * range_k, len = (in < k0 + range_k ? in : k0 + range_k) - k0;
+    for (int q = 0; q < kFp8WalkClasses / kFp8WalkQuad; ++q) {
+      for (int64_t off = int64_t{q} * kFp8WalkQuad * kFp8WalkUnitK; off < len;
+           off += kFp8WalkGroupK) {
+        const int64_t left = (len - off + kFp8WalkUnitK - 1) / kFp8WalkUnitK;
+        stage(k0 + off, static_cast<int>(left < kFp8WalkQuad ? left : kFp8WalkQuad));
+      }
+      for (int i = 0; i < kFp8WalkQuad; ++i) end_class(q * kFp8WalkQuad + i);
+    }
+    end_rank(r);
+  }
+}
+
 // The walk as a cursor: start it with fp8_walk_start, then fp8_walk_settle brings it to its next
 // unit (k()), calling the ends the loop has on the way; after a unit, add kFp8WalkGroupK to off
 // and settle again. settle returns false at the end (after the last end_rank).

@@ -47,6 +47,8 @@
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
 #include "kernels/linear/linear_fp8_walk.h"
+#include "kernels/linear/linear_fp8_wgmma_common.cuh"
+#include "kernels/linear/linear_fp8_wgmma_quad_cuda.cuh"
 #include "kernels/linear/linear_plan.h"
 #include "kernels/linear/linear_wgmma_common.cuh"
 #include "kernels/linear/wgmma_cuda.cuh"
@@ -59,10 +61,7 @@ namespace {
 using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
 using namespace fp8_linear;     // NOLINT: the FP8 kernels' arithmetic
 using namespace wgmma;          // NOLINT: descriptors and the k16 step
-
-constexpr int kStageK = kUnitK;  // k per ring stage: one unit
-static_assert(kStepsPerUnit == 2 && kStepK == 32, "a unit is two 32-k steps of two k16 products");
-constexpr int kPadK = 64;  // the f16 token rows' length is in rounded up to this
+using namespace fp8_wgmma;      // NOLINT: the FP8 wgmma kernels' parameters and units
 
 // A configuration: kN tokens per item, kStages ring stages, kGroups consumer warpgroups (64 rows
 // each; one block per SM with two, two with one). setmaxnreg as in linear_wgmma_cuda.cu.
@@ -85,44 +84,6 @@ template <class C>
 struct Fp8GemmSmem {
   Fp8Stage<C> st[C::kStages];  // first: 1024-byte aligned (the swizzle atoms)
   uint64_t full[C::kStages], empty[C::kStages];
-};
-
-struct Fp8GemmParams {
-  Params p;  // the shape, the plan (splits, range_k), the scales, input_rms
-  CUtensorMap w, x;
-  const float* sumsq;  // input_rms: each token's sum of squares (fp8_tokens_kernel)
-  // Split mode (when the items do not fill one wave of blocks and the plan has several ranks): a
-  // unit is one rank of an item, which posts its range sum to ws ([item][rank][accumulator]
-  // [consumer thread]); fp8_finish_split_kernel adds the ranks and stores. Else ws is null and a
-  // unit is a whole item.
-  float* ws;
-  int n_tiles, items, units;
-};
-
-// Unit u: its item (row tile m, token tile nt) and its ranks [r0, r1).
-struct Fp8Unit {
-  int item, r0, r1;
-  int64_t m, nt;
-};
-__device__ __forceinline__ Fp8Unit fp8_unit(const Fp8GemmParams& gp, int u) {
-  Fp8Unit w;
-  const bool split = gp.ws != nullptr;
-  w.item = split ? u / gp.p.splits : u;
-  w.r0 = split ? u % gp.p.splits : 0;
-  w.r1 = split ? w.r0 + 1 : gp.p.splits;
-  w.m = w.item / gp.n_tiles;
-  w.nt = w.item % gp.n_tiles;
-  return w;
-}
-
-static_assert(kFp8WalkClasses == kConsumerWarps && kFp8WalkUnitK == kUnitK &&
-                  kFp8WalkGroupK == kGroupK,
-              "linear_fp8_walk.h walks the FP8 order's units");
-
-// One unit's A operand (the codes of the warp's rows widened, in fragment order) and its scales.
-struct UnitIn {
-  uint32_t a[4][4];
-  float sa, sb;
 };
 
 // kPipeline (opt-in, linear_fp8_wgmma_set_pipeline): a consumer prepares unit u + 1 (its stage
@@ -204,16 +165,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
       // linear_fp8_batch_cuda.cu loads them; a[2s] is step s's first product (k 8t..8t+3),
       // a[2s + 1] its second (8t+4..8t+7), in the A-fragment order (row g, row g + 8, then
       // the upper k pair of each).
-      const uint8_t* wa = &sm.st[slot].w[wrow * kStageK + 8 * t];
-#pragma unroll
-      for (int s = 0; s < kStepsPerUnit; ++s) {
-        const uint2 qa = *reinterpret_cast<const uint2*>(wa + s * kStepK);
-        const uint2 qb = *reinterpret_cast<const uint2*>(wa + 8 * kStageK + s * kStepK);
-        in.a[2 * s][0] = widen2(qa.x), in.a[2 * s][1] = widen2(qb.x);
-        in.a[2 * s][2] = widen2(qa.x >> 16), in.a[2 * s][3] = widen2(qb.x >> 16);
-        in.a[2 * s + 1][0] = widen2(qa.y), in.a[2 * s + 1][1] = widen2(qb.y);
-        in.a[2 * s + 1][2] = widen2(qa.y >> 16), in.a[2 * s + 1][3] = widen2(qb.y >> 16);
-      }
+      widen_unit(&sm.st[slot].w[wrow * kStageK + 8 * t], kStageK, in);
     };
     // Unit uu's products on its stage's tokens; overlap() runs while they do (it must not touch
     // d0, d1); then the fold into the class sum.
@@ -388,19 +340,44 @@ int64_t tokens_bytes(int64_t n, int64_t in) {
 int g_config = 0;
 bool g_split = true;
 std::atomic<bool> g_pipeline{false};  // linear_fp8_wgmma_set_pipeline
+std::atomic<bool> g_quads{false};     // linear_fp8_wgmma_set_quads
+
+// The kernel of a form: production, the opt-in pipeline, the opt-in quads (Fp8QuadCfg only), with
+// its shared memory and the k of its codes' box.
+enum class Fp8Form { kProduction, kPipeline, kQuads };
+template <class C, class Store, Fp8Form kForm>
+constexpr auto fp8_wgmma_kernel() {
+  if constexpr (kForm == Fp8Form::kQuads) {
+    return linear_fp8_wgmma_quad_kernel<C, Store>;
+  } else {
+    return linear_fp8_wgmma_kernel<C, Store, kForm == Fp8Form::kPipeline>;
+  }
+}
+template <class C, Fp8Form kForm>
+constexpr size_t fp8_wgmma_smem() {
+  if constexpr (kForm == Fp8Form::kQuads) {
+    static_assert(
+        sizeof(Fp8QuadStage<C>) == kFp8WalkQuad * C::kN * kStageK * 2 + C::kTileM * kQuadK,
+        "a quad stage is its boxes");
+    return sizeof(Fp8QuadSmem<C>) + 1024;
+  } else {
+    static_assert(sizeof(Fp8Stage<C>) == C::kN * kStageK * 2 + C::kTileM * kStageK,
+                  "a stage is its two boxes (the bytes its full barrier expects)");
+    return sizeof(Fp8GemmSmem<C>) + 1024;
+  }
+}
 
 // The maps first, so that a refused one throws before anything is launched; then the tokens
 // (launch_tokens) and the GEMM.
-template <class C, class Store, bool kPipeline, class LaunchTokens>
+template <class C, class Store, Fp8Form kForm, class LaunchTokens>
 void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
                    LaunchTokens&& launch_tokens, cudaStream_t stream) {
-  constexpr size_t kSmem = sizeof(Fp8GemmSmem<C>) + 1024;
+  constexpr auto kKernel = fp8_wgmma_kernel<C, Store, kForm>();
+  constexpr size_t kSmem = fp8_wgmma_smem<C, kForm>();
+  constexpr int kCodeBoxK = kForm == Fp8Form::kQuads ? kQuadK : kStageK;
   static_assert(kSmem * C::kBlocksPerSm <= 227 * 1024, "shared memory of an SM on sm_90");
-  static_assert(sizeof(Fp8Stage<C>) == C::kN * kStageK * 2 + C::kTileM * kStageK,
-                "a stage is its two boxes (the bytes its full barrier expects)");
   static const bool configured = [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8_wgmma_kernel<C, Store, kPipeline>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kSmem)));
     return true;
   }();
@@ -422,15 +399,14 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
   const int64_t in_pad = padded_in(s.in);
   TANDEM_CHECK(
       cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, s.w, s.out_f, s.in, s.in,
-                                 kStageK, C::kTileM) &&
+                                 kCodeBoxK, C::kTileM) &&
           cuda::encode_tensor_map_2d(&gp.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, scratch.x, s.n,
                                      in_pad, in_pad, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
       "linear (FP8 wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f,
       s.in, s.n);
   launch_tokens();
-  cuda::launch_pdl(linear_fp8_wgmma_kernel<C, Store, kPipeline>,
-                   dim3(static_cast<unsigned>(std::min(gp.units, slots))), dim3(C::kThreads), kSmem,
-                   stream, gp);
+  cuda::launch_pdl(kKernel, dim3(static_cast<unsigned>(std::min(gp.units, slots))),
+                   dim3(C::kThreads), kSmem, stream, gp);
   if (split) {
     cuda::launch_pdl(fp8_finish_split_kernel<C, Store>, dim3(static_cast<unsigned>(gp.items)),
                      dim3(C::kConsumers), 0, stream, gp);
@@ -441,9 +417,9 @@ template <class C, class Store, class LaunchTokens>
 void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
                    LaunchTokens&& launch_tokens, cudaStream_t stream) {
   if (g_pipeline.load()) {
-    launch_kernel<C, Store, true>(s, plan, scratch, launch_tokens, stream);
+    launch_kernel<C, Store, Fp8Form::kPipeline>(s, plan, scratch, launch_tokens, stream);
   } else {
-    launch_kernel<C, Store, false>(s, plan, scratch, launch_tokens, stream);
+    launch_kernel<C, Store, Fp8Form::kProduction>(s, plan, scratch, launch_tokens, stream);
   }
 }
 
@@ -460,6 +436,14 @@ void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&
   // or within 1% of it on every shape and row count where production takes this kernel; 128 x 64
   // items (which a cost estimate picked before) ran 0.82-0.96x as fast from 64 rows.
   const int pick = g_config != 0 ? g_config : s.n <= 32 ? 4 : 2;
+  if (g_quads.load() && (pick == 3 || pick == 4)) {  // the opt-in quads: 32-token items
+    if (pick == 3) {
+      return launch_kernel<Fp8QuadCfg<4, 2>, Store, Fp8Form::kQuads>(s, plan, scratch,
+                                                                     launch_tokens, stream);
+    }
+    return launch_kernel<Fp8QuadCfg<3, 1>, Store, Fp8Form::kQuads>(s, plan, scratch, launch_tokens,
+                                                                   stream);
+  }
   if (pick == 1) return launch_kernel<A, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 2) return launch_kernel<B, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 3) return launch_kernel<Cc, Store>(s, plan, scratch, launch_tokens, stream);
@@ -515,5 +499,6 @@ void linear_fp8_wgmma_set_config(int config, bool split) {
 }
 
 bool linear_fp8_wgmma_set_pipeline(bool on) { return g_pipeline.exchange(on); }
+bool linear_fp8_wgmma_set_quads(bool on) { return g_quads.exchange(on); }
 
 }  // namespace tandem::kernels

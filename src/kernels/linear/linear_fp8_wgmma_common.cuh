@@ -1,0 +1,78 @@
+// The FP8 wgmma decode linear's shared pieces (linear_fp8_wgmma_cuda.cu, and its opt-in quads in
+// linear_fp8_wgmma_quad_cuda.cuh): the stage's k, the kernel parameters, a block's unit of work
+// and one unit's A operand.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/linear/linear_decode_common.cuh"
+#include "kernels/linear/linear_fp8_common.cuh"
+#include "kernels/linear/linear_fp8_walk.h"
+
+namespace tandem::kernels::fp8_wgmma {
+
+using namespace decode_linear;  // NOLINT: the shared pieces of the decode kernels
+using namespace fp8_linear;     // NOLINT: the FP8 kernels' arithmetic
+
+constexpr int kStageK = kUnitK;  // k per ring stage: one unit
+static_assert(kStepsPerUnit == 2 && kStepK == 32, "a unit is two 32-k steps of two k16 products");
+constexpr int kPadK = 64;  // the f16 token rows' length is in rounded up to this
+
+struct Fp8GemmParams {
+  Params p;  // the shape, the plan (splits, range_k), the scales, input_rms
+  CUtensorMap w, x;
+  const float* sumsq;  // input_rms: each token's sum of squares (fp8_tokens_kernel)
+  // Split mode (when the items do not fill one wave of blocks and the plan has several ranks): a
+  // unit is one rank of an item, which posts its range sum to ws ([item][rank][accumulator]
+  // [consumer thread]); fp8_finish_split_kernel adds the ranks and stores. Else ws is null and a
+  // unit is a whole item.
+  float* ws;
+  int n_tiles, items, units;
+};
+
+// Unit u: its item (row tile m, token tile nt) and its ranks [r0, r1).
+struct Fp8Unit {
+  int item, r0, r1;
+  int64_t m, nt;
+};
+__device__ __forceinline__ Fp8Unit fp8_unit(const Fp8GemmParams& gp, int u) {
+  Fp8Unit w;
+  const bool split = gp.ws != nullptr;
+  w.item = split ? u / gp.p.splits : u;
+  w.r0 = split ? u % gp.p.splits : 0;
+  w.r1 = split ? w.r0 + 1 : gp.p.splits;
+  w.m = w.item / gp.n_tiles;
+  w.nt = w.item % gp.n_tiles;
+  return w;
+}
+
+static_assert(kFp8WalkClasses == kConsumerWarps && kFp8WalkUnitK == kUnitK &&
+                  kFp8WalkGroupK == kGroupK,
+              "linear_fp8_walk.h walks the FP8 order's units");
+
+// One unit's A operand (the codes of the warp's rows widened, in fragment order) and its scales.
+struct UnitIn {
+  uint32_t a[4][4];
+  float sa, sb;
+};
+
+// Lane (g, t)'s A operand of one unit, from codes rows `stride` bytes apart (wa: row g's bytes of
+// the unit from 8t): bytes 8t..8t+7 of each 32-k step of rows g and g + 8, as
+// linear_fp8_batch_cuda.cu loads them; a[2s] is step s's first product (k 8t..8t+3), a[2s + 1] its
+// second (8t+4..8t+7), in the A-fragment order (row g, row g + 8, then the upper k pair of each).
+__device__ __forceinline__ void widen_unit(const uint8_t* wa, int stride, UnitIn& in) {
+#pragma unroll
+  for (int s = 0; s < kStepsPerUnit; ++s) {
+    const uint2 qa = *reinterpret_cast<const uint2*>(wa + s * kStepK);
+    const uint2 qb = *reinterpret_cast<const uint2*>(wa + 8 * stride + s * kStepK);
+    in.a[2 * s][0] = widen2(qa.x), in.a[2 * s][1] = widen2(qb.x);
+    in.a[2 * s][2] = widen2(qa.x >> 16), in.a[2 * s][3] = widen2(qb.x >> 16);
+    in.a[2 * s + 1][0] = widen2(qa.y), in.a[2 * s + 1][1] = widen2(qb.y);
+    in.a[2 * s + 1][2] = widen2(qa.y >> 16), in.a[2 * s + 1][3] = widen2(qb.y >> 16);
+  }
+}
+
+}  // namespace tandem::kernels::fp8_wgmma

@@ -1,0 +1,179 @@
+// The FP8 wgmma decode linear's opt-in quads (linear_fp8_wgmma_set_quads), included by
+// linear_fp8_wgmma_cuda.cu, whose launch code picks it.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_fp16.h>
+
+#include "kernels/bulk_copy.cuh"
+#include "kernels/linear/linear_fp8_wgmma_common.cuh"
+#include "kernels/linear/linear_wgmma_common.cuh"
+#include "kernels/linear/wgmma_cuda.cuh"
+#include "kernels/tensor_map_cuda.cuh"
+
+namespace tandem::kernels::fp8_wgmma {
+
+using namespace wgmma;  // NOLINT: descriptors and the k16 step
+
+// Opt-in quads (linear_fp8_wgmma_set_quads; not yet run on a GPU): four classes a pass. ncu at
+// 32 rows had the consumers above waiting for data 32% of the time with DRAM at 54% of peak and
+// 1.30x the codes' bytes read: a stage's box is 64 rows x 64 bytes, and a class's units are 512 k
+// apart, so rows are read in 64-byte pieces whose 256-byte L2 promotions are gone when the next
+// class comes back. Here a stage is 256 k of the item's rows (one 64- or 128-row x 256-byte box:
+// each line read once) with the tokens of its units, walked by fp8_walk_quads: the consumer keeps
+// four class sums and folds each unit into its class's in the class's own order, and the class
+// and rank ends come in the loop's order, so the bits are production's (linear_fp8_walk.h, and
+// Fp8Linear.WgmmaQuadRowsAreTheDecodeKernelRows). Items of 32 tokens only (four class sums of 16
+// registers a thread).
+template <int kStages_, int kGroups_>
+struct Fp8QuadCfg {
+  static constexpr int kN = 32, kStages = kStages_, kGroups = kGroups_;
+  static constexpr int kTileM = 64 * kGroups, kConsumers = 128 * kGroups;
+  static constexpr int kThreads = kConsumers + 128, kBlocksPerSm = kGroups == 1 ? 2 : 1;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = kGroups == 1 ? 216 : 232;
+  static_assert(kGroups == 1 || kGroups == 2);
+};
+constexpr int kQuadK = kFp8WalkQuad * kStageK;  // k per quad stage: 256
+
+template <class C>
+struct alignas(1024) Fp8QuadStage {
+  __half x[kFp8WalkQuad][C::kN * kStageK];  // unit i's tokens: kN x 128 bytes, 128-byte swizzled
+  uint8_t w[C::kTileM * kQuadK];            // kTileM rows x 256 codes, as stored
+};
+
+template <class C>
+struct Fp8QuadSmem {
+  Fp8QuadStage<C> st[C::kStages];  // first: 1024-byte aligned (the swizzle atoms)
+  uint64_t full[C::kStages], empty[C::kStages];
+};
+
+template <class C, class Store>
+__global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
+    linear_fp8_wgmma_quad_kernel(const __grid_constant__ Fp8GemmParams gp) {
+  constexpr int kN = C::kN, kStages = C::kStages, kTileM = C::kTileM, kConsumers = C::kConsumers;
+  constexpr int kAcc = kN / 2, kQuad = kFp8WalkQuad;
+  constexpr int kProducerWarp = kConsumers / 32;
+  // A stage's bytes: the codes' box always (zeros past in), the tokens of its valid units.
+  constexpr uint32_t kCodeBytes = kTileM * kQuadK, kTokenBytes = kN * kStageK * 2;
+  const Params& p = gp.p;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& sm = aligned_ring_smem<Fp8QuadSmem<C>>(smem_raw);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  init_ring(sm.full, sm.empty, kConsumers / 32);
+  const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
+  const int count = first < gp.units ? (gp.units - first + step - 1) / step : 0;
+  constexpr auto kNoop = [](int) {};
+
+  if (warp >= kProducerWarp) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProducerRegs) : "memory");
+    if (warp != kProducerWarp || lane != 0) return;
+    // fn(u, k, valid, row tile, token tile) for every stage u of this block's items, in order.
+    const auto for_stages = [&](auto&& fn) {
+      uint32_t u = 0;
+      for (int i = 0; i < count; ++i) {
+        const Fp8Unit w = fp8_unit(gp, first + i * step);
+        fp8_walk_quads(
+            p.in, p.range_k, w.r0, w.r1,
+            [&](int64_t k, int valid) { fn(u++, k, valid, w.m, w.nt); }, kNoop, kNoop);
+      }
+    };
+    // The first stages' codes before the previous kernel has finished, their tokens after it.
+    for_stages([&](uint32_t u, int64_t k, int valid, int64_t m, int64_t) {
+      if (u >= kStages) return;
+      cuda::mbar_arrive_expect_tx(&sm.full[u], kCodeBytes + valid * kTokenBytes);
+      cuda::tensor_load_2d(sm.st[u].w, &gp.w, k, m * kTileM, &sm.full[u]);
+    });
+    cuda::pdl_begin();
+    for_stages([&](uint32_t u, int64_t k, int valid, int64_t m, int64_t nt) {
+      const uint32_t slot = u % kStages;
+      if (u >= kStages) {
+        cuda::mbar_wait(&sm.empty[slot], ((u / kStages) - 1) & 1);
+        cuda::mbar_arrive_expect_tx(&sm.full[slot], kCodeBytes + valid * kTokenBytes);
+        cuda::tensor_load_2d(sm.st[slot].w, &gp.w, k, m * kTileM, &sm.full[slot]);
+      }
+      for (int i = 0; i < valid; ++i) {
+        cuda::tensor_load_2d(sm.st[slot].x[i], &gp.x, k + i * kStageK, nt * kN, &sm.full[slot]);
+      }
+    });
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kConsumerRegs) : "memory");
+  cuda::pdl_begin();  // out is read (kAddToOut) and written below
+  // As linear_fp8_wgmma_kernel: warpgroup q, warp wi, lane (g, t).
+  const int q = warp >> 2, wi = warp & 3, g = lane >> 2, t = lane & 3;
+  const int wrow = q * 64 + wi * 16 + g;
+  uint32_t u = 0;
+  const int ct = static_cast<int>(threadIdx.x);
+  for (int i = 0; i < count; ++i) {
+    const Fp8Unit w = fp8_unit(gp, first + i * step);
+    const int64_t m = w.m, nt = w.nt;
+    const int64_t row = m * kTileM + wrow;
+    const float* scale_a = p.w_scale + (min(row, p.out_f - 1) >> p.scale_shift) * p.scale_cols;
+    const float* scale_b = p.w_scale + (min(row + 8, p.out_f - 1) >> p.scale_shift) * p.scale_cols;
+    float d0[kAcc], d1[kAcc], cls[kQuad][kAcc], blk[kAcc], tot[kAcc];
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) {
+      blk[e] = tot[e] = 0.f;
+#pragma unroll
+      for (int c = 0; c < kQuad; ++c) cls[c][e] = 0.f;
+    }
+    fp8_walk_quads(
+        p.in, p.range_k, w.r0, w.r1,
+        [&](int64_t k, int valid) {
+          const uint32_t slot = u % kStages;
+          cuda::mbar_wait(&sm.full[slot], (u / kStages) & 1);
+#pragma unroll
+          for (int c = 0; c < kQuad; ++c) {  // unit c of the stage: class 4 pass + c
+            if (c >= valid) continue;
+            const int64_t ku = k + c * kStageK;
+            UnitIn in;
+            in.sa = __ldg(scale_a + ku / kBlockK) * kTokenUnscale;
+            in.sb = __ldg(scale_b + ku / kBlockK) * kTokenUnscale;
+            widen_unit(&sm.st[slot].w[wrow * kQuadK + c * kStageK + 8 * t], kQuadK, in);
+#pragma unroll
+            for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
+            pin_registers(d0), pin_registers(d1);
+            const uint64_t bd = sw128_desc(&sm.st[slot].x[c][0]);
+            wg_fence();
+            wgmma_f16_rs_k16<kN>(d0, in.a[0], bd);
+            wgmma_f16_rs_k16<kN>(d0, in.a[1], bd + 2);
+            wgmma_f16_rs_k16<kN>(d1, in.a[2], bd + 4);
+            wgmma_f16_rs_k16<kN>(d1, in.a[3], bd + 6);
+            wg_commit();
+            wg_wait<0>();
+            pin_registers(d0), pin_registers(d1);
+#pragma unroll
+            for (int e = 0; e < kAcc; ++e) {
+              cls[c][e] = fmaf(d0[e] + d1[e], (e & 2) ? in.sb : in.sa, cls[c][e]);
+            }
+          }
+          cuda::release_slot(&sm.empty[slot], lane);
+          ++u;
+        },
+        [&](int cl) {  // class cl's sum into the range sum (compile-time indices)
+#pragma unroll
+          for (int c = 0; c < kQuad; ++c) {
+            if (c != (cl & (kQuad - 1))) continue;
+#pragma unroll
+            for (int e = 0; e < kAcc; ++e) {
+              blk[e] = cl == 0 ? cls[c][e] : blk[e] + cls[c][e];
+              cls[c][e] = 0.f;
+            }
+          }
+        },
+        [&](int r) {
+#pragma unroll
+          for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
+        });
+    if (gp.ws != nullptr) {  // split mode: post this rank's sum
+      float* mine = gp.ws + (static_cast<int64_t>(w.item) * p.splits + w.r0) * kAcc * kConsumers;
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
+    } else {
+      store_item<C, Store>(p, m, nt, q, wi, g, t, tot, gp.sumsq + nt * kN);
+    }
+  }
+}
+
+}  // namespace tandem::kernels::fp8_wgmma
