@@ -66,26 +66,38 @@ std::vector<Event> cursor_events(int64_t in, int64_t range_k, int r0, int r1, bo
   return e;
 }
 
-TEST(LinearFp8Walk, CursorGivesTheLoopsUnitsAndEnds) {
-  int cases = 0;
+// fn(in, range_k, ranks) over lengths with partial units and empty classes and range lengths of
+// 64..in (at most 64 ranks); returns how many.
+template <class Fn>
+int for_walk_shapes(Fn&& fn) {
+  int shapes = 0;
   for (int64_t in = 16; in <= 20480; in += in < 1200 ? 16 : 1040) {
     for (const int64_t range_k : {int64_t{64}, int64_t{128}, int64_t{512}, int64_t{576},
                                   int64_t{1536}, int64_t{2560}, int64_t{3072}, int64_t{8704}, in}) {
       const int ranks = static_cast<int>((in + range_k - 1) / range_k);
       if (ranks > 64) continue;
-      std::vector<std::pair<int, int>> spans = {{0, ranks}, {0, 0}};
-      for (int r = 0; r < ranks; ++r) spans.emplace_back(r, r + 1);
-      for (const auto& [r0, r1] : spans) {
-        bool prepared_ok = false;
-        const std::vector<Event> want = loop_events(in, range_k, r0, r1);
-        const std::vector<Event> got = cursor_events(in, range_k, r0, r1, prepared_ok);
-        ASSERT_EQ(got, want) << fmt::format("in={} range_k={} ranks [{}, {})", in, range_k, r0, r1);
-        ASSERT_TRUE(prepared_ok) << fmt::format("in={} range_k={} ranks [{}, {})", in, range_k, r0,
-                                                r1);
-        ++cases;
-      }
+      fn(in, range_k, ranks);
+      ++shapes;
     }
   }
+  return shapes;
+}
+
+TEST(LinearFp8Walk, CursorGivesTheLoopsUnitsAndEnds) {
+  int cases = 0;
+  for_walk_shapes([&](int64_t in, int64_t range_k, int ranks) {
+    std::vector<std::pair<int, int>> spans = {{0, ranks}, {0, 0}};
+    for (int r = 0; r < ranks; ++r) spans.emplace_back(r, r + 1);
+    for (const auto& [r0, r1] : spans) {
+      bool prepared_ok = false;
+      const std::vector<Event> want = loop_events(in, range_k, r0, r1);
+      const std::vector<Event> got = cursor_events(in, range_k, r0, r1, prepared_ok);
+      ASSERT_EQ(got, want) << fmt::format("in={} range_k={} ranks [{}, {})", in, range_k, r0, r1);
+      ASSERT_TRUE(prepared_ok) << fmt::format("in={} range_k={} ranks [{}, {})", in, range_k, r0,
+                                              r1);
+      ++cases;
+    }
+  });
   EXPECT_GT(cases, 1000);
 }
 
@@ -93,57 +105,50 @@ TEST(LinearFp8Walk, CursorGivesTheLoopsUnitsAndEnds) {
 // the same class and rank ends in the same order, each unit before its class's end and after the
 // class's previous end; a stage's valid units are exactly those inside the range.
 TEST(LinearFp8Walk, QuadsGiveEachClassTheLoopsUnits) {
-  int cases = 0;
-  for (int64_t in = 16; in <= 20480; in += in < 1200 ? 16 : 1040) {
-    for (const int64_t range_k : {int64_t{64}, int64_t{128}, int64_t{512}, int64_t{576},
-                                  int64_t{1536}, int64_t{2560}, int64_t{3072}, int64_t{8704}, in}) {
-      const int ranks = static_cast<int>((in + range_k - 1) / range_k);
-      if (ranks > 64) continue;
-      const std::vector<Event> loop = loop_events(in, range_k, 0, ranks);
-      // Per class (and rank), the loop's units; and its ends in order.
-      std::vector<std::vector<int64_t>> want_units, got_units;
-      std::vector<Event> want_ends, got_ends;
-      int cls = 0;
-      want_units.emplace_back();
-      for (const Event& e : loop) {
-        if (e.kind == 0) want_units.back().push_back(e.value);
-        if (e.kind != 0) want_ends.push_back(e);
-        if (e.kind == 1) {
-          ++cls;
-          want_units.emplace_back();
-        }
+  const int cases = for_walk_shapes([&](int64_t in, int64_t range_k, int ranks) {
+    const std::vector<Event> loop = loop_events(in, range_k, 0, ranks);
+    // Per class (and rank), the loop's units; and its ends in order.
+    std::vector<std::vector<int64_t>> want_units, got_units;
+    std::vector<Event> want_ends, got_ends;
+    int cls = 0;
+    want_units.emplace_back();
+    for (const Event& e : loop) {
+      if (e.kind == 0) want_units.back().push_back(e.value);
+      if (e.kind != 0) want_ends.push_back(e);
+      if (e.kind == 1) {
+        ++cls;
+        want_units.emplace_back();
       }
-      // The quad walk: units go to their class's list (class = 4q + i, counted from the rank's
-      // first end), checked to lie inside the range.
-      std::vector<std::vector<int64_t>> open(kFp8WalkQuad);
-      int ended = 0;
-      bool inside = true;
-      fp8_walk_quads(
-          in, range_k, 0, ranks,
-          [&](int64_t k, int valid) {
-            const int64_t r = k / range_k, end = std::min(in, (r + 1) * range_k);
-            inside &= valid >= 1 && valid <= kFp8WalkQuad && k + (valid - 1) * 64 < end &&
-                      (valid == kFp8WalkQuad || k + valid * 64 >= end);
-            for (int i = 0; i < valid; ++i) open[static_cast<size_t>(i)].push_back(k + 64 * i);
-          },
-          [&](int c) {
-            got_ends.push_back({1, c});
-            got_units.push_back(open[static_cast<size_t>(c % kFp8WalkQuad)]);
-            open[static_cast<size_t>(c % kFp8WalkQuad)].clear();
-            ++ended;
-          },
-          [&](int r) {
-            got_ends.push_back({2, r});
-          });
-      got_units.emplace_back();  // the loop's list after its last class end (empty)
-      const std::string what = fmt::format("in={} range_k={}", in, range_k);
-      ASSERT_TRUE(inside) << what;
-      ASSERT_EQ(got_ends, want_ends) << what;
-      ASSERT_EQ(got_units, want_units) << what;
-      EXPECT_EQ(cls, ended) << what;
-      ++cases;
     }
-  }
+    // The quad walk: units go to their class's list (class = 4q + i, counted from the rank's
+    // first end), checked to lie inside the range.
+    std::vector<std::vector<int64_t>> open(kFp8WalkQuad);
+    int ended = 0;
+    bool inside = true;
+    fp8_walk_quads(
+        in, range_k, 0, ranks,
+        [&](int64_t k, int valid) {
+          const int64_t r = k / range_k, end = std::min(in, (r + 1) * range_k);
+          inside &= valid >= 1 && valid <= kFp8WalkQuad && k + (valid - 1) * 64 < end &&
+                    (valid == kFp8WalkQuad || k + valid * 64 >= end);
+          for (int i = 0; i < valid; ++i) open[static_cast<size_t>(i)].push_back(k + 64 * i);
+        },
+        [&](int c) {
+          got_ends.push_back({1, c});
+          got_units.push_back(open[static_cast<size_t>(c % kFp8WalkQuad)]);
+          open[static_cast<size_t>(c % kFp8WalkQuad)].clear();
+          ++ended;
+        },
+        [&](int r) {
+          got_ends.push_back({2, r});
+        });
+    got_units.emplace_back();  // the loop's list after its last class end (empty)
+    const std::string what = fmt::format("in={} range_k={}", in, range_k);
+    ASSERT_TRUE(inside) << what;
+    ASSERT_EQ(got_ends, want_ends) << what;
+    ASSERT_EQ(got_units, want_units) << what;
+    EXPECT_EQ(cls, ended) << what;
+  });
   EXPECT_GT(cases, 100);
 }
 
