@@ -11,6 +11,7 @@
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
 #include "kernels/linear/linear_fp8_walk.h"
+#include "kernels/linear/linear_wgmma_common.cuh"
 
 namespace tandem::kernels::fp8_wgmma {
 
@@ -58,6 +59,34 @@ struct UnitIn {
   uint32_t a[4][4];
   float sa, sb;
 };
+
+// How many units block `first` of a grid of `step` takes (units first, first + step, ...).
+__device__ __forceinline__ int block_units(const Fp8GemmParams& gp, int first, int step) {
+  return first < gp.units ? (gp.units - first + step - 1) / step : 0;
+}
+
+// The scale row of weight row `row` (rows past out_f clamped, as the other FP8 kernels do; their
+// codes arrive as zeros and they are not stored).
+__device__ __forceinline__ const float* scale_row(const Params& p, int64_t row) {
+  return p.w_scale + (min(row, p.out_f - 1) >> p.scale_shift) * p.scale_cols;
+}
+
+// The end of unit w in consumer thread ct (warpgroup q, warp wi, lane (g, t)): in split mode its
+// rank's sum posted to the scratch for fp8_finish_split_kernel, else the item stored.
+template <class C, class Store>
+__device__ __forceinline__ void finish_unit(const Fp8GemmParams& gp, const Fp8Unit& w, int q,
+                                            int wi, int g, int t, int ct,
+                                            const float (&tot)[C::kN / 2]) {
+  constexpr int kAcc = C::kN / 2;
+  if (gp.ws != nullptr) {
+    float* mine =
+        gp.ws + (static_cast<int64_t>(w.item) * gp.p.splits + w.r0) * kAcc * C::kConsumers;
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) __stcg(mine + e * C::kConsumers + ct, tot[e]);
+  } else {
+    store_item<C, Store>(gp.p, w.m, w.nt, q, wi, g, t, tot, gp.sumsq + w.nt * C::kN);
+  }
+}
 
 // Lane (g, t)'s A operand of one unit, from codes rows `stride` bytes apart (wa: row g's bytes of
 // the unit from 8t): bytes 8t..8t+7 of each 32-k step of rows g and g + 8, as

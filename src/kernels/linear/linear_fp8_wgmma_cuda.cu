@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   init_ring(sm.full, sm.empty, kConsumers / 32);  // each consumer warp releases (release_slot)
   const int first = static_cast<int>(blockIdx.x), step = static_cast<int>(gridDim.x);
-  const int count = first < gp.units ? (gp.units - first + step - 1) / step : 0;
+  const int count = block_units(gp, first, step);
   constexpr auto kNoop = [](int) {};
 
   if (warp >= kProducerWarp) {  // the producer warpgroup
@@ -146,12 +146,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
   const int ct = static_cast<int>(threadIdx.x);  // 0..kConsumers - 1
   for (int i = 0; i < count; ++i) {
     const Fp8Unit w = fp8_unit(gp, first + i * step);
-    const int64_t m = w.m, nt = w.nt;
-    // The scale rows of rows g and g + 8 (rows past out_f clamped, as the other FP8 kernels do;
-    // their codes arrive as zeros and they are not stored).
-    const int64_t row = m * kTileM + wrow;
-    const float* scale_a = p.w_scale + (min(row, p.out_f - 1) >> p.scale_shift) * p.scale_cols;
-    const float* scale_b = p.w_scale + (min(row + 8, p.out_f - 1) >> p.scale_shift) * p.scale_cols;
+    // The scale rows of rows g and g + 8 (scale_row).
+    const int64_t row = w.m * kTileM + wrow;
+    const float* scale_a = scale_row(p, row);
+    const float* scale_b = scale_row(p, row + 8);
     float d0[kAcc], d1[kAcc], cls[kAcc], blk[kAcc], tot[kAcc];
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) cls[e] = blk[e] = tot[e] = 0.f;
@@ -228,13 +226,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           },
           end_class, end_rank);
     }
-    if (gp.ws != nullptr) {  // split mode: post this rank's sum
-      float* mine = gp.ws + (static_cast<int64_t>(w.item) * p.splits + w.r0) * kAcc * kConsumers;
-#pragma unroll
-      for (int e = 0; e < kAcc; ++e) __stcg(mine + e * kConsumers + ct, tot[e]);
-    } else {
-      store_item<C, Store>(p, m, nt, q, wi, g, t, tot, gp.sumsq + nt * kN);
-    }
+    finish_unit<C, Store>(gp, w, q, wi, g, t, ct, tot);
   }
 }
 
