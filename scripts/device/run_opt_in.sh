@@ -166,16 +166,19 @@ elif [[ $PART == 17 ]]; then  # the headline table of production (docs/benchmark
     CONTEXT=32768 bench fp8_32k $B 70 configs/qwen3.5-27b-fp8.json 1
     engine_tests 110
   fi
-elif [[ $PART == 18 ]]; then  # an opt-in's A/B (OPT=name): its bitwise tests (FILTER_BITS),
-  # then the FP8 and bf16 steps without and with it. Run 2026-12-06 (H100) with token-loads-ahead,
-  # whose FP8 half (fp8_tokens_kernel) is production since; its bf16 half was slower and is gone.
+elif [[ $PART == 18 ]]; then  # an opt-in's A/B (OPT=name; several: space-separated, each
+  # alone): its bitwise tests (FILTER_BITS), then the FP8 and bf16 steps without and with it
+  # (FP8_ONLY=1: the FP8 steps only); ENGINE=1: and production's GPU engine tests. Run 2026-12-06
+  # (H100) with token-loads-ahead, whose FP8 half (fp8_tokens_kernel) is production since.
   OPT=${OPT:?PART=18 needs OPT=name}
   [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 150 "$FILTER_BITS"
   for side in default $OPT; do
-    args=(); [[ $side == "$OPT" ]] && args=(--opt-in "$OPT")
+    args=(); [[ $side != default ]] && args=(--opt-in "$side")
     bench fp8_${side//-/_} $B 100 configs/qwen3.5-27b-fp8.json 8,32,"${BATCHES##*,}" "${args[@]}"
-    bench bf16_${side//-/_} $B 60 configs/qwen3.5-27b.json 16,32,"${BATCHES##*,}" "${args[@]}"
+    [[ -z ${FP8_ONLY:-} ]] &&
+      bench bf16_${side//-/_} $B 60 configs/qwen3.5-27b.json 16,32,"${BATCHES##*,}" "${args[@]}"
   done
+  [[ -n ${ENGINE:-} ]] && engine_tests 150
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

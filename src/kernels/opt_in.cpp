@@ -37,7 +37,13 @@ std::vector<OptIn> registry() {
   r.push_back({"fp8-wgmma-quads",
                "FP8 wgmma decode linear, 32-token items: four classes a pass, 256-k stages (each "
                "row's lines read once), four class sums",
-               [](bool on) { linear_fp8_wgmma_set_quads(on); }});
+               [](bool on) { linear_fp8_wgmma_set_quads(on ? 1 : 0); }});
+  r.push_back({"fp8-wgmma-quads-swizzled",
+               "fp8-wgmma-quads with the codes' box in two 128-byte-swizzled halves (a warp's "
+               "code loads without bank conflicts)",
+               [](bool on) {
+                 if (on) linear_fp8_wgmma_set_quads(2);
+               }});
 #endif
   return r;
 }

@@ -243,21 +243,25 @@ TEST_F(Fp8Linear, WgmmaPipelineRowsAreTheDecodeKernelRows) {
 }
 
 // The same with the opt-in quads (linear_fp8_wgmma_set_quads: four classes a pass over 256-k
-// stages, for the 32-token configurations 3 and 4 and production's pick up to 32 rows): the same
-// bits.
+// stages, for the 32-token configurations 3 and 4 and production's pick up to 32 rows), the codes'
+// box as stored (form 1) and swizzled (form 2): the same bits.
 TEST_F(Fp8Linear, WgmmaQuadRowsAreTheDecodeKernelRows) {
-  struct Restore {
-    bool prev = linear_fp8_wgmma_set_quads(true);
-    ~Restore() { linear_fp8_wgmma_set_quads(prev); }
-  } restore;
-  check_against_decode_kernel(
-      "linear_fp8.wgmma_quads", 37, 70,
-      {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}, {7, 32}}, 6, [](int mode) {
-        const int config = mode % 3 == 0 ? 0 : mode % 3 == 1 ? 3 : 4;
-        const bool split = mode < 3;
-        linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
-        return fmt::format("quads, config {}{}", config, split ? "" : " whole items");
-      });
+  for (const int form : {1, 2}) {
+    struct Restore {
+      int prev;
+      ~Restore() { linear_fp8_wgmma_set_quads(prev); }
+    } restore{linear_fp8_wgmma_set_quads(form)};
+    check_against_decode_kernel(
+        fmt::format("linear_fp8.wgmma_quads{}", form).c_str(), 37, 70,
+        {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}, {7, 32}}, 6,
+        [form](int mode) {
+          const int config = mode % 3 == 0 ? 0 : mode % 3 == 1 ? 3 : 4;
+          const bool split = mode < 3;
+          linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
+          return fmt::format("quads {}, config {}{}", form == 2 ? "swizzled" : "as stored", config,
+                             split ? "" : " whole items");
+        });
+  }
 }
 
 TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {

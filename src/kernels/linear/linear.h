@@ -175,8 +175,9 @@ void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
 bool linear_fp8_wgmma_set_pipeline(bool on);
 // Opt-in (default off until measured on a GPU): the FP8 wgmma kernel's 32-token items take four
 // classes a pass, each stage 256 k of the item's rows (one box: each line read once) and four class
-// sums; the same bits. Returns the previous value.
-bool linear_fp8_wgmma_set_quads(bool on);
+// sums; the same bits. form 0: off; 1: on; 2: on, the codes' box in two 128-byte-swizzled halves.
+// Returns the previous form.
+int linear_fp8_wgmma_set_quads(int form);
 // Which kernels FP8 prefill rows take where the tensor-core path (below) does not: false
 // (production) the matrix dequantised into the scratch and the bf16 prefill path, once per call,
 // however few the rows; true the decode order's kernels (every row a decode row: the FP8 wgmma

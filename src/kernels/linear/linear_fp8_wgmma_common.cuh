@@ -89,14 +89,16 @@ __device__ __forceinline__ void finish_unit(const Fp8GemmParams& gp, const Fp8Un
 }
 
 // Lane (g, t)'s A operand of one unit, from codes rows `stride` bytes apart (wa: row g's bytes of
-// the unit from 8t): bytes 8t..8t+7 of each 32-k step of rows g and g + 8, as
-// linear_fp8_batch_cuda.cu loads them; a[2s] is step s's first product (k 8t..8t+3), a[2s + 1] its
-// second (8t+4..8t+7), in the A-fragment order (row g, row g + 8, then the upper k pair of each).
-__device__ __forceinline__ void widen_unit(const uint8_t* wa, int stride, UnitIn& in) {
+// the unit from 8t; step_bytes: from there to the second 32-k step's, which a swizzled layout
+// moves): bytes 8t..8t+7 of each 32-k step of rows g and g + 8, as linear_fp8_batch_cuda.cu loads
+// them; a[2s] is step s's first product (k 8t..8t+3), a[2s + 1] its second (8t+4..8t+7), in the
+// A-fragment order (row g, row g + 8, then the upper k pair of each).
+__device__ __forceinline__ void widen_unit(const uint8_t* wa, int stride, UnitIn& in,
+                                           int step_bytes = kStepK) {
 #pragma unroll
   for (int s = 0; s < kStepsPerUnit; ++s) {
-    const uint2 qa = *reinterpret_cast<const uint2*>(wa + s * kStepK);
-    const uint2 qb = *reinterpret_cast<const uint2*>(wa + 8 * stride + s * kStepK);
+    const uint2 qa = *reinterpret_cast<const uint2*>(wa + s * step_bytes);
+    const uint2 qb = *reinterpret_cast<const uint2*>(wa + 8 * stride + s * step_bytes);
     in.a[2 * s][0] = widen2(qa.x), in.a[2 * s][1] = widen2(qb.x);
     in.a[2 * s][2] = widen2(qa.x >> 16), in.a[2 * s][3] = widen2(qb.x >> 16);
     in.a[2 * s + 1][0] = widen2(qa.y), in.a[2 * s + 1][1] = widen2(qb.y);

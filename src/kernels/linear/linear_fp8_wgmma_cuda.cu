@@ -332,7 +332,7 @@ int64_t tokens_bytes(int64_t n, int64_t in) {
 int g_config = 0;
 bool g_split = true;
 std::atomic<bool> g_pipeline{false};  // linear_fp8_wgmma_set_pipeline
-std::atomic<bool> g_quads{false};     // linear_fp8_wgmma_set_quads
+std::atomic<int> g_quads{0};          // linear_fp8_wgmma_set_quads
 
 // The kernel of a form: production, the opt-in pipeline, the opt-in quads (Fp8QuadCfg only), with
 // its shared memory and the k of its codes' box.
@@ -359,6 +359,16 @@ constexpr size_t fp8_wgmma_smem() {
   }
 }
 
+// Whether the form's codes' box is 128-byte swizzled (the quads' kSwizzled).
+template <class C, Fp8Form kForm>
+constexpr bool fp8_codes_swizzled() {
+  if constexpr (kForm == Fp8Form::kQuads) {
+    return C::kSwizzled;
+  } else {
+    return false;
+  }
+}
+
 // The maps first, so that a refused one throws before anything is launched; then the tokens
 // (launch_tokens) and the GEMM.
 template <class C, class Store, Fp8Form kForm, class LaunchTokens>
@@ -366,7 +376,10 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
                    LaunchTokens&& launch_tokens, cudaStream_t stream) {
   constexpr auto kKernel = fp8_wgmma_kernel<C, Store, kForm>();
   constexpr size_t kSmem = fp8_wgmma_smem<C, kForm>();
-  constexpr int kCodeBoxK = kForm == Fp8Form::kQuads ? kQuadK : kStageK;
+  constexpr bool kSwizzled = fp8_codes_swizzled<C, kForm>();
+  constexpr int kCodeBoxK = kForm != Fp8Form::kQuads ? kStageK : kSwizzled ? kQuadHalfK : kQuadK;
+  constexpr CUtensorMapSwizzle kCodeSwizzle =
+      kSwizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
   static_assert(kSmem * C::kBlocksPerSm <= 227 * 1024, "shared memory of an SM on sm_90");
   static const bool configured = [] {
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -391,7 +404,7 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
   const int64_t in_pad = padded_in(s.in);
   TANDEM_CHECK(
       cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, s.w, s.out_f, s.in, s.in,
-                                 kCodeBoxK, C::kTileM) &&
+                                 kCodeBoxK, C::kTileM, kCodeSwizzle) &&
           cuda::encode_tensor_map_2d(&gp.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, scratch.x, s.n,
                                      in_pad, in_pad, kStageK, C::kN, CU_TENSOR_MAP_SWIZZLE_128B),
       "linear (FP8 wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f,
@@ -415,6 +428,19 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
   }
 }
 
+// The opt-in quads in Fp8QuadCfg<kStages, kGroups>, its codes' box swizzled or as stored.
+template <int kStages, int kGroups, class Store, class LaunchTokens>
+void launch_quads(bool swizzled, const LinearShape& s, const LinearPlan& plan,
+                  const Fp8Scratch& scratch, LaunchTokens&& launch_tokens, cudaStream_t stream) {
+  if (swizzled) {
+    launch_kernel<Fp8QuadCfg<kStages, kGroups, true>, Store, Fp8Form::kQuads>(
+        s, plan, scratch, launch_tokens, stream);
+  } else {
+    launch_kernel<Fp8QuadCfg<kStages, kGroups, false>, Store, Fp8Form::kQuads>(
+        s, plan, scratch, launch_tokens, stream);
+  }
+}
+
 template <class Store, class LaunchTokens>
 void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&& launch_tokens,
                   cudaStream_t stream) {
@@ -428,13 +454,11 @@ void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&
   // or within 1% of it on every shape and row count where production takes this kernel; 128 x 64
   // items (which a cost estimate picked before) ran 0.82-0.96x as fast from 64 rows.
   const int pick = g_config != 0 ? g_config : s.n <= 32 ? 4 : 2;
-  if (g_quads.load() && (pick == 3 || pick == 4)) {  // the opt-in quads: 32-token items
-    if (pick == 3) {
-      return launch_kernel<Fp8QuadCfg<4, 2>, Store, Fp8Form::kQuads>(s, plan, scratch,
-                                                                     launch_tokens, stream);
-    }
-    return launch_kernel<Fp8QuadCfg<3, 1>, Store, Fp8Form::kQuads>(s, plan, scratch, launch_tokens,
-                                                                   stream);
+  const int quads = g_quads.load();
+  if (quads != 0 && (pick == 3 || pick == 4)) {  // the opt-in quads: 32-token items
+    if (pick == 3)
+      return launch_quads<4, 2, Store>(quads == 2, s, plan, scratch, launch_tokens, stream);
+    return launch_quads<3, 1, Store>(quads == 2, s, plan, scratch, launch_tokens, stream);
   }
   if (pick == 1) return launch_kernel<A, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 2) return launch_kernel<B, Store>(s, plan, scratch, launch_tokens, stream);
@@ -491,6 +515,6 @@ void linear_fp8_wgmma_set_config(int config, bool split) {
 }
 
 bool linear_fp8_wgmma_set_pipeline(bool on) { return g_pipeline.exchange(on); }
-bool linear_fp8_wgmma_set_quads(bool on) { return g_quads.exchange(on); }
+int linear_fp8_wgmma_set_quads(int form) { return g_quads.exchange(form); }
 
 }  // namespace tandem::kernels

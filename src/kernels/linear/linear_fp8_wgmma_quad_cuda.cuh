@@ -25,9 +25,13 @@ using namespace wgmma;  // NOLINT: descriptors and the k16 step
 // and rank ends come in the loop's order, so the bits are production's (linear_fp8_walk.h, and
 // Fp8Linear.WgmmaQuadRowsAreTheDecodeKernelRows). Items of 32 tokens only (four class sums of 16
 // registers a thread).
-template <int kStages_, int kGroups_>
+// kSwizzled (linear_fp8_wgmma_set_quads(2)): the codes' box as two 128-byte-wide halves with the
+// 128-byte swizzle, so that a warp's code loads (8 rows, 32 bytes each) spread over the banks;
+// unswizzled the rows are 256 bytes apart and all 8 fall in the same 8 banks (8-way conflicts).
+template <int kStages_, int kGroups_, bool kSwizzled_>
 struct Fp8QuadCfg {
   static constexpr int kN = 32, kStages = kStages_, kGroups = kGroups_;
+  static constexpr bool kSwizzled = kSwizzled_;
   static constexpr int kTileM = 64 * kGroups, kConsumers = 128 * kGroups;
   static constexpr int kThreads = kConsumers + 128, kBlocksPerSm = kGroups == 1 ? 2 : 1;
   static constexpr int kProducerRegs = 40, kConsumerRegs = kGroups == 1 ? 216 : 232;
@@ -38,8 +42,45 @@ constexpr int kQuadK = kFp8WalkQuad * kStageK;  // k per quad stage: 256
 template <class C>
 struct alignas(1024) Fp8QuadStage {
   __half x[kFp8WalkQuad][C::kN * kStageK];  // unit i's tokens: kN x 128 bytes, 128-byte swizzled
-  uint8_t w[C::kTileM * kQuadK];            // kTileM rows x 256 codes, as stored
+  uint8_t w[C::kTileM * kQuadK];  // kTileM rows x 256 codes, as stored (kSwizzled: two halves of
+                                  // kTileM x 128, each 128-byte swizzled)
 };
+constexpr int kQuadHalfK = kQuadK / 2;  // a swizzled half's k
+
+// Where lane (g, t) of the warp whose first row is `wrow` (wrow % 8 == g) reads unit c's codes
+// (the widen_unit address and step distance).
+template <class C>
+struct QuadCodes {
+  const uint8_t* at;
+  int stride, step_bytes;
+};
+template <class C>
+__device__ __forceinline__ QuadCodes<C> quad_codes(const uint8_t* w, int wrow, int c, int g,
+                                                   int t) {
+  if constexpr (!C::kSwizzled) {
+    return {w + wrow * kQuadK + c * kStageK + 8 * t, kQuadK, kStepK};
+  } else {
+    // The 16-byte piece j of row r of a half sits at piece j ^ (r % 8); the unit's first step
+    // starts at piece j0 = 4 (c % 2) + t / 2 (byte 8 (t % 2) of it), its second at j0 + 2 (j0's
+    // bit 1 is clear, so j0 + 2 = j0 ^ 2 and the swizzle keeps it 32 bytes away, either way).
+    const int j0 = 4 * (c & 1) + (t >> 1), phys = j0 ^ g;
+    const uint8_t* half = w + (c >> 1) * C::kTileM * kQuadHalfK;
+    return {half + wrow * kQuadHalfK + phys * 16 + 8 * (t & 1), kQuadHalfK,
+            (phys & 2) ? -kStepK : kStepK};
+  }
+}
+
+// The codes' box (or its two swizzled halves) of the stage at k, row tile m.
+template <class C>
+__device__ __forceinline__ void load_quad_codes(uint8_t* w, const CUtensorMap* map, int64_t k,
+                                                int64_t m, uint64_t* bar) {
+  if constexpr (!C::kSwizzled) {
+    cuda::tensor_load_2d(w, map, k, m * C::kTileM, bar);
+  } else {
+    cuda::tensor_load_2d(w, map, k, m * C::kTileM, bar);
+    cuda::tensor_load_2d(w + C::kTileM * kQuadHalfK, map, k + kQuadHalfK, m * C::kTileM, bar);
+  }
+}
 
 template <class C>
 struct Fp8QuadSmem {
@@ -81,7 +122,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     for_stages([&](uint32_t u, int64_t k, int valid, int64_t m, int64_t) {
       if (u >= kStages) return;
       cuda::mbar_arrive_expect_tx(&sm.full[u], kCodeBytes + valid * kTokenBytes);
-      cuda::tensor_load_2d(sm.st[u].w, &gp.w, k, m * kTileM, &sm.full[u]);
+      load_quad_codes<C>(sm.st[u].w, &gp.w, k, m, &sm.full[u]);
     });
     cuda::pdl_begin();
     for_stages([&](uint32_t u, int64_t k, int valid, int64_t m, int64_t nt) {
@@ -89,7 +130,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
       if (u >= kStages) {
         cuda::mbar_wait(&sm.empty[slot], ((u / kStages) - 1) & 1);
         cuda::mbar_arrive_expect_tx(&sm.full[slot], kCodeBytes + valid * kTokenBytes);
-        cuda::tensor_load_2d(sm.st[slot].w, &gp.w, k, m * kTileM, &sm.full[slot]);
+        load_quad_codes<C>(sm.st[slot].w, &gp.w, k, m, &sm.full[slot]);
       }
       for (int i = 0; i < valid; ++i) {
         cuda::tensor_load_2d(sm.st[slot].x[i], &gp.x, k + i * kStageK, nt * kN, &sm.full[slot]);
@@ -129,7 +170,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
             UnitIn in;
             in.sa = __ldg(scale_a + ku / kBlockK) * kTokenUnscale;
             in.sb = __ldg(scale_b + ku / kBlockK) * kTokenUnscale;
-            widen_unit(&sm.st[slot].w[wrow * kQuadK + c * kStageK + 8 * t], kQuadK, in);
+            const QuadCodes<C> qc = quad_codes<C>(sm.st[slot].w, wrow, c, g, t);
+            widen_unit(qc.at, qc.stride, in, qc.step_bytes);
 #pragma unroll
             for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
             pin_registers(d0), pin_registers(d1);
@@ -150,15 +192,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           cuda::release_slot(&sm.empty[slot], lane);
           ++u;
         },
-        [&](int cl) {  // class cl's sum into the range sum (compile-time indices)
+        [&](int cl) {
+    // Class cl's sum into the range sum. The ends come as 4q, 4q + 1, 4q + 2, 4q + 3 after
+    // pass q, so class cl's sum is always cls[0]: fold it, then shift the others down (every
+    // index a constant: an index from cl put the four sums in local memory).
 #pragma unroll
-          for (int c = 0; c < kQuad; ++c) {
-            if (c != (cl & (kQuad - 1))) continue;
+          for (int e = 0; e < kAcc; ++e) {
+            blk[e] = cl == 0 ? cls[0][e] : blk[e] + cls[0][e];
 #pragma unroll
-            for (int e = 0; e < kAcc; ++e) {
-              blk[e] = cl == 0 ? cls[c][e] : blk[e] + cls[c][e];
-              cls[c][e] = 0.f;
-            }
+            for (int c = 0; c + 1 < kQuad; ++c) cls[c][e] = cls[c + 1][e];
+            cls[kQuad - 1][e] = 0.f;
           }
         },
         [&](int r) {
