@@ -168,7 +168,8 @@ elif [[ $PART == 17 ]]; then  # the headline table of production (docs/benchmark
   fi
 elif [[ $PART == 18 ]]; then  # an opt-in's A/B (OPT=name; several: space-separated, each
   # alone): its bitwise tests (FILTER_BITS), then the FP8 and bf16 steps without and with it
-  # (FP8_ONLY=1: the FP8 steps only); ENGINE=1: and production's GPU engine tests. Run 2026-12-06
+  # (FP8_ONLY=1: the FP8 steps only); KB_ROWS=n,...: kernel_bench linear_fp8_batch at those rows;
+  # ENGINE=1: and production's GPU engine tests. Run 2026-12-06
   # (H100) with token-loads-ahead, whose FP8 half (fp8_tokens_kernel) is production since.
   OPT=${OPT:?PART=18 needs OPT=name}
   [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 150 "$FILTER_BITS"
@@ -178,6 +179,12 @@ elif [[ $PART == 18 ]]; then  # an opt-in's A/B (OPT=name; several: space-separa
     [[ -z ${FP8_ONLY:-} ]] &&
       bench bf16_${side//-/_} $B 60 configs/qwen3.5-27b.json 16,32,"${BATCHES##*,}" "${args[@]}"
   done
+  if [[ -n ${KB_ROWS:-} ]]; then  # KB_ROWS=32,...: kernel_bench linear_fp8_batch at those rows
+    KERNEL_BENCH_ROWS=$KB_ROWS KERNEL_BENCH_ONLY=linear_fp8_batch COMMIT=opt-in timeout 120 \
+      $B/bench/kernel_bench "$OUT/kernel_bench_fp8_batch.json" > "$OUT/kernel_bench_fp8_batch.log" 2>&1
+    summary "kernel_bench linear_fp8_batch rows $KB_ROWS rc=$? ($(stamp))"
+    grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8_batch.log" | tee -a "$OUT/summary.txt"
+  fi
   [[ -n ${ENGINE:-} ]] && engine_tests 150
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
