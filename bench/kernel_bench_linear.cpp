@@ -348,20 +348,13 @@ void bench_linear_fp8_batch(cudaStream_t s) {
   const Tensor fold = random_bf16({17408}, 8);
   linear_reserve_decode_workspace(Device::kCuda);
   linear_reserve_fp8_scratch(int64_t{34816} * 5120, Device::kCuda);
-  // (min rows, config, split, opt-in form, name): production, production with the opt-in
-  // pipeline (form 1) or quads (2: as stored, 3: swizzled; 32-token items only), groups of 32,
-  // production without split mode, configurations 1..4.
-  const std::tuple<int64_t, int, bool, int, const char*> modes[] = {
-      {-1, 0, true, 0, "production"},
-      {-1, 0, true, 1, "pipeline"},
-      {-1, 0, true, 2, "quads"},
-      {-1, 0, true, 3, "quads swizzled"},
-      {int64_t{1} << 40, 0, true, 0, "groups of 32"},
-      {-1, 0, false, 0, "no split"},
-      {1, 1, true, 0, "wgmma 128x64"},
-      {1, 2, true, 0, "wgmma 64x64"},
-      {1, 3, true, 0, "wgmma 128x32"},
-      {1, 4, true, 0, "wgmma 64x32"}};
+  // (min rows, config, split, name): production, groups of 32, production without split mode,
+  // configurations 1..4 (3 and 4: 32-token items in the quad form).
+  const std::tuple<int64_t, int, bool, const char*> modes[] = {
+      {-1, 0, true, "production"},      {int64_t{1} << 40, 0, true, "groups of 32"},
+      {-1, 0, false, "no split"},       {1, 1, true, "wgmma 128x64"},
+      {1, 2, true, "wgmma 64x64"},      {1, 3, true, "wgmma 128x32 quads"},
+      {1, 4, true, "wgmma 64x32 quads"}};
   for (const auto& [out_f, in] : kQwen27bShapes) {
     const MatrixCopies mc(out_f, in, 50, fold);
     for (const int64_t n : bench_rows({16, 32, 64, 128, 256, 512, 2048})) {
@@ -372,15 +365,10 @@ void bench_linear_fp8_batch(cudaStream_t s) {
       const int reps = n > 64 ? 8 : 20;
       std::string line = fmt::format("linear fp8 [{},{}] n={}: TFLOP/s", out_f, in, n);
       double production = 0;
-      for (const auto& [min_rows, config, split, form, name] : modes) {
-        if (form >= 2 && n > 32) continue;  // the quads: production's 32-token items only
+      for (const auto& [min_rows, config, split, name] : modes) {
         linear_fp8_set_wgmma(min_rows, config, split);
-        const bool prev_pipeline = linear_fp8_wgmma_set_pipeline(form == 1);
-        const int prev_quads = linear_fp8_wgmma_set_quads(form >= 2 ? form - 1 : 0);
         const double ms = batched_ms(s, reps, [&](int it) { mc.fp8(ctx, it, xn, on, sn, n); });
-        linear_fp8_wgmma_set_pipeline(prev_pipeline);
-        linear_fp8_wgmma_set_quads(prev_quads);
-        if (min_rows < 0 && split && form == 0) production = ms;
+        if (min_rows < 0 && split) production = ms;
         report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, name, out_f, in),
                ms, flop, production);
         line += fmt::format(" {} {:.0f}", name, flop / (ms * 1e-3) / 1e12);

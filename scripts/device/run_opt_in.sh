@@ -13,8 +13,8 @@
 # FP8 prefill tests and an 8K FP8 prefill with --fp8-prefill dequantize and tensor-cores (PART=12:
 # and the production steps, bf16 and FP8, at 1, 8, 32 streams). PART=3: the 27B-FP8 bench with
 # and without the opt-ins, its prefill of 8,192 tokens and a decode step carrying a 512-token chunk
-# on either FP8 prefill path, kernel_bench linear_fp8_batch (production, the pipeline, the prefill
-# paths side by side). PART=6: the 27B bf16 plain step with each kernel class left out in turn
+# on either FP8 prefill path, kernel_bench linear_fp8_batch (production, its configurations, the
+# prefill paths side by side). PART=6: the 27B bf16 plain step with each kernel class left out in turn
 # (tandem bench --diag-skip), to read what each costs inside the step. PART=7: one call's worth of
 # the above (bitwise tests, kernel_bench gdr, engine tests on the same-bits opt-ins, the bench
 # without and with gdr-regs). PART=8 (shortest): the GDN forms' bitwise tests and
@@ -29,6 +29,7 @@
 # 8 streams, and at 32K; PART=15 the same and every GPU engine test. PART=17: production's
 # headline table (bf16 and FP8 at every batch, 32K batch 1) and the GPU engine tests. PART=18:
 # an opt-in's bitwise tests (FILTER_BITS) and the bf16 and FP8 steps without and with it (OPT).
+# PART=19: a new FP8 production kernel (its tests, the FP8 step, kernel_bench, engine tests).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench
@@ -47,9 +48,9 @@ kernel_bench_gdr() {
   summary "kernel_bench gdr rc=$? ($(stamp))"
   grep -E '^gdr recurrent\+norm batch' "$OUT/kernel_bench_gdr.log" | tee -a "$OUT/summary.txt"
 }
-ALL=gdr-regs,fp8-wgmma-pipeline
-SAME_BITS=gdr-regs,fp8-wgmma-pipeline  # production's bits
-FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.WgmmaPipeline*:Fp8Linear.TensorCorePrefill*'
+ALL=gdr-regs
+SAME_BITS=gdr-regs  # production's bits
+FILTER='CudaRowInvariance.ConvVector*:CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.GatedDeltaRuleFold:Fp8Linear.TensorCorePrefill*'
 if [[ ${PART:-1} == 1 ]]; then
   tests opt_in_bits 150 "$FILTER"
   KERNEL_BENCH_ONLY=conv,gdr COMMIT=opt-in timeout 90 $B/bench/kernel_bench \
@@ -186,6 +187,17 @@ elif [[ $PART == 18 ]]; then  # an opt-in's A/B (OPT=name; several: space-separa
     grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8_batch.log" | tee -a "$OUT/summary.txt"
   fi
   [[ -n ${ENGINE:-} ]] && engine_tests 150
+elif [[ $PART == 19 ]]; then  # a new FP8 production kernel: the FP8 linear tests, the 27B-FP8
+  # step at 1, 8, 32 and the last batch, kernel_bench linear_fp8_batch at KB_ROWS (default 32,48,64,
+  # 128), the GPU engine tests.
+  tests fp8_linear 200 'Fp8Linear.*:CudaConformanceFp8*'
+  bench fp8_production $B 150 configs/qwen3.5-27b-fp8.json 1,8,32,"${BATCHES##*,}"
+  KERNEL_BENCH_ROWS=${KB_ROWS:-32,48,64,128} KERNEL_BENCH_ONLY=linear_fp8_batch COMMIT=production \
+    timeout 150 $B/bench/kernel_bench "$OUT/kernel_bench_fp8_batch.json" \
+    > "$OUT/kernel_bench_fp8_batch.log" 2>&1
+  summary "kernel_bench linear_fp8_batch rc=$? ($(stamp))"
+  grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8_batch.log" | tee -a "$OUT/summary.txt"
+  engine_tests 150
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

@@ -30,20 +30,6 @@ std::vector<OptIn> registry() {
                "GDN streaming kernel, calls of 2+ rows a sequence (verify): the state in "
                "registers between one load and one write-back, 4 rows loaded together",
                [](bool on) { gated_delta_rule_set_stream_registers(on); }});
-  r.push_back({"fp8-wgmma-pipeline",
-               "FP8 wgmma decode linear: the next unit's stage wait, code widening and scales "
-               "while the current unit's products run",
-               [](bool on) { linear_fp8_wgmma_set_pipeline(on); }});
-  r.push_back({"fp8-wgmma-quads",
-               "FP8 wgmma decode linear, 32-token items: four classes a pass, 256-k stages (each "
-               "row's lines read once), four class sums",
-               [](bool on) { linear_fp8_wgmma_set_quads(on ? 1 : 0); }});
-  r.push_back({"fp8-wgmma-quads-swizzled",
-               "fp8-wgmma-quads with the codes' box in two 128-byte-swizzled halves (a warp's "
-               "code loads without bank conflicts)",
-               [](bool on) {
-                 if (on) linear_fp8_wgmma_set_quads(2);
-               }});
 #endif
   return r;
 }

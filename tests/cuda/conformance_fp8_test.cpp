@@ -210,58 +210,20 @@ TEST_F(Fp8Linear, StagedEightRowsAreTheDecodeKernelRows) {
 
 // The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
 // linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
-// partial ones) in each of its four item configurations and production's choice (from 33 rows),
-// each with split mode allowed (these shapes have few items: most calls split by rank where the
-// plan has ranks) and with every item whole.
+// partial ones) in each of its four item configurations (3 and 4: 32 tokens in the quad form,
+// four classes a pass) and production's choice (from 33 rows), each with split mode allowed (these
+// shapes have few items: most calls split by rank where the plan has ranks) and with every item
+// whole.
 TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
-  check_against_decode_kernel("linear_fp8.wgmma_kernel", 31, 70,
-                              {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}}, 10,
-                              [](int mode) {  // configurations 0..4, with and without split mode
-                                const int config = mode % 5;
-                                const bool split = mode < 5;
-                                linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
-                                return fmt::format("config {}{}", config,
-                                                   split ? "" : " whole items");
-                              });
-}
-
-// The same with the opt-in pipeline (linear_fp8_wgmma_set_pipeline: the next unit's stage wait,
-// widening and scales while the current unit's products run): the same bits.
-TEST_F(Fp8Linear, WgmmaPipelineRowsAreTheDecodeKernelRows) {
-  struct Restore {
-    bool prev = linear_fp8_wgmma_set_pipeline(true);
-    ~Restore() { linear_fp8_wgmma_set_pipeline(prev); }
-  } restore;
   check_against_decode_kernel(
-      "linear_fp8.wgmma_pipeline", 33, 70,
-      {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}}, 10, [](int mode) {
+      "linear_fp8.wgmma_kernel", 31, 70,
+      {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}, {7, 32}}, 10,
+      [](int mode) {  // configurations 0..4, with and without split mode
         const int config = mode % 5;
         const bool split = mode < 5;
         linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
-        return fmt::format("pipeline, config {}{}", config, split ? "" : " whole items");
+        return fmt::format("config {}{}", config, split ? "" : " whole items");
       });
-}
-
-// The same with the opt-in quads (linear_fp8_wgmma_set_quads: four classes a pass over 256-k
-// stages, for the 32-token configurations 3 and 4 and production's pick up to 32 rows), the codes'
-// box as stored (form 1) and swizzled (form 2): the same bits.
-TEST_F(Fp8Linear, WgmmaQuadRowsAreTheDecodeKernelRows) {
-  for (const int form : {1, 2}) {
-    struct Restore {
-      int prev;
-      ~Restore() { linear_fp8_wgmma_set_quads(prev); }
-    } restore{linear_fp8_wgmma_set_quads(form)};
-    check_against_decode_kernel(
-        fmt::format("linear_fp8.wgmma_quads{}", form).c_str(), 37, 70,
-        {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}, {7, 32}}, 6,
-        [form](int mode) {
-          const int config = mode % 3 == 0 ? 0 : mode % 3 == 1 ? 3 : 4;
-          const bool split = mode < 3;
-          linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
-          return fmt::format("quads {}, config {}{}", form == 2 ? "swizzled" : "as stored", config,
-                             split ? "" : " whole items");
-        });
-  }
 }
 
 TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {

@@ -1,7 +1,7 @@
 // TANDEM_OPT_IN=name,... in the environment turns those opt-in kernel paths (src/kernels/opt_in.h)
 // on for the whole cuda_tests binary before any test runs, so that the GPU engine tests (batched
 // against solo, MTP against plain, graphs against eager) also run on them:
-//   TANDEM_OPT_IN=gdr-regs,fp8-wgmma-pipeline cuda_tests --gtest_filter='*EngineCuda*'
+//   TANDEM_OPT_IN=gdr-regs cuda_tests --gtest_filter='*EngineCuda*'
 // (scripts/device/run_opt_in.sh PART=2). Tests that switch a path themselves restore this value.
 #include <cstdio>
 #include <cstdlib>

@@ -166,18 +166,10 @@ void linear_fp8_set_batch(Fp8BatchMode mode);
 // (linear_fp8_wgmma_cuda.cu; negative: production's, 32 or 65 by the matrix's row tiles per SM,
 // linear_cuda.cuh's fp8_wgmma_min_rows; more than a call has: never), in
 // one launch per 2,048 rows, when the prefill scratch can hold their f16 tokens; `config` 0 lets it
-// choose its item shape, 1..4 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32 rows x tokens);
-// `split` false keeps every item whole (no split mode). The bits are the same.
+// choose its item shape, 1..4 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32 rows x tokens; the
+// 32-token ones in the quad form); `split` false keeps every item whole (no split mode). The bits
+// are the same.
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
-// Opt-in (default off until measured on a GPU): the FP8 wgmma kernel's consumers prepare the next
-// unit (stage wait, the codes' widening, scales) while the current unit's products run; the same
-// bits. Returns the previous value.
-bool linear_fp8_wgmma_set_pipeline(bool on);
-// Opt-in (default off until measured on a GPU): the FP8 wgmma kernel's 32-token items take four
-// classes a pass, each stage 256 k of the item's rows (one box: each line read once) and four class
-// sums; the same bits. form 0: off; 1: on; 2: on, the codes' box in two 128-byte-swizzled halves.
-// Returns the previous form.
-int linear_fp8_wgmma_set_quads(int form);
 // Which kernels FP8 prefill rows take where the tensor-core path (below) does not: false
 // (production) the matrix dequantised into the scratch and the bf16 prefill path, once per call,
 // however few the rows; true the decode order's kernels (every row a decode row: the FP8 wgmma

@@ -35,14 +35,15 @@
 // A consumer does a unit in series: stage wait, codes widened, 4 wgmma, wait, fold; its tensor
 // cores idle through the widening and the fold. It cannot keep unit u + 1's products in flight
 // while folding unit u (ptxas 13.0 serialises every wgmma when non-wgmma instructions read
-// accumulator registers while a group is in flight: C7514). The opt-in pipeline (kPipeline,
-// linear_fp8_wgmma_set_pipeline) overlaps what reads no accumulator: unit u + 1's stage wait,
-// widening and scale loads run while unit u's products do; the folds keep the walk's order.
+// accumulator registers while a group is in flight: C7514). Preparing unit u + 1 (stage wait,
+// widening, scales) while unit u's products ran was measured slower (docs/cuda.md gap 8).
+//
+// Items of 32 tokens (calls of up to 32 rows) take the quad form (linear_fp8_wgmma_quad_cuda.cuh):
+// four classes a pass, 256-k stages, the same bits.
 #include <cuda.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
@@ -68,6 +69,7 @@ using namespace fp8_wgmma;      // NOLINT: the FP8 wgmma kernels' parameters and
 template <int kN_, int kStages_, int kGroups_>
 struct Fp8GemmCfg {
   static constexpr int kN = kN_, kStages = kStages_, kGroups = kGroups_;
+  static constexpr bool kQuads = false;
   static constexpr int kTileM = 64 * kGroups, kConsumers = 128 * kGroups;
   static constexpr int kThreads = kConsumers + 128, kBlocksPerSm = kGroups == 1 ? 2 : 1;
   static constexpr int kProducerRegs = 40, kConsumerRegs = kGroups == 1 ? 216 : 232;
@@ -86,10 +88,7 @@ struct Fp8GemmSmem {
   uint64_t full[C::kStages], empty[C::kStages];
 };
 
-// kPipeline (opt-in, linear_fp8_wgmma_set_pipeline): a consumer prepares unit u + 1 (its stage
-// wait, the codes' widening, its scales) while unit u's products run, then folds unit u; the folds
-// and the class and rank ends keep the walk's order (Fp8Walk), so the bits are production's.
-template <class C, class Store, bool kPipeline>
+template <class C, class Store>
 __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     linear_fp8_wgmma_kernel(const __grid_constant__ Fp8GemmParams gp) {
   constexpr int kN = C::kN, kStages = C::kStages, kTileM = C::kTileM, kConsumers = C::kConsumers;
@@ -153,79 +152,46 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     float d0[kAcc], d1[kAcc], cls[kAcc], blk[kAcc], tot[kAcc];
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) cls[e] = blk[e] = tot[e] = 0.f;
-    // Unit uu at k: its stage's codes (once the stage is full) and its scales.
-    const auto load_unit = [&](uint32_t uu, int64_t k, UnitIn& in) {
-      const uint32_t slot = uu % kStages;
-      in.sa = __ldg(scale_a + k / kBlockK) * kTokenUnscale;
-      in.sb = __ldg(scale_b + k / kBlockK) * kTokenUnscale;
-      cuda::mbar_wait(&sm.full[slot], (uu / kStages) & 1);
-      // Lane (g, t): bytes 8t..8t+7 of each 32-k step of rows g and g + 8, as
-      // linear_fp8_batch_cuda.cu loads them; a[2s] is step s's first product (k 8t..8t+3),
-      // a[2s + 1] its second (8t+4..8t+7), in the A-fragment order (row g, row g + 8, then
-      // the upper k pair of each).
-      widen_unit(&sm.st[slot].w[wrow * kStageK + 8 * t], kStageK, in);
-    };
-    // Unit uu's products on its stage's tokens; overlap() runs while they do (it must not touch
-    // d0, d1); then the fold into the class sum.
-    const auto run_unit = [&](uint32_t uu, const UnitIn& in, auto&& overlap) {
-      const uint32_t slot = uu % kStages;
+    fp8_walk_units(
+        p.in, p.range_k, w.r0, w.r1,
+        [&](int64_t k) {  // unit u at k
+          const uint32_t slot = u % kStages;
+          UnitIn in;
+          in.sa = __ldg(scale_a + k / kBlockK) * kTokenUnscale;
+          in.sb = __ldg(scale_b + k / kBlockK) * kTokenUnscale;
+          cuda::mbar_wait(&sm.full[slot], (u / kStages) & 1);
+          widen_unit(&sm.st[slot].w[wrow * kStageK + 8 * t], kStageK, in);
 #pragma unroll
-      for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
-      pin_registers(d0), pin_registers(d1);  // zeroed before the fence
-      const uint64_t bd = sw128_desc(&sm.st[slot].x[0]);
-      wg_fence();  // a, d0, d1 were written by this thread
-      wgmma_f16_rs_k16<kN>(d0, in.a[0], bd);
-      wgmma_f16_rs_k16<kN>(d0, in.a[1], bd + 2);
-      wgmma_f16_rs_k16<kN>(d1, in.a[2], bd + 4);
-      wgmma_f16_rs_k16<kN>(d1, in.a[3], bd + 6);
-      wg_commit();
-      overlap();
-      wg_wait<0>();
-      pin_registers(d0), pin_registers(d1);  // read after the wait
-      // The codes were read by this warp's loads (generic proxy), the tokens by the wgmma.
-      cuda::release_slot(&sm.empty[slot], lane);
+          for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
+          pin_registers(d0), pin_registers(d1);  // zeroed before the fence
+          const uint64_t bd = sw128_desc(&sm.st[slot].x[0]);
+          wg_fence();  // a, d0, d1 were written by this thread
+          wgmma_f16_rs_k16<kN>(d0, in.a[0], bd);
+          wgmma_f16_rs_k16<kN>(d0, in.a[1], bd + 2);
+          wgmma_f16_rs_k16<kN>(d1, in.a[2], bd + 4);
+          wgmma_f16_rs_k16<kN>(d1, in.a[3], bd + 6);
+          wg_commit();
+          wg_wait<0>();
+          pin_registers(d0), pin_registers(d1);  // read after the wait
+          // The codes were read by this warp's loads (generic proxy), the tokens by the wgmma.
+          cuda::release_slot(&sm.empty[slot], lane);
 #pragma unroll
-      for (int e = 0; e < kAcc; ++e) cls[e] = fmaf(d0[e] + d1[e], (e & 2) ? in.sb : in.sa, cls[e]);
-    };
-    const auto end_class = [&](int c) {
+          for (int e = 0; e < kAcc; ++e) {
+            cls[e] = fmaf(d0[e] + d1[e], (e & 2) ? in.sb : in.sa, cls[e]);
+          }
+          ++u;
+        },
+        [&](int c) {  // class c's sum into the range sum
 #pragma unroll
-      for (int e = 0; e < kAcc; ++e) {
-        blk[e] = c == 0 ? cls[e] : blk[e] + cls[e];
-        cls[e] = 0.f;
-      }
-    };
-    const auto end_rank = [&](int r) {
+          for (int e = 0; e < kAcc; ++e) {
+            blk[e] = c == 0 ? cls[e] : blk[e] + cls[e];
+            cls[e] = 0.f;
+          }
+        },
+        [&](int r) {
 #pragma unroll
-      for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
-    };
-    if constexpr (kPipeline) {
-      Fp8Walk cur = fp8_walk_start(p.in, p.range_k, w.r0, w.r1);
-      bool have = fp8_walk_settle(cur, end_class, end_rank);
-      UnitIn in_cur, in_next;
-      if (have) load_unit(u, cur.k(), in_cur);
-      while (have) {
-        Fp8Walk next = cur;  // a look ahead: no class or rank ends
-        next.off += kGroupK;
-        const bool more = fp8_walk_settle(next, kNoop, kNoop);
-        run_unit(u, in_cur, [&] {
-          if (more) load_unit(u + 1, next.k(), in_next);
+          for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
         });
-        ++u;
-        cur.off += kGroupK;
-        have = fp8_walk_settle(cur, end_class, end_rank);  // the loop's ends after unit u
-        in_cur = in_next;
-      }
-    } else {
-      fp8_walk_units(
-          p.in, p.range_k, w.r0, w.r1,
-          [&](int64_t k) {
-            UnitIn in;
-            load_unit(u, k, in);
-            run_unit(u, in, [] {});
-            ++u;
-          },
-          end_class, end_rank);
-    }
     finish_unit<C, Store>(gp, w, q, wi, g, t, ct, tot);
   }
 }
@@ -331,23 +297,20 @@ int64_t tokens_bytes(int64_t n, int64_t in) {
 // whether split mode may be used.
 int g_config = 0;
 bool g_split = true;
-std::atomic<bool> g_pipeline{false};  // linear_fp8_wgmma_set_pipeline
-std::atomic<int> g_quads{0};          // linear_fp8_wgmma_set_quads
 
-// The kernel of a form: production, the opt-in pipeline, the opt-in quads (Fp8QuadCfg only), with
-// its shared memory and the k of its codes' box.
-enum class Fp8Form { kProduction, kPipeline, kQuads };
-template <class C, class Store, Fp8Form kForm>
+// The kernel of a configuration (the quad form for Fp8QuadCfg), its shared memory, and its codes'
+// box: k 64 as stored, or a quad stage's two 128-byte-swizzled halves of 128 k.
+template <class C, class Store>
 constexpr auto fp8_wgmma_kernel() {
-  if constexpr (kForm == Fp8Form::kQuads) {
+  if constexpr (C::kQuads) {
     return linear_fp8_wgmma_quad_kernel<C, Store>;
   } else {
-    return linear_fp8_wgmma_kernel<C, Store, kForm == Fp8Form::kPipeline>;
+    return linear_fp8_wgmma_kernel<C, Store>;
   }
 }
-template <class C, Fp8Form kForm>
+template <class C>
 constexpr size_t fp8_wgmma_smem() {
-  if constexpr (kForm == Fp8Form::kQuads) {
+  if constexpr (C::kQuads) {
     static_assert(
         sizeof(Fp8QuadStage<C>) == kFp8WalkQuad * C::kN * kStageK * 2 + C::kTileM * kQuadK,
         "a quad stage is its boxes");
@@ -359,27 +322,16 @@ constexpr size_t fp8_wgmma_smem() {
   }
 }
 
-// Whether the form's codes' box is 128-byte swizzled (the quads' kSwizzled).
-template <class C, Fp8Form kForm>
-constexpr bool fp8_codes_swizzled() {
-  if constexpr (kForm == Fp8Form::kQuads) {
-    return C::kSwizzled;
-  } else {
-    return false;
-  }
-}
-
 // The maps first, so that a refused one throws before anything is launched; then the tokens
 // (launch_tokens) and the GEMM.
-template <class C, class Store, Fp8Form kForm, class LaunchTokens>
+template <class C, class Store, class LaunchTokens>
 void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
                    LaunchTokens&& launch_tokens, cudaStream_t stream) {
-  constexpr auto kKernel = fp8_wgmma_kernel<C, Store, kForm>();
-  constexpr size_t kSmem = fp8_wgmma_smem<C, kForm>();
-  constexpr bool kSwizzled = fp8_codes_swizzled<C, kForm>();
-  constexpr int kCodeBoxK = kForm != Fp8Form::kQuads ? kStageK : kSwizzled ? kQuadHalfK : kQuadK;
+  constexpr auto kKernel = fp8_wgmma_kernel<C, Store>();
+  constexpr size_t kSmem = fp8_wgmma_smem<C>();
+  constexpr int kCodeBoxK = C::kQuads ? kQuadHalfK : kStageK;
   constexpr CUtensorMapSwizzle kCodeSwizzle =
-      kSwizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
+      C::kQuads ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
   static_assert(kSmem * C::kBlocksPerSm <= 227 * 1024, "shared memory of an SM on sm_90");
   static const bool configured = [] {
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -418,52 +370,25 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
   }
 }
 
-template <class C, class Store, class LaunchTokens>
-void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
-                   LaunchTokens&& launch_tokens, cudaStream_t stream) {
-  if (g_pipeline.load()) {
-    launch_kernel<C, Store, Fp8Form::kPipeline>(s, plan, scratch, launch_tokens, stream);
-  } else {
-    launch_kernel<C, Store, Fp8Form::kProduction>(s, plan, scratch, launch_tokens, stream);
-  }
-}
-
-// The opt-in quads in Fp8QuadCfg<kStages, kGroups>, its codes' box swizzled or as stored.
-template <int kStages, int kGroups, class Store, class LaunchTokens>
-void launch_quads(bool swizzled, const LinearShape& s, const LinearPlan& plan,
-                  const Fp8Scratch& scratch, LaunchTokens&& launch_tokens, cudaStream_t stream) {
-  if (swizzled) {
-    launch_kernel<Fp8QuadCfg<kStages, kGroups, true>, Store, Fp8Form::kQuads>(
-        s, plan, scratch, launch_tokens, stream);
-  } else {
-    launch_kernel<Fp8QuadCfg<kStages, kGroups, false>, Store, Fp8Form::kQuads>(
-        s, plan, scratch, launch_tokens, stream);
-  }
-}
-
 template <class Store, class LaunchTokens>
 void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&& launch_tokens,
                   cudaStream_t stream) {
   const LinearPlan plan = linear_fp8_plan(s.out_f, s.in);
-  using A = Fp8GemmCfg<64, 12, 2>;   // 128 rows x 64 tokens, one block per SM
-  using B = Fp8GemmCfg<64, 8, 1>;    // 64 x 64, two per SM
-  using Cc = Fp8GemmCfg<32, 16, 2>;  // 128 x 32, one per SM
-  using D = Fp8GemmCfg<32, 12, 1>;   // 64 x 32, two per SM
-  // Production: 64-row items, two blocks per SM, 32 tokens up to 32 rows, else 64. Measured on the
-  // H200 (2026-12-05, kernel_bench linear_fp8_batch on the 27B shapes, 32..2,048 rows): the best
-  // or within 1% of it on every shape and row count where production takes this kernel; 128 x 64
-  // items (which a cost estimate picked before) ran 0.82-0.96x as fast from 64 rows.
+  using A = Fp8GemmCfg<64, 12, 2>;  // 128 rows x 64 tokens, one block per SM
+  using B = Fp8GemmCfg<64, 8, 1>;   // 64 x 64, two per SM
+  using Cq = Fp8QuadCfg<4, 2>;      // 128 x 32 in quads, one per SM
+  using Dq = Fp8QuadCfg<3, 1>;      // 64 x 32 in quads, two per SM
+  // Production: 64-row items, two blocks per SM, 32 tokens (quads) up to 32 rows, else 64.
+  // Measured on the H200 (2026-12-05, kernel_bench linear_fp8_batch on the 27B shapes, 32..2,048
+  // rows, before the quads): the best or within 1% of it on every shape and row count where
+  // production takes this kernel; 128 x 64 items (which a cost estimate picked before) ran
+  // 0.82-0.96x as fast from 64 rows. The quads against the 64-k stages at 32 rows (H100,
+  // 2026-12-06): 1.41-1.44x on gate|up, in_proj and q|k|v.
   const int pick = g_config != 0 ? g_config : s.n <= 32 ? 4 : 2;
-  const int quads = g_quads.load();
-  if (quads != 0 && (pick == 3 || pick == 4)) {  // the opt-in quads: 32-token items
-    if (pick == 3)
-      return launch_quads<4, 2, Store>(quads == 2, s, plan, scratch, launch_tokens, stream);
-    return launch_quads<3, 1, Store>(quads == 2, s, plan, scratch, launch_tokens, stream);
-  }
   if (pick == 1) return launch_kernel<A, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 2) return launch_kernel<B, Store>(s, plan, scratch, launch_tokens, stream);
-  if (pick == 3) return launch_kernel<Cc, Store>(s, plan, scratch, launch_tokens, stream);
-  launch_kernel<D, Store>(s, plan, scratch, launch_tokens, stream);
+  if (pick == 3) return launch_kernel<Cq, Store>(s, plan, scratch, launch_tokens, stream);
+  launch_kernel<Dq, Store>(s, plan, scratch, launch_tokens, stream);
 }
 
 }  // namespace
@@ -513,8 +438,5 @@ void linear_fp8_wgmma_set_config(int config, bool split) {
   g_config = config;
   g_split = split;
 }
-
-bool linear_fp8_wgmma_set_pipeline(bool on) { return g_pipeline.exchange(on); }
-int linear_fp8_wgmma_set_quads(int form) { return g_quads.exchange(form); }
 
 }  // namespace tandem::kernels

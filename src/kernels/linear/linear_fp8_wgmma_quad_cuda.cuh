@@ -1,5 +1,5 @@
-// The FP8 wgmma decode linear's opt-in quads (linear_fp8_wgmma_set_quads), included by
-// linear_fp8_wgmma_cuda.cu, whose launch code picks it.
+// The FP8 wgmma decode linear's quad form (items of 32 tokens), included by
+// linear_fp8_wgmma_cuda.cu, whose launch code picks it for calls of up to 32 rows.
 #pragma once
 
 #include <cuda.h>
@@ -15,23 +15,24 @@ namespace tandem::kernels::fp8_wgmma {
 
 using namespace wgmma;  // NOLINT: descriptors and the k16 step
 
-// Opt-in quads (linear_fp8_wgmma_set_quads; not yet run on a GPU): four classes a pass. ncu at
-// 32 rows had the consumers above waiting for data 32% of the time with DRAM at 54% of peak and
-// 1.30x the codes' bytes read: a stage's box is 64 rows x 64 bytes, and a class's units are 512 k
-// apart, so rows are read in 64-byte pieces whose 256-byte L2 promotions are gone when the next
-// class comes back. Here a stage is 256 k of the item's rows (one 64- or 128-row x 256-byte box:
-// each line read once) with the tokens of its units, walked by fp8_walk_quads: the consumer keeps
-// four class sums and folds each unit into its class's in the class's own order, and the class
-// and rank ends come in the loop's order, so the bits are production's (linear_fp8_walk.h, and
-// Fp8Linear.WgmmaQuadRowsAreTheDecodeKernelRows). Items of 32 tokens only (four class sums of 16
-// registers a thread).
-// kSwizzled (linear_fp8_wgmma_set_quads(2)): the codes' box as two 128-byte-wide halves with the
-// 128-byte swizzle, so that a warp's code loads (8 rows, 32 bytes each) spread over the banks;
-// unswizzled the rows are 256 bytes apart and all 8 fall in the same 8 banks (8-way conflicts).
-template <int kStages_, int kGroups_, bool kSwizzled_>
+// The quads: four classes a pass. ncu at 32 rows (H100) had the 64-k stages' consumers waiting
+// for data 32% of the time with DRAM at 54% of peak and 1.30x the codes' bytes read: a stage's box
+// is 64 rows x 64 bytes, and a class's units are 512 k apart, so rows are read in 64-byte pieces
+// whose 256-byte L2 promotions are gone when the next class comes back. Here a stage is 256 k of
+// the item's rows (each line read once) with the tokens of its units, walked by fp8_walk_quads:
+// the consumer keeps four class sums and folds each unit into its class's in the class's own
+// order, and the class and rank ends come in the loop's order, so the bits are the 64-k stages'
+// (linear_fp8_walk.h, and Fp8Linear.WgmmaKernelRowsAreTheDecodeKernelRows, configurations 3 and
+// 4). Items of 32 tokens only (four class sums of 16 registers a thread). The codes' box is two
+// 128-byte-wide halves in the 128-byte swizzle, so that a warp's code loads (8 rows, 32 bytes
+// each) spread over the banks (as stored, rows 256 bytes apart put all 8 in the same banks).
+// Measured against the 64-k stages (H100, 2026-12-06, 32 rows): gate|up 92 -> 132 TFLOP/s,
+// in_proj 98 -> 138, q|k|v 96 -> 137 (1.28 / 1.38 / 1.38 as stored); the 27B-FP8 step at 32
+// streams 23.02 -> 19.86 ms.
+template <int kStages_, int kGroups_>
 struct Fp8QuadCfg {
   static constexpr int kN = 32, kStages = kStages_, kGroups = kGroups_;
-  static constexpr bool kSwizzled = kSwizzled_;
+  static constexpr bool kQuads = true;
   static constexpr int kTileM = 64 * kGroups, kConsumers = 128 * kGroups;
   static constexpr int kThreads = kConsumers + 128, kBlocksPerSm = kGroups == 1 ? 2 : 1;
   static constexpr int kProducerRegs = 40, kConsumerRegs = kGroups == 1 ? 216 : 232;
@@ -42,44 +43,33 @@ constexpr int kQuadK = kFp8WalkQuad * kStageK;  // k per quad stage: 256
 template <class C>
 struct alignas(1024) Fp8QuadStage {
   __half x[kFp8WalkQuad][C::kN * kStageK];  // unit i's tokens: kN x 128 bytes, 128-byte swizzled
-  uint8_t w[C::kTileM * kQuadK];  // kTileM rows x 256 codes, as stored (kSwizzled: two halves of
-                                  // kTileM x 128, each 128-byte swizzled)
+  uint8_t w[C::kTileM * kQuadK];  // two halves of kTileM rows x 128 codes, 128-byte swizzled
 };
 constexpr int kQuadHalfK = kQuadK / 2;  // a swizzled half's k
 
 // Where lane (g, t) of the warp whose first row is `wrow` (wrow % 8 == g) reads unit c's codes
-// (the widen_unit address and step distance).
-template <class C>
+// (widen_unit's address, row stride and step distance). The 16-byte piece j of row r of a half
+// sits at piece j ^ (r % 8); the unit's first step starts at piece j0 = 4 (c % 2) + t / 2 (byte
+// 8 (t % 2) of it), its second at j0 + 2 (j0's bit 1 is clear, so j0 + 2 = j0 ^ 2 and the swizzle
+// keeps it 32 bytes away, one way or the other); rows g and g + 8 share the swizzle.
 struct QuadCodes {
   const uint8_t* at;
   int stride, step_bytes;
 };
 template <class C>
-__device__ __forceinline__ QuadCodes<C> quad_codes(const uint8_t* w, int wrow, int c, int g,
-                                                   int t) {
-  if constexpr (!C::kSwizzled) {
-    return {w + wrow * kQuadK + c * kStageK + 8 * t, kQuadK, kStepK};
-  } else {
-    // The 16-byte piece j of row r of a half sits at piece j ^ (r % 8); the unit's first step
-    // starts at piece j0 = 4 (c % 2) + t / 2 (byte 8 (t % 2) of it), its second at j0 + 2 (j0's
-    // bit 1 is clear, so j0 + 2 = j0 ^ 2 and the swizzle keeps it 32 bytes away, either way).
-    const int j0 = 4 * (c & 1) + (t >> 1), phys = j0 ^ g;
-    const uint8_t* half = w + (c >> 1) * C::kTileM * kQuadHalfK;
-    return {half + wrow * kQuadHalfK + phys * 16 + 8 * (t & 1), kQuadHalfK,
-            (phys & 2) ? -kStepK : kStepK};
-  }
+__device__ __forceinline__ QuadCodes quad_codes(const uint8_t* w, int wrow, int c, int g, int t) {
+  const int j0 = 4 * (c & 1) + (t >> 1), phys = j0 ^ g;
+  const uint8_t* half = w + (c >> 1) * C::kTileM * kQuadHalfK;
+  return {half + wrow * kQuadHalfK + phys * 16 + 8 * (t & 1), kQuadHalfK,
+          (phys & 2) ? -kStepK : kStepK};
 }
 
-// The codes' box (or its two swizzled halves) of the stage at k, row tile m.
+// The codes' two swizzled halves of the stage at k, row tile m (the box is kQuadHalfK wide).
 template <class C>
 __device__ __forceinline__ void load_quad_codes(uint8_t* w, const CUtensorMap* map, int64_t k,
                                                 int64_t m, uint64_t* bar) {
-  if constexpr (!C::kSwizzled) {
-    cuda::tensor_load_2d(w, map, k, m * C::kTileM, bar);
-  } else {
-    cuda::tensor_load_2d(w, map, k, m * C::kTileM, bar);
-    cuda::tensor_load_2d(w + C::kTileM * kQuadHalfK, map, k + kQuadHalfK, m * C::kTileM, bar);
-  }
+  cuda::tensor_load_2d(w, map, k, m * C::kTileM, bar);
+  cuda::tensor_load_2d(w + C::kTileM * kQuadHalfK, map, k + kQuadHalfK, m * C::kTileM, bar);
 }
 
 template <class C>
@@ -170,7 +160,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
             UnitIn in;
             in.sa = __ldg(scale_a + ku / kBlockK) * kTokenUnscale;
             in.sb = __ldg(scale_b + ku / kBlockK) * kTokenUnscale;
-            const QuadCodes<C> qc = quad_codes<C>(sm.st[slot].w, wrow, c, g, t);
+            const QuadCodes qc = quad_codes<C>(sm.st[slot].w, wrow, c, g, t);
             widen_unit(qc.at, qc.stride, in, qc.step_bytes);
 #pragma unroll
             for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
