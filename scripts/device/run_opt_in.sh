@@ -188,15 +188,17 @@ elif [[ $PART == 18 ]]; then  # an opt-in's A/B (OPT=name; several: space-separa
   fi
   [[ -n ${ENGINE:-} ]] && engine_tests 150
 elif [[ $PART == 19 ]]; then  # a new FP8 production kernel: the FP8 linear tests, the 27B-FP8
-  # step at 1, 8, 32 and the last batch, kernel_bench linear_fp8_batch at KB_ROWS (default 32,48,64,
-  # 128), the GPU engine tests.
+  # step at FP8_BATCHES (default 1, 8, 32 and the last batch), kernel_bench linear_fp8_batch at
+  # KB_ROWS (default 32,48,64,128; none: skipped), the GPU engine tests.
   tests fp8_linear 200 'Fp8Linear.*:CudaConformanceFp8*'
-  bench fp8_production $B 150 configs/qwen3.5-27b-fp8.json 1,8,32,"${BATCHES##*,}"
-  KERNEL_BENCH_ROWS=${KB_ROWS:-32,48,64,128} KERNEL_BENCH_ONLY=linear_fp8_batch COMMIT=production \
-    timeout 150 $B/bench/kernel_bench "$OUT/kernel_bench_fp8_batch.json" \
-    > "$OUT/kernel_bench_fp8_batch.log" 2>&1
-  summary "kernel_bench linear_fp8_batch rc=$? ($(stamp))"
-  grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8_batch.log" | tee -a "$OUT/summary.txt"
+  bench fp8_production $B 150 configs/qwen3.5-27b-fp8.json "${FP8_BATCHES:-1,8,32,${BATCHES##*,}}"
+  if [[ ${KB_ROWS:-} != none ]]; then
+    KERNEL_BENCH_ROWS=${KB_ROWS:-32,48,64,128} KERNEL_BENCH_ONLY=linear_fp8_batch \
+      COMMIT=production timeout 150 $B/bench/kernel_bench "$OUT/kernel_bench_fp8_batch.json" \
+      > "$OUT/kernel_bench_fp8_batch.log" 2>&1
+    summary "kernel_bench linear_fp8_batch rc=$? ($(stamp))"
+    grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8_batch.log" | tee -a "$OUT/summary.txt"
+  fi
   engine_tests 150
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).

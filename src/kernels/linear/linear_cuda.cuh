@@ -155,12 +155,12 @@ bool linear_fp8_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t st
 // (linear_fp8_set_wgmma forces another count); smaller ones read the weights once per 32 rows.
 constexpr int64_t kFp8WgmmaMaxTokens = 2048;
 // From 32 rows where the matrix has at least one 64-row tile per SM (gate|up, in_proj, q|k|v on
-// the 27B shape: the wgmma kernel's 64 x 32 items ran 93-104 TFLOP/s against the groups' 86-94),
-// from 65 where it has fewer (out_f = 5120: at 64 rows the groups of 32 ran down at 128 TFLOP/s
-// against 111, out at 92 against 96; at 32 rows 127 / 90 against 64 / 57); H200, 2026-12-05,
-// kernel-bench-h200-2173990.json.
+// the 27B shape: the wgmma kernel's 32-token quads ran 131-139 TFLOP/s against the groups'
+// 80-109), from 33 where it has fewer (out_f = 5120, down and out/o_proj: at 32 rows the groups of
+// 32 ran 126 / 103 TFLOP/s against the quads' 74 / 77, at 64 rows 126 / 103 against 147 / 128);
+// H100, 2026-12-06, bench/results/h100-2026-12-06j/.
 constexpr int64_t fp8_wgmma_min_rows(int64_t out_f, int sms) {
-  return out_f / 64 >= sms ? kFp8BatchMaxTokens : 2 * kFp8BatchMaxTokens + 1;
+  return out_f / 64 >= sms ? kFp8BatchMaxTokens : kFp8BatchMaxTokens + 1;
 }
 int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in);
 bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,

@@ -378,13 +378,14 @@ void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&
   using B = Fp8GemmCfg<64, 8, 1>;   // 64 x 64, two per SM
   using Cq = Fp8QuadCfg<4, 2>;      // 128 x 32 in quads, one per SM
   using Dq = Fp8QuadCfg<3, 1>;      // 64 x 32 in quads, two per SM
-  // Production: 64-row items, two blocks per SM, 32 tokens (quads) up to 32 rows, else 64.
+  // Production: 64-row items, two blocks per SM, 32 tokens (quads) up to 64 rows, else 64.
   // Measured on the H200 (2026-12-05, kernel_bench linear_fp8_batch on the 27B shapes, 32..2,048
-  // rows, before the quads): the best or within 1% of it on every shape and row count where
-  // production takes this kernel; 128 x 64 items (which a cost estimate picked before) ran
-  // 0.82-0.96x as fast from 64 rows. The quads against the 64-k stages at 32 rows (H100,
-  // 2026-12-06): 1.41-1.44x on gate|up, in_proj and q|k|v.
-  const int pick = g_config != 0 ? g_config : s.n <= 32 ? 4 : 2;
+  // rows, before the quads): 64 x 64 items the best or within 1% of it from 64 rows; 128 x 64
+  // items (which a cost estimate picked before) ran 0.82-0.96x as fast. The quads against those
+  // (H100, 2026-12-06, bench/results/h100-2026-12-06j/): at 32 rows 1.41-1.44x the 64-k stages'
+  // 32-token items on gate|up, in_proj and q|k|v; at 64 rows 1.04-1.24x the 64 x 64 items on
+  // every shape (two token tiles a row tile); at 128 rows 0.85-0.95x.
+  const int pick = g_config != 0 ? g_config : s.n <= 64 ? 4 : 2;
   if (pick == 1) return launch_kernel<A, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 2) return launch_kernel<B, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 3) return launch_kernel<Cq, Store>(s, plan, scratch, launch_tokens, stream);
