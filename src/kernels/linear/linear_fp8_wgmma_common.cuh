@@ -12,6 +12,7 @@
 #include "kernels/linear/linear_fp8_common.cuh"
 #include "kernels/linear/linear_fp8_walk.h"
 #include "kernels/linear/linear_wgmma_common.cuh"
+#include "kernels/linear/wgmma_cuda.cuh"
 
 namespace tandem::kernels::fp8_wgmma {
 
@@ -104,6 +105,35 @@ __device__ __forceinline__ void widen_unit(const uint8_t* wa, int stride, UnitIn
     in.a[2 * s + 1][0] = widen2(qa.y), in.a[2 * s + 1][1] = widen2(qb.y);
     in.a[2 * s + 1][2] = widen2(qa.y >> 16), in.a[2 * s + 1][3] = widen2(qb.y >> 16);
   }
+}
+
+// One unit's products: d0 and d1 (kN / 2 accumulators each) zeroed, then the unit's two 32-k
+// steps as four wgmma k16 with A from in.a and B the unit's tokens (kN rows of 64 k in the 128-byte
+// swizzle at `tokens`), waited for.
+template <int kN>
+__device__ __forceinline__ void unit_products(const UnitIn& in, const __half* tokens,
+                                              float (&d0)[kN / 2], float (&d1)[kN / 2]) {
+  using namespace wgmma;  // NOLINT: the k16 step and its fences
+#pragma unroll
+  for (int e = 0; e < kN / 2; ++e) d0[e] = d1[e] = 0.f;
+  pin_registers(d0), pin_registers(d1);  // zeroed before the fence
+  const uint64_t bd = sw128_desc(tokens);
+  wg_fence();  // a, d0, d1 were written by this thread
+  wgmma_f16_rs_k16<kN>(d0, in.a[0], bd);
+  wgmma_f16_rs_k16<kN>(d0, in.a[1], bd + 2);
+  wgmma_f16_rs_k16<kN>(d1, in.a[2], bd + 4);
+  wgmma_f16_rs_k16<kN>(d1, in.a[3], bd + 6);
+  wg_commit();
+  wg_wait<0>();
+  pin_registers(d0), pin_registers(d1);  // read after the wait
+}
+
+// The unit's fold into its class sum: c = fmaf(d0 + d1, scale, c), rows g (sa) and g + 8 (sb).
+template <int kAcc>
+__device__ __forceinline__ void fold_unit(const float (&d0)[kAcc], const float (&d1)[kAcc],
+                                          const UnitIn& in, float (&cls)[kAcc]) {
+#pragma unroll
+  for (int e = 0; e < kAcc; ++e) cls[e] = fmaf(d0[e] + d1[e], (e & 2) ? in.sb : in.sa, cls[e]);
 }
 
 }  // namespace tandem::kernels::fp8_wgmma

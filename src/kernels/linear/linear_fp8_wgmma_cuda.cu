@@ -161,24 +161,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           in.sb = __ldg(scale_b + k / kBlockK) * kTokenUnscale;
           cuda::mbar_wait(&sm.full[slot], (u / kStages) & 1);
           widen_unit(&sm.st[slot].w[wrow * kStageK + 8 * t], kStageK, in);
-#pragma unroll
-          for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
-          pin_registers(d0), pin_registers(d1);  // zeroed before the fence
-          const uint64_t bd = sw128_desc(&sm.st[slot].x[0]);
-          wg_fence();  // a, d0, d1 were written by this thread
-          wgmma_f16_rs_k16<kN>(d0, in.a[0], bd);
-          wgmma_f16_rs_k16<kN>(d0, in.a[1], bd + 2);
-          wgmma_f16_rs_k16<kN>(d1, in.a[2], bd + 4);
-          wgmma_f16_rs_k16<kN>(d1, in.a[3], bd + 6);
-          wg_commit();
-          wg_wait<0>();
-          pin_registers(d0), pin_registers(d1);  // read after the wait
+          unit_products<kN>(in, &sm.st[slot].x[0], d0, d1);
           // The codes were read by this warp's loads (generic proxy), the tokens by the wgmma.
           cuda::release_slot(&sm.empty[slot], lane);
-#pragma unroll
-          for (int e = 0; e < kAcc; ++e) {
-            cls[e] = fmaf(d0[e] + d1[e], (e & 2) ? in.sb : in.sa, cls[e]);
-          }
+          fold_unit(d0, d1, in, cls);
           ++u;
         },
         [&](int c) {  // class c's sum into the range sum

@@ -162,22 +162,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
             in.sb = __ldg(scale_b + ku / kBlockK) * kTokenUnscale;
             const QuadCodes qc = quad_codes<C>(sm.st[slot].w, wrow, c, g, t);
             widen_unit(qc.at, qc.stride, in, qc.step_bytes);
-#pragma unroll
-            for (int e = 0; e < kAcc; ++e) d0[e] = d1[e] = 0.f;
-            pin_registers(d0), pin_registers(d1);
-            const uint64_t bd = sw128_desc(&sm.st[slot].x[c][0]);
-            wg_fence();
-            wgmma_f16_rs_k16<kN>(d0, in.a[0], bd);
-            wgmma_f16_rs_k16<kN>(d0, in.a[1], bd + 2);
-            wgmma_f16_rs_k16<kN>(d1, in.a[2], bd + 4);
-            wgmma_f16_rs_k16<kN>(d1, in.a[3], bd + 6);
-            wg_commit();
-            wg_wait<0>();
-            pin_registers(d0), pin_registers(d1);
-#pragma unroll
-            for (int e = 0; e < kAcc; ++e) {
-              cls[c][e] = fmaf(d0[e] + d1[e], (e & 2) ? in.sb : in.sa, cls[c][e]);
-            }
+            unit_products<kN>(in, &sm.st[slot].x[c][0], d0, d1);
+            fold_unit(d0, d1, in, cls[c]);
           }
           cuda::release_slot(&sm.empty[slot], lane);
           ++u;
