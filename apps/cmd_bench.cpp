@@ -5,6 +5,7 @@
 
 #include "apps/cli_common.h"
 #include "apps/commands.h"
+#include "core/cuda_graph.h"
 #include "engine/bench.h"
 #include "engine/synthetic.h"
 #include "kernels/diag_skip.h"
@@ -30,7 +31,7 @@ void add_bench_command(CLI::App& app) {
                                   diag_skip;
     int k = 3, steps = 32, threads = 0, linear_variant = 0;
     int64_t prefill = 0, mixed_prefill = 0, max_step = 0, draft_vocab = 0;
-    double acceptance = 0.6;
+    double acceptance = 0.6, peak_tbps = 0, peak_tflops = 0;
     bool no_graphs = false, no_pdl = false;
     std::string fp8_prefill = "tensor-cores";
   };
@@ -91,6 +92,11 @@ void add_bench_command(CLI::App& app) {
                   "cuda, timing only (the outputs are garbage): leave these kernel classes out of "
                   "every step (comma-separated: gdr, conv, attention), to read what each costs "
                   "inside the step");
+  cmd->add_option("--peak-bandwidth", o->peak_tbps,
+                  "memory bound's bandwidth in TB/s (default: by the device, hardware_bounds: "
+                  "the H200's measured 4.3, an H100's 3.0)");
+  cmd->add_option("--peak-tflops", o->peak_tflops,
+                  "tensor-core bound's dense bf16 TFLOP/s (default: by the device, 790)");
   cmd->add_option("--json", o->json, "write the results to this JSON file");
   cmd->add_option("--commit", o->commit, "commit id recorded in the JSON");
   cmd->callback([o] {
@@ -117,6 +123,9 @@ void add_bench_command(CLI::App& app) {
       TANDEM_CHECK(device == Device::kCuda, "--diag-skip needs --device cuda");
       diag_skips = kernels::set_diag_skips(o->diag_skip);
     }
+    TANDEM_CHECK(o->peak_tbps >= 0 && o->peak_tflops >= 0,
+                 "--peak-bandwidth and --peak-tflops must be positive, got {} and {}", o->peak_tbps,
+                 o->peak_tflops);
     const ExecContext ctx{.device = device, .n_threads = threads};
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
                  o->k);
@@ -156,6 +165,15 @@ void add_bench_command(CLI::App& app) {
                    .mixed_prefill_tokens = o->mixed_prefill,
                    .acceptance = o->acceptance,
                    .draft_vocab_size = o->draft_vocab};
+    const HardwareBounds hw = hardware_bounds(device_description(device));
+    b.peak_bytes_per_s = o->peak_tbps > 0 ? o->peak_tbps * 1e12 : hw.bytes_per_s;
+    b.peak_flops = o->peak_tflops > 0 ? o->peak_tflops * 1e12 : hw.flops;
+    b.bounds_basis = o->peak_tbps > 0 || o->peak_tflops > 0 ? "given (--peak-bandwidth, "
+                                                              "--peak-tflops) and " +
+                                                                  hw.basis
+                                                            : hw.basis;
+    std::fprintf(stderr, "bounds: %.2f TB/s, %.0f TFLOP/s (%s)\n", b.peak_bytes_per_s / 1e12,
+                 b.peak_flops / 1e12, b.bounds_basis.c_str());
     nlohmann::json out = run_bench(*model, b);
     out["command"] = command_line();
     out["model"] = o->synthetic.empty() ? o->model : "synthetic:" + o->synthetic;

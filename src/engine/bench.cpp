@@ -140,6 +140,21 @@ int64_t matrix_params(const Qwen35Model& model) { return weight_params_per_step(
 
 }  // namespace
 
+HardwareBounds hardware_bounds(std::string_view device) {
+  constexpr double kH200Bytes = 4.3e12, kH200Flops = 790e12;  // DESIGN.md section 6, measured
+  if (device.find("H200") != std::string_view::npos) {
+    return {kH200Bytes, kH200Flops, "H200: measured copy bandwidth, dense bf16"};
+  }
+  if (device.find("H100") != std::string_view::npos) {
+    // 3.35 TB/s specified (SXM, HBM3) x the H200's 4.3 measured / 4.8 specified; the same tensor
+    // cores and clocks as the H200.
+    return {3.35e12 * kH200Bytes / 4.8e12, kH200Flops,
+            "H100: 3.35 TB/s specified x the H200's measured / specified bandwidth (not measured), "
+            "the H200's dense bf16"};
+  }
+  return {kH200Bytes, kH200Flops, "the H200's (no bounds known for this device)"};
+}
+
 nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
   const ModelConfig& c = model.config();
   const int k = opt.num_speculative_tokens;
@@ -287,6 +302,7 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
                      {"num_speculative_tokens", k},
                      {"peak_bytes_per_second", opt.peak_bytes_per_s},
                      {"peak_flops", opt.peak_flops},
+                     {"bounds_basis", opt.bounds_basis},
                      {"results", results}};
   if (opt.prefill_tokens > 0) {
     const int64_t p = opt.prefill_tokens;

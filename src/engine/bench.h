@@ -11,6 +11,8 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/arch/qwen35.h"
@@ -28,11 +30,22 @@ struct BenchOptions {
   // > 0: also time each batch's eager decode step with and without one request's prefill chunk of
   // this many tokens in it (what continuous arrivals cost the running decodes).
   int64_t mixed_prefill_tokens = 0;
-  double acceptance = 0.6;       // per-draft acceptance of the MTP projection
-  int64_t draft_vocab_size = 0;  // > 0: the drafter's vocabulary is token ids 0 .. N - 1
-  double peak_bytes_per_s = 4.3e12;
+  double acceptance = 0.6;           // per-draft acceptance of the MTP projection
+  int64_t draft_vocab_size = 0;      // > 0: the drafter's vocabulary is token ids 0 .. N - 1
+  double peak_bytes_per_s = 4.3e12;  // the bounds' hardware (hardware_bounds)
   double peak_flops = 790e12;
+  std::string bounds_basis = "H200";
 };
+
+// The memory and tensor-core peaks the bench divides by, from the device's description
+// (device_description): the H200's measured copy bandwidth and dense bf16 rate (DESIGN.md section
+// 6); an H100 80GB HBM3's bandwidth derived from its 3.35 TB/s specification at the H200's
+// measured / specified ratio (not measured); any other device the H200's, saying so in `basis`.
+struct HardwareBounds {
+  double bytes_per_s, flops;
+  std::string basis;
+};
+HardwareBounds hardware_bounds(std::string_view device);
 
 nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt);
 

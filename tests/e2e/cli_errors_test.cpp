@@ -233,6 +233,8 @@ TEST(CliErrors, BenchOptions) {
                "--draft-vocab-size must be in [0, ");
   expect_error(run_tandem(model + " --mixed-prefill-tokens -1"),
                "--mixed-prefill-tokens must be >= 0");
+  expect_error(run_tandem(model + " --peak-bandwidth -1"),
+               "--peak-bandwidth and --peak-tflops must be positive");
 }
 
 }  // namespace

@@ -90,6 +90,37 @@ TEST(CliRun, BenchJsonWithMixedSteps) {
   std::filesystem::remove(out);
 }
 
+// --peak-bandwidth / --peak-tflops replace the device's bounds (hardware_bounds): the JSON says
+// which, and each step's memory bound scales with them (the bytes are the same).
+TEST(CliRun, BenchBoundsGivenOnTheCommandLine) {
+  const std::string out = (std::filesystem::temp_directory_path() / "tandem_bench_b.json").string();
+  const std::string args = "bench " + kModel +
+                           " --context 64 --batch 1 --speculative none --steps 1"
+                           " --num-speculative-tokens 1 --json " +
+                           out;
+  const auto bounds = [&](const std::string& extra) {
+    auto [code, text] = run(args + extra);
+    EXPECT_EQ(code, 0) << text;
+    std::ifstream in(out);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json base = bounds("");
+  EXPECT_DOUBLE_EQ(base["peak_bytes_per_second"].get<double>(), 4.3e12);
+  EXPECT_NE(base["bounds_basis"].get<std::string>().find("no bounds known"), std::string::npos);
+  const nlohmann::json given = bounds(" --peak-bandwidth 2.15 --peak-tflops 395");
+  EXPECT_DOUBLE_EQ(given["peak_bytes_per_second"].get<double>(), 2.15e12);
+  EXPECT_DOUBLE_EQ(given["peak_flops"].get<double>(), 395e12);
+  EXPECT_NE(given["bounds_basis"].get<std::string>().find("given"), std::string::npos);
+  const auto decode = [](const nlohmann::json& j) { return j["results"][0]["decode"]; };
+  EXPECT_NEAR(decode(given)["memory_bound_ms"].get<double>(),
+              2 * decode(base)["memory_bound_ms"].get<double>(),
+              1e-9 * decode(base)["memory_bound_ms"].get<double>());
+  EXPECT_NEAR(decode(given)["tensor_bound_ms"].get<double>(),
+              2 * decode(base)["tensor_bound_ms"].get<double>(),
+              1e-9 * decode(base)["tensor_bound_ms"].get<double>());
+  std::filesystem::remove(out);
+}
+
 // JSON mode in the offline batch mode ("json_object": true on a line), shipped model: a whole
 // object when a stop token ended it, a JSON prefix otherwise; the same tokens with MTP.
 TEST(CliRun, BatchModeJsonObjectLines) {
