@@ -148,6 +148,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
 #pragma unroll
       for (int c = 0; c < kQuad; ++c) cls[c][e] = 0.f;
     }
+    // Unit c of a stage folds into cls[c]. The class ends come as 4q, 4q + 1, 4q + 2, 4q + 3
+    // after pass q, so class cl's sum is always cls[0] at its end: fold it, then shift the others
+    // down (every index a constant: an index from cl put the four sums in local memory).
     fp8_walk_quads(
         p.in, p.range_k, w.r0, w.r1,
         [&](int64_t k, int valid) {
@@ -168,10 +171,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           cuda::release_slot(&sm.empty[slot], lane);
           ++u;
         },
-        [&](int cl) {
-    // Class cl's sum into the range sum. The ends come as 4q, 4q + 1, 4q + 2, 4q + 3 after
-    // pass q, so class cl's sum is always cls[0]: fold it, then shift the others down (every
-    // index a constant: an index from cl put the four sums in local memory).
+        [&](int cl) {  // class cl's sum (always cls[0], above) into the range sum
 #pragma unroll
           for (int e = 0; e < kAcc; ++e) {
             blk[e] = cl == 0 ? cls[0][e] : blk[e] + cls[0][e];
