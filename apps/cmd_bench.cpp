@@ -94,7 +94,7 @@ void add_bench_command(CLI::App& app) {
                   "inside the step");
   cmd->add_option("--peak-bandwidth", o->peak_tbps,
                   "memory bound's bandwidth in TB/s (default: by the device, hardware_bounds: "
-                  "the H200's measured 4.3, an H100's 3.0)");
+                  "the H200's measured 4.3, an H100 SXM's 3.0)");
   cmd->add_option("--peak-tflops", o->peak_tflops,
                   "tensor-core bound's dense bf16 TFLOP/s (default: by the device, 790)");
   cmd->add_option("--json", o->json, "write the results to this JSON file");

@@ -39,8 +39,9 @@ struct BenchOptions {
 
 // The memory and tensor-core peaks the bench divides by, from the device's description
 // (device_description): the H200's measured copy bandwidth and dense bf16 rate (DESIGN.md section
-// 6); an H100 80GB HBM3's bandwidth derived from its 3.35 TB/s specification at the H200's
-// measured / specified ratio (not measured); any other device the H200's, saying so in `basis`.
+// 6); an H100's bandwidth derived from its specification (SXM 3.35 TB/s, PCIe 2.0, NVL 3.9) at
+// the H200's measured / specified ratio (not measured); any other device the H200's, saying so in
+// `basis`.
 struct HardwareBounds {
   double bytes_per_s, flops;
   std::string basis;

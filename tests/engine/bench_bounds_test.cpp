@@ -19,6 +19,9 @@ TEST(BenchBounds, ByDevice) {
   EXPECT_DOUBLE_EQ(h100.flops, h200.flops);
   EXPECT_NE(h100.basis.find("not measured"), std::string::npos) << h100.basis;
 
+  EXPECT_NEAR(hardware_bounds("NVIDIA H100 PCIe, 114 SMs, 79.1 GiB").bytes_per_s, 1.79e12, 0.01e12);
+  EXPECT_NEAR(hardware_bounds("NVIDIA H100 NVL, 132 SMs, 93.1 GiB").bytes_per_s, 3.49e12, 0.01e12);
+
   const HardwareBounds cpu = hardware_bounds("cpu");
   EXPECT_DOUBLE_EQ(cpu.bytes_per_s, h200.bytes_per_s);
   EXPECT_NE(cpu.basis.find("no bounds known"), std::string::npos) << cpu.basis;
