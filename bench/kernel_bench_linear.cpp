@@ -148,7 +148,7 @@ void bench_linear_batch(cudaStream_t s) {
   for (const auto& [out_f, in] : kQwen27bShapes) {
     std::vector<Tensor> w;
     for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
-    for (const int64_t n : {1, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024}) {
+    for (const int64_t n : bench_rows({1, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024})) {
       double production = 0;
       std::string line = fmt::format("linear decode [{},{}] n={}:", out_f, in, n);
       for (const auto& [v, name] : variants) {

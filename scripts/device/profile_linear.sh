@@ -7,9 +7,10 @@
 # bf16 then 25 FP8 launches per shape and row count), FP8 on in_proj and down at 1 row.
 # Out: profiles.tar.gz of NAME.txt (details), NAME_source.csv (SASS with stall samples) and
 # NAME_stalls.txt (the raw stall metrics); the device returns at most 8 files.
-# GROUP@ROWS runs only those row counts (KERNEL_BENCH_ROWS, groups linear_fp8_batch and
-# linear_fp8), e.g. linear_fp8_batch@32:linear_fp8_wgmma_kernel:10:NAME for gate|up's first call
-# of 32 rows (each shape and row count runs 25 launches per mode: 5 warm-up, 20 timed).
+# GROUP@ROWS runs only those row counts (KERNEL_BENCH_ROWS, groups linear_fp8_batch, linear_fp8
+# and linear_batch), e.g. linear_fp8_batch@32:linear_fp8_wgmma_quad_kernel:10:NAME for gate|up's
+# first call of 32 rows (each shape and row count runs 25 launches per mode up to 64 rows: 5
+# warm-up, 20 timed; 13 above), or linear_batch@32:linear_wgmma_kernel:10:NAME for bf16's.
 # KERNEL_NAME_BASE=demangled matches the regex against the demangled name with its template
 # arguments, to pick one configuration (e.g. 'linear_batch_kernel<.*BatchCfg<4,.4,.4,.1>').
 set -uo pipefail
