@@ -47,7 +47,14 @@ std::vector<int64_t> bench_rows(const std::vector<int64_t>& all) {
     char* end = nullptr;
     const int64_t v = std::strtoll(n.c_str(), &end, 10);
     if (n.empty() || *end != '\0') fail("KERNEL_BENCH_ROWS: '{}' is not a row count", n);
-    if (std::find(all.begin(), all.end(), v) != all.end()) picked.push_back(v);
+    // Any count up to the group's largest (its buffers' size); larger ones are left out, saying so.
+    if (v >= 1 && v <= *std::max_element(all.begin(), all.end())) {
+      picked.push_back(v);
+    } else {
+      std::fprintf(stderr, "KERNEL_BENCH_ROWS: %lld rows left out (this group runs 1..%lld)\n",
+                   static_cast<long long>(v),
+                   static_cast<long long>(*std::max_element(all.begin(), all.end())));
+    }
   }
   return picked;
 }

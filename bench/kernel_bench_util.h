@@ -32,8 +32,9 @@ double median_ms(cudaStream_t s, int reps, const std::function<void(int)>& fn);
 // launches queue ahead (median_ms instead pays each call's launch latency on an idle GPU).
 double batched_ms(cudaStream_t s, int reps, const std::function<void(int)>& fn);
 
-// The row counts a group runs: `all`, or those of the comma-separated KERNEL_BENCH_ROWS that are
-// in `all` (for a profile of one call: scripts/device/profile_linear.sh, GROUP@ROWS).
+// The row counts a group runs: `all`, or those of the comma-separated KERNEL_BENCH_ROWS from 1 to
+// the largest of `all` (e.g. 48 or 96 between a group's usual counts; for a profile of one call:
+// scripts/device/profile_linear.sh, GROUP@ROWS).
 std::vector<int64_t> bench_rows(const std::vector<int64_t>& all);
 
 // Random bf16 bits in [-1, 1) (never zero), filled on the host once.
