@@ -1,6 +1,6 @@
-// The FP8 wgmma decode linear's shared pieces (linear_fp8_wgmma_cuda.cu, and its opt-in quads in
-// linear_fp8_wgmma_quad_cuda.cuh): the stage's k, the kernel parameters, a block's unit of work
-// and one unit's A operand.
+// The FP8 wgmma decode linear's shared pieces (linear_fp8_wgmma_cuda.cu's 64-token items and the
+// quad form's 32-token items in linear_fp8_wgmma_quad_cuda.cuh): the stage's k, the kernel
+// parameters, a block's unit of work, one unit's A operand, products and fold.
 #pragma once
 
 #include <cuda.h>
