@@ -30,6 +30,7 @@
 # headline table (bf16 and FP8 at every batch, 32K batch 1) and the GPU engine tests. PART=18:
 # an opt-in's bitwise tests (FILTER_BITS) and the bf16 and FP8 steps without and with it (OPT).
 # PART=19: a new FP8 production kernel (its tests, the FP8 step, kernel_bench, engine tests).
+# PART=20: an FP8 opt-in at batch 1 (bitwise tests, kernel_bench linear_fp8, the step at 1K, 32K).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench
@@ -200,6 +201,23 @@ elif [[ $PART == 19 ]]; then  # a new FP8 production kernel: the FP8 linear test
     grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8_batch.log" | tee -a "$OUT/summary.txt"
   fi
   engine_tests 150
+elif [[ $PART == 20 ]]; then  # an FP8 opt-in at batch 1 (OPT=name): its bitwise tests
+  # (FILTER_BITS), kernel_bench linear_fp8 at KB_ROWS (default 1,4), the 27B-FP8 step at batch 1,
+  # 1K and 32K, without, with and again without it. Run 2026-12-06 with fp8-deep-ring.
+  # Several opt-ins: OPT space-separated, each alone; FP8_BATCHES (default 1,8); CTX32K=1: also
+  # the step at 32K, batch 1.
+  OPT=${OPT:?PART=20 needs OPT=name}
+  [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 200 "$FILTER_BITS"
+  KERNEL_BENCH_ROWS=${KB_ROWS:-1,4} KERNEL_BENCH_ONLY=linear_fp8 COMMIT=opt-in timeout 120 \
+    $B/bench/kernel_bench "$OUT/kernel_bench_fp8.json" > "$OUT/kernel_bench_fp8.log" 2>&1
+  summary "kernel_bench linear_fp8 rows ${KB_ROWS:-1,4} rc=$? ($(stamp))"
+  grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8.log" | tee -a "$OUT/summary.txt"
+  for side in default $OPT default_again; do
+    args=(); [[ $side != default* ]] && args=(--opt-in "$side")
+    bench fp8_${side//-/_} $B 90 configs/qwen3.5-27b-fp8.json "${FP8_BATCHES:-1,8}" "${args[@]}"
+    [[ -n ${CTX32K:-} ]] &&
+      CONTEXT=32768 bench fp8_32k_${side//-/_} $B 90 configs/qwen3.5-27b-fp8.json 1 "${args[@]}"
+  done
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256

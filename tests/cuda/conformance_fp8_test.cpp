@@ -208,6 +208,24 @@ TEST_F(Fp8Linear, StagedEightRowsAreTheDecodeKernelRows) {
       });
 }
 
+// The opt-ins deep ring (linear_fp8_set_deep_ring: one more slot for 1 and 3-4 rows where the
+// plan's range fits 5,120 k) and L2 ahead (linear_fp8_set_l2_ahead: the weights of a later chunk
+// asked into L2), each alone and both, against launches of up to 8 rows with the tokens in the
+// slots, bitwise: calls of 1..8 rows at several offsets (the shapes' ranges below and above 5,120
+// k) and the 21-row call.
+TEST_F(Fp8Linear, DeepRingAndL2AheadRowsAreTheDecodeKernelRows) {
+  struct Off {
+    ~Off() { linear_fp8_set_deep_ring(false), linear_fp8_set_l2_ahead(0); }
+  } off;
+  check_against_decode_kernel(
+      "linear_fp8.deep_ring_l2_ahead", 41, 21,
+      {{0, 1}, {5, 1}, {20, 1}, {2, 2}, {3, 3}, {9, 4}, {11, 8}, {0, 21}}, 3, [](int mode) {
+        linear_fp8_set_deep_ring(mode != 1);
+        linear_fp8_set_l2_ahead(mode != 0 ? 2 : 0);
+        return std::string(mode == 0 ? "deep ring" : mode == 1 ? "l2 ahead" : "both");
+      });
+}
+
 // The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
 // linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
 // partial ones) in each of its four item configurations (3 and 4: 32 tokens in the quad form,

@@ -192,6 +192,14 @@ bool linear_fp8_set_prefill_tensor_cores(bool on);
 // every tile (27B-FP8 at 8 streams: 13.23 -> 12.87 ms on an H100). The same bits. Returns the
 // previous value.
 bool linear_fp8_set_staged_rows(bool on);
+// Opt-in fp8-deep-ring (off by default): FP8 decode calls of 1 and 3-4 rows of a matrix whose rank
+// range fits 5,120 k stream through one more ring slot (linear_fp8_cuda.cu, DeepCfg). The same
+// bits. Returns the previous value.
+bool linear_fp8_set_deep_ring(bool on);
+// Opt-in fp8-l2-ahead (0, off, by default): the FP8 decode kernel (1-8 rows) asks L2 for the
+// weights of the chunk `chunks` after each one it copies, so that more bytes are in flight than
+// its ring holds. The same bits. Returns the previous value.
+int linear_fp8_set_l2_ahead(int chunks);
 int64_t linear_fp8_prefill_tensor_core_calls();  // calls that took it since start-up (tests)
 #endif
 

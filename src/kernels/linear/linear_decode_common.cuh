@@ -64,6 +64,9 @@ struct Params {
   int64_t scale_cols;
   int scale_shift;
   const __nv_bfloat16* fold;
+  // linear_fp8_cuda.cu, opt-in fp8-l2-ahead: with each chunk, the producer asks L2 for the
+  // weights of the chunk this many after it (0: none).
+  int l2_ahead = 0;
 };
 
 // A decode kernel's shared memory: its ring of slots (SlotT: the kernel's own chunk layout), the
@@ -103,7 +106,8 @@ inline Params decode_params(const LinearShape& s, const LinearPlan& plan, int64_
                 s.w_scale,
                 (s.in + 127) / 128,
                 __builtin_ctzll(static_cast<unsigned long long>(s.scale_block_rows)),
-                static_cast<const __nv_bfloat16*>(s.fold)};
+                static_cast<const __nv_bfloat16*>(s.fold),
+                0};
 }
 
 // Store policies: how warp 0 of rank 0 writes a tile's finished sums. In the mma C layout lane
@@ -534,13 +538,13 @@ __device__ __forceinline__ void finish_tiles(const Params& p, S& sm, int lane, i
 }
 
 // The finisher of the kernels that take tiles c, c + clusters, ... (linear_fp8_cuda.cu).
-template <int kNTiles, int kRmsLoads, class Store, class S>
+template <int kNTiles, int kSumBufs, int kRmsLoads, class Store, class S>
 __device__ __forceinline__ void finisher_warp(const Params& p, S& sm, int lane, int rank,
                                               int64_t cluster_id, bool stores) {
   const int64_t count =
       cluster_id < p.tiles ? (p.tiles - cluster_id + p.clusters - 1) / p.clusters : 0;
-  finish_tiles<kNTiles, 2, kRmsLoads, Store>(p, sm, lane, rank, cluster_id, p.clusters, count,
-                                             stores);
+  finish_tiles<kNTiles, kSumBufs, kRmsLoads, Store>(p, sm, lane, rank, cluster_id, p.clusters,
+                                                    count, stores);
 }
 
 // Initialises a block's ring and sum barriers (thread 0), then arrives at the cluster barrier

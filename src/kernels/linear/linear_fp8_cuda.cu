@@ -62,7 +62,8 @@ using cuda::mbar_wait;
 // every tile (a third of a step's instructions). The values are the same, so are the bits.
 // kStageK_: the k per token xs holds (a range's, padded; ranges past it take another
 // configuration).
-template <int kXRows_, int kStages_, int kChunkK_, bool kStaged_ = false, int kStageK_ = 10240>
+template <int kXRows_, int kStages_, int kChunkK_, bool kStaged_ = false, int kStageK_ = 10240,
+          int kSumBufs_ = 2>
 struct Cfg {
   static constexpr int kXRows = kXRows_, kStages = kStages_, kChunkK = kChunkK_;
   static constexpr bool kStaged = kStaged_;
@@ -72,7 +73,7 @@ struct Cfg {
   // 27B-FP8 step slower on an H100 (2026-12-06: batch 1 11.07 -> 11.82 ms with it in every
   // configuration, 8 streams 12.81 -> 12.91 with it in the staged 8-row one only; registers 94 ->
   // 120, likely delaying each block's start beside the previous kernel): measured and removed.
-  static constexpr int kSumBufs = 2, kRmsLoads = 16;
+  static constexpr int kSumBufs = kSumBufs_, kRmsLoads = 16;
   static constexpr int kWPitch = kChunkK + 32;  // bytes, 32 mod 128: 4 rows' 8-byte loads, 4 banks
   static constexpr int kStageK = kStaged ? kStageK_ : 0;  // k per token in xs
   static constexpr int kUnitsPerWarp = kChunkK / kGroupK;
@@ -114,6 +115,15 @@ using StagedCfg = Cfg<2, 4, 2560, true>;
 // of squares before the first store (Cfg's kRmsLoads: 32 loads in flight took the kernel to 2.73
 // / 2.56 / 2.45 but the step no faster).
 using Staged8Cfg = Cfg<8, 3, 2560, true, 5120>;
+
+// The deep ring (opt-in fp8-deep-ring): where the plan's range fits 5120 k (the in = 5120
+// matrices at one rank), xs that holds just that gives its bytes to one more slot: 1 row with 5
+// slots (200 KB of weights in flight against 160; one sum buffer, for room) and 3-4 rows with 4
+// against 3. ncu of gate|up at 1 row (H200, 2026-12-06): 3.52 TB/s with the SM clock at 1.34 GHz,
+// the same as at full clock, and DRAM active 73% of the cycles: the bytes in flight, not the
+// consumers, bound it. The same plan, chunks and units: the same bits.
+using DeepCfg = Cfg<1, 5, 2560, true, 5120, 1>;
+using Deep4Cfg = Cfg<4, 4, 2560, true, 5120>;
 
 // Scale rows per slot: a 16-row tile lies in one block of >= 16 rows, or two of 8 (gate|up).
 constexpr int kScaleGroups = 2;
@@ -158,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
   init_barriers<C::kStages, C::kSumBufs>(sm, splits, 1 + 32);
   const bool stores = rank == 0 && cluster_id < p.tiles;
   if (warp == kRmsWarp) {
-    finisher_warp<1, C::kRmsLoads, Store>(p, sm, lane, rank, cluster_id, stores);
+    finisher_warp<1, C::kSumBufs, C::kRmsLoads, Store>(p, sm, lane, rank, cluster_id, stores);
   } else if (warp == kProducerWarp) {
     // Lanes 0-15 copy the weight rows (past out_f: the last row again), lane t token t.
     constexpr uint32_t kSlots = C::kStages;
@@ -184,6 +194,17 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
                     p.w_scale + group * p.scale_cols + col);
       }
       cuda::copies_arrive(&sm.full[slot]);
+      if (p.l2_ahead > 0 && lane < kRows) {  // opt-in fp8-l2-ahead: a later chunk's rows into L2
+        const int ahead = static_cast<int>(i) + p.l2_ahead, n = static_cast<int>(count);
+        const int64_t tile2 = tile + (ahead / n) * p.clusters;
+        const int i2 = ahead % n;
+        if (tile2 < p.tiles) {
+          const int c2 = chunks.begin(i2);
+          const int64_t row2 = min(tile2 * kRows + lane, p.out_f - 1);
+          cuda::bulk_prefetch_l2(w8 + row2 * p.in + k_begin + c2,
+                                 static_cast<uint32_t>(chunks.begin(i2 + 1) - c2));
+        }
+      }
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
       if constexpr (!C::kStaged) {
@@ -309,10 +330,12 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
         if (whole < kUnits && unit_k(whole, warp) < lim) run_unit(whole, std::true_type{});
         cuda::release_slot(&sm.empty[slot], lane);
       }
-      post_tile_sums<1>(sm, c, use, warp, lane);
+      post_tile_sums<1, C::kSumBufs>(sm, c, use, warp, lane);
     }
   }
 }
+
+int g_l2_ahead = 0;  // linear_fp8_set_l2_ahead (opt-in fp8-l2-ahead: 2 chunks)
 
 template <class C, bool kFold, class Store>
 void allow_smem() {
@@ -340,7 +363,8 @@ template <class C, bool kFold, class Store>
 void launch_cfg(const LinearShape& s, const LinearPlan& plan, cudaStream_t stream) {
   static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
   allow_smem<C, kFold, Store>();
-  const Params p = decode_params(s, plan, plan.clusters);
+  Params p = decode_params(s, plan, plan.clusters);
+  p.l2_ahead = g_l2_ahead;
   cuda::launch_pdl_cluster(linear_fp8_kernel<C, kFold, Store>,
                            static_cast<unsigned>(plan.clusters * plan.splits), kThreads,
                            static_cast<unsigned>(plan.splits), sizeof(Smem<C>), stream, p);
@@ -349,6 +373,7 @@ void launch_cfg(const LinearShape& s, const LinearPlan& plan, cudaStream_t strea
 bool g_staging = true;      // linear_fp8_set_staging (kernel_bench)
 bool g_staged_rows = true;  // linear_fp8_set_staged_rows (kernel_bench, tests)
 int g_plan_splits = 0;      // linear_fp8_set_plan_splits (kernel_bench): 0 = plan_linear's
+bool g_deep_ring = false;   // linear_fp8_set_deep_ring (opt-in fp8-deep-ring)
 
 // Whether configuration C's xs holds a rank's range of the plan.
 template <class C>
@@ -364,6 +389,10 @@ template <bool kFold, class Store>
 void launch_n(const LinearShape& s, cudaStream_t stream) {
   const LinearPlan plan = linear_fp8_plan(s.out_f, s.in);
   const bool staged = fits_xs<StagedCfg>(plan) && g_staging;
+  if (g_deep_ring && g_staging && fits_xs<DeepCfg>(plan)) {
+    if (s.n == 1) return launch_cfg<DeepCfg, kFold, Store>(s, plan, stream);
+    if (s.n >= 3 && s.n <= 4) return launch_cfg<Deep4Cfg, kFold, Store>(s, plan, stream);
+  }
   if (s.n <= 2 && staged) return launch_cfg<StagedCfg, kFold, Store>(s, plan, stream);
   if (s.n <= 2) return launch_cfg<PlanCfg, kFold, Store>(s, plan, stream);
   if (s.n <= 4 && staged) return launch_cfg<Cfg<4, 3, 2560, true>, kFold, Store>(s, plan, stream);
@@ -433,6 +462,8 @@ bool linear_fp8_decode_stages_rows(const LinearShape& s) {
   return stages_rows(linear_fp8_plan(s.out_f, s.in), s.n);
 }
 void linear_fp8_set_plan_splits(int splits) { g_plan_splits = splits; }
+bool linear_fp8_set_deep_ring(bool on) { return std::exchange(g_deep_ring, on); }
+int linear_fp8_set_l2_ahead(int chunks) { return std::exchange(g_l2_ahead, chunks); }
 
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream) {
   const int64_t groups = s.out_f * (s.in / 16);

@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
   const bool stores = rank == 0 && cluster_id < p.tiles;
   if (warp == kRmsWarp) {
     if constexpr (kFinisherForm<C>) {
-      finisher_warp<kNTiles, C::kRmsLoads, Store>(p, sm, lane, rank, cluster_id, stores);
+      finisher_warp<kNTiles, C::kSumBufs, C::kRmsLoads, Store>(p, sm, lane, rank, cluster_id,
+                                                               stores);
     } else {
       rms_warp<C::kRmsLoads>(p, sm, lane, stores);
     }
