@@ -205,7 +205,7 @@ elif [[ $PART == 20 ]]; then  # an FP8 opt-in at batch 1 (OPT=name): its bitwise
   # (FILTER_BITS), kernel_bench linear_fp8 at KB_ROWS (default 1,4), the 27B-FP8 step at batch 1,
   # 1K and 32K, without, with and again without it. Run 2026-12-06 with fp8-deep-ring.
   # Several opt-ins: OPT space-separated, each alone; FP8_BATCHES (default 1,8); CTX32K=1: also
-  # the step at 32K, batch 1.
+  # the step at 32K, batch 1; ENGINE=1: the engine tests with them all on.
   OPT=${OPT:?PART=20 needs OPT=name}
   [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 200 "$FILTER_BITS"
   KERNEL_BENCH_ROWS=${KB_ROWS:-1,4} KERNEL_BENCH_ONLY=linear_fp8 COMMIT=opt-in timeout 120 \
@@ -218,6 +218,8 @@ elif [[ $PART == 20 ]]; then  # an FP8 opt-in at batch 1 (OPT=name): its bitwise
     [[ -n ${CTX32K:-} ]] &&
       CONTEXT=32768 bench fp8_32k_${side//-/_} $B 90 configs/qwen3.5-27b-fp8.json 1 "${args[@]}"
   done
+  # ENGINE=1: the GPU engine tests with every OPT on (TANDEM_OPT_IN).
+  [[ -n ${ENGINE:-} ]] && TANDEM_OPT_IN=${OPT// /,} engine_tests 150
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
