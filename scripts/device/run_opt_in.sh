@@ -212,11 +212,18 @@ elif [[ $PART == 20 ]]; then  # an FP8 opt-in at batch 1 (OPT=name): its bitwise
     $B/bench/kernel_bench "$OUT/kernel_bench_fp8.json" > "$OUT/kernel_bench_fp8.log" 2>&1
   summary "kernel_bench linear_fp8 rows ${KB_ROWS:-1,4} rc=$? ($(stamp))"
   grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8.log" | tee -a "$OUT/summary.txt"
+  # An opt-in named bf16-* runs the bf16 step at BF16_BATCHES (default 8,32) instead, and the
+  # default sides run it too when one does.
   for side in default $OPT default_again; do
     args=(); [[ $side != default* ]] && args=(--opt-in "$side")
-    bench fp8_${side//-/_} $B 90 configs/qwen3.5-27b-fp8.json "${FP8_BATCHES:-1,8}" "${args[@]}"
-    [[ -n ${CTX32K:-} ]] &&
-      CONTEXT=32768 bench fp8_32k_${side//-/_} $B 90 configs/qwen3.5-27b-fp8.json 1 "${args[@]}"
+    if [[ $side != bf16-* ]]; then
+      bench fp8_${side//-/_} $B 90 configs/qwen3.5-27b-fp8.json "${FP8_BATCHES:-1,8}" "${args[@]}"
+      [[ -n ${CTX32K:-} ]] &&
+        CONTEXT=32768 bench fp8_32k_${side//-/_} $B 90 configs/qwen3.5-27b-fp8.json 1 "${args[@]}"
+    fi
+    if [[ $side == bf16-* || ($side == default* && $OPT == *bf16-*) ]]; then
+      bench bf16_${side//-/_} $B 90 configs/qwen3.5-27b.json "${BF16_BATCHES:-8,32}" "${args[@]}"
+    fi
   done
   # ENGINE=1: the GPU engine tests with every OPT on (TANDEM_OPT_IN).
   [[ -n ${ENGINE:-} ]] && TANDEM_OPT_IN=${OPT// /,} engine_tests 150
