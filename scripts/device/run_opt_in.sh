@@ -205,16 +205,20 @@ elif [[ $PART == 20 ]]; then  # an FP8 opt-in at batch 1 (OPT=name): its bitwise
   # (FILTER_BITS), kernel_bench linear_fp8 at KB_ROWS (default 1,4), the 27B-FP8 step at batch 1,
   # 1K and 32K, without, with and again without it. Run 2026-12-06 with fp8-deep-ring.
   # Several opt-ins: OPT space-separated, each alone; FP8_BATCHES (default 1,8); CTX32K=1: also
-  # the step at 32K, batch 1; ENGINE=1: the engine tests with them all on.
+  # the step at 32K, batch 1; ENGINE=1: the engine tests with them all on; KB_ROWS=none: no
+  # kernel_bench; NO_AGAIN=1: no second default run.
   OPT=${OPT:?PART=20 needs OPT=name}
   [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 200 "$FILTER_BITS"
-  KERNEL_BENCH_ROWS=${KB_ROWS:-1,4} KERNEL_BENCH_ONLY=linear_fp8 COMMIT=opt-in timeout 120 \
-    $B/bench/kernel_bench "$OUT/kernel_bench_fp8.json" > "$OUT/kernel_bench_fp8.log" 2>&1
-  summary "kernel_bench linear_fp8 rows ${KB_ROWS:-1,4} rc=$? ($(stamp))"
-  grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8.log" | tee -a "$OUT/summary.txt"
+  if [[ ${KB_ROWS:-} != none ]]; then
+    KERNEL_BENCH_ROWS=${KB_ROWS:-1,4} KERNEL_BENCH_ONLY=linear_fp8 COMMIT=opt-in timeout 120 \
+      $B/bench/kernel_bench "$OUT/kernel_bench_fp8.json" > "$OUT/kernel_bench_fp8.log" 2>&1
+    summary "kernel_bench linear_fp8 rows ${KB_ROWS:-1,4} rc=$? ($(stamp))"
+    grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8.log" | tee -a "$OUT/summary.txt"
+  fi
+  again=default_again; [[ -n ${NO_AGAIN:-} ]] && again=
   # An opt-in named bf16-* runs the bf16 step at BF16_BATCHES (default 8,32) instead, and the
   # default sides run it too when one does.
-  for side in default $OPT default_again; do
+  for side in default $OPT $again; do
     args=(); [[ $side != default* ]] && args=(--opt-in "$side")
     if [[ $side != bf16-* ]]; then
       bench fp8_${side//-/_} $B 90 configs/qwen3.5-27b-fp8.json "${FP8_BATCHES:-1,8}" "${args[@]}"
