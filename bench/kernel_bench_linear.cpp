@@ -306,14 +306,6 @@ void bench_linear_fp8(cudaStream_t s) {
           extra += fmt::format(", deep ring {:.2f} TB/s", bytes / (deep_ms * 1e-3) / 1e12);
         }
       }
-      if (n <= 8) {  // the opt-in fp8-l2-ahead
-        const int prev = linear_fp8_set_l2_ahead(2);
-        const double l2_ms = batched_ms(s, 20, fp8_call);
-        linear_fp8_set_l2_ahead(prev);
-        report(fmt::format("linear fp8 decode n={} l2 ahead [{},{}] (back to back)", n, out_f, in),
-               l2_ms, bytes, ms);
-        extra += fmt::format(", l2 ahead {:.2f} TB/s", bytes / (l2_ms * 1e-3) / 1e12);
-      }
       // The other kernel at the same n: above 4 rows launches of up to 8 rows of the FP8 kernel
       // (what production ran before the batched kernel), at 1-4 the batched kernel.
       const bool batched = n >= 5;  // kFp8BatchMinTokens

@@ -75,12 +75,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
-// Asks the bulk-copy engine to bring `bytes` (a multiple of 16, 16-byte aligned ends) of global
-// memory into L2, with nothing to wait for: a later bulk_copy of them finds them there.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // Copies `bytes` (a multiple of 16, 16-byte aligned ends) from this block's shared memory to
 // global memory on the bulk-copy engine, in this thread's current bulk group (bulk_commit closes
 // it). The shared-memory writes it reads must be made visible to it first (fence_proxy_async by

@@ -34,14 +34,6 @@ std::vector<OptIn> registry() {
                "FP8 decode linear, 1 and 3-4 rows of a matrix whose rank range fits 5,120 k: one "
                "more ring slot (5 for 1 row, 4 for 3-4), the staged tokens held for 5,120 k",
                [](bool on) { linear_fp8_set_deep_ring(on); }});
-  r.push_back({"fp8-l2-ahead",
-               "FP8 decode linear, 1-8 rows: the producer asks L2 for the weights two chunks "
-               "ahead of each chunk it copies (more bytes in flight than the ring holds)",
-               [](bool on) { linear_fp8_set_l2_ahead(on ? 2 : 0); }});
-  r.push_back({"bf16-l2-ahead",
-               "bf16 wgmma decode linear (4+ rows): the producer asks L2 for the weights three "
-               "pieces (128 k each) ahead of each piece it starts loading",
-               [](bool on) { linear_wgmma_set_l2_ahead(on ? 3 : 0); }});
 #endif
   return r;
 }

@@ -35,14 +35,4 @@ __device__ __forceinline__ void tensor_load_2d(void* dst, const CUtensorMap* map
       : "memory");
 }
 
-// Asks the bulk-copy engine to bring the box at (col, row) into L2, with nothing to wait for: a
-// later tensor_load_2d of it finds it there. Coordinates outside the matrix fetch nothing.
-__device__ __forceinline__ void tensor_prefetch_2d(const CUtensorMap* map, int64_t col,
-                                                   int64_t row) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(static_cast<int32_t>(col)), "r"(static_cast<int32_t>(row))
-               : "memory");
-}
-
 }  // namespace tandem::kernels::cuda

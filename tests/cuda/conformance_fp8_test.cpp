@@ -208,22 +208,20 @@ TEST_F(Fp8Linear, StagedEightRowsAreTheDecodeKernelRows) {
       });
 }
 
-// The opt-ins deep ring (linear_fp8_set_deep_ring: one more slot for 1 and 3-4 rows where the
-// plan's range fits 5,120 k) and L2 ahead (linear_fp8_set_l2_ahead: the weights of a later chunk
-// asked into L2), each alone and both, against launches of up to 8 rows with the tokens in the
-// slots, bitwise: calls of 1..8 rows at several offsets (the shapes' ranges below and above 5,120
-// k) and the 21-row call.
-TEST_F(Fp8Linear, DeepRingAndL2AheadRowsAreTheDecodeKernelRows) {
+// The opt-in deep ring (linear_fp8_set_deep_ring: one more slot for 1 and 3-4 rows where the
+// plan's range fits 5,120 k) against launches of up to 8 rows with the tokens in the slots,
+// bitwise: calls of 1..4 rows at several offsets (the shapes' ranges below and above 5,120 k), the
+// 2-row and 8-row calls and the 21-row call taking production's forms beside them.
+TEST_F(Fp8Linear, DeepRingRowsAreTheDecodeKernelRows) {
   struct Off {
-    ~Off() { linear_fp8_set_deep_ring(false), linear_fp8_set_l2_ahead(0); }
+    ~Off() { linear_fp8_set_deep_ring(false); }
   } off;
-  check_against_decode_kernel(
-      "linear_fp8.deep_ring_l2_ahead", 41, 21,
-      {{0, 1}, {5, 1}, {20, 1}, {2, 2}, {3, 3}, {9, 4}, {11, 8}, {0, 21}}, 3, [](int mode) {
-        linear_fp8_set_deep_ring(mode != 1);
-        linear_fp8_set_l2_ahead(mode != 0 ? 2 : 0);
-        return std::string(mode == 0 ? "deep ring" : mode == 1 ? "l2 ahead" : "both");
-      });
+  check_against_decode_kernel("linear_fp8.deep_ring", 41, 21,
+                              {{0, 1}, {5, 1}, {20, 1}, {2, 2}, {3, 3}, {9, 4}, {11, 8}, {0, 21}},
+                              1, [](int) {
+                                linear_fp8_set_deep_ring(true);
+                                return std::string("deep ring");
+                              });
 }
 
 // The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of

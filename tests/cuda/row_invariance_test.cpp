@@ -401,7 +401,7 @@ TEST(CudaRowInvariance, LinearDecodeOrderSpec) {
 // (decode groups of 16 rows), 11 and 12 (groups of 32 in the persistent kernel's wide
 // configuration, 512-k and 1024-k rings), 13 (the wgmma kernel at every row count, 1-4 rows too),
 // 14 (production with in-kernel sums of squares; its input_rms forms: LinearDecodeBatch), 15 and 16
-// (the wgmma kernel's split rule before; with class groups), and the opt-in bf16-l2-ahead, at 1..64
+// (the wgmma kernel's split rule before; with class groups), at 1..64
 // decode rows, with and without epilogues, on shapes whose ranges end inside a chunk
 // (k-splits of 2, 4 and 8) and inside a 16-k step.
 TEST(CudaRowInvariance, LinearConfigurations) {
@@ -449,22 +449,6 @@ TEST(CudaRowInvariance, LinearConfigurations) {
         }
       }
       linear_skinny_set_variant(0);
-      {  // the opt-in bf16-l2-ahead (the wgmma kernel's producer asks L2 ahead): the same bits
-        struct Off {
-          ~Off() { linear_wgmma_set_l2_ahead(0); }
-        } off;
-        linear_wgmma_set_l2_ahead(3);
-        for (size_t i = 0; i < ns.size(); ++i) {
-          const LinearBuffers b = linear_buffers(f, kRows, in, out_f, res.dev);
-          run_rows(f, x.dev, w, b, 0, ns[i], ns[i], cs.ctx());
-          cs.sync();
-          const std::string bad = bad_rows(out_bits(b.out), production[i], 0, ns[i], cols);
-          check_bits(
-              "linear.configurations_l2_ahead",
-              fmt::format("in={},out={},form={},n_tokens={}{}", in, out_f, f.name, ns[i], bad),
-              bad.empty());
-        }
-      }
     }
   }
 }

@@ -196,14 +196,6 @@ bool linear_fp8_set_staged_rows(bool on);
 // range fits 5,120 k stream through one more ring slot (linear_fp8_cuda.cu, DeepCfg). The same
 // bits. Returns the previous value.
 bool linear_fp8_set_deep_ring(bool on);
-// Opt-in fp8-l2-ahead (0, off, by default): the FP8 decode kernel (1-8 rows) asks L2 for the
-// weights of the chunk `chunks` after each one it copies, so that more bytes are in flight than
-// its ring holds. The same bits. Returns the previous value.
-int linear_fp8_set_l2_ahead(int chunks);
-// Opt-in bf16-l2-ahead (0, off, by default): the bf16 wgmma decode kernel's producer asks L2 for
-// the weights of the piece `pieces` after each piece it starts loading (linear_wgmma_cuda.cu). The
-// same bits. Returns the previous value.
-int linear_wgmma_set_l2_ahead(int pieces);
 int64_t linear_fp8_prefill_tensor_core_calls();  // calls that took it since start-up (tests)
 #endif
 

@@ -64,9 +64,6 @@ struct Params {
   int64_t scale_cols;
   int scale_shift;
   const __nv_bfloat16* fold;
-  // linear_fp8_cuda.cu, opt-in fp8-l2-ahead: with each chunk, the producer asks L2 for the
-  // weights of the chunk this many after it (0: none).
-  int l2_ahead = 0;
 };
 
 // A decode kernel's shared memory: its ring of slots (SlotT: the kernel's own chunk layout), the
@@ -106,8 +103,7 @@ inline Params decode_params(const LinearShape& s, const LinearPlan& plan, int64_
                 s.w_scale,
                 (s.in + 127) / 128,
                 __builtin_ctzll(static_cast<unsigned long long>(s.scale_block_rows)),
-                static_cast<const __nv_bfloat16*>(s.fold),
-                0};
+                static_cast<const __nv_bfloat16*>(s.fold)};
 }
 
 // Store policies: how warp 0 of rank 0 writes a tile's finished sums. In the mma C layout lane

@@ -194,17 +194,6 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
                     p.w_scale + group * p.scale_cols + col);
       }
       cuda::copies_arrive(&sm.full[slot]);
-      if (p.l2_ahead > 0 && lane < kRows) {  // opt-in fp8-l2-ahead: a later chunk's rows into L2
-        const int ahead = static_cast<int>(i) + p.l2_ahead, n = static_cast<int>(count);
-        const int64_t tile2 = tile + (ahead / n) * p.clusters;
-        const int i2 = ahead % n;
-        if (tile2 < p.tiles) {
-          const int c2 = chunks.begin(i2);
-          const int64_t row2 = min(tile2 * kRows + lane, p.out_f - 1);
-          cuda::bulk_prefetch_l2(w8 + row2 * p.in + k_begin + c2,
-                                 static_cast<uint32_t>(chunks.begin(i2 + 1) - c2));
-        }
-      }
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
       if constexpr (!C::kStaged) {
@@ -335,8 +324,6 @@ __global__ void __launch_bounds__(kThreads, 1) linear_fp8_kernel(const Params p)
   }
 }
 
-int g_l2_ahead = 0;  // linear_fp8_set_l2_ahead (opt-in fp8-l2-ahead: 2 chunks)
-
 template <class C, bool kFold, class Store>
 void allow_smem() {
   static const bool done = [] {
@@ -363,8 +350,7 @@ template <class C, bool kFold, class Store>
 void launch_cfg(const LinearShape& s, const LinearPlan& plan, cudaStream_t stream) {
   static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
   allow_smem<C, kFold, Store>();
-  Params p = decode_params(s, plan, plan.clusters);
-  p.l2_ahead = g_l2_ahead;
+  const Params p = decode_params(s, plan, plan.clusters);
   cuda::launch_pdl_cluster(linear_fp8_kernel<C, kFold, Store>,
                            static_cast<unsigned>(plan.clusters * plan.splits), kThreads,
                            static_cast<unsigned>(plan.splits), sizeof(Smem<C>), stream, p);
@@ -463,7 +449,6 @@ bool linear_fp8_decode_stages_rows(const LinearShape& s) {
 }
 void linear_fp8_set_plan_splits(int splits) { g_plan_splits = splits; }
 bool linear_fp8_set_deep_ring(bool on) { return std::exchange(g_deep_ring, on); }
-int linear_fp8_set_l2_ahead(int chunks) { return std::exchange(g_l2_ahead, chunks); }
 
 void linear_fp8_dequantize(const LinearShape& s, void* out, cudaStream_t stream) {
   const int64_t groups = s.out_f * (s.in / 16);

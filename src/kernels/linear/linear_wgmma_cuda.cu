@@ -32,7 +32,6 @@
 #include <cuda.h>
 
 #include <algorithm>
-#include <utility>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
@@ -131,33 +130,6 @@ __device__ __forceinline__ void walk(const Params& p, const Unit& w, Stage&& sta
   }
 }
 
-// Opt-in bf16-l2-ahead (Params::l2_ahead > 0): at the first stage of a piece (stage k of unit w),
-// the piece p.l2_ahead pieces later in walk's order (the same class's piece of the next chunk,
-// else the next class's first; none past the unit's classes in this rank) asked into L2, one box
-// per stage, so that more weight bytes are in flight than the ring holds.
-__device__ __forceinline__ void prefetch_piece_ahead(const GemmParams& gp, const Unit& w, int64_t k,
-                                                     int64_t row) {
-  const Params& p = gp.p;
-  const int64_t r = k / p.range_k, k0 = r * p.range_k, off = k - k0;
-  if (off % kPieceK != 0) return;
-  const int64_t len = min(p.in, k0 + p.range_k) - k0;
-  int64_t i = off / kLinearPlanChunkK;
-  int c = static_cast<int>((off % kLinearPlanChunkK) / kPieceK);
-  for (int a = 0; a < p.l2_ahead; ++a) {
-    if ((i + 1) * kLinearPlanChunkK + c * kPieceK < len) {
-      ++i;
-    } else {
-      i = 0;
-      if (++c >= w.c1 || c * kPieceK >= len) return;
-    }
-  }
-  const int64_t off2 = i * kLinearPlanChunkK + c * kPieceK;
-#pragma unroll
-  for (int h = 0; h < static_cast<int>(kPieceK / kStageK); ++h) {
-    if (off2 + h * kStageK < len) cuda::tensor_prefetch_2d(&gp.w, k0 + off2 + h * kStageK, row);
-  }
-}
-
 // Split mode's second half: one block per split item, thread ct in consumer thread ct's place,
 // adds the item's posted sums in the decode order (class chains left to right within a rank,
 // ranks left to right: what one block's walk adds) and stores them as store_item does. It
@@ -241,7 +213,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
       cuda::pdl_begin();
       for_stages([&](uint32_t u, int64_t k, const Unit& w) {
         const uint32_t slot = u % kStages;
-        if (p.l2_ahead > 0) prefetch_piece_ahead(gp, w, k, w.m * kTileM);
         if (u >= kStages) {
           cuda::mbar_wait(&sm.empty[slot], ((u / kStages) - 1) & 1);
           cuda::mbar_arrive_expect_tx(&sm.full[slot], sizeof(Stage<C>));
@@ -368,7 +339,6 @@ Tensor& g_workspace = *new Tensor();
 // A/B run (15.50 against 15.70 ms at 8 streams, 6b61d49; two runs at 51cbecd gave 15.74 and
 // 15.73: the gain is within run-to-run noise), at 16 rows 1.5% slower (17.17 against 16.91).
 int64_t g_inkernel_sums_rows = kInKernelSumsRows;
-int g_l2_ahead = 0;  // linear_wgmma_set_l2_ahead (opt-in bf16-l2-ahead: 3 pieces)
 // Split mode's rule: production, or bench variant 15's or 16's (linear_split.h).
 LinearSplitRule g_split_rule = LinearSplitRule::kProduction;
 // The item shape's rule (linear_wgmma_shape.h): production, or bench variant 18's or 19's.
@@ -400,7 +370,6 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, cudaStream_t st
   (void)configured;
   GemmParams gp{};
   gp.p = decode_params(s, plan, 1);
-  gp.p.l2_ahead = g_l2_ahead;
   gp.n_tiles = static_cast<int>((s.n + C::kN - 1) / C::kN);
   gp.items = static_cast<int>((s.out_f + C::kTileM - 1) / C::kTileM) * gp.n_tiles;
   const int slots = cuda::sm_count() * C::kBlocksPerSm;
@@ -487,7 +456,6 @@ bool linear_decode_wgmma(const LinearShape& s, bool f32_out, cudaStream_t stream
 }
 
 void linear_wgmma_set_inkernel_sums(int64_t max_rows) { g_inkernel_sums_rows = max_rows; }
-int linear_wgmma_set_l2_ahead(int pieces) { return std::exchange(g_l2_ahead, pieces); }
 void linear_wgmma_set_shape_rule(int rule) {
   g_shape_rule = rule == 1   ? WgmmaShapeRule::kCost
                  : rule == 2 ? WgmmaShapeRule::kRows
