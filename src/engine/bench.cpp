@@ -148,19 +148,21 @@ HardwareBounds hardware_bounds(std::string_view device) {
     return {kH200Bytes, kH200Flops, "H200: measured copy bandwidth, dense bf16"};
   }
   if (device.find("H100") != std::string_view::npos) {
-    // The specified bandwidth (SXM HBM3 3.35 TB/s, PCIe 2.0, NVL 3.9) x the H200's 4.3 measured /
-    // 4.8 specified; the SXM part's tensor cores and clocks are the H200's (the others' are
-    // lower: their dense bf16 rate is not known here, so the H200's stands, an optimistic bound).
+    // The SXM part (80GB HBM3): its copy bandwidth measured (kernel_bench copy, 2026-12-06: 3.04
+    // TB/s, 0.907 of its 3.35 specified; the H200's ratio, 4.3 / 4.8, had given 3.0). PCIe (2.0
+    // specified) and NVL (3.9): specified x that ratio, not measured. The SXM part's tensor cores
+    // and clocks are the H200's (the others' are lower: their dense bf16 rate is not known here,
+    // so the H200's stands, an optimistic bound).
     const bool pcie = device.find("PCIe") != std::string_view::npos;
     const bool nvl = device.find("NVL") != std::string_view::npos;
-    const double spec = pcie ? 2.0e12 : nvl ? 3.9e12 : 3.35e12;
-    return {spec * kH200Bytes / 4.8e12, kH200Flops,
-            fmt::format("{}: {:.2f} TB/s specified x the H200's measured / specified bandwidth "
-                        "(not measured), the H200's dense bf16",
-                        pcie  ? "H100 PCIe"
-                        : nvl ? "H100 NVL"
-                              : "H100 SXM",
-                        spec / 1e12)};
+    if (!pcie && !nvl) {
+      return {3.04e12, kH200Flops, "H100 SXM: measured copy bandwidth, the H200's dense bf16"};
+    }
+    const double spec = pcie ? 2.0e12 : 3.9e12;
+    return {spec * 3.04e12 / 3.35e12, kH200Flops,
+            fmt::format("{}: {:.2f} TB/s specified x the H100 SXM's measured / specified "
+                        "bandwidth (not measured), the H200's dense bf16",
+                        pcie ? "H100 PCIe" : "H100 NVL", spec / 1e12)};
   }
   return {kH200Bytes, kH200Flops, "the H200's (no bounds known for this device)"};
 }

@@ -15,12 +15,16 @@ TEST(BenchBounds, ByDevice) {
   EXPECT_NE(h200.basis.find("measured"), std::string::npos) << h200.basis;
 
   const HardwareBounds h100 = hardware_bounds("NVIDIA H100 80GB HBM3, 132 SMs, 79.2 GiB");
-  EXPECT_NEAR(h100.bytes_per_s, 3.0e12, 0.01e12);  // 3.35 x 4.3 / 4.8
+  EXPECT_DOUBLE_EQ(h100.bytes_per_s, 3.04e12);  // measured (kernel_bench copy, 2026-12-06)
   EXPECT_DOUBLE_EQ(h100.flops, h200.flops);
-  EXPECT_NE(h100.basis.find("not measured"), std::string::npos) << h100.basis;
+  EXPECT_NE(h100.basis.find("measured"), std::string::npos) << h100.basis;
+  EXPECT_EQ(h100.basis.find("not measured"), std::string::npos) << h100.basis;
 
-  EXPECT_NEAR(hardware_bounds("NVIDIA H100 PCIe, 114 SMs, 79.1 GiB").bytes_per_s, 1.79e12, 0.01e12);
-  EXPECT_NEAR(hardware_bounds("NVIDIA H100 NVL, 132 SMs, 93.1 GiB").bytes_per_s, 3.49e12, 0.01e12);
+  // PCIe and NVL: specified x the SXM part's measured / specified (3.04 / 3.35), not measured.
+  const HardwareBounds pcie = hardware_bounds("NVIDIA H100 PCIe, 114 SMs, 79.1 GiB");
+  EXPECT_NEAR(pcie.bytes_per_s, 1.81e12, 0.01e12);
+  EXPECT_NE(pcie.basis.find("not measured"), std::string::npos) << pcie.basis;
+  EXPECT_NEAR(hardware_bounds("NVIDIA H100 NVL, 132 SMs, 93.1 GiB").bytes_per_s, 3.54e12, 0.01e12);
 
   const HardwareBounds cpu = hardware_bounds("cpu");
   EXPECT_DOUBLE_EQ(cpu.bytes_per_s, h200.bytes_per_s);
