@@ -345,7 +345,7 @@ void bench_linear_fp8(cudaStream_t s) {
 // Group linear_fp8_batch: FP8 decode calls of 16..2,048 rows on the 27B shapes, back to back:
 // production (the batched kernel's groups of 32 up to 32 rows, the FP8 wgmma kernel from 33), the
 // groups of 32 at every n (what production ran before the wgmma kernel), the wgmma kernel in each
-// of its four configurations (linear_fp8_set_wgmma), the bf16 production kernel and the FP8
+// of its five configurations (linear_fp8_set_wgmma), the bf16 production kernel and the FP8
 // prefill path (dequantise + cuBLASLt) at the same n; TFLOP/s (2 out in n per call), ratio: time
 // over FP8 production's. Forms as group linear_fp8.
 void bench_linear_fp8_batch(cudaStream_t s) {
@@ -358,12 +358,12 @@ void bench_linear_fp8_batch(cudaStream_t s) {
   linear_reserve_decode_workspace(Device::kCuda);
   linear_reserve_fp8_scratch(int64_t{34816} * 5120, Device::kCuda);
   // (min rows, config, split, name): production, groups of 32, production without split mode,
-  // configurations 1..4 (3 and 4: 32-token items in the quad form).
+  // configurations 1..5 (3-5: 32-token items in the quad form, 5 with three consumer warpgroups).
   const std::tuple<int64_t, int, bool, const char*> modes[] = {
-      {-1, 0, true, "production"},      {int64_t{1} << 40, 0, true, "groups of 32"},
-      {-1, 0, false, "no split"},       {1, 1, true, "wgmma 128x64"},
-      {1, 2, true, "wgmma 64x64"},      {1, 3, true, "wgmma 128x32 quads"},
-      {1, 4, true, "wgmma 64x32 quads"}};
+      {-1, 0, true, "production"},       {int64_t{1} << 40, 0, true, "groups of 32"},
+      {-1, 0, false, "no split"},        {1, 1, true, "wgmma 128x64"},
+      {1, 2, true, "wgmma 64x64"},       {1, 3, true, "wgmma 128x32 quads"},
+      {1, 4, true, "wgmma 64x32 quads"}, {1, 5, true, "wgmma 192x32 quads"}};
   for (const auto& [out_f, in] : kQwen27bShapes) {
     const MatrixCopies mc(out_f, in, 50, fold);
     for (const int64_t n : bench_rows({16, 32, 64, 128, 256, 512, 2048})) {

@@ -226,17 +226,18 @@ TEST_F(Fp8Linear, DeepRingRowsAreTheDecodeKernelRows) {
 
 // The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
 // linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
-// partial ones) in each of its four item configurations (3 and 4: 32 tokens in the quad form,
-// four classes a pass) and production's choice (from 33 rows), each with split mode allowed (these
-// shapes have few items: most calls split by rank where the plan has ranks) and with every item
-// whole.
+// partial ones) in each of its five item configurations (3-5: 32 tokens in the quad form, four
+// classes a pass; 5: 192-row items, three consumer warpgroups, the opt-in
+// fp8-wgmma-three-groups) and production's choice (from 33 rows), each with split mode allowed
+// (these shapes have few items: most calls split by rank where the plan has ranks) and with every
+// item whole.
 TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
   check_against_decode_kernel(
       "linear_fp8.wgmma_kernel", 31, 70,
-      {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}, {7, 32}}, 10,
-      [](int mode) {  // configurations 0..4, with and without split mode
-        const int config = mode % 5;
-        const bool split = mode < 5;
+      {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}, {7, 32}}, 12,
+      [](int mode) {  // configurations 0..5, with and without split mode
+        const int config = mode % 6;
+        const bool split = mode < 6;
         linear_fp8_set_wgmma(config == 0 ? -1 : 1, config, split);
         return fmt::format("config {}{}", config, split ? "" : " whole items");
       });

@@ -29,14 +29,24 @@ using namespace wgmma;  // NOLINT: descriptors and the k16 step
 // Measured against the 64-k stages (H100, 2026-12-06, 32 rows): gate|up 92 -> 132 TFLOP/s,
 // in_proj 98 -> 138, q|k|v 96 -> 137 (1.28 / 1.38 / 1.38 as stored); the 27B-FP8 step at 32
 // streams 23.02 -> 19.86 ms.
+//
+// Three consumer warpgroups (kGroups 3: 192-row items, one block of 512 threads per SM; the opt-in
+// fp8-wgmma-three-groups from 65 rows) put three units' serial chains on an SM where the other
+// configurations put two: ncu of the 64 x 64 items at 128 rows (H200) had the tensor pipe active
+// 23.7% of the cycles, each consumer waiting for its own unit's products. setmaxnreg as in
+// linear_wgmma_cuda.cu: 128 at launch, 40 for the producer, 152 for the consumers (128 x 88 >= 384
+// x 24), which the quad consumer fits.
 template <int kStages_, int kGroups_>
 struct Fp8QuadCfg {
   static constexpr int kN = 32, kStages = kStages_, kGroups = kGroups_;
   static constexpr bool kQuads = true;
   static constexpr int kTileM = 64 * kGroups, kConsumers = 128 * kGroups;
   static constexpr int kThreads = kConsumers + 128, kBlocksPerSm = kGroups == 1 ? 2 : 1;
-  static constexpr int kProducerRegs = 40, kConsumerRegs = kGroups == 1 ? 216 : 232;
-  static_assert(kGroups == 1 || kGroups == 2);
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = kGroups == 1 ? 216 : kGroups == 2 ? 232 : 152;
+  static_assert(kGroups >= 1 && kGroups <= 3);
+  static_assert((kConsumerRegs * kConsumers + kProducerRegs * 128) * kBlocksPerSm <= 65536,
+                "the register file of an SM");
 };
 constexpr int kQuadK = kFp8WalkQuad * kStageK;  // k per quad stage: 256
 
