@@ -288,53 +288,46 @@ void bench_linear_fp8(cudaStream_t s) {
                          reads_residual ? " input_rms+fold" : ""),
              ms, bytes, bf16_ms);
       std::string extra;  // the other forms: tokens in the slots (1-4 rows), the other kernel
+      // Times the call with a setting on (on() before, off() after), reported beside production
+      // and appended to the line.
+      const auto variant = [&](const std::string& name, auto&& on, auto&& off) {
+        on();
+        const double v_ms = batched_ms(s, 20, fp8_call);
+        off();
+        report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, name, out_f, in),
+               v_ms, bytes, ms);
+        extra += fmt::format(", {} {:.2f} TB/s", name, bytes / (v_ms * 1e-3) / 1e12);
+      };
       if (n <= 4) {
-        linear_fp8_set_staging(false);
-        const double slots_ms = batched_ms(s, 20, fp8_call);
-        linear_fp8_set_staging(true);
-        report(fmt::format("linear fp8 decode n={} tokens in slots [{},{}] (back to back)", n,
-                           out_f, in),
-               slots_ms, bytes, ms);
-        extra = fmt::format(", tokens in slots {:.2f} TB/s", bytes / (slots_ms * 1e-3) / 1e12);
-        if (n != 2) {  // the opt-in fp8-deep-ring (1 and 3-4 rows)
-          const bool prev = linear_fp8_set_deep_ring(true);
-          const double deep_ms = batched_ms(s, 20, fp8_call);
-          linear_fp8_set_deep_ring(prev);
-          report(
-              fmt::format("linear fp8 decode n={} deep ring [{},{}] (back to back)", n, out_f, in),
-              deep_ms, bytes, ms);
-          extra += fmt::format(", deep ring {:.2f} TB/s", bytes / (deep_ms * 1e-3) / 1e12);
-        }
+        variant(
+            "tokens in slots", [] { linear_fp8_set_staging(false); },
+            [] { linear_fp8_set_staging(true); });
+      }
+      if (n == 1 || n == 3 || n == 4) {  // the opt-in fp8-deep-ring (1 and 3-4 rows)
+        bool prev = false;
+        variant(
+            "deep ring", [&] { prev = linear_fp8_set_deep_ring(true); },
+            [&] { linear_fp8_set_deep_ring(prev); });
+      }
+      for (const int splits : {1, 2, 4}) {  // the plan's ranks per tile, forced (other bits)
+        if (n != 1) break;
+        variant(
+            fmt::format("plan splits {}", splits), [&] { linear_fp8_set_plan_splits(splits); },
+            [] { linear_fp8_set_plan_splits(0); });
+      }
+      if (n > 4 && n <= 8) {  // production's staged 5-8 rows off: the batched kernel
+        bool prev = true;
+        variant(
+            "not staged", [&] { prev = linear_fp8_set_staged_rows(false); },
+            [&] { linear_fp8_set_staged_rows(prev); });
       }
       // The other kernel at the same n: above 4 rows launches of up to 8 rows of the FP8 kernel
       // (what production ran before the batched kernel), at 1-4 the batched kernel.
       const bool batched = n >= 5;  // kFp8BatchMinTokens
-      linear_fp8_set_batch(batched ? Fp8BatchMode::kOff : Fp8BatchMode::kAll);
-      const double other_ms = batched_ms(s, 20, fp8_call);
-      linear_fp8_set_batch(Fp8BatchMode::kProduction);
-      for (const int splits : {1, 2, 4}) {  // the plan's ranks per tile, forced (other bits)
-        if (n != 1) break;
-        linear_fp8_set_plan_splits(splits);
-        const double split_ms = batched_ms(s, 20, fp8_call);
-        linear_fp8_set_plan_splits(0);
-        report(fmt::format("linear fp8 decode n=1 plan splits {} [{},{}] (back to back)", splits,
-                           out_f, in),
-               split_ms, bytes, ms);
-        extra += fmt::format(", {} ranks {:.2f} TB/s", splits, bytes / (split_ms * 1e-3) / 1e12);
-      }
-      if (n > 4 && n <= 8) {  // production's staged 5-8 rows off: the batched kernel
-        const bool prev = linear_fp8_set_staged_rows(false);
-        const double unstaged_ms = batched_ms(s, 20, fp8_call);
-        linear_fp8_set_staged_rows(prev);
-        report(
-            fmt::format("linear fp8 decode n={} not staged [{},{}] (back to back)", n, out_f, in),
-            unstaged_ms, bytes, ms);
-        extra += fmt::format(", not staged {:.2f} TB/s", bytes / (unstaged_ms * 1e-3) / 1e12);
-      }
-      const char* other = batched ? "FP8 kernel, groups of 8" : "batched kernel";
-      report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, other, out_f, in),
-             other_ms, bytes, ms);
-      extra += fmt::format(", {} {:.2f} TB/s", other, bytes / (other_ms * 1e-3) / 1e12);
+      variant(
+          batched ? "FP8 kernel, groups of 8" : "batched kernel",
+          [&] { linear_fp8_set_batch(batched ? Fp8BatchMode::kOff : Fp8BatchMode::kAll); },
+          [] { linear_fp8_set_batch(Fp8BatchMode::kProduction); });
       fmt::print("linear fp8 [{},{}] n={}: {:.3f} ms {:.2f} TB/s{} (bf16 {:.3f} ms {:.2f} TB/s)\n",
                  out_f, in, n, ms, bytes / (ms * 1e-3) / 1e12, extra, bf16_ms,
                  2.0 * out_f * in / (bf16_ms * 1e-3) / 1e12);
