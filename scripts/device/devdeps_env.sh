@@ -4,8 +4,10 @@
 # fills cmake_args for a CUDA release build, adding the .devdeps CMake configs of whatever the
 # image lacks; then build_cuda, engine_tests, tests and bench, the scripts' common steps. Run from
 # the repository root.
-# .devdeps/usr travels packed (usr.tar.xz, from pack_deps.sh), to keep the call within 64 MiB.
+# .devdeps/usr and .devdeps/head travel packed (usr.tar.xz, head.tar.xz, from pack_deps.sh), to
+# keep the call within 64 MiB.
 [[ -f .devdeps/usr.tar.xz && ! -d .devdeps/usr ]] && tar -xJf .devdeps/usr.tar.xz -C .devdeps
+[[ -f .devdeps/head.tar.xz && ! -d .devdeps/head ]] && tar -xJf .devdeps/head.tar.xz -C .devdeps
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 t0=$(date +%s)
