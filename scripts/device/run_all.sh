@@ -73,6 +73,7 @@ build_in() {  # source dir, build dir
 if ! build_in "$PWD" "$B"; then
   echo "== working tree did not build; retrying from git HEAD" >> "$OUT/build.log"
   rm -rf /tmp/tandem-head && mkdir -p /tmp/tandem-head
+  [[ -f .devdeps/head.tar.xz && ! -d .devdeps/head ]] && tar -xJf .devdeps/head.tar.xz -C .devdeps
   if [[ -d .devdeps/head ]]; then cp -r .devdeps/head/. /tmp/tandem-head/; else git archive HEAD | tar -x -C /tmp/tandem-head; fi
   B=/tmp/tandem-head/build-cuda
   if ! build_in /tmp/tandem-head "$B"; then
