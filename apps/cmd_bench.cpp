@@ -94,7 +94,7 @@ void add_bench_command(CLI::App& app) {
                   "inside the step");
   cmd->add_option("--peak-bandwidth", o->peak_tbps,
                   "memory bound's bandwidth in TB/s (default: by the device, hardware_bounds: "
-                  "the H200's measured 4.3, an H100 SXM's 3.0)");
+                  "the H200's measured 4.3, an H100 SXM's measured 3.04)");
   cmd->add_option("--peak-tflops", o->peak_tflops,
                   "tensor-core bound's dense bf16 TFLOP/s (default: by the device, 790)");
   cmd->add_option("--json", o->json, "write the results to this JSON file");
@@ -123,9 +123,10 @@ void add_bench_command(CLI::App& app) {
       TANDEM_CHECK(device == Device::kCuda, "--diag-skip needs --device cuda");
       diag_skips = kernels::set_diag_skips(o->diag_skip);
     }
-    TANDEM_CHECK(o->peak_tbps >= 0 && o->peak_tflops >= 0,
-                 "--peak-bandwidth and --peak-tflops must be positive, got {} and {}", o->peak_tbps,
-                 o->peak_tflops);
+    TANDEM_CHECK(
+        o->peak_tbps >= 0 && o->peak_tflops >= 0,
+        "--peak-bandwidth and --peak-tflops must not be negative (0: by the device), got {} and {}",
+        o->peak_tbps, o->peak_tflops);
     const ExecContext ctx{.device = device, .n_threads = threads};
     TANDEM_CHECK(o->k >= 1 && o->k <= 8, "--num-speculative-tokens must be in [1, 8], got {}",
                  o->k);

@@ -153,13 +153,14 @@ HardwareBounds hardware_bounds(std::string_view device) {
     // specified) and NVL (3.9): specified x that ratio, not measured. The SXM part's tensor cores
     // and clocks are the H200's (the others' are lower: their dense bf16 rate is not known here,
     // so the H200's stands, an optimistic bound).
+    constexpr double kSxmBytes = 3.04e12, kSxmSpecified = 3.35e12;
     const bool pcie = device.find("PCIe") != std::string_view::npos;
     const bool nvl = device.find("NVL") != std::string_view::npos;
     if (!pcie && !nvl) {
-      return {3.04e12, kH200Flops, "H100 SXM: measured copy bandwidth, the H200's dense bf16"};
+      return {kSxmBytes, kH200Flops, "H100 SXM: measured copy bandwidth, the H200's dense bf16"};
     }
     const double spec = pcie ? 2.0e12 : 3.9e12;
-    return {spec * 3.04e12 / 3.35e12, kH200Flops,
+    return {spec * kSxmBytes / kSxmSpecified, kH200Flops,
             fmt::format("{}: {:.2f} TB/s specified x the H100 SXM's measured / specified "
                         "bandwidth (not measured), the H200's dense bf16",
                         pcie ? "H100 PCIe" : "H100 NVL", spec / 1e12)};

@@ -234,7 +234,7 @@ TEST(CliErrors, BenchOptions) {
   expect_error(run_tandem(model + " --mixed-prefill-tokens -1"),
                "--mixed-prefill-tokens must be >= 0");
   expect_error(run_tandem(model + " --peak-bandwidth -1"),
-               "--peak-bandwidth and --peak-tflops must be positive");
+               "--peak-bandwidth and --peak-tflops must not be negative");
 }
 
 }  // namespace
