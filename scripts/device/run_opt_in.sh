@@ -206,7 +206,8 @@ elif [[ $PART == 20 ]]; then  # an FP8 opt-in at batch 1 (OPT=name): its bitwise
   # 1K and 32K, without, with and again without it. Run 2026-12-06 with fp8-deep-ring.
   # Several opt-ins: OPT space-separated, each alone; FP8_BATCHES (default 1,8); CTX32K=1: also
   # the step at 32K, batch 1; ENGINE=1: the engine tests with them all on; KB_ROWS=none: no
-  # kernel_bench; NO_AGAIN=1: no second default run.
+  # kernel_bench; NO_AGAIN=1: no second default run. A bf16-* opt-in also runs kernel_bench
+  # linear_batch at KB_BF16_ROWS (default 1,4,5,8; none: skipped).
   OPT=${OPT:?PART=20 needs OPT=name}
   [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 200 "$FILTER_BITS"
   if [[ ${KB_ROWS:-} != none ]]; then
@@ -214,6 +215,12 @@ elif [[ $PART == 20 ]]; then  # an FP8 opt-in at batch 1 (OPT=name): its bitwise
       $B/bench/kernel_bench "$OUT/kernel_bench_fp8.json" > "$OUT/kernel_bench_fp8.log" 2>&1
     summary "kernel_bench linear_fp8 rows ${KB_ROWS:-1,4} rc=$? ($(stamp))"
     grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8.log" | tee -a "$OUT/summary.txt"
+  fi
+  if [[ $OPT == *bf16-* && ${KB_BF16_ROWS:-} != none ]]; then  # kernel_bench linear_batch
+    KERNEL_BENCH_ROWS=${KB_BF16_ROWS:-1,4,5,8} KERNEL_BENCH_ONLY=linear_batch COMMIT=opt-in \
+      timeout 150 $B/bench/kernel_bench "$OUT/kernel_bench_bf16.json" > "$OUT/kernel_bench_bf16.log" 2>&1
+    summary "kernel_bench linear_batch rows ${KB_BF16_ROWS:-1,4,5,8} rc=$? ($(stamp))"
+    grep -E '^linear decode \[' "$OUT/kernel_bench_bf16.log" | tee -a "$OUT/summary.txt"
   fi
   again=default_again; [[ -n ${NO_AGAIN:-} ]] && again=
   # An opt-in named bf16-* runs the bf16 step at BF16_BATCHES (default 8,32) instead, and the
