@@ -435,6 +435,7 @@ struct StreamState {
   // Per prompt: with echo each choice's first chunk leads with its prompt.
   std::vector<std::optional<EchoPrompt>> echo;
   std::string chat_echo;  // chat with echo: in each choice's first (role) chunk
+  FrameRewriter rewrite;  // handle_generation's (none: the frames as they are)
 };
 
 // The whole stream in one provider call: httplib stops calling a provider once the server
@@ -444,7 +445,9 @@ struct StreamState {
 bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& sink) {
   const bool chat = s.meta.endpoint == Endpoint::kChat;
   auto send_frame = [&](const std::string& frame) {
-    return sink.write(frame.data(), frame.size());
+    if (!s.rewrite) return sink.write(frame.data(), frame.size());
+    const std::string out = s.rewrite(frame);
+    return out.empty() || sink.write(out.data(), out.size());
   };
   // A choice's chunk, with continuous usage stats its usage so far.
   auto send_chunk = [&](Json chunk, const ChoiceRun& c) {
@@ -551,7 +554,7 @@ bool write_stream(const HandlerContext& ctx, StreamState& s, httplib::DataSink& 
 }  // namespace
 
 void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string_view raw,
-                       httplib::Response& res) {
+                       httplib::Response& res, FrameRewriter rewrite) {
   const double arrival = EngineLoop::now();
   const Json body = parse_body(raw);
   const GenerationRequest g = parse_generation_request(body, endpoint, ctx.limits);
@@ -615,7 +618,8 @@ void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string
                                                          .continuous_usage = g.continuous_usage,
                                                          .prompt_sizes = prompt_sizes,
                                                          .echo = std::move(prompts.echo),
-                                                         .chat_echo = prompts.chat_echo});
+                                                         .chat_echo = prompts.chat_echo,
+                                                         .rewrite = std::move(rewrite)});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(

@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -34,9 +35,15 @@ struct AccessRecord {
 };
 AccessRecord& access_record();  // this thread's
 
+// Rewrites a stream's SSE frames into another protocol's (the Responses API's events,
+// responses_api.h): called with each frame as the endpoint would send it ("data: {json}\n\n",
+// kSseDone last), it returns what to send instead (empty: nothing).
+using FrameRewriter = std::function<std::string(const std::string& frame)>;
+
 // POST /v1/chat/completions and /v1/completions: validation, submission, then one JSON response
-// or an SSE stream. Throws ApiError for the handler's error path (before anything is sent).
+// or an SSE stream (its frames through `rewrite` when given). Throws ApiError for the handler's
+// error path (before anything is sent).
 void handle_generation(const HandlerContext& ctx, Endpoint endpoint, std::string_view body,
-                       httplib::Response& res);
+                       httplib::Response& res, FrameRewriter rewrite = {});
 
 }  // namespace tandem::server

@@ -15,6 +15,7 @@
 #include "server/chat_prompt.h"
 #include "server/handler_context.h"
 #include "server/openai_render.h"
+#include "server/responses_api.h"
 
 namespace tandem::server {
 
@@ -272,6 +273,9 @@ struct HttpServer::Impl {
     };
     svr.Post("/v1/chat/completions", generation(Endpoint::kChat));
     svr.Post("/v1/completions", generation(Endpoint::kCompletion));
+    svr.Post("/v1/responses",
+             wrap_post([this](const httplib::Request&, std::string_view body,
+                              httplib::Response& res) { handle_responses(ctx, body, res); }));
     svr.Get("/v1/models", wrap([this](const httplib::Request&, httplib::Response& res) {
               res.set_content(
                   dump(models_json(opt.served_model_name, ctx.created, opt.max_model_len)),
