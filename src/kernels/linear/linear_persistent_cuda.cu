@@ -110,15 +110,15 @@ using Smem = RingSmem<Slot<C>, C::kStages, C::kSumBufs, C::kNTiles,
                       kFinisherForm<C> ? kConsumerWarps : kConsumerWarps - 1>;
 
 // One warp's piece of a slot (the decode order, linear_plan.h): the k16 steps of
-// [kl0, kl0 + kPieceK) in increasing k, 32 k at a time, the fragments of natural k sets by
-// ldmatrix (weights as A: rows g and g + 8; each token its own B column). Products at k >= rem
-// (past the range) are zeros: a step that starts past it is skipped, which changes no sum (a class
-// sum starts at +0 and so is never -0), and its 8-k quarters past it read as zeros.
-template <class C>
-__device__ __forceinline__ void consume_piece(const Slot<C>& src, float (&c)[C::kNTiles][4],
-                                              int kl0, int64_t rem, int lane) {
+// [kl0, kl0 + kPieceK) in increasing k, 32 k at a time, the fragments of natural k sets (weights
+// as A by ldmatrix: rows g and g + 8; each token its own B column, b_of(s, j, kl, whole, b) giving
+// B tile j's fragments of step s). Products at k >= rem (past the range) are zeros: a step that
+// starts past it is skipped, which changes no sum (a class sum starts at +0 and so is never -0),
+// and its 8-k quarters past it read as zeros.
+template <class C, class BOf>
+__device__ __forceinline__ void consume_steps(const Slot<C>& src, float (&c)[C::kNTiles][4],
+                                              int kl0, int64_t rem, int lane, BOf&& b_of) {
   const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
-  const int brow = lane & 7, bcol = (lane >> 3) * 8;
 #pragma unroll
   for (int s = 0; s < static_cast<int>(kPieceK) / 32; ++s) {
     const int kl = kl0 + 32 * s;
@@ -133,17 +133,28 @@ __device__ __forceinline__ void consume_piece(const Slot<C>& src, float (&c)[C::
     }
 #pragma unroll
     for (int j = 0; j < C::kNTiles; ++j) {
-      // Token rows past kXRows (PlanCfg's 4) repeat the last: columns no store reads.
       uint32_t b[4];
-      ldmatrix_x4(b, &src.x[min(j * 8 + brow, C::kXRows - 1)][kl + bcol]);
-      if (!whole) {
-        if (kl + 8 >= rem) b[1] = 0u;
-        if (kl + 24 >= rem) b[3] = 0u;
-      }
+      b_of(s, j, kl, whole, b);
       mma_bf16(c[j], a0[0], a0[1], a0[2], a0[3], b[0], b[1]);
       if (whole || kl + 16 < rem) mma_bf16(c[j], a1[0], a1[1], a1[2], a1[3], b[2], b[3]);
     }
   }
+}
+
+// consume_steps with the tokens of the slot, by ldmatrix.
+template <class C>
+__device__ __forceinline__ void consume_piece(const Slot<C>& src, float (&c)[C::kNTiles][4],
+                                              int kl0, int64_t rem, int lane) {
+  const int brow = lane & 7, bcol = (lane >> 3) * 8;
+  consume_steps<C>(src, c, kl0, rem, lane, [&](int, int j, int kl, bool whole, uint32_t(&b)[4]) {
+    // Token rows past kXRows (PlanCfg's 4) repeat the last: columns no store
+    // reads.
+    ldmatrix_x4(b, &src.x[min(j * 8 + brow, C::kXRows - 1)][kl + bcol]);
+    if (!whole) {
+      if (kl + 8 >= rem) b[1] = 0u;
+      if (kl + 24 >= rem) b[3] = 0u;
+    }
+  });
 }
 
 // kTokensFromL2: lane (g, t)'s B fragments of one warp's piece, the registers ldmatrix would have
@@ -175,31 +186,15 @@ __device__ __forceinline__ void load_piece_x(PieceX<C>& f, const Params& p, int6
   }
 }
 
-// consume_piece with the B fragments of load_piece_x: the same k16 steps, A fragments and masks.
+// consume_steps with the B fragments of load_piece_x.
 template <class C>
 __device__ __forceinline__ void consume_piece_x(const Slot<C>& src, const PieceX<C>& x,
                                                 float (&c)[C::kNTiles][4], int kl0, int64_t rem,
                                                 int lane) {
-  const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
+  consume_steps<C>(src, c, kl0, rem, lane, [&](int s, int j, int, bool, uint32_t(&b)[4]) {
 #pragma unroll
-  for (int s = 0; s < static_cast<int>(kPieceK) / 32; ++s) {
-    const int kl = kl0 + 32 * s;
-    if (kl >= rem) break;
-    const bool whole = kl + 32 <= rem;
-    uint32_t a0[4], a1[4];
-    ldmatrix_x4(a0, &src.w[arow][kl + acol]);
-    ldmatrix_x4(a1, &src.w[arow][kl + 16 + acol]);
-    if (!whole) {
-      if (kl + 8 >= rem) a0[2] = a0[3] = 0u;
-      if (kl + 24 >= rem) a1[2] = a1[3] = 0u;
-    }
-#pragma unroll
-    for (int j = 0; j < C::kNTiles; ++j) {
-      const uint32_t(&b)[4] = x.b[s][j];
-      mma_bf16(c[j], a0[0], a0[1], a0[2], a0[3], b[0], b[1]);
-      if (whole || kl + 16 < rem) mma_bf16(c[j], a1[0], a1[1], a1[2], a1[3], b[2], b[3]);
-    }
-  }
+    for (int q = 0; q < 4; ++q) b[q] = x.b[s][j][q];
+  });
 }
 
 template <class C, class Store>
