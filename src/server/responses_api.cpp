@@ -148,7 +148,7 @@ Json chat_tools_of(const Json& tools) {
 
 Json chat_tool_choice_of(const Json& choice) {
   if (choice.is_string()) return choice;  // auto, none, required: the chat parser checks it
-  if (choice.is_object() && choice.value("type", "") == "function") {
+  if (choice.is_object() && choice.contains("type") && choice["type"] == "function") {
     return {{"type", "function"},
             {"function", {{"name", string_field(choice, "name", "tool_choice")}}}};
   }

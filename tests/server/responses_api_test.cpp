@@ -112,6 +112,8 @@ TEST(ResponsesApi, WhatItCannotExpressIsA400NamingTheField) {
   EXPECT_EQ(param_of(with("tools", {{{"type", "mcp"}}})), "tools[0].type");
   EXPECT_EQ(param_of(with("tools", {{{"type", "function"}}})), "tools[0].name");
   EXPECT_EQ(param_of(with("tool_choice", {{"type", "web_search_preview"}})), "tool_choice");
+  EXPECT_EQ(param_of(with("tool_choice", {{"type", 5}})), "tool_choice");  // not a type_error
+  EXPECT_EQ(param_of(with("tool_choice", {{"type", "function"}})), "tool_choice.name");
   EXPECT_EQ(param_of(with("text", {{"format", {{"type", "xml"}}}})), "text.format.type");
   EXPECT_EQ(param_of(with("instructions", 5)), "instructions");
   EXPECT_EQ(param_of(with("metadata", "m")), "metadata");

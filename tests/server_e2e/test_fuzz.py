@@ -16,6 +16,7 @@ from support import (MODEL, chunked, post, raw_exchange, raw_request_bytes, requ
 SEED = 15
 COMP = "/v1/completions"
 CHAT = "/v1/chat/completions"
+RESP = "/v1/responses"
 PROBE = {"model": MODEL, "prompt": "In the beginning God created", "max_tokens": 24,
          "temperature": 0}
 
@@ -34,6 +35,10 @@ FIELDS_COMP = ["model", "prompt", "max_tokens", "temperature", "top_p", "top_k",
 FIELDS_CHAT = ["model", "messages", "max_tokens", "max_completion_tokens", "temperature",
                "top_p", "seed", "stop", "logprobs", "top_logprobs", "response_format", "tools",
                "tool_choice", "stream", "stream_options", "n", "logit_bias", "min_tokens"]
+FIELDS_RESP = ["model", "input", "instructions", "max_output_tokens", "temperature", "top_p",
+               "stream", "tools", "tool_choice", "text", "top_logprobs", "include", "reasoning",
+               "metadata", "previous_response_id", "background", "parallel_tool_calls",
+               "truncation", "store", "stop", "seed"]
 INVALID_UTF8 = [b"\xff", b"\xfe\xff", b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf8\x88\x80",
                 b"\x80", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xf4\x90\x80\x80"]
 CONTENT_TYPES = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x",
@@ -49,6 +54,25 @@ def base_comp(rng):
 def base_chat(rng):
     return {"model": MODEL, "messages": [{"role": "user", "content": rng.choice(["Hi", "2+2?"])}],
             "max_tokens": rng.randint(1, 4), "temperature": 0}
+
+
+def base_resp(rng):
+    return {"model": MODEL, "input": rng.choice(["Hi", "2+2?"]),
+            "max_output_tokens": rng.randint(1, 4), "temperature": 0}
+
+
+def resp_item(rng):
+    v = lambda: rng.choice(HOSTILE_VALUES)  # noqa: E731
+    return rng.choice([
+        {"type": "function_call", "call_id": v(), "name": "f", "arguments": v()},
+        {"type": "function_call", "call_id": "c", "name": v(), "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": v()},
+        {"role": "user", "content": [{"type": v(), "text": "x"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": v()}]},
+        {"role": v(), "content": "x"},
+        {"type": "message", "role": "assistant", "content": v()},
+        {"type": "reasoning", "content": v()}, {"type": v()}, v(), {"role": "user", "content": [v()]},
+        {"type": "input_image", "image_url": "x"}])
 
 
 def http_post(port, path, body, ctype="application/json", extra=None):
@@ -216,6 +240,33 @@ def cases(port):
         yield "json", data, False
 
 
+    # 11. The Responses API: mutated bodies, hostile values field by field, hostile input items,
+    # tools and formats (its adapter validates before the chat parser does).
+    for i in range(200):
+        body = base_resp(rng)
+        if i % 4 == 0:
+            yield "responses", http_post(port, RESP, mutate(rng, json.dumps(body).encode())), False
+            continue
+        for _ in range(rng.randint(1, 3)):
+            body[rng.choice(FIELDS_RESP)] = rng.choice(HOSTILE_VALUES)
+        if rng.random() < 0.5:
+            body["input"] = [resp_item(rng) for _ in range(rng.randint(1, 3))]
+        if rng.random() < 0.2:
+            body["tools"] = [rng.choice([{"type": "function", "name": rng.choice(HOSTILE_VALUES)},
+                                         {"type": rng.choice(HOSTILE_VALUES)},
+                                         rng.choice(HOSTILE_VALUES)])]
+            body["tool_choice"] = rng.choice([{"type": rng.choice(HOSTILE_VALUES)},
+                                              {"type": "function", "name": "f"}, "auto"])
+        if rng.random() < 0.2:
+            body["text"] = {"format": rng.choice([{"type": rng.choice(HOSTILE_VALUES)},
+                                                  {"type": "json_schema",
+                                                   "schema": rng.choice(HOSTILE_VALUES)},
+                                                  rng.choice(HOSTILE_VALUES)])}
+        if rng.random() < 0.2:
+            body["stream"] = True
+        yield "responses", http_post(port, RESP, json.dumps(body).encode()), False
+
+
 def check(kind, reply):
     """What each kind of case may answer."""
     if reply is None:
@@ -225,7 +276,16 @@ def check(kind, reply):
     if kind in ("http", "truncated"):
         return  # the HTTP library's own 400s need not carry the OpenAI envelope
     assert reply.status in (200, 400, 404, 405, 413, 415), reply
-    if reply.status == 200:
+    if reply.status == 200 and kind == "responses":
+        if reply.header("Content-Type", ).startswith("text/event-stream"):
+            last = reply.body.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+            assert last.startswith(b"data: "), reply.body[-200:]
+            assert json.loads(last[6:])["type"] in ("response.completed",
+                                                    "response.incomplete"), last
+        else:
+            j = reply.json()
+            assert j["object"] == "response" and j["output"] and "usage" in j, j
+    elif reply.status == 200:
         if reply.header("Content-Type", ).startswith("text/event-stream"):
             assert reply.body.endswith(b"data: [DONE]\n\n"), reply.body[-200:]
         else:
