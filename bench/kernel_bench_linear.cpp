@@ -156,7 +156,7 @@ void bench_linear_batch(cudaStream_t s) {
       for (const auto& [v, name] : variants) {
         if ((v >= 15 && v <= 16 && (n < 5 || n > 256)) || (n > 4 && v == 13)) continue;
         if (v >= 18 && v <= 19 && n < 48) continue;  // the rows rule's shapes below
-        if (v == 20 && n > 8) continue;              // production above 8 rows (kTokensL2MaxTokens)
+        if (v == 20 && n > 8) continue;              // production above 8 rows (TokensL2)
         linear_skinny_set_variant(v);
         const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
           linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),

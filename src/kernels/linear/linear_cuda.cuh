@@ -101,7 +101,6 @@ constexpr int kLinearPersistentWide = 7;
 // the tokens from global memory (L2), so that a slot holds only weights and 6 fit instead of 5 (4
 // for 5..8 rows); more rows: production.
 constexpr int kLinearPersistentTokensL2 = 8;
-constexpr int64_t kTokensL2MaxTokens = 8;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
 // The wgmma kernel (linear_wgmma_cuda.cu), 1..kWgmmaMaxTokens rows, every epilogue and input_rms,
 // the persistent kernel's bits; false (nothing launched) for rows that are not 16-byte loadable.

@@ -147,8 +147,7 @@ __device__ __forceinline__ void consume_piece(const Slot<C>& src, float (&c)[C::
                                               int kl0, int64_t rem, int lane) {
   const int brow = lane & 7, bcol = (lane >> 3) * 8;
   consume_steps<C>(src, c, kl0, rem, lane, [&](int, int j, int kl, bool whole, uint32_t(&b)[4]) {
-    // Token rows past kXRows (PlanCfg's 4) repeat the last: columns no store
-    // reads.
+    // Token rows past kXRows (PlanCfg's 4) repeat the last: columns no store reads.
     ldmatrix_x4(b, &src.x[min(j * 8 + brow, C::kXRows - 1)][kl + bcol]);
     if (!whole) {
       if (kl + 8 >= rem) b[1] = 0u;
@@ -261,8 +260,11 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
     // kTokensFromL2: a piece's tokens depend on its chunk alone (every tile of this block has the
     // same k range), so the next chunk's are loaded while this one's slot fills.
     PieceX<C> next_x;
+    const auto load_chunk_x = [&](int64_t i) {
+      load_piece_x<C>(next_x, p, k_begin + i * kChunkK + warp * kPieceK, k_end, lane);
+    };
     if constexpr (C::kTokensFromL2) {
-      if (cluster_id < p.tiles) load_piece_x<C>(next_x, p, k_begin + warp * kPieceK, k_end, lane);
+      if (cluster_id < p.tiles) load_chunk_x(0);
     }
     for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
       float c[kNTiles][4], prev[kNTiles][4];
@@ -278,9 +280,10 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
         if constexpr (C::kTokensFromL2) {
           const PieceX<C> x = next_x;
-          const int64_t i_next = i + 1 < count ? i + 1 : 0;
-          if (i + 1 < count || tile + p.clusters < p.tiles) {
-            load_piece_x<C>(next_x, p, k_begin + i_next * kChunkK + warp * kPieceK, k_end, lane);
+          if (i + 1 < count) {
+            load_chunk_x(i + 1);
+          } else if (tile + p.clusters < p.tiles) {
+            load_chunk_x(0);  // the next tile's first chunk
           }
           mbar_wait(&sm.full[slot], round & 1);
           consume_piece_x<C>(sm.ring[slot], x, c, warp * static_cast<int>(kPieceK),
@@ -422,8 +425,8 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
                kRows, s.out_f);
   TANDEM_CHECK(s.n >= 1 && s.n <= kWgmmaMaxTokens,
                "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kWgmmaMaxTokens);
-  if (config == 0 && g_tokens_l2 && s.n <= kTokensL2MaxTokens) config = kLinearPersistentTokensL2;
-  if (config == kLinearPersistentTokensL2 && s.n > kTokensL2MaxTokens) config = 0;
+  if (config == 0 && g_tokens_l2 && s.n <= TokensL2::kMaxTokens) config = kLinearPersistentTokensL2;
+  if (config == kLinearPersistentTokensL2 && s.n > TokensL2::kMaxTokens) config = 0;
   const bool older_wide = config == kLinearPersistentWide512 || config == kLinearPersistentWide;
   if (config != kLinearPersistentTokensL2 &&
       linear_decode_takes_wgmma(s.n, s.out_f, cuda::sm_count()) && !older_wide &&
