@@ -132,8 +132,7 @@ void bench_linear_variants(cudaStream_t s) {
 // Group linear_batch: decode calls of n = 1..1024 rows (LinearArgs::decode_rows = n) on the 27B
 // shapes, back to back, as TB/s of weight bytes (what a batch must read, once): production (the
 // persistent kernel up to 4 rows, the wgmma kernel above), variants 15 and 16 (the wgmma kernel's
-// split rule before; with class groups; 5..256 rows), 20 (1..8 rows: the persistent kernel with
-// the tokens from L2, the opt-in bf16-tokens-l2) and 13 (the wgmma kernel
+// split rule before; with class groups; 5..256 rows) and 13 (the wgmma kernel
 // at every n; variant 12, the persistent kernel's groups of 32: f2accc9's run,
 // docs/benchmarks-history.md), and from 64 rows the same rows as prefill rows (cuBLASLt: the vendor
 // GEMM, other bits); ratio: time over production's at the same n. TFLOP/s = TB/s x n (2 n flops per
@@ -144,8 +143,7 @@ void bench_linear_batch(cudaStream_t s) {
   const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
   const std::pair<int, const char*> variants[] = {{0, "production"},      {15, "split rule before"},
                                                   {16, "class groups"},   {13, "wgmma kernel"},
-                                                  {18, "shapes by cost"}, {19, "shapes by rows"},
-                                                  {20, "tokens from L2"}};
+                                                  {18, "shapes by cost"}, {19, "shapes by rows"}};
   linear_reserve_decode_workspace(Device::kCuda);
   for (const auto& [out_f, in] : kQwen27bShapes) {
     std::vector<Tensor> w;
@@ -155,8 +153,7 @@ void bench_linear_batch(cudaStream_t s) {
       std::string line = fmt::format("linear decode [{},{}] n={}:", out_f, in, n);
       for (const auto& [v, name] : variants) {
         if ((v >= 15 && v <= 16 && (n < 5 || n > 256)) || (n > 4 && v == 13)) continue;
-        if (v >= 18 && v <= 19 && n < 48) continue;  // the rows rule's shapes below
-        if (v == 20 && n > 8) continue;              // production above 8 rows (TokensL2)
+        if (v >= 18 && n < 48) continue;  // the rows rule's shapes below (linear_wgmma_shape.h)
         linear_skinny_set_variant(v);
         const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
           linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),

@@ -30,11 +30,6 @@ std::vector<OptIn> registry() {
                "GDN streaming kernel, calls of 2+ rows a sequence (verify): the state in "
                "registers between one load and one write-back, 4 rows loaded together",
                [](bool on) { gated_delta_rule_set_stream_registers(on); }});
-  r.push_back({"bf16-tokens-l2",
-               "bf16 decode linear, 1-8 rows: the persistent kernel with the tokens loaded from "
-               "L2 by its consumers, 6 ring slots of weights (instead of 5, or 4 at 5-8 rows, or "
-               "the wgmma kernel)",
-               [](bool on) { linear_set_tokens_l2(on); }});
   r.push_back({"fp8-deep-ring",
                "FP8 decode linear, 1 and 3-4 rows of a matrix whose rank range fits 5,120 k: one "
                "more ring slot (5 for 1 row, 4 for 3-4), the staged tokens held for 5,120 k",

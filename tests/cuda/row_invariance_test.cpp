@@ -453,64 +453,6 @@ TEST(CudaRowInvariance, LinearConfigurations) {
   }
 }
 
-// The opt-in bf16-tokens-l2 (bench variant 20: the persistent kernel's consumers load 1..8 rows'
-// tokens from L2, 6 slots of weights): every row of a decode call of 1..8 rows has production's
-// bits, with every epilogue and input_rms, on the five Qwen3.5-27B decode shapes (k-splits 1 and
-// 2), a k-split of 8 and awkward shapes (ranges ending inside a chunk and inside a 16-k step).
-TEST(CudaRowInvariance, LinearTokensFromL2) {
-  SKIP_WITHOUT_CUDA();
-  CudaStream cs;
-  Rng rng(37);
-  constexpr int64_t kRows = 8;
-  constexpr int kTokensL2Variant = 20;
-  linear_reserve_decode_workspace(Device::kCuda);  // production's split mode at 5..8 rows
-  struct ProductionAfter {
-    ~ProductionAfter() { linear_skinny_set_variant(0); }
-  } production_after;
-  struct Shape2 {
-    const char* name;
-    int64_t out_f, in;
-  };
-  int64_t calls = 0;
-  for (const Shape2 s :
-       {Shape2{"gate|up", 34816, 5120}, Shape2{"in_proj", 16480, 5120},
-        Shape2{"q|k|v", 14336, 5120}, Shape2{"down", 5120, 17408}, Shape2{"out/o_proj", 5120, 6144},
-        Shape2{"splits8", 2176, 5120}, Shape2{"awkward", 1000, 4104},
-        Shape2{"awkward_pairs", 1008, 3080}, Shape2{"k_split_long", 320, 17408}}) {
-    const Tensor w = random_bf16_device({s.out_f, s.in}, static_cast<uint64_t>(3 * s.out_f + s.in));
-    const Mirror x = random_mirror({kRows, s.in}, rng, DType::kBF16, 0.05f, 2.f);
-    const Mirror res = random_mirror({kRows, s.out_f}, rng, DType::kBF16, 0.05f, 4.f);
-    for (const LinearForm& f : kLinearForms) {
-      if (!form_fits(f, s.out_f)) continue;
-      const int64_t cols = form_cols(f, s.out_f);
-      for (const int64_t n : {1, 2, 3, 4, 5, 8}) {
-        const LinearBuffers production = linear_buffers(f, kRows, s.in, s.out_f, res.dev),
-                            l2 = linear_buffers(f, kRows, s.in, s.out_f, res.dev);
-        linear_skinny_set_variant(0);
-        run_rows(f, x.dev, w, production, 0, n, n, cs.ctx());
-        linear_skinny_set_variant(kTokensL2Variant);
-        run_rows(f, x.dev, w, l2, 0, n, n, cs.ctx());
-        cs.sync();
-        linear_skinny_set_variant(0);
-        const std::vector<uint32_t> bits = out_bits(l2.out);
-        const std::string bad = bad_rows(bits, out_bits(production.out), 0, n, cols);
-        check_bits("linear.tokens_l2",
-                   fmt::format("shape={},in={},out={},form={},n_tokens={}{}", s.name, s.in, s.out_f,
-                               f.name, n, bad),
-                   bad.empty());
-        // Rows past n: the poison, or the residual for kAddToOut (production's are checked in
-        // LinearDecodeBatch).
-        const std::vector<uint32_t> prod_bits = out_bits(production.out);
-        check_bits("linear.tokens_l2_bounds",
-                   fmt::format("shape={},form={},n={}", s.name, f.name, n),
-                   std::equal(bits.begin() + n * cols, bits.end(), prod_bits.begin() + n * cols));
-        ++calls;
-      }
-    }
-  }
-  EXPECT_GT(calls, 300);
-}
-
 TEST(CudaRowInvariance, RmsNorm) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;

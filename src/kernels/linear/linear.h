@@ -196,11 +196,6 @@ bool linear_fp8_set_prefill_tensor_cores(bool on);
 // every tile (27B-FP8 at 8 streams: 13.23 -> 12.87 ms on an H100). The same bits. Returns the
 // previous value.
 bool linear_fp8_set_staged_rows(bool on);
-// Opt-in bf16-tokens-l2 (off by default): bf16 decode calls of 1..8 rows take the persistent
-// kernel's configuration whose consumers load the tokens from L2 (6 slots of weights instead of 5,
-// or 4 at 5..8 rows; linear_persistent_cuda.cu, TokensL2), also where the wgmma kernel would take
-// them. The same bits. Returns the previous value.
-bool linear_set_tokens_l2(bool on);
 // Opt-in fp8-deep-ring (off by default): FP8 decode calls of 1 and 3-4 rows of a matrix whose rank
 // range fits 5,120 k stream through one more ring slot (linear_fp8_cuda.cu, DeepCfg). The same
 // bits. Returns the previous value.

@@ -96,11 +96,6 @@ void linear_skinny_stream(const LinearShape& s, bool f32_out, int max_splits, cu
 // unless the wgmma kernel takes the call (production: linear_decode_takes_wgmma).
 constexpr int kLinearPersistentWide512 = 6;
 constexpr int kLinearPersistentWide = 7;
-// kLinearPersistentTokensL2 (bench variant 20; production's 1..8-row calls under the opt-in
-// bf16-tokens-l2, linear_set_tokens_l2): 1..8 rows in the configuration whose consumers load
-// the tokens from global memory (L2), so that a slot holds only weights and 6 fit instead of 5 (4
-// for 5..8 rows); more rows: production.
-constexpr int kLinearPersistentTokensL2 = 8;
 void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cudaStream_t stream);
 // The wgmma kernel (linear_wgmma_cuda.cu), 1..kWgmmaMaxTokens rows, every epilogue and input_rms,
 // the persistent kernel's bits; false (nothing launched) for rows that are not 16-byte loadable.

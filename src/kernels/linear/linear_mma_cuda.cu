@@ -130,8 +130,7 @@ constexpr int kNarrowGroups = 5;
 // token tiles sharing their weight boxes by cluster multicast, branch tried/linear-multicast:
 // 0.38-0.5x production's speed at 128-256 rows on the H200, 2026-12-05); 18, 19: production with
 // the wgmma kernel's item shapes by the cost rule, the rows rule, at every row count
-// (linear_wgmma_shape.h); 20: 1..8 rows in the persistent kernel with the tokens from L2
-// (kLinearPersistentTokensL2, the opt-in bf16-tokens-l2), more rows production.
+// (linear_wgmma_shape.h).
 constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kMma, 2},
                                  {Kind::kMma, 4},
@@ -151,8 +150,7 @@ constexpr Variant kVariants[] = {{Kind::kPersistent, 0},
                                  {Kind::kSplitRule, 2},
                                  {Kind::kRemoved, 17},
                                  {Kind::kShapeRule, 1},
-                                 {Kind::kShapeRule, 2},
-                                 {Kind::kPersistent, kLinearPersistentTokensL2}};
+                                 {Kind::kShapeRule, 2}};
 int g_variant = 0;
 
 template <int kNTiles, int kDepth, typename TOut>

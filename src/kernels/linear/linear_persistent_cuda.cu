@@ -15,10 +15,7 @@
 //  - the ring has 5 slots for up to 4 tokens (each slot: the 16 weight rows and 4 token rows of
 //    the chunk), 4 slots of 8 token rows up to 8 tokens, 2 of 16 up to 16, 2 of 32 up to 32 (the
 //    wide configuration: one pass over the weights for a batch of 32 decode rows); more slots are
-//    more weight bytes in flight per SM, which is what the decode step's bandwidth follows (the
-//    opt-in bf16-tokens-l2's configuration, TokensL2, leaves the tokens out of the slots: its
-//    consumers load their B fragments from global memory, L2, a chunk ahead, so that 6 slots of
-//    weights fit for up to 8 tokens);
+//    more weight bytes in flight per SM, which is what the decode step's bandwidth follows;
 //  - a producer warp keeps the ring full (it runs ahead across tiles while the consumers reduce),
 //    and starts on the weights before the previous kernel has finished (programmatic dependent
 //    launch; the tokens only after); 8 consumer warps feed mma.sync m16n8k16 (bf16 -> fp32) with
@@ -50,7 +47,6 @@
 // tile's sums are in, so that the read-modify-write adds no memory latency to the store.
 #include <algorithm>
 #include <array>
-#include <utility>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
@@ -73,14 +69,9 @@ struct Cfg {
   static constexpr int kRmsLoads = kNTiles == 4 ? 32 : 16;  // sum_squares' loads in flight
   // 2K + 16 bytes = 16 mod 128: the 8 rows of an ldmatrix phase fall in 8 different bank quads.
   static constexpr int kRowPitch = kChunkK + 8;
-  // kXRows 0: the consumers load the tokens from global memory (L2) instead of the slots
-  // (kTokensFromL2), so that a slot is its weights alone; up to 8 tokens a B tile.
-  static constexpr bool kTokensFromL2 = kXRows == 0;
-  static constexpr int kMaxTokens = kTokensFromL2 ? 8 * kNTiles : kXRows;
   static_assert(kChunkK % kPieceK == 0 && kLinearPlanChunkK % kChunkK == 0,
                 "a chunk holds whole pieces and tiles the plan's chunks");
   static_assert(kXRows <= 8 * kNTiles && kXRows <= 32, "one producer lane per token row");
-  static_assert(!kTokensFromL2 || kChunkK == kLinearPlanChunkK, "a warp's piece in every chunk");
   static_assert(kSumBufs == 1 || kSumBufs == 2);
 };
 
@@ -88,15 +79,11 @@ struct Cfg {
 using PlanCfg = Cfg<1, kLinearPlanChunkK, 5, 4>;
 
 // One ring slot: a 16-row x kChunkK weight chunk and the same k of every token (copied with it,
-// so that the consumers never wait on global memory), or the weights alone (kTokensFromL2).
-template <class C, bool = C::kTokensFromL2>
+// so that the consumers never wait on global memory).
+template <class C>
 struct Slot {
   __nv_bfloat16 w[kRows][C::kRowPitch];
   __nv_bfloat16 x[C::kXRows][C::kRowPitch];
-};
-template <class C>
-struct Slot<C, true> {
-  __nv_bfloat16 w[kRows][C::kRowPitch];
 };
 
 // Two sum buffers: the finisher form (the rms warp ends the tiles, part[] holds all 8 warps'
@@ -110,15 +97,15 @@ using Smem = RingSmem<Slot<C>, C::kStages, C::kSumBufs, C::kNTiles,
                       kFinisherForm<C> ? kConsumerWarps : kConsumerWarps - 1>;
 
 // One warp's piece of a slot (the decode order, linear_plan.h): the k16 steps of
-// [kl0, kl0 + kPieceK) in increasing k, 32 k at a time, the fragments of natural k sets (weights
-// as A by ldmatrix: rows g and g + 8; each token its own B column, b_of(s, j, kl, whole, b) giving
-// B tile j's fragments of step s). Products at k >= rem (past the range) are zeros: a step that
-// starts past it is skipped, which changes no sum (a class sum starts at +0 and so is never -0),
-// and its 8-k quarters past it read as zeros.
-template <class C, class BOf>
-__device__ __forceinline__ void consume_steps(const Slot<C>& src, float (&c)[C::kNTiles][4],
-                                              int kl0, int64_t rem, int lane, BOf&& b_of) {
+// [kl0, kl0 + kPieceK) in increasing k, 32 k at a time, the fragments of natural k sets by
+// ldmatrix (weights as A: rows g and g + 8; each token its own B column). Products at k >= rem
+// (past the range) are zeros: a step that starts past it is skipped, which changes no sum (a class
+// sum starts at +0 and so is never -0), and its 8-k quarters past it read as zeros.
+template <class C>
+__device__ __forceinline__ void consume_piece(const Slot<C>& src, float (&c)[C::kNTiles][4],
+                                              int kl0, int64_t rem, int lane) {
   const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
+  const int brow = lane & 7, bcol = (lane >> 3) * 8;
 #pragma unroll
   for (int s = 0; s < static_cast<int>(kPieceK) / 32; ++s) {
     const int kl = kl0 + 32 * s;
@@ -133,67 +120,17 @@ __device__ __forceinline__ void consume_steps(const Slot<C>& src, float (&c)[C::
     }
 #pragma unroll
     for (int j = 0; j < C::kNTiles; ++j) {
+      // Token rows past kXRows (PlanCfg's 4) repeat the last: columns no store reads.
       uint32_t b[4];
-      b_of(s, j, kl, whole, b);
+      ldmatrix_x4(b, &src.x[min(j * 8 + brow, C::kXRows - 1)][kl + bcol]);
+      if (!whole) {
+        if (kl + 8 >= rem) b[1] = 0u;
+        if (kl + 24 >= rem) b[3] = 0u;
+      }
       mma_bf16(c[j], a0[0], a0[1], a0[2], a0[3], b[0], b[1]);
       if (whole || kl + 16 < rem) mma_bf16(c[j], a1[0], a1[1], a1[2], a1[3], b[2], b[3]);
     }
   }
-}
-
-// consume_steps with the tokens of the slot, by ldmatrix.
-template <class C>
-__device__ __forceinline__ void consume_piece(const Slot<C>& src, float (&c)[C::kNTiles][4],
-                                              int kl0, int64_t rem, int lane) {
-  const int brow = lane & 7, bcol = (lane >> 3) * 8;
-  consume_steps<C>(src, c, kl0, rem, lane, [&](int, int j, int kl, bool whole, uint32_t(&b)[4]) {
-    // Token rows past kXRows (PlanCfg's 4) repeat the last: columns no store reads.
-    ldmatrix_x4(b, &src.x[min(j * 8 + brow, C::kXRows - 1)][kl + bcol]);
-    if (!whole) {
-      if (kl + 8 >= rem) b[1] = 0u;
-      if (kl + 24 >= rem) b[3] = 0u;
-    }
-  });
-}
-
-// kTokensFromL2: lane (g, t)'s B fragments of one warp's piece, the registers ldmatrix would have
-// filled from the slot (token row 8j + g, the k pair 2t of each 8-k quarter), loaded from global
-// memory (the tokens are a few hundred KB: L2) one chunk ahead. A quarter at or past the rank's
-// k_end, and a token row past n_tokens, is zero, as consume_piece masks the slot's.
-template <class C>
-struct PieceX {
-  uint32_t b[kPieceK / 32][C::kNTiles][4];
-};
-template <class C>
-__device__ __forceinline__ void load_piece_x(PieceX<C>& f, const Params& p, int64_t k0,
-                                             int64_t k_end, int lane) {
-  const int g = lane >> 2, t2 = 2 * (lane & 3);
-#pragma unroll
-  for (int s = 0; s < static_cast<int>(kPieceK) / 32; ++s) {
-#pragma unroll
-    for (int j = 0; j < C::kNTiles; ++j) {
-      const int row = 8 * j + g;
-      const __nv_bfloat16* x = p.x + row * p.x_stride + t2;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int64_t k = k0 + 32 * s + 8 * q;
-        f.b[s][j][q] = row < p.n_tokens && k < k_end
-                           ? __ldg(reinterpret_cast<const unsigned int*>(x + k))
-                           : 0u;
-      }
-    }
-  }
-}
-
-// consume_steps with the B fragments of load_piece_x.
-template <class C>
-__device__ __forceinline__ void consume_piece_x(const Slot<C>& src, const PieceX<C>& x,
-                                                float (&c)[C::kNTiles][4], int kl0, int64_t rem,
-                                                int lane) {
-  consume_steps<C>(src, c, kl0, rem, lane, [&](int s, int j, int, bool, uint32_t(&b)[4]) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) b[q] = x.b[s][j][q];
-  });
 }
 
 template <class C, class Store>
@@ -240,12 +177,9 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
       }
     };
     auto issue_x = [&](int64_t i, uint32_t slot) {
-      if constexpr (!C::kTokensFromL2) {
-        if (lane < n_x) {
-          cuda::bulk_copy(&sm.ring[slot].x[lane][0],
-                          p.x + lane * p.x_stride + k_begin + i * kChunkK, bytes_of(i),
-                          &sm.full[slot]);
-        }
+      if (lane < n_x) {
+        cuda::bulk_copy(&sm.ring[slot].x[lane][0], p.x + lane * p.x_stride + k_begin + i * kChunkK,
+                        bytes_of(i), &sm.full[slot]);
       }
     };
     produce_tiles<kSlots>(p, sm, cluster_id, count, issue_w, issue_x);
@@ -257,15 +191,6 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
     const int g = lane >> 2, t = lane & 3;
     float scale[kNTiles][2] = {};  // input_rms, finish_tile: warp 0's tokens' inverse RMS
     uint32_t it = 0, use = 0;
-    // kTokensFromL2: a piece's tokens depend on its chunk alone (every tile of this block has the
-    // same k range), so the next chunk's are loaded while this one's slot fills.
-    PieceX<C> next_x;
-    const auto load_chunk_x = [&](int64_t i) {
-      load_piece_x<C>(next_x, p, k_begin + i * kChunkK + warp * kPieceK, k_end, lane);
-    };
-    if constexpr (C::kTokensFromL2) {
-      if (cluster_id < p.tiles) load_chunk_x(0);
-    }
     for (int64_t tile = cluster_id; tile < p.tiles; tile += p.clusters, ++use) {
       float c[kNTiles][4], prev[kNTiles][4];
 #pragma unroll
@@ -278,27 +203,15 @@ __global__ void __launch_bounds__(kThreads, 1) linear_persistent_kernel(const Pa
       }
       for (int64_t i = 0; i < count; ++i, ++it) {
         const uint32_t slot = it % C::kStages, round = it / C::kStages;
-        if constexpr (C::kTokensFromL2) {
-          const PieceX<C> x = next_x;
-          if (i + 1 < count) {
-            load_chunk_x(i + 1);
-          } else if (tile + p.clusters < p.tiles) {
-            load_chunk_x(0);  // the next tile's first chunk
-          }
-          mbar_wait(&sm.full[slot], round & 1);
-          consume_piece_x<C>(sm.ring[slot], x, c, warp * static_cast<int>(kPieceK),
-                             k_end - (k_begin + i * kChunkK), lane);
-        } else {
-          mbar_wait(&sm.full[slot], round & 1);
-          // This warp's piece of the plan's 1024-k chunk that holds this chunk: its k within the
-          // chunk (kl0), or none when the piece lies in another of the plan chunk's pieces.
-          const int64_t chunk0 = i * kChunkK;
-          const int64_t kl0 =
-              chunk0 / kLinearPlanChunkK * kLinearPlanChunkK + warp * kPieceK - chunk0;
-          if (kl0 >= 0 && kl0 < kChunkK) {
-            consume_piece<C>(sm.ring[slot], c, static_cast<int>(kl0), k_end - (k_begin + chunk0),
-                             lane);
-          }
+        mbar_wait(&sm.full[slot], round & 1);
+        // This warp's piece of the plan's 1024-k chunk that holds this chunk: its k within the
+        // chunk (kl0), or none when the piece lies in another of the plan chunk's pieces.
+        const int64_t chunk0 = i * kChunkK;
+        const int64_t kl0 =
+            chunk0 / kLinearPlanChunkK * kLinearPlanChunkK + warp * kPieceK - chunk0;
+        if (kl0 >= 0 && kl0 < kChunkK) {
+          consume_piece<C>(sm.ring[slot], c, static_cast<int>(kl0), k_end - (k_begin + chunk0),
+                           lane);
         }
         cuda::release_slot(&sm.empty[slot], lane);
       }
@@ -348,8 +261,8 @@ const std::array<int64_t, 4>& resident_clusters() {
 template <class C, class Store>
 void launch_cfg(const LinearShape& s, cudaStream_t stream) {
   static_assert(sizeof(Smem<C>) <= 227 * 1024, "shared memory of one block on sm_90");
-  TANDEM_CHECK(s.n <= C::kMaxTokens, "linear_skinny_persistent: {} tokens for {} token rows", s.n,
-               C::kMaxTokens);
+  TANDEM_CHECK(s.n <= C::kXRows, "linear_skinny_persistent: {} tokens for {} token rows", s.n,
+               C::kXRows);
   allow_smem<C, Store>();
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan = plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(),
@@ -368,18 +281,10 @@ using Wide = Cfg<4, 1024, 2, 32, 1>;
 // weights).
 using Wide512 = Cfg<4, 512, 3>;
 
-bool g_tokens_l2 = false;  // linear_set_tokens_l2 (opt-in bf16-tokens-l2)
-
-// kLinearPersistentTokensL2: the tokens from L2, 6 slots of weights (~214 KB).
-using TokensL2 = Cfg<1, 1024, 6, 0>;
-
 // Configurations of one or two B tiles: k per chunk and ring depth (both share the choice).
 template <int kNTiles, class Store>
 void launch_narrow(const LinearShape& s, int config, cudaStream_t stream) {
   using EightRows = Cfg<kNTiles, 1024, kNTiles == 1 ? 4 : 2>;  // 8 token rows per B tile
-  if constexpr (kNTiles == 1) {
-    if (config == kLinearPersistentTokensL2) return launch_cfg<TokensL2, Store>(s, stream);
-  }
   switch (config) {
     case 1:
       return launch_cfg<Cfg<kNTiles, 1024, kNTiles == 1 ? 3 : 2>, Store>(s, stream);
@@ -425,11 +330,8 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
                kRows, s.out_f);
   TANDEM_CHECK(s.n >= 1 && s.n <= kWgmmaMaxTokens,
                "linear_skinny_persistent: {} tokens (1 to {} per call)", s.n, kWgmmaMaxTokens);
-  if (config == 0 && g_tokens_l2 && s.n <= TokensL2::kMaxTokens) config = kLinearPersistentTokensL2;
-  if (config == kLinearPersistentTokensL2 && s.n > TokensL2::kMaxTokens) config = 0;
   const bool older_wide = config == kLinearPersistentWide512 || config == kLinearPersistentWide;
-  if (config != kLinearPersistentTokensL2 &&
-      linear_decode_takes_wgmma(s.n, s.out_f, cuda::sm_count()) && !older_wide &&
+  if (linear_decode_takes_wgmma(s.n, s.out_f, cuda::sm_count()) && !older_wide &&
       linear_decode_wgmma(s, f32_out, stream)) {
     return;
   }
@@ -451,7 +353,5 @@ void linear_skinny_persistent(const LinearShape& s, bool f32_out, int config, cu
   f32_out ? launch_n<StoreY<float>>(s, config, stream)
           : launch_n<StoreY<__nv_bfloat16>>(s, config, stream);
 }
-
-bool linear_set_tokens_l2(bool on) { return std::exchange(g_tokens_l2, on); }
 
 }  // namespace tandem::kernels
