@@ -34,10 +34,6 @@ std::vector<OptIn> registry() {
                "FP8 decode linear, 1 and 3-4 rows of a matrix whose rank range fits 5,120 k: one "
                "more ring slot (5 for 1 row, 4 for 3-4), the staged tokens held for 5,120 k",
                [](bool on) { linear_fp8_set_deep_ring(on); }});
-  r.push_back({"fp8-wgmma-three-groups",
-               "FP8 wgmma decode linear, 65+ rows: 192 x 32 items in the quad form, three "
-               "consumer warpgroups a block (instead of 64 x 64 items, two blocks of one)",
-               [](bool on) { linear_fp8_set_wgmma_three_groups(on); }});
 #endif
   return r;
 }

@@ -227,10 +227,10 @@ TEST_F(Fp8Linear, DeepRingRowsAreTheDecodeKernelRows) {
 // The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
 // linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
 // partial ones) in each of its five item configurations (3-5: 32 tokens in the quad form, four
-// classes a pass; 5: 192-row items, three consumer warpgroups, the opt-in
-// fp8-wgmma-three-groups) and production's choice (from 33 rows), each with split mode allowed
-// (these shapes have few items: most calls split by rank where the plan has ranks) and with every
-// item whole.
+// classes a pass; 5: 192-row items, three consumer warpgroups) and production's choice
+// (linear_fp8_wgmma_shape.h, from 33 rows; its small shapes take 4 or 5), each with split mode
+// allowed (these shapes have few items: most calls split by rank where the plan has ranks) and with
+// every item whole.
 TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
   check_against_decode_kernel(
       "linear_fp8.wgmma_kernel", 31, 70,

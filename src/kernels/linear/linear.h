@@ -166,14 +166,10 @@ void linear_fp8_set_batch(Fp8BatchMode mode);
 // (linear_fp8_wgmma_cuda.cu; negative: production's, 32 or 65 by the matrix's row tiles per SM,
 // linear_cuda.cuh's fp8_wgmma_min_rows; more than a call has: never), in
 // one launch per 2,048 rows, when the prefill scratch can hold their f16 tokens; `config` 0 lets it
-// choose its item shape, 1..5 forces one (128 x 64, 64 x 64, 128 x 32, 64 x 32, 192 x 32 rows x
-// tokens; the 32-token ones in the quad form, 192 x 32 with three consumer warpgroups); `split`
-// false keeps every item whole (no split mode). The bits are the same.
+// choose its item shape (linear_fp8_wgmma_shape.h), 1..5 forces one (128 x 64, 64 x 64, 128 x 32,
+// 64 x 32, 192 x 32 rows x tokens; the 32-token ones in the quad form, 192 x 32 with three consumer
+// warpgroups); `split` false keeps every item whole (no split mode). The bits are the same.
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
-// Opt-in fp8-wgmma-three-groups (off by default): the FP8 wgmma kernel's calls of 65+ rows take
-// 192 x 32 items in the quad form with three consumer warpgroups a block (configuration 5) instead
-// of 64 x 64 items. The same bits. Returns the previous value.
-bool linear_fp8_set_wgmma_three_groups(bool on);
 // Which kernels FP8 prefill rows take where the tensor-core path (below) does not: false
 // (production) the matrix dequantised into the scratch and the bf16 prefill path, once per call,
 // however few the rows; true the decode order's kernels (every row a decode row: the FP8 wgmma

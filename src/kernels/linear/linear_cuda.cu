@@ -475,8 +475,6 @@ void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split) {
   linear_fp8_wgmma_set_config(config, split);
 }
 
-bool linear_fp8_set_wgmma_three_groups(bool on) { return linear_fp8_wgmma_set_three_groups(on); }
-
 void linear_reserve_prefill_gemms(Device device, bool fp8) {
   if (device != Device::kCuda) return;
   linear_reserve_prefill_gemm();

@@ -38,9 +38,9 @@
 // accumulator registers while a group is in flight: C7514). Preparing unit u + 1 (stage wait,
 // widening, scales) while unit u's products ran was measured slower (docs/cuda.md gap 8).
 //
-// Items of 32 tokens (calls of up to 64 rows) take the quad form (linear_fp8_wgmma_quad_cuda.cuh):
-// four classes a pass, 256-k stages, the same bits; with the opt-in fp8-wgmma-three-groups, calls
-// of 65+ rows too, in 192-row items of three consumer warpgroups.
+// Items of 32 tokens take the quad form (linear_fp8_wgmma_quad_cuda.cuh): four classes a pass,
+// 256-k stages, the same bits, in 64-, 128- or 192-row items (one, two or three consumer
+// warpgroups). Which configuration a call takes: linear_fp8_wgmma_shape.h's estimate.
 #include <cuda.h>
 #include <cuda_fp16.h>
 
@@ -52,6 +52,7 @@
 #include "kernels/linear/linear_fp8_walk.h"
 #include "kernels/linear/linear_fp8_wgmma_common.cuh"
 #include "kernels/linear/linear_fp8_wgmma_quad_cuda.cuh"
+#include "kernels/linear/linear_fp8_wgmma_shape.h"
 #include "kernels/linear/linear_plan.h"
 #include "kernels/linear/linear_wgmma_common.cuh"
 #include "kernels/linear/wgmma_cuda.cuh"
@@ -281,11 +282,10 @@ int64_t tokens_bytes(int64_t n, int64_t in) {
   return (n * padded_in(in) * 2 + n * 4 + 127) / 128 * 128;
 }
 
-// Bench only (linear_fp8_wgmma_set_config): 0 production's choice, 1..4 one configuration; and
+// Bench only (linear_fp8_wgmma_set_config): 0 production's choice, 1..5 one configuration; and
 // whether split mode may be used.
 int g_config = 0;
 bool g_split = true;
-bool g_three_groups = false;  // linear_fp8_wgmma_set_three_groups (opt-in fp8-wgmma-three-groups)
 
 // The kernel of a configuration (the quad form for Fp8QuadCfg), its shared memory, and its codes'
 // box: k 64 as stored, or a quad stage's two 128-byte-swizzled halves of 128 k.
@@ -368,14 +368,9 @@ void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&
   using Cq = Fp8QuadCfg<4, 2>;      // 128 x 32 in quads, one per SM
   using Dq = Fp8QuadCfg<3, 1>;      // 64 x 32 in quads, two per SM
   using Eq = Fp8QuadCfg<3, 3>;      // 192 x 32 in quads, three consumer warpgroups, one per SM
-  // Production: 64-row items, two blocks per SM, 32 tokens (quads) up to 64 rows, else 64.
-  // Measured on the H200 (2026-12-05, kernel_bench linear_fp8_batch on the 27B shapes, 32..2,048
-  // rows, before the quads): 64 x 64 items the best or within 1% of it from 64 rows; 128 x 64
-  // items (which a cost estimate picked before) ran 0.82-0.96x as fast. The quads against those
-  // (H100, 2026-12-06, bench/results/h100-2026-12-06j/): at 32 rows 1.41-1.44x the 64-k stages'
-  // 32-token items on gate|up, in_proj and q|k|v; at 64 rows 1.04-1.24x the 64 x 64 items on
-  // every shape (two token tiles a row tile); at 128 rows 0.85-0.95x.
-  const int pick = g_config != 0 ? g_config : s.n <= 64 ? 4 : g_three_groups ? 5 : 2;
+  // Production: the configuration linear_fp8_wgmma_shape.h's estimate picks (the 64-row quads
+  // up to 32 rows, the 64- or 192-row quads at 33..64, the fastest of all five from 65 rows).
+  const int pick = g_config != 0 ? g_config : fp8_wgmma_pick(s.out_f, s.in, s.n, cuda::sm_count());
   if (pick == 5) return launch_kernel<Eq, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 1) return launch_kernel<A, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 2) return launch_kernel<B, Store>(s, plan, scratch, launch_tokens, stream);
@@ -430,7 +425,5 @@ void linear_fp8_wgmma_set_config(int config, bool split) {
   g_config = config;
   g_split = split;
 }
-
-bool linear_fp8_wgmma_set_three_groups(bool on) { return std::exchange(g_three_groups, on); }
 
 }  // namespace tandem::kernels
