@@ -7,11 +7,13 @@
 // ceil(items / slots) items, each in a time linear in the call's k. So the estimate is
 // waves x (alpha x in + beta), alpha and beta fitted per configuration to kernel_bench
 // linear_fp8_batch on the five Qwen3.5-27B shapes at 64..256 rows (H100, 2026-12-07,
-// bench/results/h100-2026-12-07/; the H200 has the same 132 SMs and clock, and these calls are not
-// bound by HBM). On those 40 calls from 65 rows the estimate's pick ran within 1.3% of the fastest
-// configuration each time (tests/kernels/linear_fp8_wgmma_shape_test.cpp keeps the table), and up
-// to 1.57x faster than the 64 x 64 items that production took for every call before (down at 80
-// and 96 rows: 127 -> 81 us).
+// bench/results/h100-2026-12-07.tar.xz; the H200 has the same 132 SMs and clock, and these calls
+// are not bound by HBM). On those 40 calls from 65 rows the estimate's pick ran within 1.3% of the
+// fastest configuration each time, and on 40 calls measured after the fit (40..56 and 320..1,024
+// rows) too (tests/kernels/linear_fp8_wgmma_shape_test.cpp keeps both tables); up to 1.57x faster
+// than the 64 x 64 items that production took for every call from 65 rows before (down at 80 and 96
+// rows: 127 -> 81 us). In the 27B-FP8 step (H100): 64 streams 31.66 -> 30.26 ms, verify k = 2 /
+// decode at 32 streams 1.920 -> 1.539.
 // At 33..64 rows the estimate misjudges the configurations that split their items (fewer items
 // than slots), so there it only chooses between the quads of 64 and of 192 rows (gate|up at 64
 // rows: 122.7 -> 101.9 us); up to 32 rows it is the 64-row quads.
