@@ -369,10 +369,11 @@ void bench_gdr_chunked(cudaStream_t s) {
 }
 
 // KERNEL_BENCH_ONLY=copy,linear,linear_variants,linear_batch,linear_fp8,linear_fp8_batch,attention,
-// attention_prefill,gdr,gdr_chunked,conv picks groups.
-bool wanted(const char* group) {
+// attention_prefill,gdr,gdr_chunked,conv picks groups (unset: all of them); linear_shapes runs
+// only when named.
+bool wanted(const char* group, bool by_default = true) {
   const char* only = std::getenv("KERNEL_BENCH_ONLY");
-  if (only == nullptr || *only == 0) return true;
+  if (only == nullptr || *only == 0) return by_default;
   const std::string list = std::string(",") + only + ",";
   return list.find(std::string(",") + group + ",") != std::string::npos;
 }
@@ -389,6 +390,7 @@ int main(int argc, char** argv) {
     }
     if (wanted("linear_variants")) bench_linear_variants(s);
     if (wanted("linear_batch")) bench_linear_batch(s);
+    if (wanted("linear_shapes", false)) bench_linear_shapes(s);
     if (wanted("linear_fp8")) bench_linear_fp8(s);
     if (wanted("linear_fp8_batch")) bench_linear_fp8_batch(s);
     if (wanted("attention")) {

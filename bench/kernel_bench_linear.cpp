@@ -12,6 +12,7 @@
 
 #include "kernel_bench_util.h"
 #include "kernels/linear/linear.h"
+#include "kernels/linear/linear_wgmma_shape.h"
 
 namespace tandem::kernel_bench {
 
@@ -184,6 +185,49 @@ void bench_linear_batch(cudaStream_t s) {
     }
   }
   linear_skinny_set_variant(0);
+}
+
+// Group linear_shapes (named only: KERNEL_BENCH_ONLY=linear_shapes): the bf16 wgmma kernel's
+// decode calls in each of its item shapes (linear_set_wgmma_shape) beside production's pick, on
+// the 27B shapes at KERNEL_BENCH_ROWS (default 8..256), TFLOP/s: the table a shape rule is fitted
+// to (bench/fit_wave_model.py), as linear_fp8_batch's configuration columns were for the FP8
+// kernel's (linear_fp8_wgmma_shape.h).
+void bench_linear_shapes(cudaStream_t s) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const Tensor x = random_bf16({1024, 17408}, 4);
+  const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
+  linear_reserve_decode_workspace(Device::kCuda);
+  for (const auto& [out_f, in] : kQwen27bShapes) {
+    std::vector<Tensor> w;
+    for (int i = 0; i < 3; ++i) w.push_back(random_bf16({out_f, in}, 30 + i));
+    for (const int64_t n : bench_rows({8, 16, 32, 48, 64, 96, 128, 192, 256})) {
+      if (n < 5 || n > 1024) continue;  // the wgmma kernel's calls; x holds 1,024 rows
+      const double flop = 2.0 * out_f * in * n;
+      std::string line = fmt::format("linear shapes [{},{}] n={}: TFLOP/s", out_f, in, n);
+      double production = 0;
+      WgmmaItemShape shapes[std::size(kWgmmaItemShapes) + 1] = {{0, 0}};
+      std::copy(std::begin(kWgmmaItemShapes), std::end(kWgmmaItemShapes), shapes + 1);
+      for (const WgmmaItemShape& shape : shapes) {
+        linear_set_wgmma_shape(shape.tile_m, shape.n);
+        const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
+          linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
+                       .weight = w[it % 3],
+                       .out = out.slice(0, 0, n).slice(1, 0, out_f),
+                       .decode_rows = n},
+                      ctx);
+        });
+        const std::string name = shape.tile_m == 0
+                                     ? std::string("production")
+                                     : fmt::format("wgmma {}x{}", shape.tile_m, shape.n);
+        if (shape.tile_m == 0) production = ms;
+        report(fmt::format("linear decode n={} {} [{},{}] (back to back)", n, name, out_f, in), ms,
+               flop, production);
+        line += fmt::format(" {} {:.0f}", name, flop / (ms * 1e-3) / 1e12);
+      }
+      linear_set_wgmma_shape(0, 0);
+      fmt::print("{}\n", line);
+    }
+  }
 }
 
 namespace {

@@ -53,6 +53,7 @@ void report(const std::string& what, double ms, double bytes, double base_ms);
 void bench_linear(cudaStream_t s, int64_t out_f, int64_t in);
 void bench_linear_variants(cudaStream_t s);
 void bench_linear_batch(cudaStream_t s);
+void bench_linear_shapes(cudaStream_t s);  // only when named in KERNEL_BENCH_ONLY
 void bench_linear_fp8(cudaStream_t s);
 void bench_linear_fp8_batch(cudaStream_t s);
 

@@ -13,6 +13,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/linear/linear.h"
+#include "kernels/linear/linear_wgmma_shape.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/rope/rope.h"
 
@@ -227,15 +228,18 @@ std::string bad_rows(const std::vector<uint32_t>& got, const std::vector<uint32_
 // and 18 (the item shapes by the cost rule at every row count: on the 27B shapes 128 x 64 items at
 // 64 rows for out_f = 5120) and 19 (by the rows rule at every row count; production takes the cost
 // rule's shapes from 65 rows: 128 x 64 at 129 rows for all five, 128 x 128 at 256 for out_f =
-// 5120).
+// 5120); at 33 and 129 rows each of the seven item shapes, forced (linear_set_wgmma_shape).
 TEST(CudaRowInvariance, LinearDecodeBatch) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(31);
   constexpr int64_t kRows = 256;
   linear_reserve_decode_workspace(Device::kCuda);  // split mode
-  struct ProductionAfter {  // leaves the production variant selected, whatever fails
-    ~ProductionAfter() { linear_skinny_set_variant(0); }
+  struct ProductionAfter {  // leaves the production variant and shapes selected, whatever fails
+    ~ProductionAfter() {
+      linear_skinny_set_variant(0);
+      linear_set_wgmma_shape(0, 0);
+    }
   } production_after;
   struct Shape2 {
     const char* name;
@@ -292,6 +296,19 @@ TEST(CudaRowInvariance, LinearDecodeBatch) {
           const std::string vs1_v = bad_rows(out_bits(other.out), alone_bits, 0, n, cols);
           check_bits("linear.decode_batch_split_rule_vs_1",
                      p + fmt::format(",variant={}", variant) + vs1_v, vs1_v.empty());
+        }
+        for (const WgmmaItemShape& shape : kWgmmaItemShapes) {
+          if (n != 33 && n != 129) break;
+          // Every item shape, whatever the rule would pick (kernel_bench linear_shapes): the
+          // same bits.
+          linear_set_wgmma_shape(shape.tile_m, shape.n);
+          const LinearBuffers other = buffers();
+          run_rows(f, x.dev, w, other, 0, n, n, cs.ctx());
+          cs.sync();
+          linear_set_wgmma_shape(0, 0);
+          const std::string vs1_s = bad_rows(out_bits(other.out), alone_bits, 0, n, cols);
+          check_bits("linear.decode_batch_forced_shape_vs_1",
+                     p + fmt::format(",shape={}x{}", shape.tile_m, shape.n) + vs1_s, vs1_s.empty());
         }
         if (!f.input_rms || n > 16) continue;
         // Bench variant 14: the wgmma kernel's sums of squares in the kernel (no
@@ -408,8 +425,11 @@ TEST(CudaRowInvariance, LinearConfigurations) {
   SKIP_WITHOUT_CUDA();
   CudaStream cs;
   Rng rng(35);
-  struct ProductionAfter {  // leaves the production variant selected, whatever fails
-    ~ProductionAfter() { linear_skinny_set_variant(0); }
+  struct ProductionAfter {  // leaves the production variant and shapes selected, whatever fails
+    ~ProductionAfter() {
+      linear_skinny_set_variant(0);
+      linear_set_wgmma_shape(0, 0);
+    }
   } production_after;
   constexpr int64_t kRows = 64;
   linear_reserve_decode_workspace(Device::kCuda);  // split mode

@@ -146,6 +146,10 @@ std::string linear_cuda_paths();
 // Benchmark-only: picks a decode-kernel variant (0 = production); returns the number of variants.
 // Only the persistent kernel's variants take LinearEpilogue::kSwiGluPairs.
 int linear_skinny_set_variant(int v);
+// Benchmark-only: every bf16 wgmma decode call in item shape tile_m x n (one of
+// linear_wgmma_shape.h's kWgmmaItemShapes) whatever production's rule picks; 0, 0: the rule's
+// again. The same bits.
+void linear_set_wgmma_shape(int tile_m, int n);
 // Tests and benchmarks only: the bf16 decode order's specification (linear_order_spec_cuda.cu, one
 // warp per 16 weight rows and 8 tokens, plain loads; slow): bf16 x [n, in] (in a multiple of 8) and
 // weight, f32 out [n, out], no epilogue or input_rms. Every bf16 decode kernel gives its bits.

@@ -470,6 +470,8 @@ void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
 
 void linear_fp8_set_prefill_decode_order(bool on) { g_fp8_prefill_decode_order = on; }
 
+void linear_set_wgmma_shape(int tile_m, int n) { linear_wgmma_force_shape(tile_m, n); }
+
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split) {
   g_fp8_wgmma_rows = min_rows;
   linear_fp8_wgmma_set_config(config, split);

@@ -110,6 +110,9 @@ constexpr int64_t kInKernelSumsRows = 8;
 // up to 64 rows, cost rule above), 1 the cost rule at every row count (variant 18), 2 the rows
 // rule at every row count (variant 19, production before 2026-12-05). The bits are the same.
 void linear_wgmma_set_shape_rule(int rule);
+// Bench only: every wgmma call in one item shape (tile_m x n, one of kWgmmaItemShapes), whatever
+// the rule would pick; 0, 0: the rule's again (kernel_bench linear_shapes). The bits are the same.
+void linear_wgmma_force_shape(int tile_m, int n);
 void linear_wgmma_set_inkernel_sums(int64_t max_rows);
 // Bench only: the wgmma kernel's split mode (linear_split.h): 0 production; 1 one rank per unit
 // only when the items are fewer than the block slots (the rule before); 2 with class groups too.

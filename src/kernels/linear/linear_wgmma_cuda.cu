@@ -32,6 +32,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_plan.h"
@@ -343,6 +344,8 @@ int64_t g_inkernel_sums_rows = kInKernelSumsRows;
 LinearSplitRule g_split_rule = LinearSplitRule::kProduction;
 // The item shape's rule (linear_wgmma_shape.h): production, or bench variant 18's or 19's.
 WgmmaShapeRule g_shape_rule = WgmmaShapeRule::kProduction;
+// Bench only (linear_wgmma_force_shape): one item shape for every call; tile_m 0: the rule's.
+WgmmaItemShape g_forced_shape{0, 0};
 
 bool g_workspace_ready = false;
 bool workspace_ready() { return g_workspace_ready; }
@@ -428,8 +431,10 @@ void launch_store(const LinearShape& s, cudaStream_t stream) {
   const int64_t tiles = (s.out_f + kRows - 1) / kRows;
   const LinearPlan plan =
       plan_linear(tiles, s.in, kLinearPlanChunkK, linear_plan_resident(), sms, kLinearRangeAlign);
-  const WgmmaItemShape shape =
-      wgmma_shape({s.out_f, s.in, s.n, plan, sms}, workspace_ready(), g_split_rule, g_shape_rule);
+  const WgmmaItemShape shape = g_forced_shape.tile_m != 0
+                                   ? g_forced_shape
+                                   : wgmma_shape({s.out_f, s.in, s.n, plan, sms}, workspace_ready(),
+                                                 g_split_rule, g_shape_rule);
   if (shape.n == 128) {
     return launch_kernel<GemmCfg<128, 6, 2>, Store>(s, plan, stream);
   }
@@ -460,6 +465,13 @@ void linear_wgmma_set_shape_rule(int rule) {
   g_shape_rule = rule == 1   ? WgmmaShapeRule::kCost
                  : rule == 2 ? WgmmaShapeRule::kRows
                              : WgmmaShapeRule::kProduction;
+}
+void linear_wgmma_force_shape(int tile_m, int n) {
+  const WgmmaItemShape shape{tile_m, n};
+  TANDEM_CHECK(tile_m == 0 || std::find(std::begin(kWgmmaItemShapes), std::end(kWgmmaItemShapes),
+                                        shape) != std::end(kWgmmaItemShapes),
+               "linear (wgmma decode): no {} x {} item shape is built", tile_m, n);
+  g_forced_shape = tile_m == 0 ? WgmmaItemShape{0, 0} : shape;
 }
 void linear_wgmma_set_split_rule(int rule) {
   g_split_rule = rule == 1   ? LinearSplitRule::kBefore
