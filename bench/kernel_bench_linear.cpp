@@ -130,6 +130,21 @@ void bench_linear_variants(cudaStream_t s) {
   linear_skinny_set_variant(0);
 }
 
+// Milliseconds of a decode call of n rows of x through the weights w (three copies, taken in
+// turn so that each call reads its matrix from HBM), back to back.
+double decode_rows_ms(cudaStream_t s, const Tensor& x, const std::vector<Tensor>& w,
+                      const Tensor& out, int64_t n) {
+  const ExecContext ctx{Device::kCuda, 1, s};
+  const int64_t out_f = w[0].dim(0), in = w[0].dim(1);
+  return batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
+    linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
+                 .weight = w[it % 3],
+                 .out = out.slice(0, 0, n).slice(1, 0, out_f),
+                 .decode_rows = n},
+                ctx);
+  });
+}
+
 // Group linear_batch: decode calls of n = 1..1024 rows (LinearArgs::decode_rows = n) on the 27B
 // shapes, back to back, as TB/s of weight bytes (what a batch must read, once): production (the
 // persistent kernel up to 4 rows, the wgmma kernel above), variants 15 and 16 (the wgmma kernel's
@@ -156,13 +171,7 @@ void bench_linear_batch(cudaStream_t s) {
         if ((v >= 15 && v <= 16 && (n < 5 || n > 256)) || (n > 4 && v == 13)) continue;
         if (v >= 18 && n < 48) continue;  // the rows rule's shapes below (linear_wgmma_shape.h)
         linear_skinny_set_variant(v);
-        const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
-          linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
-                       .weight = w[it % 3],
-                       .out = out.slice(0, 0, n).slice(1, 0, out_f),
-                       .decode_rows = n},
-                      ctx);
-        });
+        const double ms = decode_rows_ms(s, x, w, out, n);
         if (v == 0) production = ms;
         report(fmt::format("linear decode n={} {} [{},{}] (back to back)", n, name, out_f, in), ms,
                2.0 * out_f * in, production);
@@ -193,7 +202,6 @@ void bench_linear_batch(cudaStream_t s) {
 // to (bench/fit_wave_model.py), as linear_fp8_batch's configuration columns were for the FP8
 // kernel's (linear_fp8_wgmma_shape.h).
 void bench_linear_shapes(cudaStream_t s) {
-  const ExecContext ctx{Device::kCuda, 1, s};
   const Tensor x = random_bf16({1024, 17408}, 4);
   const Tensor out = Tensor::zeros({1024, 34816}, DType::kBF16, Device::kCuda);
   linear_reserve_decode_workspace(Device::kCuda);
@@ -209,13 +217,7 @@ void bench_linear_shapes(cudaStream_t s) {
       std::copy(std::begin(kWgmmaItemShapes), std::end(kWgmmaItemShapes), shapes + 1);
       for (const WgmmaItemShape& shape : shapes) {
         linear_set_wgmma_shape(shape.tile_m, shape.n);
-        const double ms = batched_ms(s, n > 64 ? 8 : 20, [&](int it) {
-          linear_cuda({.x = x.slice(0, 0, n).slice(1, 0, in),
-                       .weight = w[it % 3],
-                       .out = out.slice(0, 0, n).slice(1, 0, out_f),
-                       .decode_rows = n},
-                      ctx);
-        });
+        const double ms = decode_rows_ms(s, x, w, out, n);
         const std::string name = shape.tile_m == 0
                                      ? std::string("production")
                                      : fmt::format("wgmma {}x{}", shape.tile_m, shape.n);
