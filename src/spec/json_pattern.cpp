@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -503,6 +504,65 @@ States Pattern::step(const States& s, unsigned char c) const {
   }
   for (size_t w = 0; w < next.size(); ++w) next[w] &= live_[w];
   return next;
+}
+
+void Pattern::bound_lengths(int64_t min_chars) {
+  if (min_chars > kMaxLengthBound) {
+    throw PatternError("minLength above " + std::to_string(kMaxLengthBound) + " beside a pattern");
+  }
+  const auto has = [](const States& s, int i) { return (s[i / 64] >> (i % 64)) & 1u; };
+  const auto meet = [](const States& a, const States& b) {
+    for (size_t w = 0; w < a.size(); ++w) {
+      if ((a[w] & b[w]) != 0) return true;
+    }
+    return false;
+  };
+  // An edge's bytes that start a character the string may hold, and its continuation bytes.
+  const auto starts = [](const Edge& e) {
+    for (int b = e.lo; b <= e.hi; ++b) {
+      if (b >= 0x20 && b != '"' && b != '\\' && (b < 0x80 || b > 0xBF)) return true;
+    }
+    return false;
+  };
+  const auto continues = [](const Edge& e) { return e.hi >= 0x80 && e.lo <= 0xBF; };
+  const int n = static_cast<int>(edges_.size());
+  const int64_t cap = min_chars + kMaxStates;
+  lengths_.assign(static_cast<size_t>(cap + 1), States{});
+  for (int64_t len = 0; len <= cap; ++len) {
+    States& at = lengths_[static_cast<size_t>(len)];
+    // Continuation bytes add no character, so `at` feeds itself: grow it to its fixed point.
+    for (bool grew = true; grew;) {
+      grew = false;
+      States own{};  // states whose own moves reach a match with len characters
+      for (int r = 0; r < n; ++r) {
+        bool ok = len == 0 && r == accept_;
+        for (const Edge& e : edges_[r]) {
+          ok = ok || (len > 0 && starts(e) && has(lengths_[static_cast<size_t>(len - 1)], e.to)) ||
+               (continues(e) && has(at, e.to));
+        }
+        if (ok) own[r / 64] |= uint64_t{1} << (r % 64);
+      }
+      for (int q = 0; q < n; ++q) {
+        if (!has(at, q) && meet(closure_[q], own)) {
+          at[q / 64] |= uint64_t{1} << (q % 64);
+          grew = true;
+        }
+      }
+    }
+  }
+}
+
+bool Pattern::can_match(const States& s, int64_t lo, int64_t hi) const {
+  if (lengths_.empty()) return !none(s);
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min({hi, lo + kMaxStates - 1, static_cast<int64_t>(lengths_.size()) - 1});
+  for (int64_t len = lo; len <= hi; ++len) {
+    const States& at = lengths_[static_cast<size_t>(len)];
+    for (size_t w = 0; w < s.size(); ++w) {
+      if ((s[w] & at[w]) != 0) return true;
+    }
+  }
+  return false;
 }
 
 bool Pattern::matches(const std::string& s) const {

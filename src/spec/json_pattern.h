@@ -48,6 +48,19 @@ class Pattern {
   // Whether the whole string (written without escapes) matches: start, step, accepts.
   bool matches(const std::string& s) const;
 
+  // Beside minLength / maxLength: a table of the counts of further characters with which each
+  // state reaches a match (a byte outside 0x80..0xBF starts a character; '"', '\\' and control
+  // bytes are never written), for counts up to min_chars + kMaxStates, which is enough: a match
+  // with more characters than lo + kMaxStates - 1 has a cycle to drop, so one in
+  // [lo, lo + kMaxStates) exists whenever one at lo or above does. Throws PatternError above
+  // kMaxLengthBound.
+  void bound_lengths(int64_t min_chars);
+  // Whether states s reach a match with a count of further characters in [lo, hi] (lo clipped at
+  // 0; lo above min_chars of bound_lengths is not asked). Without bound_lengths: whether any
+  // state of s is live.
+  bool can_match(const States& s, int64_t lo, int64_t hi) const;
+  static constexpr int64_t kMaxLengthBound = 8192;
+
  private:
   struct Edge {
     uint8_t lo, hi;  // bytes lo..hi
@@ -57,6 +70,7 @@ class Pattern {
   std::vector<States> closure_;           // per state: the states its empty moves reach, itself too
   States live_{}, start_{};
   int accept_ = 0;
+  std::vector<States> lengths_;  // bound_lengths: [count]: the states that match with it
   friend class Builder;
 };
 

@@ -199,17 +199,30 @@ class JsonSchemaCompiler {
     return index;
   }
 
-  // `pattern`: its automaton (json_pattern.h), not beside a length bound or a literal list (whose
-  // joint completions the cursor does not follow).
+  // `pattern`: its automaton (json_pattern.h); beside minLength / maxLength with the table of the
+  // lengths its states can still match with, so that the cursor never lets a string grow where no
+  // match of an allowed length follows. Not beside a literal list (whose joint completions the
+  // cursor does not follow).
   void pattern(const Json& s, const std::string& path, JsonSchema::Node& n) {
     if (!s.contains("pattern")) return;
     const Json& p = s["pattern"];
     if (!p.is_string()) fail(path, "'pattern' must be a string");
-    if (s.contains("minLength") || s.contains("maxLength") || n.has_literals) {
-      fail(path, "'pattern' beside minLength, maxLength, enum or const is not supported");
-    }
+    if (n.has_literals) fail(path, "'pattern' beside enum or const is not supported");
     try {
-      out_.patterns_.push_back(json_pattern::Pattern::compile(p.get<std::string>()));
+      json_pattern::Pattern compiled = json_pattern::Pattern::compile(p.get<std::string>());
+      if (n.min_length > 0 || n.max_length != JsonSchema::kUnbounded) {
+        compiled.bound_lengths(n.min_length);
+        if (!compiled.can_match(compiled.start(), n.min_length, n.max_length)) {
+          const std::string lengths =
+              n.max_length == JsonSchema::kUnbounded ? "at least " + std::to_string(n.min_length)
+              : n.min_length == n.max_length
+                  ? std::to_string(n.min_length)
+                  : std::to_string(n.min_length) + " to " + std::to_string(n.max_length);
+          fail(path, "'pattern' " + p.dump() + " matches no string of " + lengths +
+                         " characters (minLength, maxLength)");
+        }
+      }
+      out_.patterns_.push_back(std::move(compiled));
     } catch (const json_pattern::PatternError& e) {
       fail(path, "'pattern' " + p.dump() + " is not supported: " + e.what());
     }

@@ -10,8 +10,9 @@
 // json_number_bounds.h), minProperties, maxProperties, uniqueItems (on arrays whose items are
 // an enum or const), enum and const (of strings,
 // numbers, booleans and null, matched as their compact JSON text), pattern (json_pattern.h: the
-// ECMA-262 subset it names; such a string is written without escapes; not beside minLength,
-// maxLength, enum or const), anyOf and oneOf (oneOf is taken
+// ECMA-262 subset it names; such a string is written without escapes; beside minLength /
+// maxLength a string grows only where a match of an allowed length can follow; not beside enum or
+// const), anyOf and oneOf (oneOf is taken
 // as anyOf: exclusivity is not enforced), allOf with one member, $ref to "#", "#/$defs/..." and
 // "#/definitions/..." (recursion allowed), and the boolean schemas true and false. Annotations
 // (title, description, default, examples, format, ...) are ignored, as JSON Schema lets a validator

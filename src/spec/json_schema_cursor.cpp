@@ -208,8 +208,13 @@ bool SchemaCursor::scalar(unsigned char c, bool starts_char) {
     }
     if (f.kind == JsonSchema::kString && n.pattern >= 0 && c != '"') {  // '"': the closing quote
       if (c == '\\') return false;                                      // written without escapes
-      f.re = schema_->pattern(n.pattern).step(f.re, c);
-      if (json_pattern::Pattern::none(f.re)) return false;
+      const json_pattern::Pattern& re = schema_->pattern(n.pattern);
+      f.re = re.step(f.re, c);
+      // Beside length bounds: a match must still be reachable with an allowed count of
+      // characters (bound_lengths' table; without bounds, any live state can finish).
+      const int64_t most =
+          n.max_length == JsonSchema::kUnbounded ? JsonSchema::kUnbounded : n.max_length - f.count;
+      if (!re.can_match(f.re, n.min_length - f.count, most)) return false;
     }
     return true;
   });

@@ -484,6 +484,28 @@ def test_json_schema_pattern_is_enforced(client, mtp_client):
     assert spec.choices[0].message.content == c.choices[0].message.content
 
 
+def test_json_schema_pattern_beside_length_bounds(client, mtp_client):
+    # pydantic's constr(pattern=..., min_length=..., max_length=...): the value matches and has an
+    # allowed length whenever the model closed it; the same text under MTP.
+    field = {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 5}
+    schema = {"type": "json_schema", "json_schema": {"name": "word", "schema": {
+        "type": "object", "properties": {"word": field}, "required": ["word"]}}}
+    ask = [{"role": "user", "content": "Give me a short word."}]
+    c = client.chat.completions.create(model=MODEL, messages=ask, response_format=schema,
+                                       max_tokens=40, temperature=0)
+    if c.choices[0].finish_reason == "stop":
+        word = json.loads(c.choices[0].message.content)["word"]
+        assert re.fullmatch("[a-z]{2,5}", word), word
+    spec = mtp_client.chat.completions.create(model=MODEL, messages=ask, response_format=schema,
+                                              max_tokens=40, temperature=0)
+    assert spec.choices[0].message.content == c.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:  # no allowed length matches
+        chat(client, CHAT[1], response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "string", "pattern": "^a{2}$", "minLength": 3}}})
+    assert e.value.param == "response_format.json_schema.schema"
+    assert "matches no string of at least 3 characters" in str(e.value)
+
+
 def test_json_schema_the_server_cannot_enforce_is_refused_naming_it(client):
     with pytest.raises(openai.BadRequestError) as e:
         chat(client, CHAT[1], response_format={"type": "json_schema", "json_schema": {

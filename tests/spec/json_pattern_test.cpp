@@ -109,6 +109,64 @@ TEST(JsonPattern, EveryKeptPrefixCanBeCompleted) {
   }
 }
 
+// Beside minLength / maxLength (bound_lengths): from the state sets of random walks, can_match
+// over every window [lo, hi] of further characters within 0..12 equals a breadth-first search over
+// printable ASCII (every character class of these patterns has an ASCII member, so ASCII strings
+// reach every length a match can have).
+TEST(JsonPattern, LengthTableAgreesWithASearch) {
+  std::mt19937_64 rng(13);
+  constexpr int kMost = 12;
+  const auto layers = [](const Pattern& p, const States& s) {  // [len]: a match with len more?
+    std::vector<bool> match(kMost + 1, false);
+    std::vector<States> frontier{s};
+    for (int len = 0; len <= kMost; ++len) {
+      std::vector<States> next;
+      for (const States& f : frontier) {
+        match[len] = match[len] || p.accepts(f);
+        for (int c = 0x20; c < 0x7f; ++c) {
+          if (c == '"' || c == '\\') continue;
+          const States t = p.step(f, static_cast<unsigned char>(c));
+          if (Pattern::none(t)) continue;
+          bool known = false;
+          for (const States& k : next) known = known || k == t;
+          if (!known) next.push_back(t);
+        }
+      }
+      frontier = std::move(next);
+    }
+    return match;
+  };
+  int both = 0;
+  for (const std::string& re : kPatterns) {
+    for (const int64_t min_chars : {0, 3, 7}) {
+      Pattern p = Pattern::compile(re);
+      p.bound_lengths(min_chars);
+      for (int walk = 0; walk < 6; ++walk) {
+        States s = p.start();
+        for (int step = 0; step < 6; ++step) {
+          const std::vector<bool> match = layers(p, s);
+          for (int lo = 0; lo <= std::min<int>(kMost, static_cast<int>(min_chars)); ++lo) {
+            for (int hi = lo; hi <= kMost; ++hi) {
+              bool want = false;
+              for (int len = lo; len <= hi; ++len) want = want || match[len];
+              ASSERT_EQ(p.can_match(s, lo, hi), want)
+                  << re << " (min " << min_chars << "): [" << lo << ", " << hi << "]";
+              both += want;
+            }
+          }
+          std::vector<unsigned char> allowed;
+          for (int c = 0x20; c < 0x7f; ++c) {
+            if (!Pattern::none(p.step(s, static_cast<unsigned char>(c)))) allowed.push_back(c);
+          }
+          if (allowed.empty()) break;
+          s = p.step(s, allowed[rng() % allowed.size()]);
+        }
+      }
+    }
+  }
+  EXPECT_GT(both, 1000);  // windows with and without a match
+}
+
 TEST(JsonPattern, NonAsciiCharactersAreTheirUtf8Bytes) {
   const Pattern p = Pattern::compile("^caf\u00e9.$");
   EXPECT_TRUE(p.matches("caf\u00e9!"));

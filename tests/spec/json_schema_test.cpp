@@ -52,6 +52,36 @@ TEST(JsonSchema, PatternStringsMatchTheirRegex) {
   EXPECT_EQ(refused_at(a, R"("hello world")"), 6);
 }
 
+// `pattern` beside minLength / maxLength: a string grows only where a match of an allowed length
+// can still follow, so the cursor refuses the byte that would leave none (not only the closing
+// quote), and a pattern no allowed length matches is refused at compile time.
+TEST(JsonSchema, PatternBesideLengthBoundsNeverDeadEnds) {
+  const auto code =
+      JsonSchema::compile(Json::parse(R"({"type": "string", "pattern": "^a+b$", "maxLength": 3})"));
+  EXPECT_TRUE(accepts(*code, R"("aab")"));
+  EXPECT_TRUE(accepts(*code, R"("ab")"));
+  JsonAutomaton a(code.get(), 0);
+  EXPECT_EQ(refused_at(a, R"("aaab")"), 3);  // a third 'a' leaves no room for the 'b'
+  const auto pairs = JsonSchema::compile(
+      Json::parse(R"({"type": "string", "pattern": "^(ab)+$", "minLength": 3, "maxLength": 6})"));
+  EXPECT_TRUE(accepts(*pairs, R"("abab")"));
+  EXPECT_TRUE(accepts(*pairs, R"("ababab")"));
+  JsonAutomaton b(pairs.get(), 0);
+  EXPECT_EQ(refused_at(b, R"("ab")"), 3);  // the closing quote: 2 characters < minLength
+  JsonAutomaton c(pairs.get(), 0);
+  EXPECT_EQ(refused_at(c, R"("abababa")"), 7);  // a seventh character: above maxLength
+  // An unanchored pattern with a minimum: any characters pad it.
+  const auto search =
+      JsonSchema::compile(Json::parse(R"({"type": "string", "pattern": "x", "minLength": 4})"));
+  EXPECT_TRUE(accepts(*search, R"("abxd")"));
+  EXPECT_FALSE(accepts(*search, R"("x")"));
+  // Characters, not bytes: an e-acute is one character of two bytes.
+  const auto chars = JsonSchema::compile(
+      Json::parse(R"({"type": "string", "pattern": "^.+$", "minLength": 2, "maxLength": 2})"));
+  EXPECT_TRUE(accepts(*chars, "\"\u00e9\u00e9\""));
+  EXPECT_FALSE(accepts(*chars, "\"\u00e9\""));
+}
+
 TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "object", "properties": {"a": {"type":
             "number", "minimum": 1e16}}})")),  // beyond every number of at most 15 digits
@@ -67,8 +97,13 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceAndSaysWhere) {
             "at '#': no JSON value satisfies this schema");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "(a)\\1"})")),
             "at '#': 'pattern' \"(a)\\\\1\" is not supported: a back-reference at offset 3");
-  EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "^a", "maxLength": 3})")),
-            "at '#': 'pattern' beside minLength, maxLength, enum or const is not supported");
+  EXPECT_EQ(compile_error(Json::parse(R"({"type": "string", "pattern": "^a", "enum": ["a"]})")),
+            "at '#': 'pattern' beside enum or const is not supported");
+  EXPECT_EQ(compile_error(Json::parse(R"({"pattern": "^a{2}$", "minLength": 3})")),
+            "at '#': 'pattern' \"^a{2}$\" matches no string of at least 3 characters "
+            "(minLength, maxLength)");
+  EXPECT_EQ(compile_error(Json::parse(R"({"pattern": "a", "minLength": 9000})")),
+            "at '#': 'pattern' \"a\" is not supported: minLength above 8192 beside a pattern");
   EXPECT_EQ(compile_error(Json::parse(R"({"patternProperties": {"^a": {}}})")),
             "at '#': 'patternProperties' is not supported (structured output cannot enforce it)");
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "strin"})")), "at '#': unknown type \"strin\"");
