@@ -517,14 +517,18 @@ void Pattern::bound_lengths(int64_t min_chars) {
     }
     return false;
   };
-  // An edge's bytes that start a character the string may hold, and its continuation bytes.
+  // Per edge: whether its bytes hold one that starts a character the string may hold, and one
+  // that continues a character.
   const auto starts = [](const Edge& e) {
     for (int b = e.lo; b <= e.hi; ++b) {
       if (b >= 0x20 && b != '"' && b != '\\' && (b < 0x80 || b > 0xBF)) return true;
     }
     return false;
   };
-  const auto continues = [](const Edge& e) { return e.hi >= 0x80 && e.lo <= 0xBF; };
+  std::vector<std::vector<std::pair<bool, bool>>> kinds(edges_.size());
+  for (size_t r = 0; r < edges_.size(); ++r) {
+    for (const Edge& e : edges_[r]) kinds[r].emplace_back(starts(e), e.hi >= 0x80 && e.lo <= 0xBF);
+  }
   const int n = static_cast<int>(edges_.size());
   const int64_t cap = min_chars + kMaxStates;
   lengths_.assign(static_cast<size_t>(cap + 1), States{});
@@ -536,9 +540,11 @@ void Pattern::bound_lengths(int64_t min_chars) {
       States own{};  // states whose own moves reach a match with len characters
       for (int r = 0; r < n; ++r) {
         bool ok = len == 0 && r == accept_;
-        for (const Edge& e : edges_[r]) {
-          ok = ok || (len > 0 && starts(e) && has(lengths_[static_cast<size_t>(len - 1)], e.to)) ||
-               (continues(e) && has(at, e.to));
+        for (size_t i = 0; i < edges_[r].size() && !ok; ++i) {
+          const auto [starts_char, continues_char] = kinds[r][i];
+          const int to = edges_[r][i].to;
+          ok = (len > 0 && starts_char && has(lengths_[static_cast<size_t>(len - 1)], to)) ||
+               (continues_char && has(at, to));
         }
         if (ok) own[r / 64] |= uint64_t{1} << (r % 64);
       }
