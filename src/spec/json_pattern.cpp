@@ -506,17 +506,20 @@ States Pattern::step(const States& s, unsigned char c) const {
   return next;
 }
 
+namespace {
+bool meet(const States& a, const States& b) {
+  for (size_t w = 0; w < a.size(); ++w) {
+    if ((a[w] & b[w]) != 0) return true;
+  }
+  return false;
+}
+}  // namespace
+
 void Pattern::bound_lengths(int64_t min_chars) {
   if (min_chars > kMaxLengthBound) {
     throw PatternError("minLength above " + std::to_string(kMaxLengthBound) + " beside a pattern");
   }
   const auto has = [](const States& s, int i) { return (s[i / 64] >> (i % 64)) & 1u; };
-  const auto meet = [](const States& a, const States& b) {
-    for (size_t w = 0; w < a.size(); ++w) {
-      if ((a[w] & b[w]) != 0) return true;
-    }
-    return false;
-  };
   // Per edge: whether its bytes hold one that starts a character the string may hold, and one
   // that continues a character.
   const auto starts = [](const Edge& e) {
@@ -563,10 +566,7 @@ bool Pattern::can_match(const States& s, int64_t lo, int64_t hi) const {
   lo = std::max<int64_t>(lo, 0);
   hi = std::min({hi, lo + kMaxStates - 1, static_cast<int64_t>(lengths_.size()) - 1});
   for (int64_t len = lo; len <= hi; ++len) {
-    const States& at = lengths_[static_cast<size_t>(len)];
-    for (size_t w = 0; w < s.size(); ++w) {
-      if ((s[w] & at[w]) != 0) return true;
-    }
+    if (meet(s, lengths_[static_cast<size_t>(len)])) return true;
   }
   return false;
 }

@@ -45,7 +45,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <utility>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
