@@ -36,6 +36,7 @@ struct ServeOptions : EngineFlags {
   std::string api_key;
   int64_t max_queue = 1024;
   int64_t max_body_bytes = 8 << 20;
+  int64_t max_stored_responses = 1024;
   std::string tool_call_parser, reasoning_parser;
   std::string generation_config = "auto";
   std::string chat_template;
@@ -108,6 +109,8 @@ void serve(ServeOptions& o) {
   TANDEM_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got {}", o.port);
   TANDEM_CHECK(o.max_queue >= 0, "--max-queue must be >= 0, got {}", o.max_queue);
   TANDEM_CHECK(o.max_body_bytes >= 1, "--max-body-bytes must be >= 1, got {}", o.max_body_bytes);
+  TANDEM_CHECK(o.max_stored_responses >= 0, "--max-stored-responses must be >= 0, got {}",
+               o.max_stored_responses);
   TANDEM_CHECK(o.max_num_seqs >= 0, "--max-num-seqs must be >= 1 (0: the default 8), got {}",
                o.max_num_seqs);
   if (o.api_key.empty()) {
@@ -147,14 +150,15 @@ void serve(ServeOptions& o) {
                            .eos_ids = model->config().eos_token_ids,
                            .tool_call_format = tool_format,
                            .reasoning_format = reasoning_format,
-                           .sampling_defaults = sampling_defaults};
-  std::fprintf(stderr,
-               "serve: model name '%s', max queue %lld, max body %lld bytes, %lld HTTP threads, "
-               "API key %s\n",
-               so.served_model_name.c_str(), static_cast<long long>(so.max_queue),
-               static_cast<long long>(so.max_body_bytes),
-               static_cast<long long>(server::http_threads(so)),
-               so.api_key.empty() ? "off" : "required");
+                           .sampling_defaults = sampling_defaults,
+                           .max_stored_responses = o.max_stored_responses};
+  std::fprintf(
+      stderr,
+      "serve: model name '%s', max queue %lld, max body %lld bytes, %lld HTTP threads, "
+      "%lld stored responses at most, API key %s\n",
+      so.served_model_name.c_str(), static_cast<long long>(so.max_queue),
+      static_cast<long long>(so.max_body_bytes), static_cast<long long>(server::http_threads(so)),
+      static_cast<long long>(so.max_stored_responses), so.api_key.empty() ? "off" : "required");
   server::Metrics metrics;
   server::EngineLoop loop(engine, metrics, so.max_queue);
   server::HttpServer http(codec, loop, metrics, so);
@@ -198,6 +202,11 @@ void add_serve_command(CLI::App& app) {
                   "requests that may wait for a slot; more get 503 with Retry-After")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "largest request body; larger get 413")
+      ->capture_default_str();
+  cmd->add_option("--max-stored-responses", o->max_stored_responses,
+                  "responses of POST /v1/responses kept in memory (store: true) for "
+                  "previous_response_id and GET /v1/responses/{id}, the least recently used "
+                  "evicted first; 0: none")
       ->capture_default_str();
   cmd->add_option("--tool-call-parser", o->tool_call_parser,
                   "read tool calls out of chat answers to requests with tools: qwen3_coder "

@@ -1,5 +1,6 @@
 // What every request handler shares (internal to src/server): the codec, the engine loop, the
-// metrics, the options, and the access-log record of the request being served on this thread.
+// metrics, the options, the stored responses, and the access-log record of the request being
+// served on this thread.
 #pragma once
 
 #include <httplib.h>
@@ -12,6 +13,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
+#include "server/response_store.h"
 #include "server/text_codec.h"
 
 namespace tandem::server {
@@ -21,6 +23,7 @@ struct HandlerContext {
   EngineLoop& loop;
   Metrics& metrics;
   const ServerOptions& opt;
+  ResponseStore& responses;  // POST /v1/responses with store (--max-stored-responses)
   ProtocolLimits limits;
   int64_t created;  // server start, Unix seconds (/v1/models)
 };

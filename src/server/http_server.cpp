@@ -29,6 +29,7 @@ struct Route {
 constexpr Route kRoutes[] = {
     {"/v1/chat/completions", "POST", true},
     {"/v1/completions", "POST", true},
+    {"/v1/responses", "POST", true},
     {"/v1/models", "GET", true},
     {"/health", "GET", false},
     {"/metrics", "GET", false},
@@ -78,10 +79,12 @@ int64_t http_threads(const ServerOptions& o) {
 struct HttpServer::Impl {
   Impl(const TextCodec& codec, EngineLoop& loop, Metrics& metrics, ServerOptions o)
       : opt(std::move(o)),
+        responses(opt.max_stored_responses),
         ctx{.codec = codec,
             .loop = loop,
             .metrics = metrics,
             .opt = opt,
+            .responses = responses,
             .limits = {.served_model = opt.served_model_name,
                        .vocab_size = codec.vocab_size(),
                        .defaults = opt.sampling_defaults},
@@ -276,6 +279,24 @@ struct HttpServer::Impl {
     svr.Post("/v1/responses",
              wrap_post([this](const httplib::Request&, std::string_view body,
                               httplib::Response& res) { handle_responses(ctx, body, res); }));
+    // The stored responses (response_store.h); ids are resp_ and hex digits.
+    const std::string stored = R"(/v1/responses/([A-Za-z0-9_\-]+))";
+    auto json = [](httplib::Response& res, const Json& body) {
+      res.set_content(dump(body), "application/json");
+    };
+    svr.Get(stored, wrap([this, json](const httplib::Request& req, httplib::Response& res) {
+              json(res, retrieve_response(responses, req.matches[1]));
+            }));
+    svr.Get(stored + "/input_items",
+            wrap([this, json](const httplib::Request& req, httplib::Response& res) {
+              const std::string order =
+                  req.has_param("order") ? req.get_param_value("order") : "desc";
+              json(res, response_input_items(responses, req.matches[1], order));
+            }));
+    svr.Delete(stored, wrap_post([this, json](const httplib::Request& req, std::string_view,
+                                              httplib::Response& res) {
+                 json(res, delete_response(responses, req.matches[1]));
+               }));
     svr.Get("/v1/models", wrap([this](const httplib::Request&, httplib::Response& res) {
               res.set_content(
                   dump(models_json(opt.served_model_name, ctx.created, opt.max_model_len)),
@@ -299,6 +320,7 @@ struct HttpServer::Impl {
   }
 
   ServerOptions opt;
+  ResponseStore responses;
   HandlerContext ctx;
   httplib::Server svr;
   socket_t listen_fd = -1;

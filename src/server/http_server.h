@@ -36,6 +36,8 @@ struct ServerOptions {
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   // Sampling fields a request leaves out (--generation-config).
   SamplingDefaults sampling_defaults;
+  // Responses kept for previous_response_id and GET /v1/responses/{id}; 0: none.
+  int64_t max_stored_responses = 1024;
 };
 
 // Threads serving connections: every open connection holds one (streams included), so enough for

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -62,30 +62,14 @@ std::string text_of_content(const Json& content, const std::string& param) {
   return text;
 }
 
-// `instructions` and `input` as chat messages: instructions a system message first; message
-// items by role (developer as system); function_call items the assistant's tool_calls (joined to
-// the assistant message before them); function_call_output items tool messages. Reasoning items
-// are dropped (the chat template renders past turns without their reasoning).
-Json messages_of(const Json& body) {
-  Json messages = Json::array();
-  if (const Json* ins = field(body, "instructions")) {
-    if (!ins->is_string()) throw bad_request("instructions", "'instructions' must be a string");
-    if (!ins->get<std::string>().empty()) {
-      messages.push_back({{"role", "system"}, {"content", *ins}});
-    }
-  }
-  const Json* input = field(body, "input");
-  if (input == nullptr) throw bad_request("input", "'input' is required");
-  if (input->is_string()) {
-    messages.push_back({{"role", "user"}, {"content", *input}});
-    return messages;
-  }
-  if (!input->is_array() || input->empty()) {
-    throw bad_request("input", "'input' must be a string or a non-empty array of input items");
-  }
-  for (size_t i = 0; i < input->size(); ++i) {
-    const Json& item = (*input)[i];
-    const std::string p = fmt::format("input[{}]", i);
+// Items as chat messages, appended: message items by role (developer as system); function_call
+// items the assistant's tool_calls (joined to the assistant message before them);
+// function_call_output items tool messages. Reasoning items are dropped (the chat template renders
+// past turns without their reasoning). `param` names the items in errors.
+void append_items(Json& messages, const Json& items, const std::string& param) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Json& item = items[i];
+    const std::string p = fmt::format("{}[{}]", param, i);
     if (!item.is_object()) throw bad_request(p, "an input item must be an object");
     std::string type = item.contains("role") ? "message" : "";
     if (item.contains("type")) {
@@ -121,6 +105,29 @@ Json messages_of(const Json& body) {
       throw bad_request(p + ".type", fmt::format("input item type '{}' is not supported", type));
     }
   }
+}
+
+// `instructions`, the previous response's conversation and `input` as chat messages, in that
+// order: instructions a system message first, then the items (append_items).
+Json messages_of(const Json& body, const Json& previous_items) {
+  Json messages = Json::array();
+  if (const Json* ins = field(body, "instructions")) {
+    if (!ins->is_string()) throw bad_request("instructions", "'instructions' must be a string");
+    if (!ins->get<std::string>().empty()) {
+      messages.push_back({{"role", "system"}, {"content", *ins}});
+    }
+  }
+  append_items(messages, previous_items, "previous_response_id");
+  const Json* input = field(body, "input");
+  if (input == nullptr) throw bad_request("input", "'input' is required");
+  if (input->is_string()) {
+    messages.push_back({{"role", "user"}, {"content", *input}});
+    return messages;
+  }
+  if (!input->is_array() || input->empty()) {
+    throw bad_request("input", "'input' must be a string or a non-empty array of input items");
+  }
+  append_items(messages, *input, "input");
   return messages;
 }
 
@@ -242,41 +249,18 @@ Json function_call_item(const std::string& id, const Json& call, const std::stri
           {"status", status}};
 }
 
-// Replaces the whole-word occurrences of `word` in text (word characters: alphanumerics, '_').
-std::string replace_word(std::string text, std::string_view word, std::string_view by) {
-  const auto is_word = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  };
-  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at)) {
-    const size_t end = at + word.size();
-    if ((at > 0 && is_word(text[at - 1])) || (end < text.size() && is_word(text[end]))) {
-      at = end;
-      continue;
-    }
-    text.replace(at, word.size(), by);
-    at += by.size();
-  }
-  return text;
-}
-
-// A chat request's error as the Responses request names its fields.
-ApiError renamed(const ApiError& e) {
-  static constexpr std::pair<std::string_view, std::string_view> kNames[] = {
-      {"max_completion_tokens", "max_output_tokens"},
-      {"max_tokens", "max_output_tokens"},
-      {"messages", "input"},
-      {"response_format", "text.format"}};
-  std::string param = e.param, message = e.what();
-  for (const auto& [chat, responses] : kNames) {
-    if (param == chat) param = responses;
-    message = replace_word(std::move(message), chat, responses);
-  }
-  return ApiError(e.status, message, e.type, param, e.code);
-}
-
 }  // namespace
 
-Json chat_body_of_responses(const Json& body, ResponsesEcho& echo) {
+std::optional<std::string> previous_response_id_of(const Json& body) {
+  const Json* id = field(body, "previous_response_id");
+  if (id == nullptr) return std::nullopt;
+  if (!id->is_string()) {
+    throw bad_request("previous_response_id", "'previous_response_id' must be a string");
+  }
+  return id->get<std::string>();
+}
+
+Json chat_body_of_responses(const Json& body, ResponsesEcho& echo, const Json& previous_items) {
   Json chat = Json::object();
   for (const char* key :
        {"model", "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty",
@@ -285,12 +269,16 @@ Json chat_body_of_responses(const Json& body, ResponsesEcho& echo) {
         "include_stop_str_in_output", "user"}) {
     if (body.contains(key)) chat[key] = body[key];
   }
-  for (const char* key : {"previous_response_id", "conversation", "prompt"}) {
+  for (const char* key : {"conversation", "prompt"}) {
     if (field(body, key) != nullptr) {
-      throw bad_request(key, fmt::format("'{}' is not supported: this server stores no responses, "
-                                         "conversations or prompts",
+      throw bad_request(key, fmt::format("'{}' is not supported: this server stores responses "
+                                         "(previous_response_id), not conversations or prompts",
                                          key));
     }
+  }
+  const std::optional<std::string> previous_id = previous_response_id_of(body);
+  if (const Json* s = field(body, "store"); s != nullptr && !s->is_boolean()) {
+    throw bad_request("store", "'store' must be a boolean");
   }
   if (const Json* bg = field(body, "background"); bg != nullptr && *bg != false) {
     throw bad_request("background", "background responses are not supported");
@@ -311,7 +299,7 @@ Json chat_body_of_responses(const Json& body, ResponsesEcho& echo) {
       if (v == "message.output_text.logprobs") chat["logprobs"] = true;
     }
   }
-  chat["messages"] = messages_of(body);
+  chat["messages"] = messages_of(body, previous_items);
   if (const Json* tools = field(body, "tools"); tools != nullptr && !tools->empty()) {
     chat["tools"] = chat_tools_of(*tools);
   }
@@ -336,7 +324,9 @@ Json chat_body_of_responses(const Json& body, ResponsesEcho& echo) {
                  {"max_output_tokens", given("max_output_tokens", nullptr)},
                  {"metadata", given("metadata", Json::object())},
                  {"parallel_tool_calls", given("parallel_tool_calls", true)},
+                 {"previous_response_id", previous_id ? Json(*previous_id) : Json()},
                  {"reasoning", given("reasoning", Json{{"effort", nullptr}, {"summary", nullptr}})},
+                 {"store", given("store", true)},
                  {"temperature", given("temperature", nullptr)},
                  {"text", given("text", Json{{"format", {{"type", "text"}}}})},
                  {"tool_choice", given("tool_choice", "auto")},
@@ -386,6 +376,7 @@ Json response_of_chat(const Json& chat, const ResponsesEcho& echo) {
 
 struct ResponsesStream::State {
   ResponsesEcho echo;
+  ResponseCallback on_done;
   std::string model;
   int64_t seq = 0;
   Json output = Json::array();  // finished items, in output order
@@ -538,14 +529,17 @@ struct ResponsesStream::State {
       open_message();
       close_message(status == "completed" ? "completed" : "incomplete");
     }
+    Json r = response(status, reason, output, usage.is_null() ? Json() : usage_of(usage));
+    if (on_done) on_done(r);
     event(status == "completed" ? "response.completed" : "response.incomplete",
-          {{"response",
-            response(status, reason, output, usage.is_null() ? Json() : usage_of(usage))}});
+          {{"response", std::move(r)}});
   }
 };
 
-ResponsesStream::ResponsesStream(ResponsesEcho echo) : s_(std::make_unique<State>()) {
+ResponsesStream::ResponsesStream(ResponsesEcho echo, ResponseCallback on_done)
+    : s_(std::make_unique<State>()) {
   s_->echo = std::move(echo);
+  s_->on_done = std::move(on_done);
 }
 ResponsesStream::~ResponsesStream() = default;
 
@@ -565,29 +559,6 @@ std::string ResponsesStream::rewrite(const std::string& frame) {
     if (f.substr(0, kData.size()) == kData) s.chunk(Json::parse(f.substr(kData.size())));
   }
   return std::move(s.frames);
-}
-
-void handle_responses(const HandlerContext& ctx, std::string_view raw, httplib::Response& res) {
-  const Json body = parse_body(raw);
-  ResponsesEcho echo;
-  const Json chat = chat_body_of_responses(body, echo);
-  const bool stream = chat.value("stream", false);
-  try {
-    if (!stream) {
-      handle_generation(ctx, Endpoint::kChat, dump(chat), res);
-      if (res.status == 200) {
-        res.set_content(dump(response_of_chat(Json::parse(res.body), echo)), "application/json");
-      }
-      access_record().id = echo.id;
-      return;
-    }
-    auto adapter = std::make_shared<ResponsesStream>(echo);
-    handle_generation(ctx, Endpoint::kChat, dump(chat), res,
-                      [adapter](const std::string& frame) { return adapter->rewrite(frame); });
-    access_record().id = echo.id;
-  } catch (const ApiError& e) {
-    throw renamed(e);
-  }
 }
 
 }  // namespace tandem::server

@@ -105,8 +105,10 @@ TEST(ResponsesApi, WhatItCannotExpressIsA400NamingTheField) {
   EXPECT_EQ(param_of({{"input", {{{"type", "function_call"}, {"name", "f"}}}}}),
             "input[0].call_id");
   EXPECT_EQ(param_of({{"input", {{{"type", "computer_call"}}}}}), "input[0].type");
-  EXPECT_EQ(param_of(with("previous_response_id", "resp_1")), "previous_response_id");
+  EXPECT_EQ(param_of(with("previous_response_id", 1)), "previous_response_id");
+  EXPECT_EQ(param_of(with("store", "yes")), "store");
   EXPECT_EQ(param_of(with("conversation", "c")), "conversation");
+  EXPECT_EQ(param_of(with("prompt", {{"id", "p"}})), "prompt");
   EXPECT_EQ(param_of(with("background", true)), "background");
   EXPECT_EQ(param_of(with("stream", "yes")), "stream");
   EXPECT_EQ(param_of(with("tools", {{{"type", "mcp"}}})), "tools[0].type");
@@ -119,8 +121,43 @@ TEST(ResponsesApi, WhatItCannotExpressIsA400NamingTheField) {
   EXPECT_EQ(param_of(with("metadata", "m")), "metadata");
   // Accepted: what is only echoed, and null for the refused ones.
   EXPECT_EQ(param_of(with("previous_response_id", nullptr)), "(accepted)");
+  EXPECT_EQ(param_of(with("previous_response_id", "resp_1")), "(accepted)");  // the handler looks
+  EXPECT_EQ(param_of(with("store", false)), "(accepted)");
   EXPECT_EQ(param_of(with("background", false)), "(accepted)");
   EXPECT_EQ(param_of(with("reasoning", {{"effort", "low"}})), "(accepted)");
+}
+
+// previous_response_id's conversation comes after the instructions, before the input; store and
+// previous_response_id are echoed.
+TEST(ResponsesApi, APreviousConversationComesBetweenInstructionsAndInput) {
+  const Json previous = {{{"type", "message"}, {"role", "user"}, {"content", "one"}},
+                         {{"type", "reasoning"}, {"id", "rs_1"}, {"summary", Json::array()}},
+                         {{"type", "function_call"},
+                          {"id", "fc_1"},
+                          {"call_id", "c1"},
+                          {"name", "f"},
+                          {"arguments", "{}"}}};
+  ResponsesEcho echo;
+  const Json chat = chat_body_of_responses(
+      {{"instructions", "Be brief."},
+       {"previous_response_id", "resp_1"},
+       {"input", {{{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "two"}}}}},
+      echo, previous);
+  const Json want = {{{"role", "system"}, {"content", "Be brief."}},
+                     {{"role", "user"}, {"content", "one"}},
+                     {{"role", "assistant"},
+                      {"content", ""},
+                      {"tool_calls",
+                       {{{"id", "c1"},
+                         {"type", "function"},
+                         {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}},
+                     {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "two"}}};
+  EXPECT_EQ(chat["messages"], want);
+  EXPECT_EQ(echo.fields["previous_response_id"], "resp_1");
+  EXPECT_EQ(echo.fields["store"], true);
+  chat_body_of_responses({{"input", "x"}, {"store", false}}, echo);
+  EXPECT_EQ(echo.fields["previous_response_id"], nullptr);
+  EXPECT_EQ(echo.fields["store"], false);
 }
 
 // The events of a stream of chat frames: their types in order.
@@ -149,7 +186,12 @@ Json chunk(Json delta, Json finish = nullptr) {
 TEST(ResponsesApi, AChatStreamBecomesTypedEventsInOrder) {
   ResponsesEcho echo;
   chat_body_of_responses({{"input", "x"}, {"stream", true}}, echo);
-  ResponsesStream stream(echo);
+  Json finished;  // what the stream hands to be stored
+  int calls = 0;
+  ResponsesStream stream(echo, [&](const Json& r) {
+    finished = r;
+    ++calls;
+  });
   std::string out;
   for (const Json& c : {chunk({{"role", "assistant"}, {"content", ""}}),
                         chunk({{"reasoning_content", "th"}}), chunk({{"reasoning_content", "ink"}}),
@@ -212,6 +254,8 @@ TEST(ResponsesApi, AChatStreamBecomesTypedEventsInOrder) {
   EXPECT_EQ(r["usage"]["output_tokens"], 9);
   EXPECT_EQ(r["usage"]["total_tokens"], 14);
   EXPECT_EQ(r["speculation"]["draft_tokens"], 0);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(finished, r);
 }
 
 TEST(ResponsesApi, ALengthFinishIsIncompleteAndAnEmptyAnswerStillHasItsMessage) {

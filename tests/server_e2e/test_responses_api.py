@@ -1,7 +1,9 @@
 """POST /v1/responses (the Responses API, as vLLM serves it) through the official openai client:
 an adapter over chat completions, so every answer is checked against the chat completion of the
-same messages (text, usage, tool calls, structured output), streamed and not, and with MTP; plus
-what it refuses (stored responses, non-function tools, images) with the Responses field named."""
+same messages (text, usage, tool calls, structured output), streamed and not, and with MTP; stored
+responses (previous_response_id against the whole conversation sent as items, retrieve, delete,
+input_items, store: false, eviction); plus what it refuses (conversations, non-function tools,
+images) with the Responses field named."""
 
 import json
 
@@ -9,7 +11,7 @@ import openai
 import pytest
 
 from prompts import CHAT
-from support import MODEL, OPENAI_MAX, chat, post
+from support import MODEL, OPENAI_MAX, chat, client_for, post, request
 
 MAX = OPENAI_MAX
 
@@ -34,7 +36,8 @@ def test_text_input_answers_as_the_chat_completion_does(client):
     assert r.usage.input_tokens == want.usage.prompt_tokens
     assert r.usage.output_tokens == want.usage.completion_tokens == MAX
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
-    assert r.max_output_tokens == MAX and r.store is False and r.temperature == 0
+    assert r.max_output_tokens == MAX and r.store is True and r.temperature == 0
+    assert r.previous_response_id is None
     assert r.model_extra["speculation"]["draft_tokens"] == 0
 
 
@@ -150,6 +153,11 @@ def test_forced_function_calls_are_function_call_items(client, mtp_client):
         {"role": "tool", "tool_call_id": calls[0].call_id, "content": "sunny"}])
     assert nxt.usage.input_tokens == ref.usage.prompt_tokens
     assert nxt.output_text == ref.choices[0].message.content
+    # The same turn on the stored first one: only the call's output is sent.
+    chained = respond(client, previous_response_id=r.id, input=turn[2:], tools=[WEATHER])
+    assert chained.previous_response_id == r.id
+    assert chained.usage.input_tokens == nxt.usage.input_tokens
+    assert chained.output_text == nxt.output_text
 
 
 def test_text_format_json_schema_is_structured_output(client):
@@ -199,8 +207,141 @@ def test_reasoning_is_a_reasoning_item(pool, tmp_path):
         assert final.output_text == r.output_text
 
 
+def items_of(response):
+    """A response's output items as a next request sends them back."""
+    return [o.model_dump(exclude_none=True) for o in response.output]
+
+
+def client_port(client):
+    return client.base_url.port
+
+
+def test_previous_response_id_is_the_whole_conversation_sent_as_items(client):
+    first = respond(client, input=CHAT[0], instructions="You answer briefly.")
+    assert first.store is True
+    # The first turn's instructions do not carry over; the new ones come first.
+    nxt = respond(client, input=CHAT[1], previous_response_id=first.id, instructions="Be kind.")
+    assert nxt.previous_response_id == first.id and nxt.store is True
+    explicit = respond(client, instructions="Be kind.", input=[
+        {"role": "user", "content": CHAT[0]}, *items_of(first),
+        {"role": "user", "content": CHAT[1]}])
+    assert nxt.output_text == explicit.output_text
+    assert nxt.usage.input_tokens == explicit.usage.input_tokens
+    want = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=MAX, messages=[
+        {"role": "system", "content": "Be kind."}, {"role": "user", "content": CHAT[0]},
+        {"role": "assistant", "content": first.output_text},
+        {"role": "user", "content": CHAT[1]}])
+    assert nxt.output_text == want.choices[0].message.content
+    assert nxt.usage.input_tokens == want.usage.prompt_tokens
+    # A third turn on the second: the chain of stored conversations.
+    third = respond(client, input=CHAT[2], previous_response_id=nxt.id)
+    explicit3 = respond(client, input=[
+        {"role": "user", "content": CHAT[0]}, *items_of(first),
+        {"role": "user", "content": CHAT[1]}, *items_of(nxt),
+        {"role": "user", "content": CHAT[2]}])
+    assert third.output_text == explicit3.output_text
+    assert third.usage.input_tokens == explicit3.usage.input_tokens
+    # input_items: what the response was made from, newest first unless order=asc.
+    port = client_port(client)
+    listed = request(port, "GET", f"/v1/responses/{nxt.id}/input_items?order=asc")
+    assert listed.status == 200, listed
+    body = listed.json()
+    assert body["object"] == "list" and body["has_more"] is False
+    first_output = request(port, "GET", f"/v1/responses/{first.id}").json()["output"]
+    assert body["data"] == [{"type": "message", "role": "user", "content": CHAT[0]},
+                            *first_output,
+                            {"type": "message", "role": "user", "content": CHAT[1]}]
+    desc = request(port, "GET", f"/v1/responses/{nxt.id}/input_items").json()
+    assert desc["data"] == body["data"][::-1]
+
+
+def test_a_stored_response_is_retrieved_and_deleted(client):
+    r = respond(client, input=CHAT[0])
+    got = client.responses.retrieve(r.id)
+    assert got.model_dump() == r.model_dump()
+    assert client.responses.delete(r.id) is None
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(r.id)
+    with pytest.raises(openai.NotFoundError) as e:
+        respond(client, input=CHAT[1], previous_response_id=r.id)
+    assert e.value.param == "previous_response_id"
+    # The raw bodies.
+    r = respond(client, input=CHAT[0])
+    d = request(client_port(client), "DELETE", f"/v1/responses/{r.id}")
+    assert d.status == 200 and d.json() == {"id": r.id, "object": "response.deleted",
+                                            "deleted": True}
+    for method, path in (("GET", r.id), ("DELETE", r.id), ("GET", r.id + "/input_items")):
+        missing = request(client_port(client), method, f"/v1/responses/{path}")
+        assert missing.status == 404, missing
+        error = missing.json()["error"]
+        assert error["type"] == "not_found_error" and r.id in error["message"], error
+
+
+def test_store_false_is_not_stored_but_may_continue_a_stored_one(client):
+    first = respond(client, input=CHAT[0])
+    r = respond(client, input=CHAT[1], store=False, previous_response_id=first.id)
+    assert r.store is False and r.previous_response_id == first.id
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+    stored = respond(client, input=CHAT[1], previous_response_id=first.id)
+    assert r.output_text == stored.output_text
+    events = list(respond(client, input=CHAT[0], stream=True, store=False))
+    assert events[-1].response.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(events[-1].response.id)
+
+
+def test_an_unknown_previous_response_id_is_a_404_naming_it(client, server):
+    with pytest.raises(openai.NotFoundError) as e:
+        respond(client, input=CHAT[0], previous_response_id="resp_unknown")
+    assert e.value.param == "previous_response_id" and "resp_unknown" in e.value.message
+    assert e.value.type == "invalid_request_error"
+    r = post(server.port, "/v1/responses", {"model": MODEL, "input": "x", "stream": True,
+                                            "previous_response_id": "resp_unknown"})
+    assert r.status == 404 and r.json()["error"]["param"] == "previous_response_id", r
+
+
+def test_a_streamed_response_is_stored_as_its_final_event_says(client):
+    events = list(respond(client, input=CHAT[1], stream=True))
+    final = events[-1].response
+    assert final.store is True
+    assert client.responses.retrieve(final.id).model_dump() == final.model_dump()
+    # A streamed next turn on it answers as the whole conversation does.
+    streamed = list(respond(client, input=CHAT[0], stream=True, previous_response_id=final.id))
+    whole = respond(client, input=[{"role": "user", "content": CHAT[1]}, *items_of(final),
+                                   {"role": "user", "content": CHAT[0]}])
+    assert streamed[-1].response.output_text == whole.output_text
+    assert streamed[-1].response.previous_response_id == final.id
+    assert client.responses.retrieve(streamed[-1].response.id).output_text == whole.output_text
+
+
+def test_max_stored_responses_evicts_the_least_recently_used(pool):
+    s = pool.start(["--max-model-len", "1024", "--max-stored-responses", "2", "--api-key", "k"])
+    with client_for(s, api_key="k") as c:
+        a, b = respond(c, input=CHAT[0]), respond(c, input=CHAT[1])
+        c.responses.retrieve(a.id)  # a is now used more recently than b
+        respond(c, input=CHAT[2])
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve(b.id)
+        assert c.responses.retrieve(a.id).output_text == a.output_text
+    # The routes need the key, as the other /v1 routes do.
+    for method in ("GET", "DELETE"):
+        assert request(s.port, method, f"/v1/responses/{a.id}").status == 401
+    off = pool.start(["--max-model-len", "1024", "--max-stored-responses", "0"])
+    with client_for(off) as c:
+        r = respond(c, input=CHAT[0])
+        assert r.store is False
+        with pytest.raises(openai.NotFoundError) as e:
+            respond(c, input=CHAT[1], previous_response_id=r.id)
+        assert "--max-stored-responses 0" in e.value.message
+
+
 @pytest.mark.parametrize("kw, param", [
-    (dict(previous_response_id="resp_1"), "previous_response_id"),
+    (dict(previous_response_id=5), "previous_response_id"),
+    (dict(store="yes"), "store"),
+    (dict(extra_body={"conversation": "conv_1"}), "conversation"),
     (dict(tools=[{"type": "web_search_preview"}]), "tools[0].type"),
     (dict(input=[{"role": "user", "content": [
         {"type": "input_image", "image_url": "http://x/y.png"}]}]), "input[0].content[0].type"),
