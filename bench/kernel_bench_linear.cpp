@@ -349,10 +349,10 @@ void bench_linear_fp8(cudaStream_t s) {
             "tokens in slots", [] { linear_fp8_set_staging(false); },
             [] { linear_fp8_set_staging(true); });
       }
-      if (n == 1 || n == 3 || n == 4) {  // the opt-in fp8-deep-ring (1 and 3-4 rows)
-        bool prev = false;
+      if (n == 1) {  // production's deep ring off: 4 slots (linear_fp8_set_deep_ring)
+        bool prev = true;
         variant(
-            "deep ring", [&] { prev = linear_fp8_set_deep_ring(true); },
+            "4-slot ring", [&] { prev = linear_fp8_set_deep_ring(false); },
             [&] { linear_fp8_set_deep_ring(prev); });
       }
       for (const int splits : {1, 2, 4}) {  // the plan's ranks per tile, forced (other bits)

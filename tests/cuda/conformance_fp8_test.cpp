@@ -208,14 +208,15 @@ TEST_F(Fp8Linear, StagedEightRowsAreTheDecodeKernelRows) {
       });
 }
 
-// The opt-in deep ring (linear_fp8_set_deep_ring: one more slot for 1 and 3-4 rows where the
-// plan's range fits 5,120 k) against launches of up to 8 rows with the tokens in the slots,
-// bitwise: calls of 1..4 rows at several offsets (the shapes' ranges below and above 5,120 k), the
-// 2-row and 8-row calls and the 21-row call taking production's forms beside them.
+// Production's deep ring (linear_fp8_set_deep_ring: 5 slots for 1 row where the plan's range fits
+// 5,120 k) against launches of up to 8 rows with the tokens in the slots, bitwise: calls of 1 row
+// at several offsets (the shapes' ranges below and above 5,120 k), the 2-4-row and 8-row calls and
+// the 21-row call taking production's forms beside them.
 TEST_F(Fp8Linear, DeepRingRowsAreTheDecodeKernelRows) {
-  struct Off {
-    ~Off() { linear_fp8_set_deep_ring(false); }
-  } off;
+  struct Restore {
+    bool was = linear_fp8_set_deep_ring(true);
+    ~Restore() { linear_fp8_set_deep_ring(was); }
+  } restore;
   check_against_decode_kernel("linear_fp8.deep_ring", 41, 21,
                               {{0, 1}, {5, 1}, {20, 1}, {2, 2}, {3, 3}, {9, 4}, {11, 8}, {0, 21}},
                               1, [](int) {
@@ -226,15 +227,15 @@ TEST_F(Fp8Linear, DeepRingRowsAreTheDecodeKernelRows) {
 
 // The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
 // linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
-// partial ones) in each of its five item configurations (3-5: 32 tokens in the quad form, four
-// classes a pass; 5: 192-row items, three consumer warpgroups) and production's choice
-// (linear_fp8_wgmma_shape.h, from 33 rows; its small shapes take 4 or 5), each with split mode
-// allowed (these shapes have few items: most calls split by rank where the plan has ranks) and with
-// every item whole.
+// partial ones; 17 and 24 rows as the opt-in fp8-wgmma-from-17 sends them) in each of its five item
+// configurations (3-5: 32 tokens in the quad form, four classes a pass; 5: 192-row items, three
+// consumer warpgroups) and production's choice (linear_fp8_wgmma_shape.h, from 33 rows; its small
+// shapes take 4 or 5), each with split mode allowed (these shapes have few items: most calls split
+// by rank where the plan has ranks) and with every item whole.
 TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
   check_against_decode_kernel(
       "linear_fp8.wgmma_kernel", 31, 70,
-      {{0, 70}, {0, 1}, {3, 5}, {1, 33}, {5, 64}, {2, 65}, {37, 33}, {7, 32}}, 12,
+      {{0, 70}, {0, 1}, {3, 5}, {4, 24}, {9, 17}, {1, 33}, {5, 64}, {2, 65}, {37, 33}, {7, 32}}, 12,
       [](int mode) {  // configurations 0..5, with and without split mode
         const int config = mode % 6;
         const bool split = mode < 6;

@@ -174,6 +174,13 @@ void linear_fp8_set_batch(Fp8BatchMode mode);
 // 64 x 32, 192 x 32 rows x tokens; the 32-token ones in the quad form, 192 x 32 with three consumer
 // warpgroups); `split` false keeps every item whole (no split mode). The bits are the same.
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
+// Opt-in fp8-wgmma-from-17 (off by default): FP8 decode calls of 17..31 rows on matrices of at
+// least one 64-row tile per SM take the FP8 wgmma kernel's 64 x 32 quads instead of the batched
+// kernel, whose 17..32-row configuration (3 slots) streams as slowly at 17 rows as at 32, where the
+// quads ran 1.2-1.65x faster (H100, 2026-12-06j). In the 27B-FP8 step at 8 streams (H200,
+// 2026-12-07) the k = 2 verify (24 rows) cost 1.733x decode against k = 3's (32 rows) 1.448x. The
+// same bits.
+void linear_fp8_set_wgmma_from_17(bool on);
 // Which kernels FP8 prefill rows take where the tensor-core path (below) does not: false
 // (production) the matrix dequantised into the scratch and the bf16 prefill path, once per call,
 // however few the rows; true the decode order's kernels (every row a decode row: the FP8 wgmma
@@ -196,9 +203,9 @@ bool linear_fp8_set_prefill_tensor_cores(bool on);
 // every tile (27B-FP8 at 8 streams: 13.23 -> 12.87 ms on an H100). The same bits. Returns the
 // previous value.
 bool linear_fp8_set_staged_rows(bool on);
-// Opt-in fp8-deep-ring (off by default): FP8 decode calls of 1 and 3-4 rows of a matrix whose rank
-// range fits 5,120 k stream through one more ring slot (linear_fp8_cuda.cu, DeepCfg). The same
-// bits. Returns the previous value.
+// The deep ring (on by default): FP8 decode calls of 1 row of a matrix whose rank range fits
+// 5,120 k stream through 5 ring slots instead of 4 (linear_fp8_cuda.cu, DeepCfg); off: the 4-slot
+// staged form (kernel_bench, tests). The same bits. Returns the previous value.
 bool linear_fp8_set_deep_ring(bool on);
 int64_t linear_fp8_prefill_tensor_core_calls();  // calls that took it since start-up (tests)
 #endif

@@ -309,6 +309,7 @@ Tensor& g_fp8_scratch = *new Tensor();
 
 Fp8BatchMode g_fp8_batch = Fp8BatchMode::kProduction;  // linear_fp8_set_batch
 int64_t g_fp8_wgmma_rows = -1;            // linear_fp8_set_wgmma (negative: fp8_wgmma_min_rows)
+bool g_fp8_wgmma_from_17 = false;         // linear_fp8_set_wgmma_from_17 (opt-in)
 bool g_fp8_prefill_decode_order = false;  // linear_fp8_set_prefill_decode_order
 
 // FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows, and of
@@ -405,8 +406,11 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   // Many rows: launches of up to kFp8WgmmaMaxTokens rows of the wgmma kernel, when it takes them.
   const int64_t scratch_bytes = g_fp8_scratch.numel() * 2;
   int64_t done = 0;
-  const int64_t wgmma_rows =
-      g_fp8_wgmma_rows < 0 ? fp8_wgmma_min_rows(out_f, cuda::sm_count()) : g_fp8_wgmma_rows;
+  const bool wide = out_f / 64 >= cuda::sm_count();
+  const int64_t wgmma_rows = g_fp8_wgmma_rows >= 0 ? g_fp8_wgmma_rows
+                             : g_fp8_wgmma_from_17 && wide
+                                 ? int64_t{17}
+                                 : fp8_wgmma_min_rows(out_f, cuda::sm_count());
   if (decode_rows >= wgmma_rows && g_fp8_batch != Fp8BatchMode::kOff) {
     for (; done < decode_rows; done += kFp8WgmmaMaxTokens) {
       rows(done, std::min(decode_rows, done + kFp8WgmmaMaxTokens));
@@ -467,6 +471,7 @@ std::string linear_cuda_paths() {
 }
 
 void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
+void linear_fp8_set_wgmma_from_17(bool on) { g_fp8_wgmma_from_17 = on; }
 
 void linear_fp8_set_prefill_decode_order(bool on) { g_fp8_prefill_decode_order = on; }
 

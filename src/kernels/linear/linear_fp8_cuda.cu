@@ -116,14 +116,15 @@ using StagedCfg = Cfg<2, 4, 2560, true>;
 // / 2.56 / 2.45 but the step no faster).
 using Staged8Cfg = Cfg<8, 3, 2560, true, 5120>;
 
-// The deep ring (opt-in fp8-deep-ring): where the plan's range fits 5120 k (the in = 5120
-// matrices at one rank), xs that holds just that gives its bytes to one more slot: 1 row with 5
-// slots (200 KB of weights in flight against 160; one sum buffer, for room) and 3-4 rows with 4
-// against 3. ncu of gate|up at 1 row (H200, 2026-12-06): 3.52 TB/s with the SM clock at 1.34 GHz,
-// the same as at full clock, and DRAM active 73% of the cycles: the bytes in flight, not the
-// consumers, bound it. The same plan, chunks and units: the same bits.
+// The deep ring (production for 1 row since 2026-12-07): where the plan's range fits 5120 k (the
+// in = 5120 matrices at one rank), xs that holds just that gives its bytes to one more slot, 5
+// (200 KB of weights in flight against 160; one sum buffer, for room). ncu of gate|up at 1 row
+// (H200, 2026-12-06): 3.52 TB/s with the SM clock at 1.34 GHz, the same as at full clock, and
+// DRAM active 73% of the cycles: the bytes in flight, not the consumers, bound it. The same plan,
+// chunks and units: the same bits. The 27B-FP8 step at batch 1 (H200, one call): 8.794 -> 8.609
+// ms at 1K, 9.704 -> 9.474 at 32K. 3-4 rows with 4 slots against 3 (Cfg<4, 4, 2560, true, 5120>)
+// were no faster (the k = 2 / 3 verify steps +0.6% / +0.4% at 1K) and are not used.
 using DeepCfg = Cfg<1, 5, 2560, true, 5120, 1>;
-using Deep4Cfg = Cfg<4, 4, 2560, true, 5120>;
 
 // Scale rows per slot: a 16-row tile lies in one block of >= 16 rows, or two of 8 (gate|up).
 constexpr int kScaleGroups = 2;
@@ -359,7 +360,7 @@ void launch_cfg(const LinearShape& s, const LinearPlan& plan, cudaStream_t strea
 bool g_staging = true;      // linear_fp8_set_staging (kernel_bench)
 bool g_staged_rows = true;  // linear_fp8_set_staged_rows (kernel_bench, tests)
 int g_plan_splits = 0;      // linear_fp8_set_plan_splits (kernel_bench): 0 = plan_linear's
-bool g_deep_ring = false;   // linear_fp8_set_deep_ring (opt-in fp8-deep-ring)
+bool g_deep_ring = true;    // linear_fp8_set_deep_ring (kernel_bench, tests)
 
 // Whether configuration C's xs holds a rank's range of the plan.
 template <class C>
@@ -375,9 +376,8 @@ template <bool kFold, class Store>
 void launch_n(const LinearShape& s, cudaStream_t stream) {
   const LinearPlan plan = linear_fp8_plan(s.out_f, s.in);
   const bool staged = fits_xs<StagedCfg>(plan) && g_staging;
-  if (g_deep_ring && g_staging && fits_xs<DeepCfg>(plan)) {
-    if (s.n == 1) return launch_cfg<DeepCfg, kFold, Store>(s, plan, stream);
-    if (s.n >= 3 && s.n <= 4) return launch_cfg<Deep4Cfg, kFold, Store>(s, plan, stream);
+  if (s.n == 1 && g_deep_ring && g_staging && fits_xs<DeepCfg>(plan)) {
+    return launch_cfg<DeepCfg, kFold, Store>(s, plan, stream);
   }
   if (s.n <= 2 && staged) return launch_cfg<StagedCfg, kFold, Store>(s, plan, stream);
   if (s.n <= 2) return launch_cfg<PlanCfg, kFold, Store>(s, plan, stream);
