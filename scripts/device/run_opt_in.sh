@@ -31,7 +31,7 @@
 # an opt-in's bitwise tests (FILTER_BITS) and the bf16 and FP8 steps without and with it (OPT).
 # PART=19: a new FP8 production kernel (its tests, the FP8 step, kernel_bench, engine tests).
 # PART=20: an FP8 opt-in at batch 1 (bitwise tests, kernel_bench linear_fp8, the step at 1K, 32K).
-# PART=21: the bf16 item shapes' table and fit, production's FP8 steps, fp8-deep-ring on an H200.
+# PART=21: the bf16 item shapes' table and fit, production's FP8 steps (1K, 32K at batch 1).
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench
@@ -171,14 +171,15 @@ elif [[ $PART == 17 ]]; then  # the headline table of production (docs/benchmark
   fi
 elif [[ $PART == 18 ]]; then  # an opt-in's A/B (OPT=name; several: space-separated, each
   # alone): its bitwise tests (FILTER_BITS), then the FP8 and bf16 steps without and with it
-  # (FP8_ONLY=1: the FP8 steps only); KB_ROWS=n,...: kernel_bench linear_fp8_batch at those rows;
+  # (FP8_ONLY=1: the FP8 steps only; FP8_STEP_BATCHES: their batches, default 8, 32 and the last);
+  # KB_ROWS=n,...: kernel_bench linear_fp8_batch at those rows;
   # ENGINE=1: and production's GPU engine tests. Run 2026-12-06
   # (H100) with token-loads-ahead, whose FP8 half (fp8_tokens_kernel) is production since.
   OPT=${OPT:?PART=18 needs OPT=name}
   [[ -n ${FILTER_BITS:-} ]] && tests opt_in_bits 150 "$FILTER_BITS"
   for side in default $OPT; do
     args=(); [[ $side != default ]] && args=(--opt-in "$side")
-    bench fp8_${side//-/_} $B 100 configs/qwen3.5-27b-fp8.json 8,32,"${BATCHES##*,}" "${args[@]}"
+    bench fp8_${side//-/_} $B 100 configs/qwen3.5-27b-fp8.json "${FP8_STEP_BATCHES:-8,32,${BATCHES##*,}}" "${args[@]}"
     [[ -z ${FP8_ONLY:-} ]] &&
       bench bf16_${side//-/_} $B 60 configs/qwen3.5-27b.json 16,32,"${BATCHES##*,}" "${args[@]}"
   done
@@ -243,7 +244,7 @@ elif [[ $PART == 21 ]]; then  # the twenty-sixth session's open measurements, on
   # wgmma kernel's forced item shapes bitwise (LinearDecodeBatch), kernel_bench linear_shapes at
   # KB_ROWS (default 8..256) and the wave model fitted to it (bench/fit_wave_model.py), production's
   # FP8 steps at FP8_BATCHES (default 1, 8, 32 and the last batch; the configuration estimate of
-  # linear_fp8_wgmma_shape.h), and on an H200 fp8-deep-ring at batch 1, 1K and 32K, without and with.
+  # linear_fp8_wgmma_shape.h), and batch 1 at 1K and 32K.
   tests linear_decode_batch 300 'CudaRowInvariance.LinearDecodeBatch'
   KERNEL_BENCH_ROWS=${KB_ROWS:-8,16,24,32,48,64,96,128,192,256} KERNEL_BENCH_ONLY=linear_shapes \
     COMMIT=production timeout 200 $B/bench/kernel_bench "$OUT/kernel_bench_shapes.json" \
@@ -253,13 +254,9 @@ elif [[ $PART == 21 ]]; then  # the twenty-sixth session's open measurements, on
   python3 bench/fit_wave_model.py "$OUT/kernel_bench_shapes.json" --min-rows 5 > "$OUT/fit_bf16.txt" 2>&1
   grep -E 'alpha|pick against|production' "$OUT/fit_bf16.txt" | tail -12 | tee -a "$OUT/summary.txt"
   bench fp8_production $B 150 configs/qwen3.5-27b-fp8.json "${FP8_BATCHES:-1,8,32,${BATCHES##*,}}"
-  if [[ ${mem_mib:-0} -ge 100000 ]]; then
-    for side in default fp8-deep-ring; do
-      args=(); [[ $side != default ]] && args=(--opt-in "$side")
-      bench fp8_1k_${side//-/_} $B 60 configs/qwen3.5-27b-fp8.json 1 "${args[@]}"
-      CONTEXT=32768 bench fp8_32k_${side//-/_} $B 60 configs/qwen3.5-27b-fp8.json 1 "${args[@]}"
-    done
-  fi
+  # (2026-12-07 on an H200 with fp8-deep-ring beside it: the deep ring is production for 1 row since.)
+  bench fp8_1k $B 100 configs/qwen3.5-27b-fp8.json 1
+  CONTEXT=32768 bench fp8_32k $B 100 configs/qwen3.5-27b-fp8.json 1
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
