@@ -465,17 +465,31 @@ class JsonSchemaCompiler {
   }
 
   // uniqueItems on arrays whose items are an enum or const (pydantic's set[Literal[...]] and
-  // set[SomeEnum]): each value at most once, so at most as many items as values.
+  // set[SomeEnum]): each value at most once, so at most as many items as values. And on strings
+  // without pattern or maxLength and integers without bounds (set[str], set[int]): a value that
+  // repeats one is refused at its last byte, and a refused item can always grow into another
+  // value (a string by more characters, an integer by more digits; "0" and "-0" are refused at
+  // their '0' once 0 is used, since nothing may follow it).
   void unique_items(const Json& s, const std::string& path, JsonSchema::Node& n) {
     if (!s.contains("uniqueItems")) return;
     if (!s["uniqueItems"].is_boolean()) fail(path, "'uniqueItems' must be a boolean");
     if (!s["uniqueItems"].get<bool>() || (n.types & JsonSchema::kArray) == 0) return;
     const JsonSchema::Node& item = out_.nodes_[static_cast<size_t>(n.items)];
+    const bool plain = n.prefix_items.empty() && item.any_of.empty() && !item.has_literals;
+    const bool strings = plain && item.types == JsonSchema::kString && item.pattern < 0 &&
+                         item.max_length == JsonSchema::kUnbounded;
+    const bool integers = plain && item.types == JsonSchema::kInteger && !item.has_min &&
+                          !item.has_max && !item.decimal;
+    if (strings || integers) {
+      n.unique_values = true;
+      return;
+    }
     if (!n.prefix_items.empty() || !item.has_literals || !item.any_of.empty() ||
         item.literals.size() > 64) {
       fail(path,
            "'uniqueItems' is supported on arrays whose items are an enum or const of at most 64 "
-           "values (structured output cannot enforce it on others)");
+           "values, strings without pattern or maxLength, or integers without bounds "
+           "(structured output cannot enforce it on others)");
     }
     // Distinct texts of equal values (1 and 1.0) would be one value twice to a validator.
     for (size_t i = 0; i < item.literals.size(); ++i) {

@@ -8,7 +8,9 @@
 // maxItems, minLength, maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum
 // (checked digit by digit: on integers exactly, on numbers with at most 15 digits and no exponent,
 // json_number_bounds.h), minProperties, maxProperties, uniqueItems (on arrays whose items are
-// an enum or const), enum and const (of strings,
+// an enum or const, strings without pattern or maxLength, or integers without bounds: pydantic's
+// set[Literal[...]], set[str], set[int]; an item's last byte is refused where its value would
+// repeat one, and such items always have another value to grow into), enum and const (of strings,
 // numbers, booleans and null, matched as their compact JSON text), pattern (json_pattern.h: the
 // ECMA-262 subset it names; such a string is written without escapes; beside minLength /
 // maxLength a string grows only where a match of an allowed length can follow; not beside enum or
@@ -78,6 +80,8 @@ class JsonSchema {
     int32_t items = 0;                  // array items' schema (after the prefix items)
     int64_t min_items = 0, max_items = kUnbounded;
     bool unique_items = false;  // items (an enum or const: its literals) each at most once
+    // Items (strings without pattern or maxLength, or integers without bounds) of distinct values.
+    bool unique_values = false;
     int64_t min_length = 0, max_length = kUnbounded;  // strings, in characters
     int32_t pattern = -1;  // strings: the index of their `pattern`'s automaton, or none
     // Integers: minimum / maximum (exclusive ones made inclusive), when given.
@@ -138,6 +142,15 @@ class SchemaCursor {
   bool operator==(const SchemaCursor&) const = default;
 
  private:
+  // The values a uniqueItems array of strings or integers has taken ("s" and the decoded string,
+  // "i" and the integer's digits): shared, since every copy of a cursor carries them; equal by
+  // content.
+  struct UsedValues {
+    std::shared_ptr<const std::vector<std::string>> values;
+    bool contains(const std::string& key) const;
+    UsedValues with(std::string key) const;
+    bool operator==(const UsedValues& o) const;
+  };
   struct Frame {
     int32_t node = 0;
     uint8_t kind = 0;  // a Type bit: kObject, kArray, kString, kNumber (with kInteger), ...
@@ -152,7 +165,10 @@ class SchemaCursor {
                         // their items: the array's as the item began)
     json_pattern::States re{};  // strings with a pattern: the automaton's states
     bool unique = false;        // an item of a uniqueItems array
-    int32_t value = -1;         // the schema of the value after the key (objects)
+    bool unique_value = false;  // an item of a uniqueItems array of strings or integers (Node::
+    std::string text;           // unique_values): its text so far, as written
+    UsedValues used;     // such an array's items' values; such an item: its array's as it began
+    int32_t value = -1;  // the schema of the value after the key (objects)
     bool operator==(const Frame&) const = default;
   };
   using Config = std::vector<Frame>;

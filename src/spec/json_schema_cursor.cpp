@@ -1,6 +1,10 @@
 // Structured output: the cursor that follows a text through a compiled schema (json_schema.h).
 #include <algorithm>
 #include <bit>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include "spec/json_schema.h"
 
@@ -90,7 +94,46 @@ bool unused_literal(int32_t lo, int32_t hi, uint64_t used) {
   return false;
 }
 
+// The value an item of a uniqueItems array of strings or integers (Node::unique_values) is
+// compared by: "s" and the string with its escapes decoded (its text holds every byte after the
+// opening quote, the closing one included), or "i" and the integer's digits (-0 is 0).
+std::string value_key(uint8_t kind, const std::string& text) {
+  std::string key(1, kind == JsonSchema::kString ? 's' : 'i');
+  if (kind != JsonSchema::kString) {
+    key += text == "-0" ? std::string_view("0") : std::string_view(text);
+    return key;
+  }
+  std::string quoted(1, '"');
+  quoted += text;
+  const nlohmann::json v = nlohmann::json::parse(quoted, nullptr, false);
+  if (v.is_string()) {
+    key += v.get_ref<const std::string&>();
+  } else {  // (a lone surrogate escape: compared as written)
+    key[0] = 'r';
+    key += text;
+  }
+  return key;
+}
+
 }  // namespace
+
+bool SchemaCursor::UsedValues::contains(const std::string& key) const {
+  return values != nullptr && std::find(values->begin(), values->end(), key) != values->end();
+}
+
+SchemaCursor::UsedValues SchemaCursor::UsedValues::with(std::string key) const {
+  auto next = std::make_shared<std::vector<std::string>>();
+  if (values != nullptr) *next = *values;
+  next->push_back(std::move(key));
+  return {std::move(next)};
+}
+
+bool SchemaCursor::UsedValues::operator==(const UsedValues& o) const {
+  if (values == o.values) return true;
+  const size_t n = values == nullptr ? 0 : values->size();
+  const size_t m = o.values == nullptr ? 0 : o.values->size();
+  return n == m && (n == 0 || *values == *o.values);
+}
 
 SchemaCursor::SchemaCursor(const JsonSchema* schema) : schema_(schema) {
   if (schema_ != nullptr) configs_.emplace_back();
@@ -119,6 +162,8 @@ bool SchemaCursor::begin(unsigned char c) {
     int32_t expected = schema_->root();
     bool unique = false;  // an item of a uniqueItems array, which has used these literals:
     uint64_t used = 0;
+    bool unique_value = false;  // an item of a uniqueItems array of strings or integers
+    UsedValues used_values;
     if (!cfg.empty()) {
       Frame& parent = cfg.back();
       if (parent.kind == JsonSchema::kArray) {
@@ -126,6 +171,8 @@ bool SchemaCursor::begin(unsigned char c) {
         if (parent.count >= a.max_items) continue;
         unique = a.unique_items;
         used = parent.seen;
+        unique_value = a.unique_values;
+        used_values = parent.used;
         const auto at = static_cast<size_t>(parent.count++);
         expected = at < a.prefix_items.size() ? a.prefix_items[at] : a.items;
       } else if (parent.kind == JsonSchema::kObject && parent.value >= 0) {
@@ -175,6 +222,12 @@ bool SchemaCursor::begin(unsigned char c) {
         if (!json_number::add(f.number, c) || !json_number::feasible(n.number, f.number)) continue;
       }
       if (kind == JsonSchema::kString && n.pattern >= 0) f.re = schema_->pattern(n.pattern).start();
+      if (unique_value) {  // a string's text starts after its quote; "0" grows no further
+        f.unique_value = true;
+        f.used = used_values;
+        if (kind == JsonSchema::kInteger) f.text.push_back(static_cast<char>(c));
+        if (f.text == "0" && f.used.contains("i0")) continue;
+      }
       Config branch = cfg;
       branch.push_back(f);
       next.push_back(std::move(branch));
@@ -205,6 +258,10 @@ bool SchemaCursor::scalar(unsigned char c, bool starts_char) {
     if (starts_char && f.kind == JsonSchema::kString) {
       if (f.count >= n.max_length) return false;
       ++f.count;
+    }
+    if (f.unique_value) {
+      f.text.push_back(static_cast<char>(c));
+      if (f.text == "-0" && f.used.contains("i0")) return false;  // -0 grows no further
     }
     if (f.kind == JsonSchema::kString && n.pattern >= 0 && c != '"') {  // '"': the closing quote
       if (c == '\\') return false;                                      // written without escapes
@@ -241,12 +298,15 @@ bool SchemaCursor::end() {
         break;
     }
     if (f.unique && ((f.seen >> f.lo) & 1u) != 0) return false;  // (whole: literal lo)
+    if (f.unique_value && f.used.contains(value_key(f.kind, f.text))) return false;
     return !n.has_literals || whole(n.literals, f.lo, f.hi, f.pos);
   });
   for (Config& c : configs_) {
     const Frame item = c.back();
     c.pop_back();
     if (item.unique && !c.empty()) c.back().seen |= uint64_t{1} << item.lo;  // its literal
+    if (item.unique_value && !c.empty())
+      c.back().used = c.back().used.with(value_key(item.kind, item.text));
   }
   dedupe();
   return any;

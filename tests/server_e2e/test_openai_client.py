@@ -6,7 +6,7 @@ generate` over many prompts is test_equivalence.py's; here one or two prompts pe
 import json
 import re
 import time
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import openai
 import pytest
@@ -463,6 +463,34 @@ def test_json_schema_unique_items_hold_and_are_the_same_under_mtp(client, mtp_cl
             assert len(got) == len(set(got)) and set(got) <= {"red", "green", "blue"}, got
         spec = mtp_client.chat.completions.create(model=MODEL, messages=ask,
                                                   response_format=schema, max_tokens=120, **kw)
+        assert spec.choices[0].message.content == c.message.content
+    assert stopped >= 1
+
+
+class Inventory(BaseModel):  # pydantic's set[str] and set[int]: uniqueItems on plain items
+    tags: Annotated[set[str], Field(max_length=3)]
+    ids: Annotated[set[int], Field(max_length=3)]
+
+
+def test_json_schema_unique_strings_and_integers_hold_and_are_the_same_under_mtp(client,
+                                                                                  mtp_client):
+    ask = [{"role": "user", "content": "Tags and ids of the ls command, as JSON."}]
+    props = Inventory.model_json_schema()["properties"]
+    assert props["tags"]["uniqueItems"] is True and props["tags"]["items"] == {"type": "string"}
+    schema = {"type": "json_schema", "json_schema": {
+        "name": "Inventory", "schema": Inventory.model_json_schema()}}
+    stopped = 0
+    for kw in (dict(temperature=0), dict(temperature=1.0, seed=5), dict(temperature=1.0, seed=6),
+               dict(temperature=1.0, seed=7)):
+        c = client.chat.completions.create(model=MODEL, messages=ask, response_format=schema,
+                                           max_tokens=160, **kw).choices[0]
+        if c.finish_reason == "stop":
+            stopped += 1
+            got = json.loads(c.message.content)
+            for key in ("tags", "ids"):  # distinct by value (json.loads decodes escapes)
+                assert len(got[key]) == len({json.dumps(v) for v in got[key]}), got
+        spec = mtp_client.chat.completions.create(model=MODEL, messages=ask,
+                                                  response_format=schema, max_tokens=160, **kw)
         assert spec.choices[0].message.content == c.message.content
     assert stopped >= 1
 

@@ -183,6 +183,10 @@ const char* kSchemas[] = {
     R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
         "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 37.25},
         "n": {"type": ["number", "null"], "maximum": -0.1}}, "required": ["p", "t"]})",
+    // uniqueItems on strings and on integers (appended last, as above).
+    R"({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
+        "uniqueItems": true, "maxItems": 6}, "ids": {"type": "array", "items": {"type": "integer"},
+        "uniqueItems": true, "minItems": 2}}, "required": ["tags", "ids"]})",
 };
 
 // A text with a number a bounded number may not be written as (an exponent, or more than 15

@@ -314,10 +314,52 @@ TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesAtTheFirstWrongByte) {
                     "minItems": 3})")),
             "at '#': 'minItems' is above 'maxItems' (or 'items' is false, or 'uniqueItems' leaves "
             "fewer distinct items)");
-  EXPECT_EQ(compile_error(Json::parse(R"({"type": "array", "items": {"type": "string"},
-                                          "uniqueItems": true})")),
-            "at '#': 'uniqueItems' is supported on arrays whose items are an enum or const of at "
-            "most 64 values (structured output cannot enforce it on others)");
+  for (const char* items :
+       {R"({"type": "number"})", R"({"type": "string", "maxLength": 3})",
+        R"({"type": "string", "pattern": "^a+$"})", R"({"type": "integer", "minimum": 0})",
+        R"({"type": ["string", "null"]})", R"({})"}) {
+    EXPECT_EQ(
+        compile_error(Json::parse(
+            std::string(R"({"type": "array", "uniqueItems": true, "items": )") + items + "}")),
+        "at '#': 'uniqueItems' is supported on arrays whose items are an enum or const of "
+        "at most 64 values, strings without pattern or maxLength, or integers without "
+        "bounds (structured output cannot enforce it on others)")
+        << items;
+  }
+  // uniqueItems on strings (pydantic's set[str]): a string equal to an earlier one, by value
+  // (escapes decoded), is refused at its closing quote; it may grow into another value instead.
+  const auto names = JsonSchema::compile(Json::parse(
+      R"({"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": true})"));
+  for (const std::string ok : {R"([])", R"(["a", "ab", "b"])", R"(["a", "aa", "\"a\""])",
+                               R"(["\\", "\\\\", "a\"", "A"])", R"(["a", "\u00e9", "\u00c9"])"}) {
+    EXPECT_TRUE(accepts(*names, ok)) << ok;
+  }
+  for (const auto& [text, at] : std::vector<std::pair<std::string, int64_t>>{
+           {R"(["a", "a"])", 8},
+           {R"(["ab", "b", "ab"])", 15},
+           {R"(["A", "\u0041"])", 13},  // the same value, written with an escape
+           {R"(["\"", "\""])", 10},
+           {R"(["é", "\u00e9"])", 14}}) {
+    JsonAutomaton a(names.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
+  // ... and on integers (set[int]): a repeated value is refused at the byte after it; "0" (and
+  // "-0") at its '0' once 0 is used, since no digit may follow a leading 0.
+  const auto ids = JsonSchema::compile(
+      Json::parse(R"({"type": "array", "items": {"type": "integer"}, "uniqueItems": true})"));
+  for (const std::string ok : {R"([])", R"([1, 10, 100, -1, 0])", R"([-0, 7])", R"([0, -10])"}) {
+    EXPECT_TRUE(accepts(*ids, ok)) << ok;
+  }
+  for (const auto& [text, at] :
+       std::vector<std::pair<std::string, int64_t>>{{R"([1, 1])", 5},
+                                                    {R"([12,3,12 ])", 8},
+                                                    {R"([0, 0])", 4},
+                                                    {R"([0, -0])", 5},
+                                                    {R"([-0, 0])", 5},
+                                                    {R"([5, 1.5])", 5}}) {  // (integers only)
+    JsonAutomaton a(ids.get(), 0);
+    EXPECT_EQ(refused_at(a, text), at) << text;
+  }
   EXPECT_EQ(compile_error(Json::parse(R"({"type": "array", "items": {"enum": [1, 1.0]},
                                           "uniqueItems": true})")),
             "at '#': 'uniqueItems' over an enum with two texts of one value (1, 1.0) is not "
