@@ -90,8 +90,8 @@ elif [[ $PART == 8 ]]; then  # shortest: the GDN forms' bitwise tests, then thei
   kernel_bench_gdr 50
 elif [[ $PART == 9 || $PART == 10 ]]; then  # production, and beside it an opt-in of its bits
   # Run so far: gdr-fold-fuse (e354806), gdr-row-prefetch (f0136db), gdr-state-ring (628602a),
-  # gdr-ring-ahead (cbfffa4); all removed since (docs/benchmarks.md, "Eighteenth session");
-  # gdr-half-heads (1085f04), removed (docs/benchmarks.md, "Twenty-first session").
+  # gdr-ring-ahead (cbfffa4); all removed since (docs/benchmarks-history.md, "Eighteenth session");
+  # gdr-half-heads (1085f04), removed (docs/benchmarks-history.md, "Twenty-first session").
   OPT=${OPT:-}
   tests forms_bits 90 'CudaRowInvariance.GdrStream*:CudaRowInvariance.GdnBatch*:CudaRowInvariance.ConvVector*:CudaRowInvariance.GatedDeltaRuleFold'
   bench bf16_default $B 60 configs/qwen3.5-27b.json 8,16,32,"${BATCHES##*,}"

@@ -88,10 +88,10 @@ int64_t gated_delta_rule_set_stream_min_seqs(int64_t n);
 // 32.73 ms (docs/cuda.md, gap 3). Off: the four-pass form (tests compare them). Returns the
 // previous value.
 bool gated_delta_rule_set_stream_pairs(bool on);
-// (Measured on the H100 and removed, docs/benchmarks.md "Eighteenth session": plain decode's fold
-// row and row in 3 passes, bitwise but 2-4% slower in the step; an L2 prefetch of a block's next
-// item's rows, no change; one block per SM with a ring of 3 states copied in two items ahead,
-// with and without the rows loaded one item ahead, bitwise but 1.3x slower at 32 x 1 rows.)
+// (Measured on the H100 and removed, docs/benchmarks-history.md "Eighteenth session": plain
+// decode's fold row and row in 3 passes, bitwise but 2-4% slower in the step; an L2 prefetch of a
+// block's next item's rows, no change; one block per SM with a ring of 3 states copied in two items
+// ahead, with and without the rows loaded one item ahead, bitwise but 1.3x slower at 32 x 1 rows.)
 // Opt-in (default off until measured on a GPU): calls that take the streaming kernel and carry
 // 2+ rows per sequence (verify steps) run its register form instead (gated_delta_rule_regs_cuda.cu:
 // S in registers between one load and one write-back, 4 rows loaded together, each update pass

@@ -68,10 +68,10 @@ constexpr int64_t linear_split_piece(int split, int r, int c, int splits, int cg
 // the posted sums fit `capacity` floats. At 5-32 rows too (gate|up's 8 items left after two
 // waves): back to back the whole items ran 2-6 us faster (H200 kernel benches), but in the 27B
 // step, not splitting them was 0.49 / 0.23 / 0.14 ms slower at 8 / 16 / 32 streams (H100,
-// docs/benchmarks.md "Twenty-first session"). kBefore (bench variant 15): only calls of fewer
-// items than slots split. kClassGroups (bench variant 16): ranks' classes in groups too, the group
-// count with the shortest last wave (2d1a1e4's rule: 0.6-0.9x the ranks-only split's speed on out_f
-// = 5120 at 5-64 rows).
+// docs/benchmarks-history.md "Twenty-first session"). kBefore (bench variant 15): only calls of
+// fewer items than slots split. kClassGroups (bench variant 16): ranks' classes in groups too, the
+// group count with the shortest last wave (2d1a1e4's rule: 0.6-0.9x the ranks-only split's speed on
+// out_f = 5120 at 5-64 rows).
 enum class LinearSplitRule { kProduction, kBefore, kClassGroups };
 
 struct LinearSplitCall {
