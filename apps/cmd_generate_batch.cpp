@@ -85,6 +85,10 @@ std::vector<BatchItem> read_requests(const GenerateOptions& g, const tok::Tokeni
                        .min_tokens = field<int>(j, "min_tokens", 0, line)};
     TANDEM_CHECK(it.req.max_tokens >= 1, "--prompts line {}: max_tokens must be >= 1, got {}", line,
                  it.req.max_tokens);
+    it.req.max_draft_tokens = field<int>(j, "num_speculative_tokens", -1, line);  // -1: k
+    TANDEM_CHECK(it.req.max_draft_tokens >= -1,
+                 "--prompts line {}: num_speculative_tokens must be >= 0, got {}", line,
+                 it.req.max_draft_tokens);
     it.req.json_object = field<bool>(j, "json_object", false, line);  // JSON mode
     TANDEM_CHECK(!it.req.json_object || tokenizer != nullptr,
                  "--prompts line {}: json_object needs the tokenizer: {}", line, tokenizer_error);

@@ -69,6 +69,7 @@ inline std::vector<std::vector<int32_t>> solo(Qwen35Model& m,
 
 struct BatchRun {
   std::vector<std::vector<int32_t>> tokens;
+  std::vector<GenerationStats> stats;  // each request's, as it finished
   EngineCounters counters;
   int64_t max_running = 0;
 };
@@ -78,6 +79,7 @@ inline BatchRun run_batch(BatchEngine& engine, const std::vector<Arrival>& arriv
   std::map<RequestId, size_t> index;
   BatchRun r;
   r.tokens.resize(arrivals.size());
+  r.stats.resize(arrivals.size());
   size_t added = 0;
   std::vector<size_t> order(arrivals.size());
   std::iota(order.begin(), order.end(), 0);
@@ -92,6 +94,7 @@ inline BatchRun run_batch(BatchEngine& engine, const std::vector<Arrival>& arriv
     for (const RequestOutput& o : engine.step()) {
       auto& t = r.tokens[index.at(o.id)];
       t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (o.finished) r.stats[index.at(o.id)] = o.stats;
     }
     r.max_running = std::max(r.max_running, engine.running());
   }

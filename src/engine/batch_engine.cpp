@@ -350,7 +350,8 @@ std::vector<RequestOutput> BatchEngine::step() {
     for (int64_t i = 0; i < n_decode; ++i) {
       Sequence& s = *sched.decode[i];
       const int64_t room = opt_.max_model_len - 1 - s.cache.n_past;
-      const int k = static_cast<int>(std::clamp<int64_t>(room, 0, k_step));
+      const int cap = s.req.max_draft_tokens >= 0 ? s.req.max_draft_tokens : k_step;
+      const int k = static_cast<int>(std::clamp<int64_t>(room, 0, std::min(k_step, cap)));
       if (k == 0) continue;
       asks.push_back({s.id, &s.cache, k, s.generated});
       ask_of.push_back(i);

@@ -37,6 +37,10 @@ struct Request {
   // With json_object: the answer starts inside a think block (the rendered prompt opened one and
   // a reasoning parser splits it off); the object follows "</think>".
   bool json_after_think = false;
+  // The most drafts a step for this request (-1: the engine's; 0: none): a request whose drafts
+  // are seldom accepted (a long document, high temperature) can leave its verify rows out of a
+  // batch. Speculation is exact, so this changes the speed only, never the tokens.
+  int max_draft_tokens = -1;
 };
 
 struct GenerationStats {

@@ -103,6 +103,7 @@ Request engine_request(const HandlerContext& ctx, const GenerationRequest& g, si
     }
   }
   r.logprobs = g.logprobs;
+  r.max_draft_tokens = g.num_speculative_tokens;
   // The prompt scored for echo's logprobs and for prompt_logprobs: the larger top count of the
   // two (each response field shows its own).
   r.prompt_logprobs = std::max(g.echo && !chat ? g.logprobs : -1, g.prompt_logprobs);

@@ -566,6 +566,13 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     r.stop_token_ids = token_ids(*ids, "stop_token_ids", limits.vocab_size);
   }
   r.ignore_eos = get_bool(body, "ignore_eos", false);
+  if (const std::optional<int64_t> k = get_int(body, "num_speculative_tokens")) {
+    if (*k < 0) {
+      throw bad_request("num_speculative_tokens",
+                        fmt::format("'num_speculative_tokens' must be >= 0, got {}", *k));
+    }
+    r.num_speculative_tokens = static_cast<int>(std::min<int64_t>(*k, 64));
+  }
   r.include_stop_str = get_bool(body, "include_stop_str_in_output", false);
   r.skip_special = get_bool(body, "skip_special_tokens", true);
   if (const std::optional<int64_t> t = get_int(body, "truncate_prompt_tokens")) {

@@ -51,6 +51,9 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // `num_speculative_tokens` (this server's): the most draft tokens a step for this request, at
+  // most the server's --num-speculative-tokens (-1: the server's; 0: no speculation).
+  int num_speculative_tokens = -1;
   int logprobs = -1;  // -1 off, else top alternatives per token (Request::logprobs)
   // vLLM's `prompt_logprobs` (both endpoints, not streamed): -1 off, else every prompt token's
   // logprob, vocab rank and the top alternatives at its position (Request::prompt_logprobs).

@@ -265,8 +265,8 @@ Json chat_body_of_responses(const Json& body, ResponsesEcho& echo, const Json& p
   for (const char* key :
        {"model", "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "stop", "stop_token_ids", "ignore_eos",
-        "min_tokens", "logit_bias", "parallel_tool_calls", "skip_special_tokens",
-        "include_stop_str_in_output", "user"}) {
+        "num_speculative_tokens", "min_tokens", "logit_bias", "parallel_tool_calls",
+        "skip_special_tokens", "include_stop_str_in_output", "user"}) {
     if (body.contains(key)) chat[key] = body[key];
   }
   for (const char* key : {"conversation", "prompt"}) {

@@ -76,6 +76,23 @@ def test_mtp_server_gives_the_same_greedy_text_and_reports_speculation(mtp_clien
     assert spec["mean_acceptance_length"] == pytest.approx(expect, rel=1e-6)
 
 
+def test_num_speculative_tokens_caps_a_requests_drafts_and_keeps_its_text(mtp_client, refs):
+    # This server's per-request cap (the MTP server drafts up to 3): 0 drafts nothing, 1 at most
+    # one a step; the text is the plain greedy one either way (through the Responses API too).
+    for cap in (0, 1):
+        r = chat(mtp_client, CHAT[1], extra_body={"num_speculative_tokens": cap})
+        assert r.choices[0].message.content == refs["chat"][1]["text"]
+        spec = r.model_extra["speculation"]
+        assert spec["draft_tokens"] <= cap * spec["drafting_steps"], spec
+        assert (spec["drafting_steps"] > 0) == (cap > 0), spec
+    r = mtp_client.responses.create(model=MODEL, input=CHAT[1], max_output_tokens=MAX,
+                                    temperature=0, extra_body={"num_speculative_tokens": 0})
+    assert r.model_extra["speculation"]["draft_tokens"] == 0
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(mtp_client, CHAT[1], extra_body={"num_speculative_tokens": -1})
+    assert e.value.param == "num_speculative_tokens"
+
+
 def test_streaming_chat_with_usage(client, refs):
     ref = refs["chat"][0]
     chunks = list(chat(client, CHAT[0], stream=True, stream_options={"include_usage": True}))

@@ -49,6 +49,43 @@ TEST(BatchExactness, SixtyFourGreedyRequestsEqualTheirSoloRuns) {
   }
 }
 
+// Per-request draft caps (Request::max_draft_tokens, the server's num_speculative_tokens): each
+// request drafts at most its cap a step (none at 0) while the others draft 3, and every output is
+// still its solo run's.
+TEST(BatchExactness, PerRequestDraftCapsChangeNoOutputAndHoldTheirDrafts) {
+  auto model = testing::load_fixture(testing::kTrainedModel, 256);
+  std::vector<Arrival> arrivals = random_arrivals(*model, 32, 33, false);
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    arrivals[i].req.max_draft_tokens = static_cast<int>(i % 4) - 1;  // -1 (the engine's), 0, 1, 2
+  }
+  const auto reference = solo(*model, arrivals);
+  BatchEngine engine(*model, mtp_or_none(*model, 3), batch_options(3, ControlMode::kFixed));
+  const BatchRun r = run_batch(engine, arrivals);
+  EXPECT_EQ(mismatches(r.tokens, reference, "draft caps"), 0);
+  std::vector<int64_t> most(4, 0);  // by cap + 1: the most drafts any of its requests took
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    const int cap = arrivals[i].req.max_draft_tokens;
+    const GenerationStats& st = r.stats[i];
+    for (size_t k = 0; k < st.steps_per_k.size(); ++k) {
+      if (st.steps_per_k[k] == 0) continue;
+      most[static_cast<size_t>(cap + 1)] =
+          std::max(most[static_cast<size_t>(cap + 1)], static_cast<int64_t>(k));
+      if (cap >= 0) {
+        EXPECT_LE(static_cast<int>(k), cap) << "request " << i;
+      }
+    }
+  }
+  std::printf(
+      "[batch exactness] draft caps -1 / 0 / 1 / 2: the most drafts a step %lld / %lld / "
+      "%lld / %lld\n",
+      static_cast<long long>(most[0]), static_cast<long long>(most[1]),
+      static_cast<long long>(most[2]), static_cast<long long>(most[3]));
+  EXPECT_EQ(most[0], 3);  // uncapped requests drafted the engine's k
+  EXPECT_EQ(most[1], 0);
+  EXPECT_EQ(most[2], 1);
+  EXPECT_EQ(most[3], 2);
+}
+
 // Catch-ups that drop every deferred MTP row but the last step's (catch_up_rows 0): the drafts
 // then attend to MTP KV entries never written for those positions, which may make them worse but
 // must not change any output.
