@@ -51,6 +51,12 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& g, const std::string& max_num_
   cmd->add_option("--gpu-memory-utilization", g.gpu_memory_utilization,
                   "cuda: fraction of the free device memory the cache may take")
       ->capture_default_str();
+  cmd->add_flag("--enable-prefix-caching", g.enable_prefix_caching,
+                "keep each prompt's state at its last 64-token boundary (in host memory) and "
+                "start a later prompt with the same tokens from it; outputs are the same bits");
+  cmd->add_option("--prefix-cache-gb", g.prefix_cache_gb,
+                  "host memory the kept prefixes may take (least recently used evicted first)")
+      ->capture_default_str();
 }
 
 void add_generate_options(CLI::App* cmd, GenerateOptions& g) {
@@ -83,17 +89,21 @@ BatchEngineOptions engine_options(const EngineFlags& g, int k, int64_t max_num_s
   TANDEM_CHECK(g.gpu_memory_utilization > 0 && g.gpu_memory_utilization <= 1,
                "--gpu-memory-utilization must be in (0, 1], got {}", g.gpu_memory_utilization);
   TANDEM_CHECK(g.kv_blocks >= 0, "--kv-blocks must be >= 0, got {}", g.kv_blocks);
-  return BatchEngineOptions{.num_speculative_tokens = k,
-                            // The oracle exists to force acceptance patterns: always k drafts.
-                            .control = g.speculative == "oracle" || k == 0
-                                           ? ControlMode::kFixed
-                                           : parse_control_mode(g.speculation_control),
-                            .cuda_graphs = !g.no_cuda_graphs,
-                            .max_num_seqs = max_num_seqs,
-                            .max_num_batched_tokens = g.step_rows(),
-                            .max_model_len = g.max_context,
-                            .kv_blocks = g.kv_blocks,
-                            .gpu_memory_utilization = g.gpu_memory_utilization};
+  TANDEM_CHECK(g.prefix_cache_gb > 0 && g.prefix_cache_gb <= 1e6,
+               "--prefix-cache-gb must be in (0, 1e6], got {}", g.prefix_cache_gb);
+  return BatchEngineOptions{
+      .num_speculative_tokens = k,
+      // The oracle exists to force acceptance patterns: always k drafts.
+      .control = g.speculative == "oracle" || k == 0 ? ControlMode::kFixed
+                                                     : parse_control_mode(g.speculation_control),
+      .cuda_graphs = !g.no_cuda_graphs,
+      .max_num_seqs = max_num_seqs,
+      .max_num_batched_tokens = g.step_rows(),
+      .max_model_len = g.max_context,
+      .kv_blocks = g.kv_blocks,
+      .gpu_memory_utilization = g.gpu_memory_utilization,
+      .prefix_cache_bytes =
+          g.enable_prefix_caching ? static_cast<int64_t>(g.prefix_cache_gb * 1e9) : 0};
 }
 
 std::vector<int32_t> speculative_token_map(const EngineFlags& g) {

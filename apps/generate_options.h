@@ -26,6 +26,8 @@ struct EngineFlags : CommonOptions {
   int64_t max_num_seqs = 0;                  // 0: the command's default
   int64_t kv_blocks = 0;
   double gpu_memory_utilization = 0.9;
+  bool enable_prefix_caching = false;  // engine/prefix_cache.h
+  double prefix_cache_gb = 4.0;        // host memory for the kept prefixes
 };
 
 struct GenerateOptions : EngineFlags {

@@ -105,10 +105,10 @@ std::vector<std::pair<Tensor, bool>> StatePool::pool_tensors() const {
   return out;
 }
 
-SwappedState StatePool::swap_out(SequenceCache& seq) {
-  TANDEM_CHECK(seq.resident(), "state pool: swap_out of a sequence that holds no slot");
+SwappedState StatePool::snapshot(const SequenceCache& seq, int64_t positions) const {
+  TANDEM_CHECK(seq.resident(), "state pool: a copy of a sequence that holds no slot");
   SwappedState s;
-  s.n_blocks = static_cast<int64_t>(seq.blocks.size());
+  s.n_blocks = std::min(blocks_for(positions), static_cast<int64_t>(seq.blocks.size()));
   for (const auto& [t, by_slot] : pool_tensors()) {
     if (by_slot) {
       const Tensor src = t.select(0, seq.slot);
@@ -120,10 +120,15 @@ SwappedState StatePool::swap_out(SequenceCache& seq) {
       shape[0] = s.n_blocks;
       Tensor host = Tensor::zeros(shape, t.dtype());
       for (int64_t i = 0; i < s.n_blocks; ++i)
-        host.select(0, i).copy_from(t.select(0, seq.blocks[i]));
+        host.select(0, i).copy_from(t.select(0, seq.blocks[static_cast<size_t>(i)]));
       s.layers.push_back(std::move(host));
     }
   }
+  return s;
+}
+
+SwappedState StatePool::swap_out(SequenceCache& seq) {
+  SwappedState s = snapshot(seq, static_cast<int64_t>(seq.blocks.size()) * c_.block_size);
   release(seq);
   return s;
 }

@@ -56,6 +56,9 @@ class StatePool {
   // Takes a fresh slot and blocks for a swapped sequence and copies its state back; false (and no
   // change) if the pool cannot hold it yet.
   bool swap_in(SequenceCache& seq, const SwappedState& state);
+  // Prefix caching: a copy in host memory of seq's slot and of the blocks of its first `positions`
+  // positions, seq unchanged (swap_in restores it into another sequence).
+  SwappedState snapshot(const SequenceCache& seq, int64_t positions) const;
 
  private:
   void zero_slot(int32_t slot);

@@ -80,13 +80,14 @@ BatchEngine::BatchEngine(Qwen35Model& model, std::unique_ptr<Drafter> drafter,
                cc.num_blocks, cc.max_model_len, cc.max_blocks_per_seq(), cc.block_size);
   pool_ = std::make_unique<StatePool>(model.config(), cc, model.context(), act,
                                       opt_.max_num_seqs * step_rows);
+  prefix_ = std::make_unique<PrefixCache>(opt_.prefix_cache_bytes, kPrefillGranule);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{.max_num_seqs = opt_.max_num_seqs,
                       .max_num_batched_tokens = opt_.max_num_batched_tokens,
                       .max_model_len = opt_.max_model_len,
                       .granule = kPrefillGranule,
                       .prompt_logit_rows = kPrefillGranule},
-      *pool_);
+      *pool_, prefix_.get());
   buffers_ = std::make_unique<StepBuffers>(model.max_step_rows(), opt_.max_num_seqs, table_width,
                                            cc.block_size, pool_->scratch_block(),
                                            pool_->scratch_slot(), device);
@@ -308,6 +309,16 @@ int32_t BatchEngine::choose_on_host(const Sequence& s, const float* row,
   return tok;
 }
 
+void BatchEngine::keep_prefix(const Sequence& s) {
+  const int64_t at = prefix_->snapshot_length(s.prompt_len());
+  if (at == 0 || s.prefilled != at) return;
+  const auto prefix = std::span<const int32_t>(s.req.prompt).first(static_cast<size_t>(at));
+  if (prefix_->contains(prefix)) return;
+  device_synchronize(pool_->device());  // the step that wrote the state has finished
+  prefix_->insert(prefix, pool_->snapshot(s.cache, at));
+  ++counters_.prefixes_kept;
+}
+
 std::vector<RequestOutput> BatchEngine::step() {
   std::vector<RequestOutput> out = std::move(pending_);
   pending_.clear();
@@ -501,9 +512,14 @@ std::vector<RequestOutput> BatchEngine::step() {
     const PrefillChunk& ch = sched.prefill[c];
     Sequence& s = *ch.seq;
     const int64_t p = first_chunk + static_cast<int64_t>(c);
+    if (ch.start > 0 && ch.start == s.stats.cached_tokens) {  // the first chunk after a restore
+      ++counters_.prefix_hits;
+      counters_.cached_prompt_tokens += ch.start;
+    }
     s.cache.commit_prefill(ch.rows);
     s.prefilled += ch.rows;
     counters_.prompt_tokens += ch.rows;
+    keep_prefix(s);
     const auto& prompt = s.req.prompt;
     std::vector<int32_t>& next = next_tokens[p];
     next.assign(prompt.begin() + ch.start + 1, prompt.begin() + ch.start + ch.rows);

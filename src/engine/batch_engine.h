@@ -17,6 +17,7 @@
 #include "cache/state_pool.h"
 #include "cache/step_buffers.h"
 #include "core/cuda_graph.h"
+#include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "model/arch/qwen35.h"
@@ -50,6 +51,8 @@ struct BatchEngineOptions {
   int64_t catch_up_min_rows = 4;
   // Each token id's text (special tokens empty), for requests in JSON mode; null: none allowed.
   std::shared_ptr<const std::vector<std::string>> token_bytes;
+  // Prefix caching (prefix_cache.h): host memory for kept prompt prefixes; 0: off.
+  int64_t prefix_cache_bytes = 0;
 };
 
 // Engine-wide counters (what a metrics endpoint reads).
@@ -64,6 +67,9 @@ struct EngineCounters {
   int64_t mixed_steps = 0;
   double step_seconds = 0, draft_seconds = 0, catch_up_seconds = 0;
   int64_t catch_ups = 0;  // drafting steps after k = 0 steps (each ran Drafter::catch_up)
+  // Prefix caching: admissions from a kept prefix, the prompt tokens they did not prefill, and
+  // prefixes kept.
+  int64_t prefix_hits = 0, cached_prompt_tokens = 0, prefixes_kept = 0;
 };
 
 class BatchEngine {
@@ -122,6 +128,9 @@ class BatchEngine {
   // The target's token from a host logits row of s (sampled, penalised or with logprobs):
   // pending are the step's drafts before this row, position the token's, device_argmax the row's
   // argmax from the device (the answer when greedy and unpenalised).
+  // Prefix caching: after a prefill chunk, s's state if it has just reached the prefix its prompt
+  // is kept at (PrefixCache::snapshot_length) and that prefix is not kept yet.
+  void keep_prefix(const Sequence& s);
   int32_t choose_on_host(const Sequence& s, const float* row, std::span<const int32_t> pending,
                          int64_t position, int32_t device_argmax, std::vector<TokenLogprobs>& lps);
 
@@ -130,6 +139,7 @@ class BatchEngine {
   BatchEngineOptions opt_;
   int k_max_ = 0;
   std::unique_ptr<StatePool> pool_;
+  std::unique_ptr<PrefixCache> prefix_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<StepBuffers> buffers_;
   Tensor logits_;      // f32 [max logit rows, vocab] on the model's device

@@ -48,6 +48,7 @@ struct GenerationStats {
   double prefill_seconds = 0, decode_seconds = 0;  // admission to first token, then to the end
   int64_t steps = 0, drafting_steps = 0, draft_tokens = 0, accepted_tokens = 0;
   int64_t preemptions = 0;
+  int64_t cached_tokens = 0;  // prompt tokens restored from the prefix cache, not prefilled
   std::vector<int64_t> accepted_per_position;  // [k]
   std::vector<int64_t> steps_per_k;            // [k + 1]: steps that drafted 0..k tokens
   double mean_acceptance_length() const {

@@ -7,7 +7,8 @@
 
 namespace tandem {
 
-Scheduler::Scheduler(SchedulerConfig cfg, StatePool& pool) : cfg_(cfg), pool_(pool) {
+Scheduler::Scheduler(SchedulerConfig cfg, StatePool& pool, PrefixCache* prefix)
+    : cfg_(cfg), pool_(pool), prefix_(prefix != nullptr && prefix->enabled() ? prefix : nullptr) {
   TANDEM_CHECK(cfg.granule >= 1 && cfg.max_num_batched_tokens >= cfg.granule,
                "--max-num-batched-tokens {} must be at least the prefill granule {}",
                cfg.max_num_batched_tokens, cfg.granule);
@@ -65,6 +66,34 @@ int64_t Scheduler::chunk_rows(int64_t start, int64_t prompt_len, int64_t budget)
   return std::max<int64_t>(end - start, 0);
 }
 
+int64_t Scheduler::end_at_snapshot(const Sequence* s, int64_t start, int64_t rows) const {
+  if (prefix_ == nullptr) return rows;
+  const int64_t at = prefix_->snapshot_length(s->prompt_len());
+  if (at <= start || start + rows <= at) return rows;
+  if (prefix_->contains(std::span<const int32_t>(s->req.prompt).first(static_cast<size_t>(at)))) {
+    return rows;  // kept already
+  }
+  return at - start;
+}
+
+int64_t Scheduler::restore_prefix(Sequence* s, int64_t budget) {
+  // A prompt whose every row's logits are read (prompt_logprobs) runs from its start.
+  if (prefix_ == nullptr || s->req.prompt_logprobs >= 0) return 0;
+  int64_t length = 0;
+  const SwappedState* kept = prefix_->lookup(s->req.prompt, length);
+  if (kept == nullptr) return 0;
+  const int64_t rows = end_at_snapshot(s, length, chunk_rows(length, s->prompt_len(), budget));
+  if (rows <= 0 || pool_.free_slots() == 0 ||
+      pool_.free_blocks() < pool_.blocks_for(length + rows) || !pool_.swap_in(s->cache, *kept)) {
+    return 0;
+  }
+  s->cache.n_past = length;  // as after the prefill chunk that ended there
+  s->cache.n_acc = 0;
+  s->cache.parity = 0;
+  s->stats.cached_tokens = length;
+  return length;
+}
+
 void Scheduler::preempt(Sequence* victim) {
   victim->swapped = std::make_unique<SwappedState>(pool_.swap_out(victim->cache));
   victim->resume_phase = victim->phase;
@@ -116,22 +145,28 @@ ScheduledStep Scheduler::schedule(int64_t decode_rows) {
     };
     for (Sequence* s : std::vector<Sequence*>(resident_)) {
       if (s->phase != Phase::kPrefill || budget <= 0) continue;
-      const int64_t rows =
-          chunk_rows(s->prefilled, s->prompt_len(), chunk_budget(s, budget, logit_budget));
+      const int64_t rows = end_at_snapshot(
+          s, s->prefilled,
+          chunk_rows(s->prefilled, s->prompt_len(), chunk_budget(s, budget, logit_budget)));
       if (rows == 0 || !pool_.reserve(s->cache, s->prefilled + rows)) continue;
       out.prefill.push_back({s, s->prefilled, rows});
       take(s, rows);
     }
     while (!waiting_.empty() && admissible(waiting_.front(), budget, logit_budget)) {
       Sequence* s = waiting_.front();
-      const int64_t rows = chunk_rows(0, s->prompt_len(), chunk_budget(s, budget, logit_budget));
-      TANDEM_CHECK(pool_.acquire(s->cache) && pool_.reserve(s->cache, rows),
+      const int64_t b = chunk_budget(s, budget, logit_budget);
+      const int64_t start = restore_prefix(s, b);
+      if (start == 0) {
+        TANDEM_CHECK(pool_.acquire(s->cache), "scheduler: admission of request {} failed", s->id);
+      }
+      const int64_t rows = end_at_snapshot(s, start, chunk_rows(start, s->prompt_len(), b));
+      TANDEM_CHECK(rows > 0 && pool_.reserve(s->cache, start + rows),
                    "scheduler: admission of request {} failed", s->id);
       s->phase = Phase::kPrefill;
-      s->prefilled = 0;
+      s->prefilled = start;
       resident_.push_back(s);
       waiting_.pop_front();
-      out.prefill.push_back({s, 0, rows});
+      out.prefill.push_back({s, start, rows});
       take(s, rows);
     }
     // Nothing could run (partial prefills holding every block): free the newest and retry.

@@ -7,6 +7,8 @@
 // sequence cannot get the blocks its step needs, the most recently admitted resident sequence is
 // preempted: its state is swapped to host memory (bit-exact) and swapped back in, ahead of new
 // admissions, when slots and blocks allow. New requests wait while slots or blocks are short.
+// With a prefix cache (prefix_cache.h) a request is admitted from its longest kept prompt prefix,
+// and a chunk that would pass the point where its prompt's prefix is kept ends there.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "cache/state_pool.h"
+#include "engine/prefix_cache.h"
 #include "engine/sequence.h"
 
 namespace tandem {
@@ -43,7 +46,8 @@ struct ScheduledStep {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerConfig cfg, StatePool& pool);
+  // prefix: the prefix cache, or null (none).
+  Scheduler(SchedulerConfig cfg, StatePool& pool, PrefixCache* prefix = nullptr);
 
   void add(Sequence* seq);     // a new request: waits for admission
   void remove(Sequence* seq);  // finished or cancelled: releases what it holds
@@ -70,9 +74,16 @@ class Scheduler {
   int64_t chunk_budget(const Sequence* s, int64_t budget, int64_t logit_budget) const;
   void preempt(Sequence* victim);
   bool swap_in(Sequence* seq);
+  // Admission from the prefix cache: the longest kept prefix of s's prompt restored into a fresh
+  // slot and blocks, with room for the chunk after it under `budget`; its length (0: none, s holds
+  // nothing).
+  int64_t restore_prefix(Sequence* s, int64_t budget);
+  // rows of a chunk from `start`, ended where s's prompt prefix is to be kept (prefix cache).
+  int64_t end_at_snapshot(const Sequence* s, int64_t start, int64_t rows) const;
 
   SchedulerConfig cfg_;
   StatePool& pool_;
+  PrefixCache* prefix_;
   std::vector<Sequence*> resident_;  // admission order
   std::deque<Sequence*> waiting_;
   std::deque<Sequence*> swapped_;  // preemption order

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -320,11 +321,14 @@ void record_end(const std::vector<ChoiceRun>& runs, int64_t prompt_tokens) {
 // The `speculation` field of the choices: their drafts and acceptances summed.
 GenerationStats summed_stats(const std::vector<ChoiceRun>& runs) {
   GenerationStats t;
+  std::map<size_t, int64_t> cached;  // per prompt: its choices' most (the prompt counts once)
   for (const ChoiceRun& c : runs) {
     t.draft_tokens += c.gen->stats().draft_tokens;
     t.accepted_tokens += c.gen->stats().accepted_tokens;
     t.drafting_steps += c.gen->stats().drafting_steps;
+    cached[c.prompt] = std::max(cached[c.prompt], c.gen->stats().cached_tokens);
   }
+  for (const auto& [prompt, n] : cached) t.cached_tokens += n;
   return t;
 }
 

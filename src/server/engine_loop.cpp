@@ -198,6 +198,8 @@ void EngineLoop::publish() {
   s.prompt_tokens = k.prompt_tokens;
   s.generation_tokens = k.generation_tokens;
   s.preemptions = k.preemptions;
+  s.prefix_cache_hits = k.prefix_hits;
+  s.prefix_cache_tokens = k.cached_prompt_tokens;
   s.drafts = k.drafting_steps;
   s.draft_tokens = k.draft_tokens;
   s.accepted_tokens = k.accepted_tokens;

@@ -123,6 +123,12 @@ std::string Metrics::render() const {
           static_cast<double>(cancelled_));
   counter("tandem:num_preemptions_total", "Sequences preempted (swapped to host memory).",
           static_cast<double>(e.preemptions));
+  counter("tandem:prefix_cache_hits_total",
+          "Requests admitted from a kept prompt prefix (--enable-prefix-caching).",
+          static_cast<double>(e.prefix_cache_hits));
+  counter("tandem:prefix_cache_hit_tokens_total",
+          "Prompt tokens restored from the prefix cache instead of prefilled.",
+          static_cast<double>(e.prefix_cache_tokens));
   counter("tandem:spec_decode_num_drafts_total", "Steps of a sequence that verified drafts.",
           static_cast<double>(e.drafts));
   counter("tandem:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",

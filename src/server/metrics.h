@@ -31,6 +31,7 @@ struct EngineSnapshot {
   int64_t running = 0, waiting = 0;
   double kv_cache_usage = 0, gdn_state_usage = 0;  // fractions in [0, 1]
   int64_t prompt_tokens = 0, generation_tokens = 0, preemptions = 0;
+  int64_t prefix_cache_hits = 0, prefix_cache_tokens = 0;  // --enable-prefix-caching
   int64_t drafts = 0, draft_tokens = 0, accepted_tokens = 0;
   std::vector<int64_t> accepted_per_position;
 };

@@ -179,6 +179,9 @@ Json response_json(const ResponseMeta& m, std::span<const Choice> choices, int64
     j["prompt_logprobs"] = choices[0].prompt_logprobs;
   }
   j["usage"] = usage_json(prompt_tokens, completion_tokens);
+  if (stats.cached_tokens > 0) {  // OpenAI's field: prompt tokens from the prefix cache
+    j["usage"]["prompt_tokens_details"] = {{"cached_tokens", stats.cached_tokens}};
+  }
   j["speculation"] = speculation_json(stats);
   return j;
 }

@@ -186,8 +186,12 @@ Json chat_response_format_of(const Json& text) {
 Json usage_of(const Json& chat_usage) {
   const int64_t in = chat_usage.value("prompt_tokens", int64_t{0});
   const int64_t out = chat_usage.value("completion_tokens", int64_t{0});
+  int64_t cached = 0;
+  if (const Json* d = field(chat_usage, "prompt_tokens_details")) {
+    cached = d->value("cached_tokens", int64_t{0});
+  }
   return {{"input_tokens", in},
-          {"input_tokens_details", {{"cached_tokens", 0}}},
+          {"input_tokens_details", {{"cached_tokens", cached}}},
           {"output_tokens", out},
           {"output_tokens_details", {{"reasoning_tokens", 0}}},
           {"total_tokens", in + out}};

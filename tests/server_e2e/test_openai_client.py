@@ -12,6 +12,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from conftest import BASE_ARGS, MTP_ARGS
 from prompts import CHAT, TEXT
 from support import MODEL, OPENAI_MAX, chat, chat_template_ids, client_for, complete, generate_batch, request
 
@@ -91,6 +92,31 @@ def test_num_speculative_tokens_caps_a_requests_drafts_and_keeps_its_text(mtp_cl
     with pytest.raises(openai.BadRequestError) as e:
         chat(mtp_client, CHAT[1], extra_body={"num_speculative_tokens": -1})
     assert e.value.param == "num_speculative_tokens"
+
+
+def test_prefix_caching_restores_a_shared_prompt_and_keeps_the_text(pool, client):
+    # --enable-prefix-caching: a second request that repeats a long system prompt starts from the
+    # kept prefix (usage.prompt_tokens_details.cached_tokens, the metrics' counters) and answers
+    # with the same text as a server without it; under MTP too.
+    system = " ".join(TEXT) * 3
+    ask = lambda c, q, **kw: c.chat.completions.create(  # noqa: E731
+        model=MODEL, messages=[{"role": "system", "content": system},
+                               {"role": "user", "content": q}],
+        max_tokens=MAX, temperature=0, **kw)
+    for args in ([], MTP_ARGS):
+        s = pool.start(BASE_ARGS + args + ["--enable-prefix-caching"])
+        with client_for(s) as c:
+            first = ask(c, CHAT[0])
+            assert first.usage.prompt_tokens > 128
+            for q in (CHAT[1], CHAT[2]):
+                r = ask(c, q)
+                details = r.usage.prompt_tokens_details
+                assert details is not None and details.cached_tokens >= 128, r.usage
+                assert details.cached_tokens < r.usage.prompt_tokens
+                assert r.choices[0].message.content == ask(client, q).choices[0].message.content
+            metrics = request(s.port, "GET", "/metrics").body.decode()
+            assert re.search(r"^tandem:prefix_cache_hits_total [1-9]", metrics, re.M), metrics
+        assert ask(client, CHAT[0]).usage.prompt_tokens_details is None  # no cache: no field
 
 
 def test_streaming_chat_with_usage(client, refs):
