@@ -67,6 +67,38 @@ inline std::vector<std::vector<int32_t>> solo(Qwen35Model& m,
   return out;
 }
 
+// Request 0's prompt is a 200-token prefix (kept at 192 tokens); requests 1..15 add 1..120 tokens
+// to it and arrive after it has run; the last request is the next turn of request 5: its prompt,
+// its answer and 30 more tokens.
+inline std::vector<Arrival> shared_prefix_arrivals(Qwen35Model& m) {
+  std::mt19937_64 rng(41);
+  const auto token = [&] { return static_cast<int32_t>(rng() % m.config().vocab_size); };
+  std::vector<int32_t> base(200);
+  for (int32_t& t : base) t = token();
+  std::vector<Arrival> out;
+  for (int i = 0; i < 16; ++i) {
+    Arrival a;
+    a.step = i == 0 ? 0 : 12 + static_cast<int64_t>(rng() % 40);
+    a.req.prompt = base;
+    if (i > 0) {
+      for (int64_t j = 0, n = 1 + static_cast<int64_t>(rng() % 120); j < n; ++j) {
+        a.req.prompt.push_back(token());
+      }
+    }
+    a.req.max_tokens = 8 + static_cast<int>(rng() % 24);
+    a.req.stop_ids = m.config().eos_token_ids;
+    out.push_back(std::move(a));
+  }
+  Generator gen(m, nullptr, GeneratorOptions{.max_context = kMaxModelLen});
+  Arrival next;
+  next.step = 120;
+  next.req = out[5].req;
+  for (int32_t t : gen.generate(out[5].req).tokens) next.req.prompt.push_back(t);
+  for (int j = 0; j < 30; ++j) next.req.prompt.push_back(token());
+  out.push_back(std::move(next));
+  return out;
+}
+
 struct BatchRun {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<GenerationStats> stats;  // each request's, as it finished

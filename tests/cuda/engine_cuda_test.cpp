@@ -139,6 +139,31 @@ TEST(EngineCudaBatch, TwoHundredFiftySixRequestsEqualTheirSoloRuns) {
   }
 }
 
+// Prefix caching on the GPU (graphs on): requests sharing a prompt prefix and a next turn start
+// from kept prefixes, and each output equals its solo run, plain and with MTP k = 3.
+TEST(EngineCudaBatch, PrefixCacheHitsEqualTheirSoloRuns) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = load_on(testing::kTrainedModel, Device::kCuda);
+  const std::vector<testing::Arrival> arrivals = testing::shared_prefix_arrivals(*gpu);
+  const auto reference = testing::solo(*gpu, arrivals);
+  for (const testing::SpecConfig& c : {testing::spec_configs()[0], testing::spec_configs()[3]}) {
+    std::unique_ptr<Drafter> d;
+    if (c.k > 0) d = std::make_unique<MtpDrafter>(*gpu);
+    BatchEngineOptions opt = testing::batch_options(c.k, c.control, 16, 512);
+    opt.prefix_cache_bytes = int64_t{1} << 30;
+    BatchEngine engine(*gpu, std::move(d), opt);
+    const testing::BatchRun r = testing::run_batch(engine, arrivals);
+    const int bad = testing::mismatches(r.tokens, reference, c.name);
+    std::printf(
+        "[cuda prefix cache] %s: %zu requests, %lld hits, %lld prompt tokens restored, "
+        "%d differ\n",
+        c.name, arrivals.size(), static_cast<long long>(r.counters.prefix_hits),
+        static_cast<long long>(r.counters.cached_prompt_tokens), bad);
+    EXPECT_EQ(bad, 0) << c.name;
+    EXPECT_GE(r.counters.prefix_hits, 15) << c.name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, EngineCuda, ::testing::ValuesIn(testing::golden_model_names()),
                          testing::model_param_name);
 
