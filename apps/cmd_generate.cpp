@@ -29,6 +29,7 @@ nlohmann::json stats_json(const GenerateResult& r, int k) {
                    {"finish_reason", r.finish_reason},
                    {"num_speculative_tokens", k},
                    {"steps", s.steps}};
+  if (s.cached_tokens > 0) j["cached_tokens"] = s.cached_tokens;  // --enable-prefix-caching
   if (k > 0) {
     std::vector<double> per_pos;
     for (int64_t a : s.accepted_per_position)
