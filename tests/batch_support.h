@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "engine/batch_engine.h"
+#include "engine/committed_state.h"
 #include "engine/generator.h"
 
 namespace tandem::testing {
@@ -133,6 +135,69 @@ inline BatchRun run_batch(BatchEngine& engine, const std::vector<Arrival>& arriv
   r.counters = engine.counters();
   return r;
 }
+
+// The committed states of watched requests (by arrival index) checked bitwise, after every commit
+// of a batched run, against the same request run alone (GDN state, conv history and KV).
+class StateWatch {
+ public:
+  using States = std::map<int64_t, std::vector<float>>;  // by n_past after a commit
+
+  static std::vector<float> flat(const Qwen35Model& m, StatePool& pool, const SequenceCache& seq) {
+    std::vector<float> out;
+    for (const NamedState& s : committed_state(m, pool, seq, /*with_mtp_kv=*/false))
+      out.insert(out.end(), s.values.begin(), s.values.end());
+    return out;
+  }
+
+  // Runs each watched request alone (its tokens must be reference's) for its states.
+  StateWatch(Qwen35Model& m, const std::vector<Arrival>& arrivals, std::vector<size_t> watched,
+             const std::vector<std::vector<int32_t>>& reference)
+      : m_(m) {
+    for (size_t w : watched) {
+      Generator gen(m, nullptr, GeneratorOptions{.max_context = kMaxModelLen});
+      gen.after_commit = [&](int64_t, int64_t n_past) {
+        solo_[w][n_past] = flat(m, gen.engine().pool(), gen.engine().cache(gen.current()));
+      };
+      EXPECT_EQ(gen.generate(arrivals[w].req).tokens, reference[w]) << "watched request " << w;
+    }
+    // Request ids follow the order of add() (run_batch adds by arrival step).
+    std::vector<size_t> order(arrivals.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return arrivals[a].step < arrivals[b].step; });
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (solo_.count(order[i])) ids_[static_cast<RequestId>(i)] = order[i];
+    }
+  }
+
+  // Checks engine's watched sequences at each commit from now on (checks(), differing()).
+  void attach(BatchEngine& engine) {
+    checks_ = differing_ = 0;
+    engine.after_commit = [this, &engine](RequestId id, int64_t, int64_t n_past) {
+      const auto w = ids_.find(id);
+      if (w == ids_.end()) return;
+      const States& st = solo_[w->second];
+      const auto it = st.find(n_past);
+      // Only the last step may commit past the solo run's end (tokens after a stop are dropped).
+      if (it == st.end()) {
+        EXPECT_GT(n_past, st.rbegin()->first) << "n_past " << n_past;
+        return;
+      }
+      const std::vector<float> s = flat(m_, engine.pool(), engine.cache(id));
+      ++checks_;
+      differing_ += s.size() != it->second.size() ||
+                    std::memcmp(s.data(), it->second.data(), s.size() * sizeof(float)) != 0;
+    };
+  }
+  int checks() const { return checks_; }
+  int differing() const { return differing_; }
+
+ private:
+  Qwen35Model& m_;
+  std::map<size_t, States> solo_;
+  std::map<RequestId, size_t> ids_;
+  int checks_ = 0, differing_ = 0;
+};
 
 inline BatchEngineOptions batch_options(int k, ControlMode control, int64_t max_seqs = 16,
                                         int64_t budget = 256) {

@@ -7,15 +7,8 @@
 // nothing for the others.
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <map>
-#include <numeric>
-#include <random>
-
 #include "batch_support.h"
 #include "engine/batch_engine.h"
-#include "engine/committed_state.h"
-#include "engine/generator.h"
 #include "spec/mtp_drafter.h"
 #include "test_support.h"
 
@@ -107,64 +100,20 @@ TEST(BatchExactness, CatchUpsThatDropDeferredRowsChangeNoOutput) {
   EXPECT_EQ(mismatches(r.tokens, reference, "dropping catch-ups"), 0);
 }
 
-// The committed state of a sequence after each commit, by n_past.
-using States = std::map<int64_t, std::vector<float>>;
-std::vector<float> flat(const Qwen35Model& m, StatePool& pool, const SequenceCache& seq) {
-  std::vector<float> out;
-  for (const NamedState& s : committed_state(m, pool, seq, /*with_mtp_kv=*/false))
-    out.insert(out.end(), s.values.begin(), s.values.end());
-  return out;
-}
-
 TEST(BatchExactness, SampledRequestsAreReproducibleAndKeepTheirSoloState) {
   auto model = testing::load_fixture(testing::kTrainedModel, 256);
   std::vector<Arrival> arrivals = random_arrivals(*model, 24, 15, /*sampled=*/true);
   const auto reference = solo(*model, arrivals);
-  // The solo committed states of two sampled requests.
-  const std::vector<size_t> watched{1, 3};
-  std::map<size_t, States> solo_states;
-  for (size_t w : watched) {
-    Generator gen(*model, nullptr, GeneratorOptions{.max_context = kMaxModelLen});
-    gen.after_commit = [&](int64_t, int64_t n_past) {
-      solo_states[w][n_past] = flat(*model, gen.engine().pool(), gen.engine().cache(gen.current()));
-    };
-    ASSERT_EQ(gen.generate(arrivals[w].req).tokens, reference[w]);
-  }
+  StateWatch watch(*model, arrivals, {1, 3}, reference);  // two sampled requests
   for (int k : {0, 3}) {
     BatchEngine engine(*model, mtp_or_none(*model, k), batch_options(k, ControlMode::kFixed));
-    std::map<RequestId, size_t> watched_ids;
-    int checks = 0, bad = 0;
-    engine.after_commit = [&](RequestId id, int64_t, int64_t n_past) {
-      auto w = watched_ids.find(id);
-      if (w == watched_ids.end()) return;
-      const States& st = solo_states[w->second];
-      auto it = st.find(n_past);
-      // Only the last step may commit past the solo run's end (tokens after a stop are dropped).
-      if (it == st.end()) {
-        EXPECT_GT(n_past, st.rbegin()->first) << "n_past " << n_past;
-        return;
-      }
-      const std::vector<float> s = flat(*model, engine.pool(), engine.cache(id));
-      ++checks;
-      bad += s.size() != it->second.size() ||
-             std::memcmp(s.data(), it->second.data(), s.size() * sizeof(float)) != 0;
-    };
-    // Request ids follow the order of add(); watch the two sampled requests.
-    std::vector<size_t> order(arrivals.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return arrivals[a].step < arrivals[b].step; });
-    for (size_t i = 0; i < order.size(); ++i) {
-      for (size_t w : watched) {
-        if (order[i] == w) watched_ids[static_cast<RequestId>(i)] = w;
-      }
-    }
+    watch.attach(engine);
     const BatchRun r = run_batch(engine, arrivals);
     EXPECT_EQ(mismatches(r.tokens, reference, "sampled k=" + std::to_string(k)), 0);
     std::printf("[sampled batch] k=%d: 24 requests (12 sampled), %d state checks, %d differ\n", k,
-                checks, bad);
-    EXPECT_GT(checks, 20);
-    EXPECT_EQ(bad, 0);
+                watch.checks(), watch.differing());
+    EXPECT_GT(watch.checks(), 20);
+    EXPECT_EQ(watch.differing(), 0);
   }
 }
 
