@@ -32,7 +32,9 @@ bool PrefixCache::contains(std::span<const int32_t> prefix) const {
 const SwappedState* PrefixCache::lookup(std::span<const int32_t> prompt, int64_t& length) {
   length = 0;
   if (!enabled() || index_.empty()) return nullptr;
-  for (int64_t n = snapshot_length(static_cast<int64_t>(prompt.size())); n > 0; n -= granule_) {
+  const int64_t most = snapshot_length(static_cast<int64_t>(prompt.size()));
+  for (auto l = lengths_.upper_bound(most); l != lengths_.begin();) {
+    const int64_t n = (--l)->first;
     const auto it = find(prompt.first(static_cast<size_t>(n)));
     if (it == lru_.end()) continue;
     lru_.splice(lru_.begin(), lru_, it);
@@ -50,10 +52,14 @@ void PrefixCache::insert(std::span<const int32_t> prefix, SwappedState state) {
   while (bytes_ + bytes > max_bytes_ && !lru_.empty()) {
     bytes_ -= lru_.back().bytes;
     index_.erase(key_of(lru_.back().tokens));
+    if (--lengths_[static_cast<int64_t>(lru_.back().tokens.size())] == 0) {
+      lengths_.erase(static_cast<int64_t>(lru_.back().tokens.size()));
+    }
     lru_.pop_back();
   }
   lru_.push_front(Entry{{prefix.begin(), prefix.end()}, std::move(state), bytes});
   index_.emplace(key_of(prefix), lru_.begin());
+  ++lengths_[static_cast<int64_t>(prefix.size())];
   bytes_ += bytes;
 }
 

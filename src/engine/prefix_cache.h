@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -57,6 +58,7 @@ class PrefixCache {
   int64_t max_bytes_, granule_, bytes_ = 0;
   mutable List lru_;  // the most recently used first
   std::unordered_map<std::string, List::iterator> index_;
+  std::map<int64_t, int64_t> lengths_;  // entries by prefix length: a lookup probes only these
 };
 
 }  // namespace tandem

@@ -3,7 +3,11 @@
 // kept prefix, and every output, and the committed state of watched requests after every commit,
 // is bit-identical to the request run alone without speculation or cache: plain, MTP k = 3 and
 // adaptive control.
+#include "engine/prefix_cache.h"
+
 #include <gtest/gtest.h>
+
+#include <numeric>
 
 #include "batch_support.h"
 #include "engine/batch_engine.h"
@@ -41,6 +45,47 @@ TEST(PrefixCache, HitsChangeNoOutputAndNoBitOfTheCommittedState) {
     EXPECT_GT(watch.checks(), 10) << c.name;
     EXPECT_EQ(watch.differing(), 0) << c.name;
   }
+}
+
+// The cache alone: the longest kept prefix shorter than the prompt, by 64-token boundaries; the
+// least recently used entry evicted beyond the byte budget (a lookup counts as a use).
+TEST(PrefixCache, FindsTheLongestKeptPrefixAndEvictsTheLeastRecentlyUsed) {
+  const auto state = [] {  // 4 KB
+    SwappedState s;
+    s.layers.push_back(Tensor::zeros({1024}, DType::kF32));
+    return s;
+  };
+  PrefixCache cache(3 * 4096, 64);
+  std::vector<int32_t> prompt(300);
+  std::iota(prompt.begin(), prompt.end(), 0);
+  EXPECT_EQ(cache.snapshot_length(300), 256);
+  EXPECT_EQ(cache.snapshot_length(257), 256);
+  EXPECT_EQ(cache.snapshot_length(256), 192);  // a prefix shorter than the prompt
+  EXPECT_EQ(cache.snapshot_length(64), 0);
+  const auto first = [&](int64_t n) { return std::span<const int32_t>(prompt).first(n); };
+  cache.insert(first(64), state());
+  cache.insert(first(192), state());
+  int64_t length = -1;
+  EXPECT_NE(cache.lookup(prompt, length), nullptr);
+  EXPECT_EQ(length, 192);
+  EXPECT_NE(cache.lookup(first(192), length), nullptr);  // not itself: its last row must run
+  EXPECT_EQ(length, 64);
+  std::vector<int32_t> other = prompt;
+  other[100] = -1;  // differs inside the 192-token prefix
+  EXPECT_NE(cache.lookup(other, length), nullptr);
+  EXPECT_EQ(length, 64);
+  cache.insert(first(128), state());  // 3 entries: the budget
+  cache.insert(first(256), state());  // evicts the least recently used: 192
+  EXPECT_EQ(cache.entries(), 3);
+  EXPECT_FALSE(cache.contains(first(192)));
+  EXPECT_TRUE(cache.contains(first(64)) && cache.contains(first(128)));
+  std::vector<int32_t> p192(prompt.begin(), prompt.begin() + 200);
+  EXPECT_NE(cache.lookup(p192, length), nullptr);
+  EXPECT_EQ(length, 128);
+  PrefixCache off(0, 64);
+  off.insert(first(64), state());
+  EXPECT_EQ(off.entries(), 0);
+  EXPECT_EQ(off.lookup(prompt, length), nullptr);
 }
 
 // Without the option nothing is kept or restored; a budget smaller than one state keeps nothing.
