@@ -77,6 +77,7 @@ TEST(PrefixCache, FindsTheLongestKeptPrefixAndEvictsTheLeastRecentlyUsed) {
   cache.insert(first(128), state());  // 3 entries: the budget
   cache.insert(first(256), state());  // evicts the least recently used: 192
   EXPECT_EQ(cache.entries(), 3);
+  EXPECT_EQ(cache.bytes(), 3 * 4096);
   EXPECT_FALSE(cache.contains(first(192)));
   EXPECT_TRUE(cache.contains(first(64)) && cache.contains(first(128)));
   std::vector<int32_t> p192(prompt.begin(), prompt.begin() + 200);
