@@ -4,7 +4,6 @@
 // per request, in input order, then the throughput. A line that is not a valid request stops the
 // run before anything is generated, naming the line and the field.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -12,6 +11,7 @@
 
 #include "apps/cli_common.h"
 #include "apps/generate_options.h"
+#include "core/clock.h"
 #include "engine/batch_engine.h"
 #include "engine/generator.h"
 #include "spec/oracle_drafter.h"
@@ -20,10 +20,6 @@
 namespace tandem::app {
 
 namespace {
-
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 struct BatchItem {
   nlohmann::json id;  // echoed back (null when the line has none)
@@ -162,7 +158,7 @@ void run_batch(const GenerateOptions& g) {
     ids.push_back(engine.add(it.req));
     index[ids.back()] = ids.size() - 1;
   }
-  const double t0 = seconds_now();
+  const double t0 = monotonic_seconds();
   int64_t done = 0, tokens = 0;
   const int64_t total = static_cast<int64_t>(items.size());
   std::vector<std::string> finish(items.size());
@@ -177,13 +173,13 @@ void run_batch(const GenerateOptions& g) {
       finish[index.at(o.id)] = o.finish_reason;
     }
     done += finished;
-    const double t = seconds_now();
+    const double t = monotonic_seconds();
     if (finished > 0 || t - shown > 0.25) {  // a few updates a second at most
       progress(done, total, tokens, t - t0);
       shown = t;
     }
   }
-  const double wall = seconds_now() - t0;
+  const double wall = monotonic_seconds() - t0;
   std::fprintf(stderr, "\n");
   std::ofstream file;
   if (!g.output.empty()) {

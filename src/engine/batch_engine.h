@@ -115,7 +115,14 @@ class BatchEngine {
   std::function<void(const StepPlan&, std::span<const RequestId>)> before_step;
 
  private:
+  // The step's phases (batch_step.cpp), each filling or reading one step's working set.
   struct StepRun;
+  void propose_drafts(StepRun& r);
+  void lay_out(StepRun& r);
+  void run_model(StepRun& r);
+  void accept_and_commit(StepRun& r, int64_t i);
+  void commit_chunk(StepRun& r, size_t c);
+  void trim_drafter_rows(const StepRun& r);
   Sequence& seq(RequestId id);
   const Sequence& seq(RequestId id) const;
   int64_t bucket_of(int64_t n) const;
@@ -125,12 +132,12 @@ class BatchEngine {
   // tokens' logprobs (when asked for), kept for those emitted.
   bool emit(Sequence& s, std::span<const int32_t> tokens, RequestOutput& o,
             std::vector<TokenLogprobs> lps = {});
-  // The target's token from a host logits row of s (sampled, penalised or with logprobs):
-  // pending are the step's drafts before this row, position the token's, device_argmax the row's
-  // argmax from the device (the answer when greedy and unpenalised).
   // Prefix caching: after a prefill chunk, s's state if it has just reached the prefix its prompt
   // is kept at (PrefixCache::snapshot_length) and that prefix is not kept yet.
   void keep_prefix(const Sequence& s);
+  // The target's token from a host logits row of s (sampled, penalised or with logprobs):
+  // pending are the step's drafts before this row, position the token's, device_argmax the row's
+  // argmax from the device (the answer when greedy and unpenalised).
   int32_t choose_on_host(const Sequence& s, const float* row, std::span<const int32_t> pending,
                          int64_t position, int32_t device_argmax, std::vector<TokenLogprobs>& lps);
 

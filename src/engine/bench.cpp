@@ -3,12 +3,12 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <numeric>
 
 #include "cache/state_pool.h"
 #include "cache/step_buffers.h"
+#include "core/clock.h"
 #include "core/cuda_graph.h"
 #include "engine/synthetic.h"
 #include "kernels/argmax/argmax.h"
@@ -17,10 +17,6 @@
 namespace tandem {
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void randomize(const StatePool& pool, uint64_t seed) {
   auto fill = [&](const Tensor& t, float lo, float hi) {
@@ -103,10 +99,10 @@ struct BatchAtDepth {
     };
     for (int i = 0; i < 2; ++i) run(depth);  // warm-up
     device_synchronize(ctx.device);
-    const double t0 = now();
+    const double t0 = monotonic_seconds();
     for (int i = 0; i < steps; ++i) run(depth + i);
     device_synchronize(ctx.device);
-    return (now() - t0) / steps;
+    return (monotonic_seconds() - t0) / steps;
   }
 
   // Seconds per step of `rows` rows per sequence; positions advance by `advance` per step.
@@ -128,13 +124,13 @@ struct BatchAtDepth {
     }
     for (int i = 0; i < 3; ++i) run(p);  // warm-up
     device_synchronize(ctx.device);
-    const double t0 = now();
+    const double t0 = monotonic_seconds();
     for (int i = 0; i < steps; ++i) {
       p = plan(rows, depth + i * advance);
       run(p);
     }
     device_synchronize(ctx.device);
-    return (now() - t0) / steps;
+    return (monotonic_seconds() - t0) / steps;
   }
 };
 
@@ -272,13 +268,13 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
           drafter.after_target_step(rows);
           drafter.propose(a);  // warm-up
           device_synchronize(model.context().device);
-          const double t0 = now();
+          const double t0 = monotonic_seconds();
           for (int i = 0; i < opt.steps; ++i) {
             drafter.after_target_step(rows);
             drafter.propose(a);
           }
           device_synchronize(model.context().device);
-          return (now() - t0) / opt.steps;
+          return (monotonic_seconds() - t0) / opt.steps;
         };
         const double t_first = time_drafts(asks1), t_draft = time_drafts(asks);
         const double t_chain = k > 1 ? (t_draft - t_first) / (k - 1) : 0.0;
@@ -345,9 +341,9 @@ nlohmann::json run_bench(Qwen35Model& model, const BenchOptions& opt) {
       pool.release(s);
     };
     prefill();  // warm-up
-    const double t0 = now();
+    const double t0 = monotonic_seconds();
     prefill();
-    const double t = now() - t0;
+    const double t = monotonic_seconds() - t0;
     const double matrix_flops = 2.0 * static_cast<double>(p) * params;
     const double attn_flops = 2.0 * static_cast<double>(p) * static_cast<double>(p) *
                               c.num_heads_q * c.head_dim *

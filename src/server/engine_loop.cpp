@@ -5,14 +5,11 @@
 
 #include <cstdio>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "server/api_error.h"
 
 namespace tandem::server {
-
-double EngineLoop::now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 bool Channel::wait(std::chrono::milliseconds timeout, Delivery& out) {
   std::unique_lock lock(mu_);
@@ -146,7 +143,7 @@ void EngineLoop::admit(std::deque<std::pair<std::shared_ptr<Channel>, Request>>&
 }
 
 void EngineLoop::route(std::vector<RequestOutput> outs) {
-  const double t = now();
+  const double t = monotonic_seconds();
   for (RequestOutput& o : outs) {
     auto it = active_.find(o.id);
     if (it == active_.end()) continue;

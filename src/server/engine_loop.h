@@ -78,8 +78,6 @@ class EngineLoop {
   void shutdown();
   bool stopping() const { return stopping_.load(); }
 
-  static double now();  // seconds, steady clock
-
  private:
   void run();
   void admit(std::deque<std::pair<std::shared_ptr<Channel>, Request>>& subs);

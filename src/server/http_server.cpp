@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
@@ -61,8 +62,6 @@ void write_error(httplib::Response& res, const ApiError& e) {
   if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(dump(error_body(e)), "application/json");
 }
-
-double now() { return EngineLoop::now(); }
 
 }  // namespace
 
@@ -234,7 +233,7 @@ struct HttpServer::Impl {
           {"prompt_tokens", count(rec.prompt_tokens)},
           {"completion_tokens", count(rec.completion_tokens)},
           {"finish_reason", rec.finish_reason.empty() ? Json() : Json(rec.finish_reason)},
-          {"seconds", rec.started > 0 ? now() - rec.started : 0.0}};
+          {"seconds", rec.started > 0 ? monotonic_seconds() - rec.started : 0.0}};
       const std::string text = dump(line) + "\n";
       static std::mutex mu;
       std::lock_guard lock(mu);
@@ -256,7 +255,7 @@ struct HttpServer::Impl {
       if (listen_fd < 0) listen_fd = s;  // second server on the port must fail to bind
     });
     svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-      access_record() = AccessRecord{.started = now()};
+      access_record() = AccessRecord{.started = monotonic_seconds()};
       return httplib::Server::HandlerResponse::Unhandled;
     });
     svr.set_error_handler(httplib::Server::HandlerWithResponse(

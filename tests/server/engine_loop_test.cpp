@@ -8,6 +8,7 @@
 
 #include <thread>
 
+#include "core/clock.h"
 #include "server/api_error.h"
 #include "spec/mtp_drafter.h"
 #include "test_support.h"
@@ -117,7 +118,7 @@ TEST_F(EngineLoopTest, ConcurrentSubmissionsGetTheTokensOfARunAlone) {
   std::vector<std::thread> clients;
   for (int i = 0; i < kRequests; ++i) {
     clients.emplace_back([&, i] {
-      auto ch = loop.submit(request(i, 12 + i), EngineLoop::now());
+      auto ch = loop.submit(request(i, 12 + i), monotonic_seconds());
       got[i] = collect(*ch);
     });
   }
@@ -139,7 +140,7 @@ TEST_F(EngineLoopTest, CancelFreesTheSlotWithinOneStep) {
   BatchEngine engine(*model_, nullptr, options(2));
   Metrics metrics;
   EngineLoop loop(engine, metrics, 64);
-  auto ch = loop.submit(request(1, 400, /*stop_at_eos=*/false), EngineLoop::now());
+  auto ch = loop.submit(request(1, 400, /*stop_at_eos=*/false), monotonic_seconds());
   int64_t before = wait_tokens(*ch, 3);
   Delivery d;
   while (ch->wait(0ms, d)) {  // what is delivered already, so that only steps after it count
@@ -159,8 +160,8 @@ TEST_F(EngineLoopTest, CancelBeforeAdmissionEndsTheRequest) {
   BatchEngine engine(*model_, nullptr, options(1));
   Metrics metrics;
   EngineLoop loop(engine, metrics, 64);
-  auto busy = loop.submit(request(2, 300, false), EngineLoop::now());
-  auto queued = loop.submit(request(3, 300, false), EngineLoop::now());  // waits for the slot
+  auto busy = loop.submit(request(2, 300, false), monotonic_seconds());
+  auto queued = loop.submit(request(3, 300, false), monotonic_seconds());  // waits for the slot
   loop.cancel(queued);
   EXPECT_EQ(collect(*queued).finish_reason, "cancelled");
   loop.cancel(busy);
@@ -174,7 +175,7 @@ TEST_F(EngineLoopTest, AFullQueueRefusesAtOnce) {
   {
     EngineLoop none(engine, metrics, 0);
     try {
-      none.submit(request(1, 4), EngineLoop::now());
+      none.submit(request(1, 4), monotonic_seconds());
       FAIL() << "accepted with --max-queue 0";
     } catch (const ApiError& e) {
       EXPECT_EQ(e.status, 503);
@@ -182,10 +183,10 @@ TEST_F(EngineLoopTest, AFullQueueRefusesAtOnce) {
     }
   }
   EngineLoop loop(engine, metrics, 1);
-  auto running = loop.submit(request(1, 300, false), EngineLoop::now());
+  auto running = loop.submit(request(1, 300, false), monotonic_seconds());
   wait_tokens(*running, 1);  // running, no longer waiting
-  auto waiting = loop.submit(request(2, 300, false), EngineLoop::now());  // the one that may wait
-  EXPECT_THROW(loop.submit(request(3, 4), EngineLoop::now()), ApiError);
+  auto waiting = loop.submit(request(2, 300, false), monotonic_seconds());  // the one that may wait
+  EXPECT_THROW(loop.submit(request(3, 4), monotonic_seconds()), ApiError);
   loop.cancel(running);
   loop.cancel(waiting);
   EXPECT_EQ(collect(*running).finish_reason, "cancelled");
@@ -196,14 +197,14 @@ TEST_F(EngineLoopTest, ShutdownAbortsWhatIsInFlight) {
   BatchEngine engine(*model_, nullptr, options(2));
   Metrics metrics;
   EngineLoop loop(engine, metrics, 8);
-  auto ch = loop.submit(request(4, 400, false), EngineLoop::now());
+  auto ch = loop.submit(request(4, 400, false), monotonic_seconds());
   wait_tokens(*ch, 1);
   loop.shutdown();
   const Collected c = collect(*ch);
   EXPECT_EQ(c.finish_reason, "abort");
   EXPECT_GT(c.stats.generated_tokens, 0);  // the abort still carries the statistics
   try {
-    loop.submit(request(5, 4), EngineLoop::now());
+    loop.submit(request(5, 4), monotonic_seconds());
     FAIL() << "accepted after shutdown";
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status, 503);
@@ -217,19 +218,19 @@ TEST_F(EngineLoopTest, TheEnginesRefusalComesBackAsAnError) {
   EngineLoop loop(engine, metrics, 8);
   Request bad = request(1, 4);
   bad.prompt.push_back(model_->config().vocab_size);  // out of range
-  const Collected c = collect(*loop.submit(bad, EngineLoop::now()));
+  const Collected c = collect(*loop.submit(bad, monotonic_seconds()));
   EXPECT_EQ(c.finish_reason, "error");
   ASSERT_TRUE(c.error.has_value());
   EXPECT_NE(c.error->find("outside the vocabulary"), std::string::npos) << *c.error;
   // The loop keeps serving.
-  EXPECT_EQ(collect(*loop.submit(request(2, 3), EngineLoop::now())).tokens.size(), 3u);
+  EXPECT_EQ(collect(*loop.submit(request(2, 3), monotonic_seconds())).tokens.size(), 3u);
 }
 
 TEST_F(EngineLoopTest, SpeculationStatisticsComeWithTheFinalDelivery) {
   BatchEngine engine(*model_, std::make_unique<MtpDrafter>(*model_), options(2, 2));
   Metrics metrics;
   EngineLoop loop(engine, metrics, 8);
-  const Collected c = collect(*loop.submit(request(6, 40, false), EngineLoop::now()));
+  const Collected c = collect(*loop.submit(request(6, 40, false), monotonic_seconds()));
   EXPECT_EQ(c.finish_reason, "length");
   EXPECT_EQ(c.tokens.size(), 40u);
   EXPECT_GT(c.stats.drafting_steps, 0);
