@@ -396,13 +396,23 @@ void bench_linear_fp8_batch(cudaStream_t s) {
   const Tensor fold = random_bf16({17408}, 8);
   linear_reserve_decode_workspace(Device::kCuda);
   linear_reserve_fp8_scratch(int64_t{34816} * 5120, Device::kCuda);
-  // (min rows, config, split, name): production, groups of 32, production without split mode,
-  // configurations 1..5 (3-5: 32-token items in the quad form, 5 with three consumer warpgroups).
-  const std::tuple<int64_t, int, bool, const char*> modes[] = {
-      {-1, 0, true, "production"},       {int64_t{1} << 40, 0, true, "groups of 32"},
-      {-1, 0, false, "no split"},        {1, 1, true, "wgmma 128x64"},
-      {1, 2, true, "wgmma 64x64"},       {1, 3, true, "wgmma 128x32 quads"},
-      {1, 4, true, "wgmma 64x32 quads"}, {1, 5, true, "wgmma 192x32 quads"}};
+  // (min rows, config, split, class halves, name): production, groups of 32, production without
+  // split mode, configurations 1..5 (3-5: 32-token items in the quad form, 5 with three consumer
+  // warpgroups), the opt-in fp8-quad-halves (production's routing with it; configurations 4 and 5
+  // with it).
+  using H = Fp8Halves;
+  const std::tuple<int64_t, int, bool, H, const char*> modes[] = {
+      {-1, 0, true, H::kOff, "production"},
+      {int64_t{1} << 40, 0, true, H::kOff, "groups of 32"},
+      {-1, 0, false, H::kOff, "no split"},
+      {1, 1, true, H::kOff, "wgmma 128x64"},
+      {1, 2, true, H::kOff, "wgmma 64x64"},
+      {1, 3, true, H::kOff, "wgmma 128x32 quads"},
+      {1, 4, true, H::kOff, "wgmma 64x32 quads"},
+      {1, 5, true, H::kOff, "wgmma 192x32 quads"},
+      {-1, 0, true, H::kRemainder, "halves production"},
+      {1, 4, true, H::kRemainder, "64x32 quads halves"},
+      {1, 5, true, H::kRemainder, "192x32 quads halves"}};
   for (const auto& [out_f, in] : kQwen27bShapes) {
     const MatrixCopies mc(out_f, in, 50, fold);
     for (const int64_t n : bench_rows({16, 32, 64, 128, 256, 512, 2048})) {
@@ -413,15 +423,17 @@ void bench_linear_fp8_batch(cudaStream_t s) {
       const int reps = n > 64 ? 8 : 20;
       std::string line = fmt::format("linear fp8 [{},{}] n={}: TFLOP/s", out_f, in, n);
       double production = 0;
-      for (const auto& [min_rows, config, split, name] : modes) {
+      for (const auto& [min_rows, config, split, halves, name] : modes) {
         linear_fp8_set_wgmma(min_rows, config, split);
+        linear_fp8_set_quad_halves(halves);
         const double ms = batched_ms(s, reps, [&](int it) { mc.fp8(ctx, it, xn, on, sn, n); });
-        if (min_rows < 0 && split) production = ms;
+        if (min_rows < 0 && split && halves == H::kOff) production = ms;
         report(fmt::format("linear fp8 decode n={} {} [{},{}] (back to back)", n, name, out_f, in),
                ms, flop, production);
         line += fmt::format(" {} {:.0f}", name, flop / (ms * 1e-3) / 1e12);
       }
       linear_fp8_set_wgmma(-1, 0);
+      linear_fp8_set_quad_halves(H::kOff);
       const double bf16_ms = batched_ms(s, reps, [&](int it) { mc.bf16(ctx, it, xn, on, sn, n); });
       report(fmt::format("linear decode n={} bf16 production [{},{}] (back to back)", n, out_f, in),
              bf16_ms, flop, production);

@@ -34,6 +34,11 @@ std::vector<OptIn> registry() {
                "FP8 decode linear, 17-31 rows of matrices with a 64-row tile per SM: the FP8 "
                "wgmma kernel's 64 x 32 quads instead of the batched kernel",
                [](bool on) { linear_fp8_set_wgmma_from_17(on); }});
+  r.push_back(
+      {"fp8-quad-halves",
+       "FP8 wgmma kernel's 32-token quads: the items of a call's last, partial wave as "
+       "two class halves each, and the configuration picked counting them",
+       [](bool on) { linear_fp8_set_quad_halves(on ? Fp8Halves::kRemainder : Fp8Halves::kOff); }});
 #endif
   return r;
 }

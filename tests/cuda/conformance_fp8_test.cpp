@@ -244,6 +244,27 @@ TEST_F(Fp8Linear, WgmmaKernelRowsAreTheDecodeKernelRows) {
       });
 }
 
+// The quad form's class halves (linear_fp8_set_quad_halves; the opt-in fp8-quad-halves) against
+// launches of up to 8 rows of linear_fp8_cuda.cu, bitwise: configurations 3, 4 and 5 with every
+// item halved (split mode off, so that the shapes with several ranks are halved too: each rank's
+// posts) and with the opt-in's rule (the last partial wave's items; split mode allowed, as in
+// production), calls of 1..70 rows at several offsets.
+TEST_F(Fp8Linear, QuadClassHalvesAreTheDecodeKernelRows) {
+  struct Restore {
+    Fp8Halves was = linear_fp8_set_quad_halves(Fp8Halves::kOff);
+    ~Restore() { linear_fp8_set_quad_halves(was); }
+  } restore;
+  check_against_decode_kernel(
+      "linear_fp8.quad_halves", 43, 70, {{0, 70}, {0, 1}, {3, 5}, {9, 17}, {1, 33}, {7, 32}}, 6,
+      [](int mode) {
+        const int config = 3 + mode % 3;
+        const bool all = mode < 3;
+        linear_fp8_set_wgmma(1, config, /*split=*/!all);
+        linear_fp8_set_quad_halves(all ? Fp8Halves::kAll : Fp8Halves::kRemainder);
+        return fmt::format("config {} {}", config, all ? "every item halved" : "remainder halved");
+      });
+}
+
 TEST_F(Fp8Linear, PrefillRowsAreTheBf16PathOnTheLoadTimeDequantization) {
   const TensorCores off(false);  // production takes some of these shapes on the tensor cores
   CudaStream cs;

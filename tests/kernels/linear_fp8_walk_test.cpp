@@ -108,6 +108,71 @@ TEST(LinearFp8Walk, QuadsGiveEachClassTheLoopsUnits) {
   EXPECT_GT(cases, 100);
 }
 
+// The quad walk's events (a stage at k: kind 0; class end: 1; rank end: 2), passes [q0, q1).
+std::vector<Event> quad_events(int64_t in, int64_t range_k, int ranks, int q0, int q1) {
+  std::vector<Event> e;
+  fp8_walk_quads(
+      in, range_k, 0, ranks,
+      [&](int64_t k, int) {
+        e.push_back({0, k});
+      },
+      [&](int c) {
+        e.push_back({1, c});
+      },
+      [&](int r) {
+        e.push_back({2, r});
+      },
+      q0, q1);
+  return e;
+}
+
+// Events split at each rank end (the end itself left out).
+std::vector<std::vector<Event>> per_rank(const std::vector<Event>& events) {
+  std::vector<std::vector<Event>> ranks(1);
+  for (const Event& e : events) {
+    if (e.kind == 2) {
+      ranks.emplace_back();
+    } else {
+      ranks.back().push_back(e);
+    }
+  }
+  ranks.pop_back();  // after the last rank's end: nothing
+  return ranks;
+}
+
+// The quad kernel's class halves (passes [0, 1) and [1, 2)): per rank, the first half's stages and
+// class ends followed by the second's are the whole walk's, in its order (so a half's class sums
+// are the whole walk's), classes 0-3 end in the first and 4-7 in the second, and each half ends
+// every rank. Fails if a half took a stage of the other pass or left a rank end out.
+TEST(LinearFp8Walk, ClassHalvesSplitEachRanksPasses) {
+  const int cases = for_walk_shapes([&](int64_t in, int64_t range_k, int ranks) {
+    const std::string what = fmt::format("in={} range_k={}", in, range_k);
+    const std::vector<Event> whole = quad_events(in, range_k, ranks, 0, kFp8WalkPasses);
+    const std::vector<Event> h0 = quad_events(in, range_k, ranks, 0, 1);
+    const std::vector<Event> h1 = quad_events(in, range_k, ranks, 1, 2);
+    const auto w = per_rank(whole), a = per_rank(h0), b = per_rank(h1);
+    ASSERT_EQ(w.size(), static_cast<size_t>(ranks)) << what;
+    ASSERT_EQ(a.size(), w.size()) << what;
+    ASSERT_EQ(b.size(), w.size()) << what;
+    for (size_t r = 0; r < w.size(); ++r) {
+      std::vector<Event> joined = a[r];
+      joined.insert(joined.end(), b[r].begin(), b[r].end());
+      ASSERT_EQ(joined, w[r]) << what << " rank " << r;
+      for (const Event& e : a[r]) {
+        if (e.kind == 1) {
+          EXPECT_LT(e.value, kFp8WalkQuad) << what;
+        }
+      }
+      for (const Event& e : b[r]) {
+        if (e.kind == 1) {
+          EXPECT_GE(e.value, kFp8WalkQuad) << what;
+        }
+      }
+    }
+  });
+  EXPECT_GT(cases, 100);
+}
+
 // The walk of the 27B shapes' ranks covers each 64-k unit of the row once, in class order.
 TEST(LinearFp8Walk, UnitsCoverTheRowOnce) {
   for (const int64_t in : {int64_t{5120}, int64_t{6144}, int64_t{17408}, int64_t{1040}}) {

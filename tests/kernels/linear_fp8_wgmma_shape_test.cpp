@@ -176,16 +176,43 @@ TEST(Fp8WgmmaShape, EstimateWithinSeventeenPercentFromSixtyFiveRows) {
   }
 }
 
+// The opt-in fp8-quad-halves: a call's last, partial wave of quad items counts half a wave where
+// its items, two units each, fit one wave (gate|up at 32 rows: 64 x 32 items 544 on 264 slots, 3
+// waves -> 2.5; 192 x 32 items 182 on 132, 2 -> 1.5, which makes those the pick); a partial wave
+// too full for that (in_proj's 256 items on 264 slots), the 64-token configurations and calls
+// whose waves are all full keep the estimate without halves.
+TEST(Fp8WgmmaShape, ClassHalvesCountHalfTheLastWave) {
+  const Fp8WgmmaConfig& quads64 = kFp8WgmmaConfigs[3];
+  const Fp8WgmmaConfig& quads192 = kFp8WgmmaConfigs[4];
+  ASSERT_EQ(quads64.id, 4);
+  ASSERT_EQ(quads192.id, 5);
+  const double wave64 = quads64.alpha_us_per_k * 5120 + quads64.beta_us;
+  const double wave192 = quads192.alpha_us_per_k * 5120 + quads192.beta_us;
+  EXPECT_DOUBLE_EQ(fp8_wgmma_call_us(quads64, 34816, 5120, 32, kSms), 3 * wave64);
+  EXPECT_DOUBLE_EQ(fp8_wgmma_call_us(quads64, 34816, 5120, 32, kSms, true), 2.5 * wave64);
+  EXPECT_DOUBLE_EQ(fp8_wgmma_call_us(quads192, 34816, 5120, 32, kSms, true), 1.5 * wave192);
+  EXPECT_EQ(fp8_wgmma_pick(34816, 5120, 32, kSms), 4);
+  EXPECT_EQ(fp8_wgmma_pick(34816, 5120, 32, kSms, true), 5);
+  // in_proj: 256 items on 264 slots, one wave either way.
+  EXPECT_DOUBLE_EQ(fp8_wgmma_call_us(quads64, 16384, 5120, 32, kSms, true), wave64);
+  EXPECT_FALSE(fp8_wgmma_halves(quads64, 256, 264));
+  EXPECT_FALSE(fp8_wgmma_halves(quads64, 528, 264));  // whole waves only
+  EXPECT_TRUE(fp8_wgmma_halves(quads64, 529, 264));
+  EXPECT_FALSE(fp8_wgmma_halves(kFp8WgmmaConfigs[1], 529, 264));  // 64 x 64 items: no halves
+}
+
 // Any shape and row count gets a configuration the kernel is built for.
 TEST(Fp8WgmmaShape, PickIsAlwaysABuiltConfiguration) {
   for (int64_t out_f = 1; out_f <= 40000; out_f = out_f * 3 + 7) {
     for (const int64_t in : {16, 128, 2048, 5120, 17408}) {
       for (int64_t n = 1; n <= 2048; n = n * 2 + 1) {
-        const int pick = fp8_wgmma_pick(out_f, in, n, kSms);
-        EXPECT_GE(pick, 1);
-        EXPECT_LE(pick, 5);
-        if (n <= 64) {
-          EXPECT_TRUE(pick == 4 || pick == 5);
+        for (const bool halves : {false, true}) {
+          const int pick = fp8_wgmma_pick(out_f, in, n, kSms, halves);
+          EXPECT_GE(pick, 1);
+          EXPECT_LE(pick, 5);
+          if (n <= 64) {
+            EXPECT_TRUE(pick == 4 || pick == 5);
+          }
         }
       }
     }

@@ -181,6 +181,16 @@ void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
 // 2026-12-07) the k = 2 verify (24 rows) cost 1.733x decode against k = 3's (32 rows) 1.448x. The
 // same bits.
 void linear_fp8_set_wgmma_from_17(bool on);
+// Class halves in the FP8 wgmma kernel's quad form (32-token items): a unit of half an item's
+// classes (pass 0: classes 0-3 of every rank, pass 1: classes 4-7), which posts its sums for
+// fp8_finish_halves_kernel to add in the whole walk's order, so the bits are the same. kOff
+// (production) whole items; kRemainder (opt-in fp8-quad-halves) the items of a call's last,
+// partial wave of blocks where, two units each, they fit one wave (gate|up's 544 items of 64 x 32
+// at up to 32 rows make 2 waves and 16 items on 264 slots: the third wave is one item's serial
+// chain long for 6% of the blocks), and the configuration estimate counts them (at up to 32 rows
+// too; linear_fp8_wgmma_shape.h); kAll every item (tests). Returns the mode before.
+enum class Fp8Halves { kOff, kRemainder, kAll };
+Fp8Halves linear_fp8_set_quad_halves(Fp8Halves mode);
 // Which kernels FP8 prefill rows take where the tensor-core path (below) does not: false
 // (production) the matrix dequantised into the scratch and the bf16 prefill path, once per call,
 // however few the rows; true the decode order's kernels (every row a decode row: the FP8 wgmma

@@ -473,6 +473,8 @@ std::string linear_cuda_paths() {
 void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
 void linear_fp8_set_wgmma_from_17(bool on) { g_fp8_wgmma_from_17 = on; }
 
+Fp8Halves linear_fp8_set_quad_halves(Fp8Halves mode) { return linear_fp8_wgmma_set_halves(mode); }
+
 void linear_fp8_set_prefill_decode_order(bool on) { g_fp8_prefill_decode_order = on; }
 
 void linear_set_wgmma_shape(int tile_m, int n) { linear_wgmma_force_shape(tile_m, n); }

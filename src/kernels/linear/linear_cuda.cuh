@@ -169,6 +169,7 @@ int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in);
 bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
                              int64_t scratch_bytes, cudaStream_t stream);
 void linear_fp8_wgmma_set_config(int config, bool split);  // linear_fp8_set_wgmma's
+Fp8Halves linear_fp8_wgmma_set_halves(Fp8Halves mode);     // linear_fp8_set_quad_halves'
 // Create the prefill GEMMs' cuBLASLt handles and workspaces now (linear_reserve_prefill_gemms):
 // linear_fp8_prefill_tc's (linear_fp8_prefill_cuda.cu) and the bf16 one's (linear_gemm_cuda.cu).
 void linear_fp8_reserve_prefill_gemm();

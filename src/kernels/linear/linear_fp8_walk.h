@@ -37,13 +37,18 @@ constexpr void fp8_walk_units(int64_t in, int64_t range_k, int r0, int r1, Stage
 // end_class(4q), ..., end_class(4q + 3); end_rank(r) after both passes. Each class's units come in
 // increasing k and the ends in the loop's order, so a consumer that keeps four class sums folds
 // exactly what fp8_walk_units folds (tests/kernels/linear_fp8_walk_test.cpp).
+// Passes [q0, q1) only (a class half: pass 0 or pass 1 of every rank; the quad kernel's half
+// units): the same stages and class ends as the whole walk has for those passes, and every rank's
+// end.
 constexpr int kFp8WalkQuad = 4;
+constexpr int kFp8WalkPasses = kFp8WalkClasses / kFp8WalkQuad;
 template <class Stage, class EndClass, class EndRank>
 constexpr void fp8_walk_quads(int64_t in, int64_t range_k, int r0, int r1, Stage&& stage,
-                              EndClass&& end_class, EndRank&& end_rank) {
+                              EndClass&& end_class, EndRank&& end_rank, int q0 = 0,
+                              int q1 = kFp8WalkPasses) {
   for (int r = r0; r < r1; ++r) {
     const int64_t k0 = r * range_k, len = (in < k0 + range_k ? in : k0 + range_k) - k0;
-    for (int q = 0; q < kFp8WalkClasses / kFp8WalkQuad; ++q) {
+    for (int q = q0; q < q1; ++q) {
       for (int64_t off = int64_t{q} * kFp8WalkQuad * kFp8WalkUnitK; off < len;
            off += kFp8WalkGroupK) {
         const int64_t left = (len - off + kFp8WalkUnitK - 1) / kFp8WalkUnitK;

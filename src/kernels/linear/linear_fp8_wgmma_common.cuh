@@ -31,24 +31,55 @@ struct Fp8GemmParams {
   // unit is one rank of an item, which posts its range sum to ws ([item][rank][accumulator]
   // [consumer thread]); fp8_finish_split_kernel adds the ranks and stores. Else ws is null and a
   // unit is a whole item.
+  // Class halves (the quad form only; the opt-in fp8-quad-halves): units from halves_from on are
+  // two per item, items halves_from, halves_from + 1, ...: half 0 walks pass 0 (classes 0-3) of
+  // every rank and posts each rank's range sum so far, half 1 walks pass 1 and posts its four
+  // class sums (kHalfPosts vectors a rank, [half item][rank][post][accumulator][consumer thread]
+  // in ws); fp8_finish_halves_kernel adds them in the walk's order and stores. Units before
+  // halves_from are whole items.
   float* ws;
   int n_tiles, items, units;
+  bool halves;
+  int halves_from;
 };
+constexpr int kHalfPosts = 1 + kFp8WalkQuad;  // half 0's range sum, half 1's four class sums
 
-// Unit u: its item (row tile m, token tile nt) and its ranks [r0, r1).
+// Unit u: its item (row tile m, token tile nt), its ranks [r0, r1) and, for a class half, which
+// (-1: the whole item).
 struct Fp8Unit {
-  int item, r0, r1;
+  int item, r0, r1, half;
   int64_t m, nt;
 };
+// kHalves: the quad kernel's instance for calls with class halves (no split mode there); the
+// others never see a half.
+template <bool kHalves = false>
 __device__ __forceinline__ Fp8Unit fp8_unit(const Fp8GemmParams& gp, int u) {
   Fp8Unit w;
-  const bool split = gp.ws != nullptr;
-  w.item = split ? u / gp.p.splits : u;
-  w.r0 = split ? u % gp.p.splits : 0;
-  w.r1 = split ? w.r0 + 1 : gp.p.splits;
+  if constexpr (kHalves) {
+    const bool half = u >= gp.halves_from;
+    w.item = half ? gp.halves_from + (u - gp.halves_from) / 2 : u;
+    w.r0 = 0;
+    w.r1 = gp.p.splits;
+    w.half = half ? (u - gp.halves_from) % 2 : -1;
+  } else {
+    const bool split = gp.ws != nullptr;
+    w.item = split ? u / gp.p.splits : u;
+    w.r0 = split ? u % gp.p.splits : 0;
+    w.r1 = split ? w.r0 + 1 : gp.p.splits;
+    w.half = -1;
+  }
   w.m = w.item / gp.n_tiles;
   w.nt = w.item % gp.n_tiles;
   return w;
+}
+
+// Where consumer thread ct's accumulator 0 of post `post` of rank r of half item w goes (the
+// next accumulators kConsumers floats apart).
+template <class C>
+__device__ __forceinline__ float* half_post(const Fp8GemmParams& gp, int item, int r, int post,
+                                            int ct) {
+  const int64_t j = item - gp.halves_from;
+  return gp.ws + ((j * gp.p.splits + r) * kHalfPosts + post) * (C::kN / 2) * C::kConsumers + ct;
 }
 
 static_assert(kFp8WalkClasses == kConsumerWarps && kFp8WalkUnitK == kUnitK &&
@@ -73,7 +104,8 @@ __device__ __forceinline__ const float* scale_row(const Params& p, int64_t row) 
 }
 
 // The end of unit w in consumer thread ct (warpgroup q, warp wi, lane (g, t)): in split mode its
-// rank's sum posted to the scratch for fp8_finish_split_kernel, else the item stored.
+// rank's sum posted to the scratch for fp8_finish_split_kernel, else the item stored (the quad
+// kernel's class-halves instance stores whole items itself).
 template <class C, class Store>
 __device__ __forceinline__ void finish_unit(const Fp8GemmParams& gp, const Fp8Unit& w, int q,
                                             int wi, int g, int t, int ct,

@@ -45,6 +45,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/linear/linear_decode_common.cuh"
 #include "kernels/linear/linear_fp8_common.cuh"
@@ -210,6 +211,38 @@ __global__ void __launch_bounds__(C::kConsumers)
                        gp.sumsq + nt * C::kN);
 }
 
+// Class halves' second part (the quad form): one block per half item, thread ct in consumer thread
+// ct's place; per rank, half 0's range sum of classes 0-3 plus half 1's class sums 4, 5, 6, 7 in
+// turn (the whole walk's blk + cls), the ranks left to right, then stored as store_item does. PDL
+// as fp8_finish_split_kernel.
+template <class C, class Store>
+__global__ void __launch_bounds__(C::kConsumers)
+    fp8_finish_halves_kernel(const __grid_constant__ Fp8GemmParams gp) {
+  cuda::pdl_trigger();
+  cuda::pdl_wait();  // the posted sums, and out (kAddToOut), are the GEMM's
+  constexpr int kAcc = C::kN / 2, kConsumers = C::kConsumers;
+  const int ct = static_cast<int>(threadIdx.x), warp = ct >> 5, lane = ct & 31;
+  const int item = gp.halves_from + static_cast<int>(blockIdx.x);
+  float tot[kAcc];
+  for (int r = 0; r < gp.p.splits; ++r) {
+    const float* first = half_post<C>(gp, item, r, 0, ct);
+    float blk[kAcc];
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) blk[e] = __ldcg(first + e * kConsumers);
+#pragma unroll
+    for (int c = 1; c < kHalfPosts; ++c) {
+      const float* cls = half_post<C>(gp, item, r, c, ct);
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) blk[e] = blk[e] + __ldcg(cls + e * kConsumers);
+    }
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) tot[e] = r == 0 ? blk[e] : tot[e] + blk[e];
+  }
+  const int64_t nt = item % gp.n_tiles;
+  store_item<C, Store>(gp.p, item / gp.n_tiles, nt, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
+                       gp.sumsq + nt * C::kN);
+}
+
 // Each token's row of f16 operands for the GEMM, x' = tokens_f16(x) (the FP8 kernels' fold,
 // 2^-8 and rounding), zeros from in to the padded length, every 32-k step stored in the order of
 // its two k16 products (the file comment); with input_rms, the token's sum of squares of x in
@@ -285,13 +318,14 @@ int64_t tokens_bytes(int64_t n, int64_t in) {
 // whether split mode may be used.
 int g_config = 0;
 bool g_split = true;
+Fp8Halves g_halves = Fp8Halves::kOff;  // linear_fp8_wgmma_set_halves
 
 // The kernel of a configuration (the quad form for Fp8QuadCfg), its shared memory, and its codes'
 // box: k 64 as stored, or a quad stage's two 128-byte-swizzled halves of 128 k.
-template <class C, class Store>
+template <class C, class Store, bool kHalves = false>
 constexpr auto fp8_wgmma_kernel() {
   if constexpr (C::kQuads) {
-    return linear_fp8_wgmma_quad_kernel<C, Store>;
+    return linear_fp8_wgmma_quad_kernel<C, Store, kHalves>;
   } else {
     return linear_fp8_wgmma_kernel<C, Store>;
   }
@@ -316,6 +350,7 @@ template <class C, class Store, class LaunchTokens>
 void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratch& scratch,
                    LaunchTokens&& launch_tokens, cudaStream_t stream) {
   constexpr auto kKernel = fp8_wgmma_kernel<C, Store>();
+  constexpr auto kHalvesKernel = fp8_wgmma_kernel<C, Store, true>();
   constexpr size_t kSmem = fp8_wgmma_smem<C>();
   constexpr int kCodeBoxK = C::kQuads ? kQuadHalfK : kStageK;
   constexpr CUtensorMapSwizzle kCodeSwizzle =
@@ -324,6 +359,10 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
   static const bool configured = [] {
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kSmem)));
+    if constexpr (C::kQuads) {
+      TANDEM_CUDA_CHECK(cudaFuncSetAttribute(
+          kHalvesKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+    }
     return true;
   }();
   (void)configured;
@@ -341,6 +380,22 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
       g_split && gp.items < slots && plan.splits > 1 && posted_bytes <= scratch.ws_bytes;
   gp.ws = split ? scratch.ws : nullptr;
   gp.units = split ? gp.items * plan.splits : gp.items;
+  // Class halves (quads; not with split mode): the last, partial wave's items as two units each
+  // where they fit one wave (kRemainder), or every item (kAll, tests).
+  if constexpr (C::kQuads) {
+    const int rest = gp.items % slots;
+    const int halved = g_halves == Fp8Halves::kAll ? gp.items
+                       : g_halves == Fp8Halves::kRemainder && rest > 0 && 2 * rest <= slots ? rest
+                                                                                            : 0;
+    const int64_t half_bytes = int64_t{halved} * plan.splits * kHalfPosts * (C::kN / 2) *
+                               C::kConsumers * int64_t{sizeof(float)};
+    if (!split && halved > 0 && half_bytes <= scratch.ws_bytes) {
+      gp.ws = scratch.ws;
+      gp.halves = true;
+      gp.halves_from = gp.items - halved;
+      gp.units = gp.items + halved;
+    }
+  }
   const int64_t in_pad = padded_in(s.in);
   TANDEM_CHECK(
       cuda::encode_tensor_map_2d(&gp.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, s.w, s.out_f, s.in, s.in,
@@ -350,11 +405,19 @@ void launch_kernel(const LinearShape& s, const LinearPlan& plan, const Fp8Scratc
       "linear (FP8 wgmma decode): the driver refused a tensor map of [{}, {}] x {} rows", s.out_f,
       s.in, s.n);
   launch_tokens();
-  cuda::launch_pdl(kKernel, dim3(static_cast<unsigned>(std::min(gp.units, slots))),
-                   dim3(C::kThreads), kSmem, stream, gp);
+  cuda::launch_pdl(gp.halves ? kHalvesKernel : kKernel,
+                   dim3(static_cast<unsigned>(std::min(gp.units, slots))), dim3(C::kThreads), kSmem,
+                   stream, gp);
   if (split) {
     cuda::launch_pdl(fp8_finish_split_kernel<C, Store>, dim3(static_cast<unsigned>(gp.items)),
                      dim3(C::kConsumers), 0, stream, gp);
+  }
+  if constexpr (C::kQuads) {
+    if (gp.halves) {
+      cuda::launch_pdl(fp8_finish_halves_kernel<C, Store>,
+                       dim3(static_cast<unsigned>(gp.items - gp.halves_from)), dim3(C::kConsumers),
+                       0, stream, gp);
+    }
   }
 }
 
@@ -369,7 +432,9 @@ void launch_store(const LinearShape& s, const Fp8Scratch& scratch, LaunchTokens&
   using Eq = Fp8QuadCfg<3, 3>;      // 192 x 32 in quads, three consumer warpgroups, one per SM
   // Production: the configuration linear_fp8_wgmma_shape.h's estimate picks (the 64-row quads
   // up to 32 rows, the 64- or 192-row quads at 33..64, the fastest of all five from 65 rows).
-  const int pick = g_config != 0 ? g_config : fp8_wgmma_pick(s.out_f, s.in, s.n, cuda::sm_count());
+  const int pick = g_config != 0 ? g_config
+                                 : fp8_wgmma_pick(s.out_f, s.in, s.n, cuda::sm_count(),
+                                                  g_halves == Fp8Halves::kRemainder);
   if (pick == 5) return launch_kernel<Eq, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 1) return launch_kernel<A, Store>(s, plan, scratch, launch_tokens, stream);
   if (pick == 2) return launch_kernel<B, Store>(s, plan, scratch, launch_tokens, stream);
@@ -424,5 +489,7 @@ void linear_fp8_wgmma_set_config(int config, bool split) {
   g_config = config;
   g_split = split;
 }
+
+Fp8Halves linear_fp8_wgmma_set_halves(Fp8Halves mode) { return std::exchange(g_halves, mode); }
 
 }  // namespace tandem::kernels

@@ -88,7 +88,15 @@ struct Fp8QuadSmem {
   uint64_t full[C::kStages], empty[C::kStages];
 };
 
-template <class C, class Store>
+// The passes [passes_from, passes_to) unit w walks: both, or its class half's.
+__device__ __forceinline__ int passes_from(const Fp8Unit& w) { return w.half < 0 ? 0 : w.half; }
+__device__ __forceinline__ int passes_to(const Fp8Unit& w) {
+  return w.half < 0 ? kFp8WalkPasses : w.half + 1;
+}
+
+// kHalves: the instance for calls with class halves (Fp8GemmParams::halves); production's calls
+// take the other, whose code has none of it.
+template <class C, class Store, bool kHalves = false>
 __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     linear_fp8_wgmma_quad_kernel(const __grid_constant__ Fp8GemmParams gp) {
   constexpr int kN = C::kN, kStages = C::kStages, kTileM = C::kTileM, kConsumers = C::kConsumers;
@@ -112,10 +120,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     const auto for_stages = [&](auto&& fn) {
       uint32_t u = 0;
       for (int i = 0; i < count; ++i) {
-        const Fp8Unit w = fp8_unit(gp, first + i * step);
+        const Fp8Unit w = fp8_unit<kHalves>(gp, first + i * step);
         fp8_walk_quads(
             p.in, p.range_k, w.r0, w.r1,
-            [&](int64_t k, int valid) { fn(u++, k, valid, w.m, w.nt); }, kNoop, kNoop);
+            [&](int64_t k, int valid) { fn(u++, k, valid, w.m, w.nt); }, kNoop, kNoop,
+            passes_from(w), passes_to(w));
       }
     };
     // The first stages' codes before the previous kernel has finished, their tokens after it.
@@ -147,7 +156,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
   uint32_t u = 0;
   const int ct = static_cast<int>(threadIdx.x);
   for (int i = 0; i < count; ++i) {
-    const Fp8Unit w = fp8_unit(gp, first + i * step);
+    const Fp8Unit w = fp8_unit<kHalves>(gp, first + i * step);
     const int64_t row = w.m * kTileM + wrow;
     const float* scale_a = scale_row(p, row);
     const float* scale_b = scale_row(p, row + 8);
@@ -160,7 +169,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
     }
     // Unit c of a stage folds into cls[c]. The class ends come as 4q, 4q + 1, 4q + 2, 4q + 3
     // after pass q, so class cl's sum is always cls[0] at its end: fold it, then shift the others
-    // down (every index a constant: an index from cl put the four sums in local memory).
+    // down (every index a constant: an index from cl put the four sums in local memory). A class
+    // half (w.half 0 or 1: pass 0 or 1 of each rank) posts instead of storing: half 0 each rank's
+    // range sum after class 3, half 1 each of classes 4-7's sums (fp8_finish_halves_kernel adds
+    // them to the first as the whole walk does).
+    [[maybe_unused]] int rank = w.r0;  // the rank being walked (class halves' posts)
     fp8_walk_quads(
         p.in, p.range_k, w.r0, w.r1,
         [&](int64_t k, int valid) {
@@ -182,6 +195,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           ++u;
         },
         [&](int cl) {  // class cl's sum (always cls[0], above) into the range sum
+          if constexpr (kHalves) {
+            if (w.half == 1) {  // posted: the sum follows half 0's in fp8_finish_halves_kernel
+              float* post = half_post<C>(gp, w.item, rank, 1 + cl - kQuad, ct);
+#pragma unroll
+              for (int e = 0; e < kAcc; ++e) __stcg(post + e * kConsumers, cls[0][e]);
+            }
+          }
 #pragma unroll
           for (int e = 0; e < kAcc; ++e) {
             blk[e] = cl == 0 ? cls[0][e] : blk[e] + cls[0][e];
@@ -191,10 +211,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
           }
         },
         [&](int r) {
+          if constexpr (kHalves) {
+            if (w.half == 0) {  // the range sum of classes 0-3
+              float* post = half_post<C>(gp, w.item, r, 0, ct);
+#pragma unroll
+              for (int e = 0; e < kAcc; ++e) __stcg(post + e * kConsumers, blk[e]);
+            }
+            rank = r + 1;
+          }
 #pragma unroll
           for (int e = 0; e < kAcc; ++e) tot[e] = r == w.r0 ? blk[e] : tot[e] + blk[e];
-        });
-    finish_unit<C, Store>(gp, w, q, wi, g, t, ct, tot);
+        },
+        passes_from(w), passes_to(w));
+    if constexpr (kHalves) {
+      if (w.half < 0) store_item<C, Store>(p, w.m, w.nt, q, wi, g, t, tot, gp.sumsq + w.nt * kN);
+    } else {
+      finish_unit<C, Store>(gp, w, q, wi, g, t, ct, tot);
+    }
   }
 }
 

@@ -39,26 +39,41 @@ inline constexpr Fp8WgmmaConfig kFp8WgmmaConfigs[] = {
     {5, 192, 32, 1, 5.50e-3, 3.6},  // 192 x 32 in quads, three consumer warpgroups
 };
 
+// Whether a call in configuration c deals its last, partial wave of items as class halves (the
+// opt-in fp8-quad-halves, linear_fp8_wgmma_cuda.cu): the quad configurations only, where the
+// partial wave's items, two units each, fit one wave of slots. The whole waves before it stay
+// whole items.
+constexpr bool fp8_wgmma_halves(const Fp8WgmmaConfig& c, int64_t items, int64_t slots) {
+  const int64_t rest = items % slots;
+  return c.n == 32 && rest > 0 && 2 * rest <= slots;
+}
+
 // Estimated microseconds of a call of out_f rows of `in` k and n tokens in configuration c on
-// sms SMs.
+// sms SMs; halves: with the opt-in's class halves (a partial wave of halves takes half a wave's
+// time; not yet measured).
 constexpr double fp8_wgmma_call_us(const Fp8WgmmaConfig& c, int64_t out_f, int64_t in, int64_t n,
-                                   int sms) {
+                                   int sms, bool halves = false) {
   const int64_t items = (out_f + c.tile_m - 1) / c.tile_m * ((n + c.n - 1) / c.n);
   const int64_t slots = int64_t{sms} * c.blocks_per_sm;
   const int64_t waves = (items + slots - 1) / slots;
-  return static_cast<double>(waves) * (c.alpha_us_per_k * static_cast<double>(in) + c.beta_us);
+  const double wave_us = c.alpha_us_per_k * static_cast<double>(in) + c.beta_us;
+  if (halves && fp8_wgmma_halves(c, items, slots)) {
+    return (static_cast<double>(waves) - 0.5) * wave_us;
+  }
+  return static_cast<double>(waves) * wave_us;
 }
 
 // The configuration a call takes (linear_fp8_wgmma_cuda.cu's launch_store): 4 up to 32 rows; the
 // faster of 4 and 5 by the estimate at 33..64 rows; from 65 rows the fastest of all five (ties:
-// the first in kFp8WgmmaConfigs' order).
-constexpr int fp8_wgmma_pick(int64_t out_f, int64_t in, int64_t n, int sms) {
-  if (n <= 32) return 4;
+// the first in kFp8WgmmaConfigs' order). With halves (the opt-in fp8-quad-halves) the estimate
+// counts them, and up to 32 rows picks between 4 and 5 too.
+constexpr int fp8_wgmma_pick(int64_t out_f, int64_t in, int64_t n, int sms, bool halves = false) {
+  if (n <= 32 && !halves) return 4;
   int best = 0;
   double best_us = 0;
   for (const Fp8WgmmaConfig& c : kFp8WgmmaConfigs) {
     if (n <= 64 && c.id != 4 && c.id != 5) continue;
-    const double us = fp8_wgmma_call_us(c, out_f, in, n, sms);
+    const double us = fp8_wgmma_call_us(c, out_f, in, n, sms, halves);
     if (best == 0 || us < best_us) best = c.id, best_us = us;
   }
   return best;
