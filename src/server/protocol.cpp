@@ -10,146 +10,18 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/json_fields.h"
 #include "server/tool_choice.h"
 
 namespace tandem::server {
 
 namespace {
 
-// Depth and widest object of a JSON text, outside strings; malformed structure is left to the
-// parser. Linear in the body, no recursion.
-void check_shape(std::string_view body) {
-  std::vector<std::pair<char, int64_t>> open;  // bracket, keys seen (objects)
-  bool in_string = false, escape = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escape) {
-        escape = false;
-      } else if (c == '\\') {
-        escape = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        in_string = true;
-        break;
-      case '{':
-      case '[':
-        open.emplace_back(c, 0);
-        if (static_cast<int>(open.size()) > kMaxJsonDepth) {
-          throw bad_request(
-              {}, fmt::format("the JSON body nests deeper than {} levels", kMaxJsonDepth));
-        }
-        break;
-      case '}':
-      case ']':
-        if (!open.empty()) open.pop_back();
-        break;
-      case ':':
-        if (!open.empty() && open.back().first == '{' && ++open.back().second > kMaxObjectKeys) {
-          throw bad_request(
-              {}, fmt::format("a JSON object of the body has more than {} keys", kMaxObjectKeys));
-        }
-        break;
-      default:
-        break;
-    }
-  }
-}
-
-// A field that is present and not null, else nullptr (null means absent, as in OpenAI).
-const Json* find(const Json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-[[noreturn]] void wrong_type(const std::string& param, const char* expected, const Json& v) {
-  throw bad_request(param, fmt::format("'{}' must be {}, got {}", param, expected, v.type_name()));
-}
-
-bool get_bool(const Json& body, const char* name, bool fallback) {
-  const Json* v = find(body, name);
-  if (!v) return fallback;
-  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
-  return v->get<bool>();
-}
-
-double as_number(const Json& v, const std::string& param) {
-  if (!v.is_number()) wrong_type(param, "a number", v);
-  const double d = v.get<double>();
-  if (!std::isfinite(d)) throw bad_request(param, fmt::format("'{}' must be finite", param));
-  return d;
-}
-
-// Integers, or floats with an integral value (as pydantic accepts them), within int64.
-int64_t as_int(const Json& v, const std::string& param) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      throw bad_request(param, fmt::format("'{}' is out of range, got {}", param, u));
-    }
-    return static_cast<int64_t>(u);
-  }
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.0e18) {
-      return static_cast<int64_t>(d);
-    }
-    throw bad_request(param, fmt::format("'{}' must be an integer, got {}", param, v.dump()));
-  }
-  wrong_type(param, "an integer", v);
-}
-
-std::optional<double> get_number(const Json& body, const char* name) {
-  const Json* v = find(body, name);
-  if (!v) return std::nullopt;
-  return as_number(*v, name);
-}
-
-std::optional<int64_t> get_int(const Json& body, const char* name) {
-  const Json* v = find(body, name);
-  if (!v) return std::nullopt;
-  return as_int(*v, name);
-}
-
-double in_range(std::optional<double> v, double fallback, double lo, double hi, bool lo_open,
-                const char* name) {
-  if (!v) return fallback;
-  if (*v > hi || *v < lo || (lo_open && *v == lo)) {
-    throw bad_request(name, fmt::format("'{}' must be in {}{}, {}], got {}", name,
-                                        lo_open ? "(" : "[", lo, hi, *v));
-  }
-  return *v;
-}
-
-int32_t token_id(const Json& v, const std::string& param, int32_t vocab) {
-  const int64_t id = as_int(v, param);
-  if (id < 0 || id >= vocab) {
-    throw bad_request(param,
-                      fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab));
-  }
-  return static_cast<int32_t>(id);
-}
-
-std::vector<int32_t> token_ids(const Json& v, const std::string& param, int32_t vocab) {
-  if (!v.is_array()) wrong_type(param, "an array of token ids", v);
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    ids.push_back(token_id(v[i], fmt::format("{}[{}]", param, i), vocab));
-  return ids;
-}
-
 // OpenAI's logit_bias: {"token id": bias in [-100, 100], ...}; null or {} is none. The key must
 // be the id's decimal digits (as OpenAI's and vLLM's clients send it).
 std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, int32_t vocab) {
   std::vector<std::pair<int32_t, float>> out;
-  const Json* v = find(body, "logit_bias");
+  const Json* v = find_field(body, "logit_bias");
   if (!v || v->is_null()) return out;
   if (!v->is_object()) wrong_type("logit_bias", "an object of token id -> bias", *v);
   for (auto it = v->begin(); it != v->end(); ++it) {
@@ -181,11 +53,11 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body, int32_
 Json normalise_message(const Json& m, size_t i) {
   const std::string at = fmt::format("messages[{}]", i);
   if (!m.is_object()) wrong_type(at, "an object", m);
-  const Json* role = find(m, "role");
+  const Json* role = find_field(m, "role");
   if (!role) throw bad_request(at + ".role", fmt::format("'{}.role' is required", at));
   if (!role->is_string()) wrong_type(at + ".role", "a string", *role);
   Json out = m;
-  const Json* content = find(m, "content");
+  const Json* content = find_field(m, "content");
   if (!content) {  // absent or null (OpenAI clients send null beside tool_calls)
     out["content"] = "";
   } else if (content->is_array()) {
@@ -194,8 +66,8 @@ Json normalise_message(const Json& m, size_t i) {
       const Json& part = (*content)[j];
       const std::string pat = fmt::format("{}.content[{}]", at, j);
       if (!part.is_object()) wrong_type(pat, "an object", part);
-      const Json* type = find(part, "type");
-      const Json* t = find(part, "text");
+      const Json* type = find_field(part, "type");
+      const Json* t = find_field(part, "text");
       if (!type || !type->is_string() || type->get<std::string>() != "text" || !t) {
         throw bad_request(pat, fmt::format("'{}' must be a text part ({{\"type\": \"text\", "
                                            "\"text\": ...}}); other content is not supported",
@@ -212,19 +84,19 @@ Json normalise_message(const Json& m, size_t i) {
   // An assistant turn's tool calls: OpenAI sends each function's arguments as a JSON string;
   // chat templates iterate them as a mapping (as vLLM hands them over), so a string holding a
   // JSON object becomes that object.
-  if (const Json* calls = find(m, "tool_calls")) {
+  if (const Json* calls = find_field(m, "tool_calls")) {
     if (!calls->is_array()) wrong_type(at + ".tool_calls", "an array", *calls);
     for (size_t j = 0; j < calls->size(); ++j) {
       const std::string cat = fmt::format("{}.tool_calls[{}]", at, j);
       const Json& c = (*calls)[j];
-      const Json* fn = c.is_object() ? find(c, "function") : nullptr;
-      const Json* name = fn && fn->is_object() ? find(*fn, "name") : nullptr;
+      const Json* fn = c.is_object() ? find_field(c, "function") : nullptr;
+      const Json* name = fn && fn->is_object() ? find_field(*fn, "name") : nullptr;
       if (!name || !name->is_string()) {
         throw bad_request(cat, fmt::format("'{}' must be {{\"type\": \"function\", \"function\": "
                                            "{{\"name\": ..., \"arguments\": ...}}}}",
                                            cat));
       }
-      const Json* args = find(*fn, "arguments");
+      const Json* args = find_field(*fn, "arguments");
       if (args && args->is_string()) {
         Json parsed = Json::parse(args->get<std::string>(), nullptr, false);
         if (!parsed.is_discarded() && parsed.is_object()) {
@@ -237,7 +109,7 @@ Json normalise_message(const Json& m, size_t i) {
 }
 
 Json parse_messages(const Json& body) {
-  const Json* messages = find(body, "messages");
+  const Json* messages = find_field(body, "messages");
   if (!messages) throw bad_request("messages", "'messages' is required");
   if (!messages->is_array()) wrong_type("messages", "an array", *messages);
   if (messages->empty()) throw bad_request("messages", "'messages' must not be empty");
@@ -247,7 +119,7 @@ Json parse_messages(const Json& body) {
 }
 
 std::vector<std::string> parse_stop(const Json& body) {
-  const Json* stop = find(body, "stop");
+  const Json* stop = find_field(body, "stop");
   if (!stop) return {};
   std::vector<std::string> out;
   auto add = [&](const Json& s, const std::string& param) {
@@ -290,7 +162,7 @@ GenerationRequest::Prompt parse_one_prompt(const Json& v, const std::string& par
 
 // "prompt": a string, token ids, or a list of either (a batch of prompts).
 void parse_prompt(const Json& body, const ProtocolLimits& limits, GenerationRequest& r) {
-  const Json* p = find(body, "prompt");
+  const Json* p = find_field(body, "prompt");
   if (!p) throw bad_request("prompt", "'prompt' is required");
   if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
     if (p->size() > static_cast<size_t>(kMaxPromptChoices)) {
@@ -323,7 +195,7 @@ void parse_chat_prompt_flags(const Json& body, Endpoint endpoint, bool& add_gene
 }
 
 void parse_logprobs(const Json& body, Endpoint endpoint, GenerationRequest& r) {
-  if (const Json* v = find(body, "prompt_logprobs"); v && !v->is_null()) {
+  if (const Json* v = find_field(body, "prompt_logprobs"); v && !v->is_null()) {
     if (v->is_boolean()) wrong_type("prompt_logprobs", "an integer", *v);
     const int64_t n = as_int(*v, "prompt_logprobs");
     if (n < 0 || n > kMaxChatTopLogprobs) {
@@ -346,7 +218,7 @@ void parse_logprobs(const Json& body, Endpoint endpoint, GenerationRequest& r) {
     r.logprobs = on ? static_cast<int>(top.value_or(0)) : -1;
     return;
   }
-  const Json* v = find(body, "logprobs");
+  const Json* v = find_field(body, "logprobs");
   if (!v) return;
   if (v->is_boolean()) wrong_type("logprobs", "an integer", *v);
   const int64_t n = as_int(*v, "logprobs");
@@ -361,18 +233,18 @@ void parse_logprobs(const Json& body, Endpoint endpoint, GenerationRequest& r) {
 // "description"}}: the schema compiled (json_schema.h); a schema it cannot enforce is a 400 that
 // says where and why. No schema: any JSON value.
 std::shared_ptr<const JsonSchema> parse_json_schema(const Json& rf) {
-  const Json* js = find(rf, "json_schema");
+  const Json* js = find_field(rf, "json_schema");
   if (js == nullptr) {
     throw bad_request("response_format.json_schema",
                       "'response_format.json_schema' is required with type \"json_schema\"");
   }
   if (!js->is_object()) wrong_type("response_format.json_schema", "an object", *js);
-  const Json* name = find(*js, "name");
+  const Json* name = find_field(*js, "name");
   if (name == nullptr || !name->is_string()) {
     throw bad_request("response_format.json_schema.name",
                       "'response_format.json_schema.name' must be a string");
   }
-  const Json* schema = find(*js, "schema");
+  const Json* schema = find_field(*js, "schema");
   try {
     return JsonSchema::compile(schema != nullptr ? *schema : Json(true));
   } catch (const JsonSchemaError& e) {
@@ -403,13 +275,13 @@ void parse_vllm_structured_outputs(const Json& body, GenerationRequest& r) {
     r.json_object = true;
   };
   for (const char* unsupported : {"guided_regex", "guided_choice", "guided_grammar"}) {
-    if (find(body, unsupported)) {
+    if (find_field(body, unsupported)) {
       throw bad_request(unsupported, std::string("'") + unsupported +
                                          "' is not supported (JSON schemas are: guided_json)");
     }
   }
-  if (const Json* g = find(body, "guided_json")) take_schema(*g, "guided_json");
-  if (const Json* so = find(body, "structured_outputs")) {
+  if (const Json* g = find_field(body, "guided_json")) take_schema(*g, "guided_json");
+  if (const Json* so = find_field(body, "structured_outputs")) {
     if (!so->is_object()) wrong_type("structured_outputs", "an object", *so);
     for (const auto& [key, value] : so->items()) {
       if (value.is_null() || (value.is_boolean() && !value.get<bool>())) continue;
@@ -452,7 +324,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   GenerationRequest r;
   r.endpoint = endpoint;
   r.model = limits.served_model;
-  if (const Json* m = find(body, "model")) {
+  if (const Json* m = find_field(body, "model")) {
     if (!m->is_string()) wrong_type("model", "a string", *m);
     if (m->get_ref<const std::string&>() != limits.served_model) {
       throw ApiError(404,
@@ -464,12 +336,12 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   ForcedTools forced;
   if (endpoint == Endpoint::kChat) {
     r.messages = parse_messages(body);
-    if (const Json* tools = find(body, "tools")) {
+    if (const Json* tools = find_field(body, "tools")) {
       if (!tools->is_array()) wrong_type("tools", "an array", *tools);
       r.template_extra["tools"] = *tools;
       if (!tools->empty()) r.tools = *tools;
     }
-    if (const Json* choice = find(body, "tool_choice")) {
+    if (const Json* choice = find_field(body, "tool_choice")) {
       if (!choice->is_string() && !choice->is_object()) {
         wrong_type("tool_choice", "a string or an object", *choice);
       }
@@ -477,7 +349,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
       r.tool_choice_none = *choice == "none";
       forced = parse_tool_choice(*choice, r.tools, get_bool(body, "parallel_tool_calls", true));
     }
-    if (const Json* kw = find(body, "chat_template_kwargs")) {
+    if (const Json* kw = find_field(body, "chat_template_kwargs")) {
       if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
       for (auto it = kw->begin(); it != kw->end(); ++it) r.template_extra[it.key()] = it.value();
     }
@@ -522,7 +394,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   }
   const int64_t top_k = k.value_or(dflt.top_k);
   s.top_k = top_k <= 0 ? 0 : static_cast<int>(std::min<int64_t>(top_k, limits.vocab_size));
-  if (const Json* seed = find(body, "seed")) {
+  if (const Json* seed = find_field(body, "seed")) {
     if (seed->is_number_unsigned()) {
       s.seed = seed->get<uint64_t>();
     } else {
@@ -553,7 +425,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   }
   // Fields that would change the response and that this server does not implement: a 400
   // naming them rather than a response without their effect.
-  if (const Json* v = find(body, "suffix"); v && *v != "") {
+  if (const Json* v = find_field(body, "suffix"); v && *v != "") {
     throw bad_request("suffix", "'suffix' is not supported");
   }
   if (const std::optional<int64_t> b = get_int(body, "best_of"); b && *b != 1) {
@@ -562,7 +434,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   }
 
   r.stop = parse_stop(body);
-  if (const Json* ids = find(body, "stop_token_ids")) {
+  if (const Json* ids = find_field(body, "stop_token_ids")) {
     r.stop_token_ids = token_ids(*ids, "stop_token_ids", limits.vocab_size);
   }
   r.ignore_eos = get_bool(body, "ignore_eos", false);
@@ -584,9 +456,9 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
   }
   parse_chat_prompt_flags(body, endpoint, r.add_generation_prompt, r.continue_final_message);
   parse_logprobs(body, endpoint, r);
-  if (const Json* rf = find(body, "response_format")) {
+  if (const Json* rf = find_field(body, "response_format")) {
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
-    const Json* type = find(*rf, "type");
+    const Json* type = find_field(*rf, "type");
     const std::string t = type && type->is_string() ? type->get<std::string>() : "";
     if (t != "text" && t != "json_object" && t != "json_schema") {
       throw bad_request("response_format",
@@ -613,7 +485,7 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
     throw bad_request("prompt_logprobs",
                       "'prompt_logprobs' is not available when 'stream' is true");
   }
-  if (const Json* so = find(body, "stream_options")) {
+  if (const Json* so = find_field(body, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
     r.include_usage = get_bool(*so, "include_usage", false);
     r.continuous_usage = r.include_usage && get_bool(*so, "continuous_usage_stats", false);
@@ -623,8 +495,8 @@ GenerationRequest parse_generation_request(const Json& body, Endpoint endpoint,
 
 TokenizeRequest parse_tokenize_request(const Json& body) {
   TokenizeRequest r;
-  const Json* prompt = find(body, "prompt");
-  const bool has_messages = find(body, "messages") != nullptr;
+  const Json* prompt = find_field(body, "prompt");
+  const bool has_messages = find_field(body, "messages") != nullptr;
   if ((prompt != nullptr) == has_messages) {
     throw bad_request(prompt ? "messages" : "prompt",
                       "give exactly one of 'prompt' and 'messages'");
@@ -644,7 +516,7 @@ TokenizeRequest parse_tokenize_request(const Json& body) {
 }
 
 std::vector<int32_t> parse_detokenize_request(const Json& body, const ProtocolLimits& limits) {
-  const Json* tokens = find(body, "tokens");
+  const Json* tokens = find_field(body, "tokens");
   if (!tokens) throw bad_request("tokens", "'tokens' is required");
   return token_ids(*tokens, "tokens", limits.vocab_size);
 }
