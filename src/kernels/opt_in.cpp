@@ -30,10 +30,6 @@ std::vector<OptIn> registry() {
                "GDN streaming kernel, calls of 2+ rows a sequence (verify): the state in "
                "registers between one load and one write-back, 4 rows loaded together",
                [](bool on) { gated_delta_rule_set_stream_registers(on); }});
-  r.push_back({"fp8-wgmma-from-17",
-               "FP8 decode linear, 17-31 rows of matrices with a 64-row tile per SM: the FP8 "
-               "wgmma kernel's 64 x 32 quads instead of the batched kernel",
-               [](bool on) { linear_fp8_set_wgmma_from_17(on); }});
   r.push_back(
       {"fp8-quad-halves",
        "FP8 wgmma kernel's 32-token quads: the items of a call's last, partial wave as "

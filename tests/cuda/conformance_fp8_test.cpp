@@ -227,7 +227,7 @@ TEST_F(Fp8Linear, DeepRingRowsAreTheDecodeKernelRows) {
 
 // The FP8 wgmma kernel (linear_fp8_wgmma_cuda.cu) against launches of up to 8 rows of
 // linear_fp8_cuda.cu, bitwise: calls of 1..70 rows at several offsets (one and two token tiles,
-// partial ones; 17 and 24 rows as the opt-in fp8-wgmma-from-17 sends them) in each of its five item
+// partial ones; 17 and 24 rows as production sends them on wide matrices) in each of its five item
 // configurations (3-5: 32 tokens in the quad form, four classes a pass; 5: 192-row items, three
 // consumer warpgroups) and production's choice (linear_fp8_wgmma_shape.h, from 33 rows; its small
 // shapes take 4 or 5), each with split mode allowed (these shapes have few items: most calls split

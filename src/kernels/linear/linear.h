@@ -167,20 +167,13 @@ void linear_fp8_set_plan_splits(int splits);
 enum class Fp8BatchMode { kOff, kProduction, kAll };
 void linear_fp8_set_batch(Fp8BatchMode mode);
 // Benchmark and test only: FP8 decode calls of at least min_rows rows go to the FP8 wgmma kernel
-// (linear_fp8_wgmma_cuda.cu; negative: production's, 32 or 65 by the matrix's row tiles per SM,
+// (linear_fp8_wgmma_cuda.cu; negative: production's, 17 or 33 by the matrix's row tiles per SM,
 // linear_cuda.cuh's fp8_wgmma_min_rows; more than a call has: never), in
 // one launch per 2,048 rows, when the prefill scratch can hold their f16 tokens; `config` 0 lets it
 // choose its item shape (linear_fp8_wgmma_shape.h), 1..5 forces one (128 x 64, 64 x 64, 128 x 32,
 // 64 x 32, 192 x 32 rows x tokens; the 32-token ones in the quad form, 192 x 32 with three consumer
 // warpgroups); `split` false keeps every item whole (no split mode). The bits are the same.
 void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
-// Opt-in fp8-wgmma-from-17 (off by default): FP8 decode calls of 17..31 rows on matrices of at
-// least one 64-row tile per SM take the FP8 wgmma kernel's 64 x 32 quads instead of the batched
-// kernel, whose 17..32-row configuration (3 slots) streams as slowly at 17 rows as at 32, where the
-// quads ran 1.2-1.65x faster (H100, 2026-12-06j). In the 27B-FP8 step at 8 streams (H200,
-// 2026-12-07) the k = 2 verify (24 rows) cost 1.733x decode against k = 3's (32 rows) 1.448x. The
-// same bits.
-void linear_fp8_set_wgmma_from_17(bool on);
 // Class halves in the FP8 wgmma kernel's quad form (32-token items): a unit of half an item's
 // classes (pass 0: classes 0-3 of every rank, pass 1: classes 4-7), which posts its sums for
 // fp8_finish_halves_kernel to add in the whole walk's order, so the bits are the same. kOff

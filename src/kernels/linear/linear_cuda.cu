@@ -309,7 +309,6 @@ Tensor& g_fp8_scratch = *new Tensor();
 
 Fp8BatchMode g_fp8_batch = Fp8BatchMode::kProduction;  // linear_fp8_set_batch
 int64_t g_fp8_wgmma_rows = -1;            // linear_fp8_set_wgmma (negative: fp8_wgmma_min_rows)
-bool g_fp8_wgmma_from_17 = false;         // linear_fp8_set_wgmma_from_17 (opt-in)
 bool g_fp8_prefill_decode_order = false;  // linear_fp8_set_prefill_decode_order
 
 // FP8 weights: decode rows through linear_fp8_cuda.cu's kernel (groups of up to 4 rows, and of
@@ -406,11 +405,8 @@ void linear_fp8(const LinearArgs& a, const ExecContext& ctx) {
   // Many rows: launches of up to kFp8WgmmaMaxTokens rows of the wgmma kernel, when it takes them.
   const int64_t scratch_bytes = g_fp8_scratch.numel() * 2;
   int64_t done = 0;
-  const bool wide = out_f / 64 >= cuda::sm_count();
-  const int64_t wgmma_rows = g_fp8_wgmma_rows >= 0 ? g_fp8_wgmma_rows
-                             : g_fp8_wgmma_from_17 && wide
-                                 ? int64_t{17}
-                                 : fp8_wgmma_min_rows(out_f, cuda::sm_count());
+  const int64_t wgmma_rows =
+      g_fp8_wgmma_rows >= 0 ? g_fp8_wgmma_rows : fp8_wgmma_min_rows(out_f, cuda::sm_count());
   if (decode_rows >= wgmma_rows && g_fp8_batch != Fp8BatchMode::kOff) {
     for (; done < decode_rows; done += kFp8WgmmaMaxTokens) {
       rows(done, std::min(decode_rows, done + kFp8WgmmaMaxTokens));
@@ -471,8 +467,6 @@ std::string linear_cuda_paths() {
 }
 
 void linear_fp8_set_batch(Fp8BatchMode mode) { g_fp8_batch = mode; }
-void linear_fp8_set_wgmma_from_17(bool on) { g_fp8_wgmma_from_17 = on; }
-
 Fp8Halves linear_fp8_set_quad_halves(Fp8Halves mode) { return linear_fp8_wgmma_set_halves(mode); }
 
 void linear_fp8_set_prefill_decode_order(bool on) { g_fp8_prefill_decode_order = on; }

@@ -157,13 +157,17 @@ bool linear_fp8_decode_batch(const LinearShape& s, bool f32_out, cudaStream_t st
 // an epilogue). Production takes it for decode calls of fp8_wgmma_min_rows or more rows
 // (linear_fp8_set_wgmma forces another count); smaller ones read the weights once per 32 rows.
 constexpr int64_t kFp8WgmmaMaxTokens = 2048;
-// From 32 rows where the matrix has at least one 64-row tile per SM (gate|up, in_proj, q|k|v on
-// the 27B shape: the wgmma kernel's 32-token quads ran 131-139 TFLOP/s against the groups'
-// 80-109), from 33 where it has fewer (out_f = 5120, down and out/o_proj: at 32 rows the groups of
-// 32 ran 126 / 103 TFLOP/s against the quads' 74 / 77, at 64 rows 126 / 103 against 147 / 128);
-// H100, 2026-12-06, bench/results/h100-2026-12-06j/.
+// From 17 rows where the matrix has at least one 64-row tile per SM (gate|up, in_proj, q|k|v on
+// the 27B shape: at 32 rows the wgmma kernel's 32-token quads ran 131-139 TFLOP/s against the
+// groups' 80-109, H100, 2026-12-06, bench/results/h100-2026-12-06j/; at 17-31 rows the batched
+// kernel's 3-slot configuration is as slow as at 32 rows, and with the quads from 17 rows the
+// 27B-FP8 step at 24 streams went 21.58 -> 18.88 ms and the 8-stream verify with k = 2 (24 rows)
+// 1.516 -> 1.298x decode, H100, 2026-12-07, bench/results/h100-2026-12-07b.tar.xz), from 33 where
+// it has fewer (out_f = 5120, down and out/o_proj: at 32 rows the groups of 32 ran 126 / 103
+// TFLOP/s against the quads' 74 / 77, at 64 rows 126 / 103 against 147 / 128).
+inline constexpr int64_t kFp8WgmmaWideMinRows = 17;
 constexpr int64_t fp8_wgmma_min_rows(int64_t out_f, int sms) {
-  return out_f / 64 >= sms ? kFp8BatchMaxTokens : kFp8BatchMaxTokens + 1;
+  return out_f / 64 >= sms ? kFp8WgmmaWideMinRows : kFp8BatchMaxTokens + 1;
 }
 int64_t linear_fp8_wgmma_scratch_bytes(int64_t n, int64_t in);
 bool linear_fp8_decode_wgmma(const LinearShape& s, bool f32_out, void* scratch,
