@@ -185,6 +185,17 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
   }
 }
 
+// The finishing kernels' store of item `item` from its sums tot, thread ct = threadIdx.x in
+// consumer thread ct's place (warpgroup, warp and lane as the GEMM's), as store_item does there.
+template <class C, class Store>
+__device__ __forceinline__ void store_posted_item(const Fp8GemmParams& gp, int item,
+                                                  const float (&tot)[C::kN / 2]) {
+  const int ct = static_cast<int>(threadIdx.x), warp = ct >> 5, lane = ct & 31;
+  const int64_t nt = item % gp.n_tiles;
+  store_item<C, Store>(gp.p, item / gp.n_tiles, nt, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
+                       gp.sumsq + nt * C::kN);
+}
+
 // Split mode's second half: one block per item, thread ct in consumer thread ct's place, adds the
 // ranks' posted sums left to right (what one block's walk adds) and stores them as store_item
 // does. It triggers the next kernel before it waits, as linear_wgmma_cuda.cu's
@@ -195,7 +206,7 @@ __global__ void __launch_bounds__(C::kConsumers)
   cuda::pdl_trigger();
   cuda::pdl_wait();  // the posted sums, and out (kAddToOut), are the GEMM's
   constexpr int kAcc = C::kN / 2, kConsumers = C::kConsumers;
-  const int ct = static_cast<int>(threadIdx.x), warp = ct >> 5, lane = ct & 31;
+  const int ct = static_cast<int>(threadIdx.x);
   const int item = static_cast<int>(blockIdx.x);
   const float* posted = gp.ws + static_cast<int64_t>(item) * gp.p.splits * kAcc * kConsumers;
   float tot[kAcc];
@@ -206,9 +217,7 @@ __global__ void __launch_bounds__(C::kConsumers)
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) tot[e] += __ldcg(rank + e * kConsumers + ct);
   }
-  const int64_t nt = item % gp.n_tiles;
-  store_item<C, Store>(gp.p, item / gp.n_tiles, nt, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
-                       gp.sumsq + nt * C::kN);
+  store_posted_item<C, Store>(gp, item, tot);
 }
 
 // Class halves' second part (the quad form): one block per half item, thread ct in consumer thread
@@ -221,7 +230,7 @@ __global__ void __launch_bounds__(C::kConsumers)
   cuda::pdl_trigger();
   cuda::pdl_wait();  // the posted sums, and out (kAddToOut), are the GEMM's
   constexpr int kAcc = C::kN / 2, kConsumers = C::kConsumers;
-  const int ct = static_cast<int>(threadIdx.x), warp = ct >> 5, lane = ct & 31;
+  const int ct = static_cast<int>(threadIdx.x);
   const int item = gp.halves_from + static_cast<int>(blockIdx.x);
   float tot[kAcc];
   for (int r = 0; r < gp.p.splits; ++r) {
@@ -238,9 +247,7 @@ __global__ void __launch_bounds__(C::kConsumers)
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) tot[e] = r == 0 ? blk[e] : tot[e] + blk[e];
   }
-  const int64_t nt = item % gp.n_tiles;
-  store_item<C, Store>(gp.p, item / gp.n_tiles, nt, warp >> 2, warp & 3, lane >> 2, lane & 3, tot,
-                       gp.sumsq + nt * C::kN);
+  store_posted_item<C, Store>(gp, item, tot);
 }
 
 // Each token's row of f16 operands for the GEMM, x' = tokens_f16(x) (the FP8 kernels' fold,
