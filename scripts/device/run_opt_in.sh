@@ -32,6 +32,8 @@
 # PART=19: a new FP8 production kernel (its tests, the FP8 step, kernel_bench, engine tests).
 # PART=20: an FP8 opt-in at batch 1 (bitwise tests, kernel_bench linear_fp8, the step at 1K, 32K).
 # PART=21: the bf16 item shapes' table and fit, production's FP8 steps (1K, 32K at batch 1).
+# PART=22: the FP8 linear tests, the FP8 step without and with fp8-quad-halves, kernel_bench
+# linear_fp8_batch at 8-64 rows, the GPU engine tests with the opt-in on.
 set -uo pipefail
 source scripts/device/devdeps_env.sh
 if [[ ${PART:-1} == 8 ]]; then build_cuda cuda_tests kernel_bench
@@ -257,6 +259,22 @@ elif [[ $PART == 21 ]]; then  # the twenty-sixth session's open measurements, on
   # (2026-12-07 on an H200 with fp8-deep-ring beside it: the deep ring is production for 1 row since.)
   bench fp8_1k $B 100 configs/qwen3.5-27b-fp8.json 1
   CONTEXT=32768 bench fp8_32k $B 100 configs/qwen3.5-27b-fp8.json 1
+elif [[ $PART == 22 ]]; then  # the twenty-eighth session's open measurements, one call (~7 min
+  # on an H200): every FP8 linear test (the class halves' among them), the 27B-FP8 step without
+  # and with the opt-in fp8-quad-halves at FP8_BATCHES (default 8, 32, 48, 64 and the last batch:
+  # its estimate changes the picks at 33+ rows), kernel_bench linear_fp8_batch at KB_ROWS (default
+  # 8, 12, 16, 48, 64: the quads against the batched and 8-row kernels below 17 rows, the halves
+  # at 33-64), the GPU engine tests with the opt-in on. Then PART=17 SHORT=1 in a second call.
+  tests fp8_linear 170 'Fp8Linear.*:CudaConformanceFp8*'
+  for side in default fp8-quad-halves; do
+    args=(); [[ $side != default ]] && args=(--opt-in "$side")
+    bench fp8_${side//-/_} $B 120 configs/qwen3.5-27b-fp8.json "${FP8_BATCHES:-8,32,48,64,${BATCHES##*,}}" "${args[@]}"
+  done
+  KERNEL_BENCH_ROWS=${KB_ROWS:-8,12,16,48,64} KERNEL_BENCH_ONLY=linear_fp8_batch COMMIT=halves \
+    timeout 150 $B/bench/kernel_bench "$OUT/kernel_bench_fp8_batch.json" > "$OUT/kernel_bench_fp8_batch.log" 2>&1
+  summary "kernel_bench linear_fp8_batch rc=$? ($(stamp))"
+  grep -E '^linear fp8 \[' "$OUT/kernel_bench_fp8_batch.log" | tee -a "$OUT/summary.txt"
+  TANDEM_OPT_IN=fp8-quad-halves engine_tests 150
 elif [[ $PART == 6 ]]; then  # where the step's time goes: each kernel class left out in turn
   # (--diag-skip: timing only, the outputs are garbage), plain decode at 8, 32 (and 256 on an H200).
   diag_batches=8,32; [[ ${mem_mib:-0} -ge 100000 ]] && diag_batches=8,32,256
