@@ -30,7 +30,7 @@ struct BatchEngine::StepRun {
   int64_t n_decode = 0;
   int64_t bucket = 0;
   bool pure_decode = false;
-  bool use_graph = false;
+  CudaGraph* graph = nullptr;  // the step's captured graph, or null: eager launches
   double catch_up_seconds = 0.0;
   std::vector<std::vector<int32_t>> drafts;       // [n_decode]
   std::vector<std::vector<int32_t>> rows_tokens;  // [n_decode]: last token, then the drafts
@@ -151,7 +151,8 @@ void BatchEngine::propose_drafts(StepRun& r) {
 void BatchEngine::lay_out(StepRun& r) {
   r.pure_decode = r.sched.prefill.empty();
   const auto graph = graphs_.find({r.bucket, r.k_step});
-  r.use_graph = r.pure_decode && graph != graphs_.end() && !model_.has_observer();
+  if (r.pure_decode && graph != graphs_.end() && !model_.has_observer())
+    r.graph = graph->second.get();
   r.rows_tokens.resize(r.n_decode);
   for (int64_t i = 0; i < r.n_decode; ++i) {
     Sequence& s = *r.sched.decode[i];
@@ -165,7 +166,7 @@ void BatchEngine::lay_out(StepRun& r) {
                          .logits = LogitRows::kAll});
     r.planned_ids.push_back(s.id);
   }
-  for (int64_t i = r.n_decode; r.use_graph && i < r.bucket; ++i) {
+  for (int64_t i = r.n_decode; r.graph != nullptr && i < r.bucket; ++i) {
     r.planned.push_back({.decode = true, .logits = LogitRows::kAll});
     r.planned_ids.push_back(-1);
   }
@@ -184,7 +185,7 @@ void BatchEngine::lay_out(StepRun& r) {
   }
   const int64_t step_rows = 1 + r.k_step;
   r.plan =
-      r.use_graph
+      r.graph != nullptr
           ? buffers_->plan(r.planned, {.rows = r.bucket * step_rows, .max_decode_rows = step_rows})
           : buffers_->plan(r.planned);
   if (before_step) before_step(r.plan, r.planned_ids);
@@ -195,8 +196,8 @@ void BatchEngine::lay_out(StepRun& r) {
 void BatchEngine::run_model(StepRun& r) {
   const int64_t n_logit = r.plan.batch.n_logit_rows;
   r.logits = logits_.slice(0, 0, n_logit);
-  if (r.use_graph) {
-    graphs_.at({r.bucket, r.k_step})->launch(model_.context().cuda_stream);
+  if (r.graph != nullptr) {
+    r.graph->launch(model_.context().cuda_stream);
     ++counters_.graph_steps;
   } else {
     model_.forward(r.plan.batch, pool_->views(), r.logits);

@@ -178,10 +178,11 @@ void linear_fp8_set_wgmma(int64_t min_rows, int config, bool split = true);
 // classes (pass 0: classes 0-3 of every rank, pass 1: classes 4-7), which posts its sums for
 // fp8_finish_halves_kernel to add in the whole walk's order, so the bits are the same. kOff
 // (production) whole items; kRemainder (opt-in fp8-quad-halves) the items of a call's last,
-// partial wave of blocks where, two units each, they fit one wave (gate|up's 544 items of 64 x 32
-// at up to 32 rows make 2 waves and 16 items on 264 slots: the third wave is one item's serial
-// chain long for 6% of the blocks), and the configuration estimate counts them (at up to 32 rows
-// too; linear_fp8_wgmma_shape.h); kAll every item (tests). Returns the mode before.
+// partial wave of blocks where, two units each, they fit one wave, and the configuration estimate
+// counts them (at up to 32 rows too; linear_fp8_wgmma_shape.h); kAll every item (tests). Measured
+// (H100, 2026-12-07): gate|up at 32 rows 134 -> 138 TFLOP/s (its third wave, 16 items on 264
+// slots, was not what bounds it), the 27B-FP8 step at 32 streams -1.4%; down at 32 rows in the
+// 64 x 32 quads, every item halved, 74 -> 115. Returns the mode before.
 enum class Fp8Halves { kOff, kRemainder, kAll };
 Fp8Halves linear_fp8_set_quad_halves(Fp8Halves mode);
 // Which kernels FP8 prefill rows take where the tensor-core path (below) does not: false
